@@ -1,0 +1,279 @@
+"""The engine's public data model: what a snapshot holds and what a cycle returns.
+
+Everything here is a frozen, slotted dataclass or a StrEnum, so a snapshot can be shared
+between the engine, the Django adapter and the simulator without anyone mutating it.
+Times are float seconds on one clock chosen by the caller (epoch seconds or virtual time);
+`now` is always passed in, never read from the system clock.
+
+Extend only compatibly: new fields get defaults, nothing is renamed or removed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class Resource(enum.StrEnum):
+    """A resource a queue has quota for. GPU counts whole devices (fractions add up)."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+    MEMORY = "memory"  # MiB of host memory
+
+
+class PlacementStrategy(enum.StrEnum):
+    """How pods are spread over the nodes of a pool."""
+
+    BINPACK = "binpack"  # fill partly used nodes and shared GPUs first
+    SPREAD = "spread"  # prefer the emptiest node
+
+
+class TopologyMode(enum.StrEnum):
+    """Whether a topology level must hold the whole gang or is only preferred."""
+
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class EvictionReason(enum.StrEnum):
+    """Why the engine stops a running workload."""
+
+    RECLAIM = "reclaim"  # an under-quota queue takes its deserved GPUs back
+    PREEMPT = "preempt"  # a higher-priority workload of the same project needs room
+    CONSOLIDATE = "consolidate"  # moved elsewhere to defragment; re-admitted in the same result
+    STALE_GANG = "stale_gang"  # a running gang stayed below its minimum pods too long
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What one pod asks for. At most one of gpus / gpu_fraction / gpu_memory_mib is set.
+
+    gpus: whole devices (0 for a CPU-only pod); gpu_fraction: part of one shared device,
+    0 < f < 1; gpu_memory_mib: memory on one shared device (its share is memory ÷ device
+    memory). cpu in cores, memory_mib in MiB of host memory.
+    """
+
+    gpus: int = 0
+    gpu_fraction: float = 0.0
+    gpu_memory_mib: int = 0
+    cpu: float = 0.0
+    memory_mib: int = 0
+
+    @property
+    def is_shared(self) -> bool:
+        """True when the pod takes part of one GPU rather than whole devices."""
+        return self.gpu_fraction > 0 or self.gpu_memory_mib > 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Keep a gang's pods inside one domain of `level` (a key of Node.topology)."""
+
+    level: str
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where one pod runs: whole GPU indices, or one shared GPU and the share it holds."""
+
+    pod: int  # index into Workload.pods
+    node_id: str
+    gpus: tuple[int, ...] = ()  # whole devices
+    shared_gpu: int | None = None  # index of the shared device, for fractional pods
+    share: float = 0.0  # fraction of the shared device (memory requests converted)
+    gpu_memory_mib: int = 0  # memory reserved on the shared device
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A job, workspace or inference service: running when `placement` is set.
+
+    queue_id is the project's queue. min_pods makes it a gang (None = all pods). pools
+    lists the allowed node pools in preference order (empty = any pool, by name).
+    gpu_models restricts the device model (empty = any).
+    """
+
+    id: str
+    queue_id: str
+    pods: tuple[PodRequest, ...]
+    priority: int = 0
+    priority_class: str = ""
+    preemptible: bool = True
+    submit_time: float = 0.0
+    min_pods: int | None = None
+    pools: tuple[str, ...] = ()
+    gpu_models: tuple[str, ...] = ()
+    topology: TopologyConstraint | None = None
+    last_checkpoint_time: float | None = None
+    started_at: float | None = None
+    placement: tuple[PodPlacement, ...] | None = None
+    name: str = ""  # readable name for reasons; falls back to id
+
+    @property
+    def running(self) -> bool:
+        """True when the workload holds a placement."""
+        return self.placement is not None
+
+    @property
+    def gang_min(self) -> int:
+        """The number of pods that must run together."""
+        return len(self.pods) if self.min_pods is None else self.min_pods
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """Part of a shared GPU held by one workload's pod."""
+
+    workload_id: str
+    share: float
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One device and what holds it now: a whole-device owner, or shares, or nothing.
+
+    Allocations by workloads absent from the snapshot still count as taken capacity.
+    """
+
+    index: int
+    model: str
+    memory_mib: int
+    whole_by: str | None = None
+    shares: tuple[GpuShare, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of a pool. topology maps a level (zone, rack, nvlink) to this node's domain.
+
+    cpu and memory_mib are allocatable totals; None means not limited by the engine.
+    Host CPU and memory in use come from the running workloads' placements.
+    """
+
+    id: str
+    pool: str
+    gpus: tuple[Gpu, ...] = ()
+    cluster: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    topology: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+    cpu: float | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A queue's quota for one resource in one pool.
+
+    deserved is guaranteed when asked for; limit caps the total (None = no cap);
+    over_quota_weight divides what is left; over_quota_allowed=False forbids borrowing.
+    """
+
+    deserved: float = 0.0
+    limit: float | None = None
+    over_quota_weight: float = 1.0
+    over_quota_allowed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A department (parent_id None) or a project (parent_id = its department).
+
+    quotas maps (pool, resource) to a Quota; a missing entry means deserved 0, no
+    limit, weight 1. Workloads belong to leaf queues (projects).
+    """
+
+    id: str
+    parent_id: str | None = None
+    quotas: Mapping[tuple[str, Resource], Quota] = field(default_factory=dict)
+    name: str = ""  # readable name for reasons; falls back to id
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """Past allocation of a queue in a pool, for time-based fairness.
+
+    gpu_seconds were used over [start, end); the engine decays them by the configured
+    half-life measured from `now` to the middle of the interval.
+    """
+
+    queue_id: str
+    pool: str
+    start: float
+    end: float
+    gpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle needs. pools lists node pool names (order is irrelevant)."""
+
+    pools: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    workloads: tuple[Workload, ...]
+    usage_history: tuple[UsageRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Policy knobs. Defaults give bin packing and all actions on.
+
+    min_runtime_s maps a priority class to seconds a started workload runs before it may
+    be preempted or reclaimed; stale_gang_grace_s is how long a running gang may stay
+    below its minimum; fairness_half_life_s turns on time-based fairness (None = off),
+    fairness_usage_weight scales how much decayed past usage shrinks an over-quota share.
+    """
+
+    placement: Mapping[str, PlacementStrategy] = field(default_factory=dict)
+    default_placement: PlacementStrategy = PlacementStrategy.BINPACK
+    min_runtime_s: Mapping[str, float] = field(default_factory=dict)
+    stale_gang_grace_s: float = 300.0
+    fairness_half_life_s: float | None = None
+    fairness_usage_weight: float = 1.0
+    reclaim: bool = True
+    preempt: bool = True
+    consolidate: bool = True
+    max_consolidation_moves: int = 4
+
+    def strategy_for(self, pool: str) -> PlacementStrategy:
+        """The placement strategy configured for a pool."""
+        return self.placement.get(pool, self.default_placement)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A pending workload (or one moved by consolidation) placed pod by pod."""
+
+    workload_id: str
+    pods: tuple[PodPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """A running workload to stop; beneficiary is the workload that needed the room."""
+
+    workload_id: str
+    reason: EvictionReason
+    beneficiary: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What a cycle decided. Apply evictions before admissions.
+
+    fair_shares and allocations map (queue id, pool, resource) to an amount; allocations
+    are after this cycle's decisions. pending_reasons holds a readable reason for every
+    workload still pending after the cycle.
+    """
+
+    admissions: tuple[Admission, ...] = ()
+    evictions: tuple[Eviction, ...] = ()
+    pending_reasons: Mapping[str, str] = field(default_factory=dict)
+    fair_shares: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
+    allocations: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
