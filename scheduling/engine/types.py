@@ -111,6 +111,7 @@ class Workload:
     started_at: float | None = None
     placement: tuple[PodPlacement, ...] | None = None
     name: str = ""  # readable name for reasons; falls back to id
+    degraded_since: float | None = None  # when a running gang fell below min_pods
 
     @property
     def running(self) -> bool:
