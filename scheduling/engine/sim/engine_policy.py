@@ -1,0 +1,193 @@
+"""The `static` and `gpupool` policies: the replay's state as an engine snapshot, each cycle.
+
+Teams become projects (leaf queues) under their department; a department's quota is the
+sum of its teams'. `static` is the engine with over-quota borrowing forbidden for every
+queue, so a team never holds more than its deserved GPUs; `gpupool` is the engine as
+configured. Node and workload objects are cached and rebuilt only when they change, which
+keeps building the snapshot cheap next to the cycle itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from scheduling.engine.cycle import schedule
+from scheduling.engine.sim.specs import QuotaSpec, TeamQuota
+from scheduling.engine.sim.state import NodeState
+from scheduling.engine.types import (
+    CycleResult,
+    Gpu,
+    GpuShare,
+    Node,
+    PodRequest,
+    Queue,
+    Quota,
+    Resource,
+    SchedulerConfig,
+    Snapshot,
+    Workload,
+)
+
+if TYPE_CHECKING:
+    from scheduling.engine.sim.loop import JobRun, Simulation
+
+MIB_PER_GIB = 1024
+
+
+def build_queues(quotas: QuotaSpec, teams: set[str], borrowing: bool) -> tuple[Queue, ...]:
+    """Departments and their projects with GPU quotas per pool."""
+    members: dict[str, list[str]] = {}
+    for team in sorted(teams | set(quotas.quotas)):
+        members.setdefault(quotas.departments.get(team, "default"), []).append(team)
+    queues: list[Queue] = []
+    for department, department_teams in sorted(members.items()):
+        totals: dict[str, list[TeamQuota]] = {}
+        for team in department_teams:
+            for pool, quota in quotas.quotas.get(team, {}).items():
+                totals.setdefault(pool, []).append(quota)
+        queues.append(Queue(id=f"dept:{department}", quotas=_sum_quotas(totals, borrowing)))
+        queues.extend(
+            Queue(
+                id=team,
+                parent_id=f"dept:{department}",
+                quotas={
+                    (pool, Resource.GPU): _quota(q, borrowing)
+                    for pool, q in quotas.quotas.get(team, {}).items()
+                },
+            )
+            for team in department_teams
+        )
+    return tuple(queues)
+
+
+def _quota(quota: TeamQuota, borrowing: bool) -> Quota:
+    return Quota(
+        deserved=quota.deserved,
+        limit=quota.limit,
+        over_quota_weight=quota.weight,
+        over_quota_allowed=borrowing,
+    )
+
+
+def _sum_quotas(totals: dict[str, list[TeamQuota]], borrowing: bool):
+    result = {}
+    for pool, quotas in totals.items():
+        limits = [q.limit for q in quotas]
+        result[(pool, Resource.GPU)] = Quota(
+            deserved=sum(q.deserved for q in quotas),
+            limit=None if None in limits else sum(lim for lim in limits if lim is not None),
+            over_quota_weight=sum(q.weight for q in quotas),
+            over_quota_allowed=borrowing,
+        )
+    return result
+
+
+def node_snapshot(node: NodeState) -> Node:
+    """The engine's frozen view of one simulated node."""
+    spec = node.spec
+    gpus = tuple(
+        Gpu(
+            index=gpu.index,
+            model=spec.gpu_model,
+            memory_mib=spec.gpu_memory_mib,
+            whole_by=gpu.whole_by,
+            shares=tuple(GpuShare(workload_id=job, share=share) for job, share in gpu.shares),
+        )
+        for gpu in node.gpus
+    )
+    memory = None if spec.memory_gib is None else int(spec.memory_gib * MIB_PER_GIB)
+    return Node(
+        id=spec.name,
+        pool=spec.pool,
+        gpus=gpus,
+        topology={"rack": spec.rack} if spec.rack else {},
+        cpu=spec.cpu,
+        memory_mib=memory,
+    )
+
+
+def pod_requests(run: JobRun) -> tuple[PodRequest, ...]:
+    """One request per pod of the job."""
+    job = run.job
+    request = PodRequest(
+        gpus=0 if job.is_fractional else int(job.gpus_per_pod),
+        gpu_fraction=job.gpus_per_pod if job.is_fractional else 0.0,
+        cpu=job.cpu,
+        memory_mib=int(job.memory_gib * MIB_PER_GIB),
+    )
+    return (request,) * job.pods
+
+
+def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
+    """The engine's view of a pending or running job at `now`."""
+    job = run.job
+    checkpoint = None
+    if run.run_start is not None:
+        checkpoint = run.run_start + run.checkpointed(now, interval) - run.saved
+    return Workload(
+        id=job.id,
+        queue_id=job.team,
+        pods=pod_requests(run),
+        priority=job.priority,
+        preemptible=job.preemptible,
+        submit_time=job.submit,
+        gpu_models=job.gpu_models,
+        last_checkpoint_time=checkpoint,
+        started_at=run.run_start,
+        placement=run.placement,
+    )
+
+
+class EnginePolicy:
+    """Calls scheduling.engine.schedule on a snapshot of the replay each cycle."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        name: str,
+        config: SchedulerConfig,
+        borrowing: bool,
+        scheduler: Callable[[Snapshot, SchedulerConfig, float], CycleResult] = schedule,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.scheduler = scheduler
+        teams = {run.job.team for run in sim.runs.values()}
+        self.queues = build_queues(sim.quotas, teams, borrowing)
+        self.pools = tuple(dict.fromkeys(spec.pool for spec in sim.node_specs))
+        self._nodes: dict[str, tuple[int, Node]] = {}
+        self._workloads: dict[str, tuple[tuple, Workload]] = {}
+        self.cycle_seconds = 0.0
+
+    def snapshot(self, sim: Simulation, now: float) -> Snapshot:
+        """The replay's state now, reusing unchanged nodes and workloads."""
+        nodes = []
+        for node in sim.cluster.nodes:
+            cached = self._nodes.get(node.spec.name)
+            if cached is None or cached[0] != node.version:
+                cached = (node.version, node_snapshot(node))
+                self._nodes[node.spec.name] = cached
+            nodes.append(cached[1])
+        interval = sim.config.checkpoint_interval
+        workloads = [self._workload(run, now, interval) for run in sim.running.values()]
+        workloads.extend(self._workload(run, now, interval) for run in sim.pending_in_order())
+        return Snapshot(self.pools, tuple(nodes), self.queues, tuple(workloads))
+
+    def _workload(self, run: JobRun, now: float, interval: float) -> Workload:
+        running = run.run_start is not None
+        key = (run.epoch, run.run_start, run.checkpointed(now, interval) if running else 0.0)
+        cached = self._workloads.get(run.job.id)
+        if cached is None or cached[0] != key:
+            cached = (key, workload_snapshot(run, now, interval))
+            self._workloads[run.job.id] = cached
+        return cached[1]
+
+    def decide(self, sim: Simulation, now: float) -> CycleResult:
+        """One engine cycle over the replay's snapshot."""
+        snapshot = self.snapshot(sim, now)
+        started = time.perf_counter()
+        result = self.scheduler(snapshot, self.config, now)
+        self.cycle_seconds += time.perf_counter() - started
+        return result

@@ -1,0 +1,226 @@
+"""The discrete-event replay: virtual time, submit and finish events, scheduling cycles.
+
+Events that fall into the same tick are applied together and followed by one cycle (a real
+scheduler also batches what happened since its last cycle); while work is pending a cycle
+also runs every `period` seconds. A preempted job returns to the queue and later resumes
+from its last checkpoint: the progress since then is lost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduling.engine.sim.metrics import Recorder
+from scheduling.engine.sim.specs import NodeSpec, QuotaSpec
+from scheduling.engine.sim.state import ClusterState
+from scheduling.engine.sim.trace import TraceJob
+from scheduling.engine.types import CycleResult, Eviction, PodPlacement
+
+SUBMIT, FINISH = 1, 0  # finishes first: a job ending at t frees room for one submitted at t
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Replay knobs, all in seconds of virtual time."""
+
+    tick: float = 60.0  # events are batched up to the next multiple of tick, then a cycle
+    period: float = 600.0  # a cycle at least this often while work is pending (0 = never)
+    checkpoint_interval: float = 1800.0  # a job saves its progress this often (0 = always)
+    idle_cycles_to_stop: int = 6  # cycles without decisions, no events left: give up
+
+
+@dataclass(slots=True)
+class JobRun:
+    """A trace job's life in the replay."""
+
+    job: TraceJob
+    saved: float = 0.0  # seconds of work checkpointed
+    run_start: float | None = None  # start of the current run
+    first_start: float | None = None
+    end: float | None = None
+    pending_since: float | None = None
+    queued: float = 0.0  # total seconds spent pending, re-queueing included
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    epoch: int = 0  # bumped on eviction so the old finish event is ignored
+    placement: tuple[PodPlacement, ...] | None = None
+    nodes: tuple[str, ...] = ()
+    evictions: list[str] = field(default_factory=list)
+
+    def progress(self, now: float) -> float:
+        """Seconds of work done, counting the current run."""
+        running = now - self.run_start if self.run_start is not None else 0.0
+        return self.saved + running
+
+    def checkpointed(self, now: float, interval: float) -> float:
+        """Progress saved by the last checkpoint at `now` (a start counts as one)."""
+        progress = self.progress(now)
+        if interval <= 0:
+            return progress
+        return max(self.saved, math.floor(progress / interval) * interval)
+
+
+class Policy(Protocol):
+    """Decides a cycle from the replay's state; the replay applies the result."""
+
+    name: str
+
+    def decide(self, sim: Simulation, now: float) -> CycleResult:
+        """Admissions and evictions for this cycle."""
+        ...
+
+
+class Simulation:
+    """One replay of a trace on a cluster under a policy."""
+
+    def __init__(
+        self,
+        nodes: list[NodeSpec],
+        jobs: list[TraceJob],
+        quotas: QuotaSpec,
+        policy_factory: Callable[[Simulation], Policy],
+        config: SimConfig | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.node_specs = nodes
+        self.cluster = ClusterState(nodes)
+        self.quotas = quotas
+        self.runs = {job.id: JobRun(job) for job in jobs}
+        self.pending: dict[str, JobRun] = {}
+        self.running: dict[str, JobRun] = {}
+        self.events: list[tuple[float, int, int, str, int]] = []
+        self.now = 0.0
+        self.cycles = 0
+        self.eviction_counts: dict[str, int] = {}
+        self._sorted_pending: list[JobRun] | None = None
+        self._seq = 0
+        window_end = max((job.submit for job in jobs), default=0.0)
+        self.recorder = Recorder(self.cluster.capacity, quotas, window_end)
+        for job in jobs:
+            self._push(job.submit, SUBMIT, job.id, 0)
+        self.policy = policy_factory(self)
+
+    def _push(self, time: float, kind: int, job_id: str, epoch: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (time, kind, self._seq, job_id, epoch))
+
+    def pending_in_order(self) -> list[JobRun]:
+        """Pending jobs by submission time then id (cached until the queue changes)."""
+        if self._sorted_pending is None:
+            self._sorted_pending = sorted(
+                self.pending.values(), key=lambda run: (run.job.submit, run.job.id)
+            )
+        return self._sorted_pending
+
+    def run(self) -> Simulation:
+        """Replay until every job has ended or nothing more can happen.
+
+        1. pick the next cycle time: the tick after the next event, or the periodic cycle;
+        2. apply every event up to then (finishes before submits at equal times);
+        3. run the policy's cycle and apply its evictions, then its admissions;
+        4. stop when no event is left and cycles stop deciding anything.
+        """
+        idle = 0
+        while True:
+            cycle_time = self._next_cycle_time()
+            if cycle_time is None:
+                break
+            self._apply_events_until(cycle_time)
+            self.recorder.advance(cycle_time)
+            self.now = cycle_time
+            changed = self._cycle()
+            idle = 0 if changed or self.events else idle + 1
+            if idle >= self.config.idle_cycles_to_stop:
+                break
+        self.recorder.finish(self.now)
+        return self
+
+    def _next_cycle_time(self) -> float | None:
+        periodic = self.now + self.config.period if self.pending and self.config.period else None
+        if not self.events:
+            return periodic
+        time = self.events[0][0]
+        tick = self.config.tick
+        batched = math.ceil(time / tick) * tick if tick > 0 else time
+        batched = max(batched, self.now)
+        return batched if periodic is None else min(batched, max(periodic, self.now))
+
+    def _apply_events_until(self, until: float) -> None:
+        while self.events and self.events[0][0] <= until:
+            time, kind, _, job_id, epoch = heapq.heappop(self.events)
+            run = self.runs[job_id]
+            self.recorder.advance(time)
+            if kind == SUBMIT:
+                self._submit(run, time)
+            elif epoch == run.epoch and run.placement is not None:
+                self._finish(run, time)
+
+    def _submit(self, run: JobRun, time: float) -> None:
+        run.pending_since = time
+        self.pending[run.job.id] = run
+        self._sorted_pending = None
+        self.recorder.demand_changed(run.job.team, run.job.gpus)
+
+    def _finish(self, run: JobRun, time: float) -> None:
+        self._release(run)
+        run.end = time
+        run.run_start = None
+        del self.running[run.job.id]
+        self.recorder.demand_changed(run.job.team, -run.job.gpus)
+
+    def _cycle(self) -> bool:
+        self.cycles += 1
+        result = self.policy.decide(self, self.now)
+        for eviction in result.evictions:
+            self._evict(eviction)
+        for admission in result.admissions:
+            self._admit(self.pending[admission.workload_id], admission.pods)
+        return bool(result.evictions or result.admissions)
+
+    def _release(self, run: JobRun) -> None:
+        assert run.placement is not None
+        job = run.job
+        self.cluster.release(job.id, run.placement, job.cpu, job.memory_gib)
+        self.recorder.allocation_changed(job.team, -job.gpus)
+        run.placement = None
+
+    def _admit(self, run: JobRun, pods: tuple[PodPlacement, ...]) -> None:
+        job = run.job
+        if len(pods) != job.pods:
+            raise RuntimeError(f"{job.id}: admitted {len(pods)} of {job.pods} pods")
+        self.cluster.allocate(job.id, pods, job.cpu, job.memory_gib)
+        self.recorder.allocation_changed(job.team, job.gpus)
+        assert run.pending_since is not None
+        run.queued += self.now - run.pending_since
+        run.pending_since = None
+        run.placement = pods
+        run.nodes = tuple(dict.fromkeys(pod.node_id for pod in pods))
+        run.run_start = self.now
+        if run.first_start is None:
+            run.first_start = self.now
+        del self.pending[job.id]
+        self._sorted_pending = None
+        self.running[job.id] = run
+        if job.duration is not None:
+            self._push(self.now + job.duration - run.saved, FINISH, job.id, run.epoch)
+
+    def _evict(self, eviction: Eviction) -> None:
+        run = self.running.pop(eviction.workload_id)
+        saved = run.checkpointed(self.now, self.config.checkpoint_interval)
+        lost = run.progress(self.now) - saved
+        run.lost_gpu_s += lost * run.job.gpus
+        run.saved = saved
+        run.run_start = None
+        run.preemptions += 1
+        run.epoch += 1
+        run.evictions.append(str(eviction.reason))
+        reason = str(eviction.reason)
+        self.eviction_counts[reason] = self.eviction_counts.get(reason, 0) + 1
+        self._release(run)
+        run.pending_since = self.now
+        self.pending[run.job.id] = run
+        self._sorted_pending = None

@@ -1,0 +1,142 @@
+"""summary.json and workloads.csv from a finished replay (formats in docs/simulator.md)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from scheduling.engine.sim.baseline import PrivateResult
+from scheduling.engine.sim.loop import JobRun, Simulation
+from scheduling.engine.sim.metrics import jain_index, mean, percentile
+
+HOUR = 3600.0
+WORKLOAD_COLUMNS = [
+    "id",
+    "team",
+    "submit",
+    "start",
+    "end",
+    "pods",
+    "gpus",
+    "nodes",
+    "preemptions",
+    "queued_s",
+    "lost_gpu_hours",
+]
+
+
+def _rounded(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def delay_stats(runs: Iterable[JobRun]) -> dict[str, Any]:
+    """Mean and p95 of queueing delay (all pending time) and completion time (JCT)."""
+    runs = list(runs)
+    waits = [run.queued for run in runs if run.first_start is not None]
+    jcts = [run.end - run.job.submit for run in runs if run.end is not None]
+    return {
+        "jobs": len(runs),
+        "started": len(waits),
+        "finished": len(jcts),
+        "queueing_delay_s": {
+            "mean": _rounded(mean(waits)),
+            "p95": _rounded(percentile(waits, 0.95)),
+        },
+        "jct_s": {"mean": _rounded(mean(jcts)), "p95": _rounded(percentile(jcts, 0.95))},
+        "preemptions": sum(run.preemptions for run in runs),
+        "gpu_hours_lost_to_preemption": round(sum(run.lost_gpu_s for run in runs) / HOUR, 2),
+    }
+
+
+def _team_entry(
+    sim: Simulation, team: str, runs: list[JobRun], private: PrivateResult | None
+) -> dict[str, Any]:
+    rec = sim.recorder
+    entry = delay_stats(runs)
+    received, entitled = rec.received.get(team, 0.0), rec.entitled.get(team, 0.0)
+    entry.update(
+        quota_gpus=sim.quotas.deserved(team),
+        received_gpu_hours=round(received / HOUR, 2),
+        entitled_gpu_hours=round(entitled / HOUR, 2),
+        received_over_entitled=round(received / entitled, 4) if entitled > 0 else None,
+    )
+    if private is not None:
+        own = private.mean_queueing_s
+        shared = entry["queueing_delay_s"]["mean"]
+        extra = shared - own if shared is not None and own is not None else None
+        entry["private_cluster"] = {
+            "gpus": private.gpus,
+            "grown_to_fit_largest_job": private.grown,
+            "queueing_delay_s_mean": _rounded(own),
+        }
+        entry["extra_queueing_s"] = _rounded(extra)
+    return entry
+
+
+def summarize(
+    sim: Simulation, private: Mapping[str, PrivateResult], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The whole summary: overall figures, per-team figures and the fairness measures."""
+    by_team: dict[str, list[JobRun]] = {}
+    for run in sim.runs.values():
+        by_team.setdefault(run.job.team, []).append(run)
+    teams = {t: _team_entry(sim, t, runs, private.get(t)) for t, runs in sorted(by_team.items())}
+    ratios = [e["received_over_entitled"] for e in teams.values()]
+    extras = {
+        t: e["extra_queueing_s"] for t, e in teams.items() if e.get("extra_queueing_s") is not None
+    }
+    worst = max(extras, key=lambda t: (extras[t], t), default=None)
+    rec = sim.recorder
+    window = rec.window_end
+    summary: dict[str, Any] = dict(extra)
+    summary.update(
+        nodes=len(sim.cluster.nodes),
+        gpus=sim.cluster.capacity,
+        window_s=window,
+        end_s=sim.now,
+        cycles=sim.cycles,
+        gpu_allocation=_ratio(rec.allocated_window, sim.cluster.capacity * window),
+        gpu_allocation_whole_run=_ratio(rec.allocated_total, sim.cluster.capacity * sim.now),
+        evictions_by_reason=dict(sorted(sim.eviction_counts.items())),
+        fairness_jain=_rounded(jain_index([r for r in ratios if r is not None]), 4),
+        worst_team=worst,
+        worst_team_extra_queueing_s=extras.get(worst) if worst else None,
+    )
+    summary.update(delay_stats(sim.runs.values()))
+    summary["teams"] = teams
+    return summary
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return round(part / whole, 4) if whole > 0 else None
+
+
+def write_outputs(sim: Simulation, summary: Mapping[str, Any], out: Path) -> None:
+    """summary.json and workloads.csv into `out` (created if missing)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with (out / "workloads.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(WORKLOAD_COLUMNS)
+        for run in sorted(sim.runs.values(), key=lambda r: (r.job.submit, r.job.id)):
+            writer.writerow(_workload_row(run))
+
+
+def _workload_row(run: JobRun) -> list[Any]:
+    job = run.job
+    return [
+        job.id,
+        job.team,
+        round(job.submit, 3),
+        "" if run.first_start is None else round(run.first_start, 3),
+        "" if run.end is None else round(run.end, 3),
+        job.pods,
+        job.gpus,
+        "|".join(run.nodes),
+        run.preemptions,
+        round(run.queued, 3),
+        round(run.lost_gpu_s / HOUR, 4),
+    ]

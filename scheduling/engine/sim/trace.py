@@ -1,0 +1,147 @@
+"""Reading a workload trace (CSV) into immutable trace jobs.
+
+Columns: submit_time (seconds, or an ISO date-time), duration_s (empty = never ends), team,
+gpus, and optionally id, pods, gpu_model (models separated by `|`), cpu, memory_gib,
+priority, preemptible. With a `pods` column, gpus is per pod; without it gpus is the job's
+total and a job over one node's worth is split into a gang of equal pods.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "y", "t"})
+FALSE_WORDS = frozenset({"0", "false", "no", "n", "f"})
+
+
+class TraceError(ValueError):
+    """A row of the trace cannot be read; the message names the row."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of the trace. submit is seconds after the trace's first submission."""
+
+    id: str
+    team: str
+    submit: float
+    duration: float | None  # None: runs until the simulation ends
+    pods: int
+    gpus_per_pod: float  # an integer count, or a fraction of one GPU below 1
+    gpu_models: tuple[str, ...] = ()
+    cpu: float = 0.0  # cores per pod
+    memory_gib: float = 0.0  # per pod
+    priority: int = 0
+    preemptible: bool = True
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the whole job holds while it runs."""
+        return self.pods * self.gpus_per_pod
+
+    @property
+    def is_fractional(self) -> bool:
+        """True when each pod takes part of one shared GPU."""
+        return 0 < self.gpus_per_pod < 1
+
+
+def parse_time(text: str) -> float:
+    """Seconds from a number or an ISO date-time (naive times are taken as UTC)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def parse_bool(text: str, default: bool) -> bool:
+    """A yes/no cell; empty keeps the default."""
+    word = text.strip().lower()
+    if not word:
+        return default
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"not a yes/no value: {text!r}")
+
+
+def parse_gpus(text: str) -> float:
+    """An integer GPU count, or a fraction strictly between 0 and 1."""
+    value = float(text)
+    if value < 0 or (value >= 1 and not value.is_integer()):
+        raise ValueError(f"gpus must be an integer or a fraction below 1, not {text!r}")
+    return value
+
+
+def split_gang(total_gpus: float, gpus_per_node: int) -> tuple[int, float]:
+    """(pods, gpus per pod) for a job given as a total: over one node it becomes a gang."""
+    if total_gpus <= gpus_per_node:
+        return 1, total_gpus
+    pods = math.ceil(total_gpus / gpus_per_node)
+    return pods, float(math.ceil(total_gpus / pods))
+
+
+def _cell(row: dict[str, str | None], name: str) -> str:
+    return (row.get(name) or "").strip()
+
+
+def _optional_float(row: dict[str, str | None], name: str) -> float:
+    text = _cell(row, name)
+    return float(text) if text else 0.0
+
+
+def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -> TraceJob:
+    gpus = parse_gpus(_cell(row, "gpus"))
+    pods_text = _cell(row, "pods")
+    if pods_text:
+        pods, per_pod = int(pods_text), gpus
+    else:
+        pods, per_pod = split_gang(gpus, gpus_per_node)
+    if pods < 1 or per_pod <= 0:
+        raise ValueError("a job needs at least one pod and some GPU")
+    duration_text = _cell(row, "duration_s")
+    models = tuple(m.strip() for m in _cell(row, "gpu_model").split("|") if m.strip())
+    priority_text = _cell(row, "priority")
+    return TraceJob(
+        id=_cell(row, "id") or f"j{number:05d}",
+        team=_cell(row, "team") or "default",
+        submit=parse_time(_cell(row, "submit_time")),
+        duration=float(duration_text) if duration_text else None,
+        pods=pods,
+        gpus_per_pod=per_pod,
+        gpu_models=models,
+        cpu=_optional_float(row, "cpu"),
+        memory_gib=_optional_float(row, "memory_gib"),
+        priority=int(priority_text) if priority_text else 0,
+        preemptible=parse_bool(_cell(row, "preemptible"), default=True),
+    )
+
+
+def read_trace(path: Path, gpus_per_node: int = 8) -> tuple[list[TraceJob], float]:
+    """The trace's jobs sorted by submission, times shifted so the first submit is 0.
+
+    Returns the jobs and the absolute time of the first submission (the origin).
+    """
+    jobs: list[TraceJob] = []
+    with path.open(newline="") as handle:
+        for number, row in enumerate(csv.DictReader(handle), start=1):
+            try:
+                jobs.append(_job_from_row(row, number, gpus_per_node))
+            except (ValueError, KeyError) as error:
+                raise TraceError(f"{path}: row {number + 1}: {error}") from error
+    if not jobs:
+        raise TraceError(f"{path}: the trace has no jobs")
+    if len({job.id for job in jobs}) != len(jobs):
+        raise TraceError(f"{path}: job ids are not unique")
+    origin = min(job.submit for job in jobs)
+    shifted = [replace(job, submit=job.submit - origin) for job in jobs]
+    shifted.sort(key=lambda job: (job.submit, job.id))
+    return shifted, origin
