@@ -1,0 +1,20 @@
+# One image for every process: `web` (uvicorn, ASGI), `worker` and `beat` (Celery).
+#   docker run -e DATABASE_URL=... -e REDIS_URL=... -e SECRET_KEY=... gpupool web
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0 GPUPOOL_VAR_DIR=/var/lib/gpupool
+WORKDIR /app
+
+COPY requirements.txt ./
+RUN pip install --no-cache-dir -r requirements.txt
+
+COPY . .
+RUN pip install --no-cache-dir --no-deps -e . \
+    && SECRET_KEY=build-only python manage.py collectstatic --noinput \
+    && useradd --system --home /var/lib/gpupool --create-home gpupool \
+    && chown -R gpupool /var/lib/gpupool
+
+USER gpupool
+EXPOSE 8000
+ENTRYPOINT ["scripts/docker-entrypoint.sh"]
+CMD ["web"]

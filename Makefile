@@ -1,0 +1,41 @@
+# GPUPool. `make demo` runs the product on its embedded default; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-deps venv lint clean
+
+$(VENV)/.runtime: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.runtime requirements-test.txt
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.runtime
+
+demo: $(VENV)/.runtime
+	$(PY) scripts/demo.py
+
+test-deps: $(VENV)/.test
+	scripts/install-test-deps.sh
+
+# The whole suite against PostgreSQL and Redis (started on free loopback ports), then the
+# Django tests again on SQLite, the embedded default. Any failure, or no test at all
+# (pytest's exit 5), fails the target.
+test: test-deps
+	$(PY) -m tests.services -- $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	env -u DATABASE_URL -u REDIS_URL GPUPOOL_TEST_EMBEDDED=1 \
+		$(PY) -m pytest -p no:cacheprovider -m "not browser and not services" \
+		--ignore=tests/engine $(PYTEST_ARGS)
+
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) var

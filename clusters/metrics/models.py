@@ -1,0 +1,1 @@
+"""GPU samples and their roll-ups (filled in by the metrics work)."""

@@ -1,0 +1,112 @@
+"""Clusters, node pools, nodes and GPUs: the inventory the scheduler places work on."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Backend(models.TextChoices):
+    KUBERNETES = "kubernetes", "Kubernetes"
+    LOCAL = "local", "Local machine"
+    SIMULATED = "simulated", "Simulated"
+
+
+class Cluster(models.Model):
+    name = models.CharField(max_length=63, unique=True)
+    backend = models.CharField(max_length=16, choices=Backend.choices)
+    # Fernet token of the kubeconfig (GPUPOOL_KUBECONFIG_KEY); never rendered back.
+    kubeconfig_encrypted = models.TextField(blank=True)
+    node_pool_label = models.CharField(max_length=253, default="gpupool.io/node-pool")
+    topology_labels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Node labels naming topology levels, widest first, e.g. zone, rack.",
+    )
+    # Backend-specific description (the simulated cluster's nodes, the local work folder).
+    config = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    reachable = models.BooleanField(default=True)
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PlacementStrategy(models.TextChoices):
+    BINPACK = "binpack", "Bin packing"
+    SPREAD = "spread", "Spread"
+
+
+class NodePool(models.Model):
+    """A group of like nodes that quotas are set on. It may exist before its cluster does."""
+
+    name = models.CharField(max_length=63, unique=True)
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="node_pools"
+    )
+    label_value = models.CharField(
+        max_length=63,
+        blank=True,
+        help_text="Value of the cluster's node-pool label that puts a node in this pool; "
+        "defaults to the pool's name.",
+    )
+    placement = models.CharField(
+        max_length=16, choices=PlacementStrategy.choices, default=PlacementStrategy.BINPACK
+    )
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def selector_value(self) -> str:
+        return self.label_value or self.name
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    pool = models.ForeignKey(
+        NodePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
+    )
+    labels = models.JSONField(default=dict, blank=True)
+    topology = models.JSONField(default=dict, blank=True, help_text="level -> domain")
+    schedulable = models.BooleanField(default=True)
+    cpu_cores = models.DecimalField(max_digits=9, decimal_places=2, default=0)
+    memory_mib = models.BigIntegerField(default=0)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    memory_mib = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}/gpu{self.index}"

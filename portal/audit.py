@@ -1,0 +1,55 @@
+"""The audit log: every admin change writes a row in the same transaction as the change."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.forms.models import model_to_dict
+
+from portal.models import AuditLog, Department
+
+
+def snapshot(obj: Any, fields: list[str] | None = None) -> dict[str, Any]:
+    """A JSON-safe picture of a model instance for the before/after columns."""
+    data = model_to_dict(obj, fields=fields)
+    return {key: _json_safe(value) for key, value in data.items()}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value.normalize()) if value == value.to_integral() else str(value)
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if hasattr(value, "pk"):
+        return value.pk
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def audit_log(
+    *,
+    actor: Any,
+    action: str,
+    obj: Any,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    department: Department | None = None,
+) -> AuditLog:
+    """Record a change. Must run inside the transaction that makes the change."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("audit_log must be called inside the change's transaction")
+    return AuditLog.objects.create(
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        action=action,
+        object_type=type(obj).__name__.lower(),
+        object_id=str(getattr(obj, "pk", "") or ""),
+        object_repr=str(obj)[:200],
+        department=department,
+        before=before,
+        after=after,
+    )

@@ -1,0 +1,184 @@
+"""The organisation: users, departments, projects, memberships, quotas and the audit log."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib.auth.models import AbstractUser
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+# A Kubernetes namespace is a DNS-1123 label: lower-case alphanumerics and '-', at most 63.
+K8S_NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+k8s_name_validator = RegexValidator(
+    K8S_NAME_RE,
+    "Use 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit.",
+)
+non_negative = MinValueValidator(Decimal("0"))
+
+
+class User(AbstractUser):
+    """A person. Platform admins run the whole pool; everyone else acts through memberships."""
+
+    email = models.EmailField("e-mail address", unique=True)
+    is_platform_admin = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["username"]
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class Department(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Project(models.Model):
+    """A team's queue. Its namespace is where its pods run on every cluster."""
+
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
+    name = models.CharField(max_length=63, unique=True, validators=[k8s_name_validator])
+    namespace = models.CharField(max_length=63, unique=True, validators=[k8s_name_validator])
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Role(models.TextChoices):
+    DEPARTMENT_ADMIN = "department_admin", "Department admin"
+    RESEARCHER = "researcher", "Researcher"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(models.Model):
+    """A department admin holds a department; researchers and viewers hold a project."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=32, choices=Role.choices)
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships"
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="membership_scope_matches_role",
+                condition=(
+                    Q(role="department_admin", department__isnull=False, project__isnull=True)
+                    | Q(
+                        role__in=["researcher", "viewer"],
+                        project__isnull=False,
+                        department__isnull=True,
+                    )
+                ),
+            ),
+            models.UniqueConstraint(
+                fields=["user", "project"],
+                condition=Q(project__isnull=False),
+                name="one_role_per_user_per_project",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "department"],
+                condition=Q(department__isnull=False),
+                name="one_admin_membership_per_department",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.get_role_display()} of {self.project or self.department}"
+
+
+class QuotaFields(models.Model):
+    """Per node pool: deserved (guaranteed) amounts, optional limits, over-quota weight."""
+
+    node_pool = models.ForeignKey("clusters.NodePool", on_delete=models.CASCADE, related_name="+")
+    gpus = models.DecimalField(max_digits=9, decimal_places=2, default=0, validators=[non_negative])
+    gpus_limit = models.DecimalField(
+        max_digits=9, decimal_places=2, null=True, blank=True, validators=[non_negative]
+    )
+    cpu = models.DecimalField(
+        "CPU cores", max_digits=9, decimal_places=2, default=0, validators=[non_negative]
+    )
+    cpu_limit = models.DecimalField(
+        max_digits=9, decimal_places=2, null=True, blank=True, validators=[non_negative]
+    )
+    memory_gib = models.DecimalField(
+        "memory GiB", max_digits=11, decimal_places=2, default=0, validators=[non_negative]
+    )
+    memory_gib_limit = models.DecimalField(
+        max_digits=11, decimal_places=2, null=True, blank=True, validators=[non_negative]
+    )
+    over_quota_weight = models.DecimalField(
+        max_digits=9, decimal_places=2, default=1, validators=[non_negative]
+    )
+    over_quota_allowed = models.BooleanField(default=True)
+
+    class Meta:
+        abstract = True
+
+    RESOURCES = ("gpus", "cpu", "memory_gib")
+
+
+class DepartmentQuota(QuotaFields):
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["department", "node_pool"], name="one_quota_per_department_pool"
+            )
+        ]
+
+
+class ProjectQuota(QuotaFields):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "node_pool"], name="one_quota_per_project_pool"
+            )
+        ]
+
+
+class AuditLog(models.Model):
+    """Who changed what, before and after. Written in the same transaction as the change."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64, db_index=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_repr}"

@@ -1,0 +1,157 @@
+"""Workloads, where their pods run, and what happened to them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.models import Project, k8s_name_validator
+
+
+class WorkloadKind(models.TextChoices):
+    WORKSPACE = "workspace", "Workspace"
+    TRAINING = "training", "Training"
+    DISTRIBUTED = "distributed", "Distributed training"
+    HPO = "hpo", "HPO sweep"
+    INFERENCE = "inference", "Inference"
+
+
+class WorkloadState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ADMITTED = "admitted", "Admitted"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"
+    PREEMPTED = "preempted", "Preempted"
+
+
+ACTIVE_STATES = (WorkloadState.ADMITTED, WorkloadState.RUNNING)
+FINISHED_STATES = (WorkloadState.SUCCEEDED, WorkloadState.FAILED, WorkloadState.STOPPED)
+
+
+class GpuRequestKind(models.TextChoices):
+    WHOLE = "whole", "Whole GPUs"
+    FRACTION = "fraction", "Fraction of a GPU"
+    MEMORY = "memory", "GPU memory"
+
+
+class PriorityClass(models.TextChoices):
+    BUILD = "build", "Build (interactive)"
+    TRAIN = "train", "Train"
+    INFERENCE = "inference", "Inference"
+
+
+class Workload(models.Model):
+    """A unit of work: one or more identical pods (a gang when min_pods > 1)."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="workloads")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads"
+    )
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+        help_text="The HPO sweep of a trial.",
+    )
+    kind = models.CharField(max_length=16, choices=WorkloadKind.choices)
+    name = models.CharField(max_length=63, validators=[k8s_name_validator])
+    image = models.CharField(max_length=300, blank=True)
+    command = models.JSONField(default=list, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    # Per-pod resources.
+    gpu_request = models.CharField(
+        max_length=16, choices=GpuRequestKind.choices, default=GpuRequestKind.WHOLE
+    )
+    gpus = models.DecimalField(
+        max_digits=6,
+        decimal_places=3,
+        default=0,
+        help_text="Whole GPUs per pod, or the fraction of one GPU.",
+    )
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    cpu = models.DecimalField(max_digits=7, decimal_places=2, default=1)
+    memory_mib = models.PositiveIntegerField(default=1024)
+    pods = models.PositiveIntegerField(default=1)
+    min_pods = models.PositiveIntegerField(default=1)
+    # Placement wishes.
+    node_pools = models.JSONField(
+        default=list, blank=True, help_text="Node pool names in preference order; empty = any."
+    )
+    gpu_model = models.CharField(
+        max_length=200, blank=True, help_text="Allowed GPU models separated by '|'; empty = any."
+    )
+    topology_level = models.CharField(max_length=63, blank=True)
+    topology_required = models.BooleanField(default=False)
+    # Priority and lifecycle policy.
+    priority_class = models.CharField(
+        max_length=16, choices=PriorityClass.choices, default=PriorityClass.TRAIN
+    )
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    max_runtime_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_dir = models.CharField(max_length=500, blank=True)
+    spec = models.JSONField(
+        default=dict, blank=True, help_text="Kind-specific extras: ports, HPO search space, ..."
+    )
+    # State.
+    state = models.CharField(
+        max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING, db_index=True
+    )
+    pending_reason = models.TextField(blank=True)
+    message = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    restart_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "name"], name="unique_workload_name_per_project"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.project.name}/{self.name}"
+
+
+class PodAllocation(models.Model):
+    """Where one pod of an admitted workload runs: a node, and whole GPUs or a GPU share."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
+    pod_index = models.PositiveIntegerField()
+    node = models.ForeignKey("clusters.Node", on_delete=models.PROTECT, related_name="allocations")
+    gpu_indices = models.JSONField(default=list, blank=True)
+    shared_gpu_index = models.IntegerField(null=True, blank=True)
+    gpu_share = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["workload_id", "pod_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "pod_index"], name="one_allocation_per_pod")
+        ]
+
+
+class WorkloadEvent(models.Model):
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    type = models.CharField(max_length=32)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite needs, where missing: PostgreSQL and Redis
+# servers (started by tests/services.py on free loopback ports) and Chromium (driven by
+# Playwright for the browser tests; never a downloaded browser).
+set -euo pipefail
+need=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || need+=(postgresql)
+command -v redis-server > /dev/null || need+=(redis-server)
+command -v chromium > /dev/null || need+=(chromium)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+echo "Installing Debian packages: ${need[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"

@@ -1,0 +1,82 @@
+"""Shared fixtures: the four personas every page and endpoint is checked against.
+
+- platform_admin: runs the whole pool.
+- dept_admin: administers department A (projects A and A2).
+- researcher: a researcher in project A.
+- outsider: a researcher in project B of department B; sees nothing of department A.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from portal.celery import app as celery_app
+from tests import factories as f
+
+
+@pytest.fixture(autouse=True)
+def _fast_and_local(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    # Unit tests run tasks in-process; end-to-end tests start real workers and turn this off.
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def pool(db):
+    return f.make_pool("a100")
+
+
+@pytest.fixture
+def org(db, pool):
+    """Two departments, three projects, four personas, quotas on pool a100."""
+    dept_a = f.make_department("vision")
+    dept_b = f.make_department("language")
+    project_a = f.make_project(dept_a, "ml-vision")
+    project_a2 = f.make_project(dept_a, "ml-detect")
+    project_b = f.make_project(dept_b, "nlp")
+    f.make_department_quota(dept_a, pool, gpus=8)
+    f.make_department_quota(dept_b, pool, gpus=8)
+    f.make_project_quota(project_a, pool, gpus=4)
+    f.make_project_quota(project_a2, pool, gpus=2)
+    f.make_project_quota(project_b, pool, gpus=4)
+    platform_admin = f.make_user("admin", platform_admin=True)
+    dept_admin = f.make_user("dana")
+    researcher = f.make_user("rita")
+    outsider = f.make_user("otto")
+    f.make_membership(dept_admin, role=f.Role.DEPARTMENT_ADMIN, department=dept_a)
+    f.make_membership(researcher, role=f.Role.RESEARCHER, project=project_a)
+    f.make_membership(outsider, role=f.Role.RESEARCHER, project=project_b)
+    return SimpleNamespace(
+        pool=pool,
+        dept_a=dept_a,
+        dept_b=dept_b,
+        project_a=project_a,
+        project_a2=project_a2,
+        project_b=project_b,
+        platform_admin=platform_admin,
+        dept_admin=dept_admin,
+        researcher=researcher,
+        outsider=outsider,
+    )
+
+
+@pytest.fixture
+def client_as(client):
+    """client_as(user) logs the test client in as that user (None = anonymous)."""
+
+    def login(user):
+        client.logout()
+        if user is not None:
+            client.force_login(user)
+        return client
+
+    return login
+
+
+PERSONAS = ("platform_admin", "dept_admin", "researcher", "outsider")

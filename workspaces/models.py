@@ -1,0 +1,1 @@
+"""Environments, templates and workspace state (filled in by the workspaces work)."""
