@@ -137,6 +137,10 @@ class PodAllocation(models.Model):
     gpu_share = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     gpu_memory_mib = models.PositiveIntegerField(default=0)
     phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
+    # Where the pod's exposed port answers (host:port), for the workspace proxy and services.
+    endpoint = models.CharField(max_length=255, blank=True)
+    # The backend's own handle: a pod name, a process id.
+    backend_ref = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,0 +1,91 @@
+"""A workload's state machine. Every change of state goes through `workload_transition`,
+which checks the move is allowed and records it as an event in the same transaction.
+
+GPU occupancy is the existence of PodAllocation rows, not the state: the cycle creates
+them on admission, and reconciliation deletes them (`workload_pods_released`) only once
+the cluster confirms the pods are gone, so a GPU is never handed out twice while a
+preempted or stopped pod is still shutting down.
+
+    pending -> admitted -> running -> succeeded | failed | stopped
+    admitted | running -> preempted -> (pods gone) -> pending, restart_count + 1
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.errors import GPUPoolError
+from scheduling.models import FINISHED_STATES, Workload, WorkloadEvent, WorkloadState
+
+S = WorkloadState
+ALLOWED: dict[str, set[str]] = {
+    S.PENDING: {S.ADMITTED, S.STOPPED, S.FAILED},
+    S.ADMITTED: {S.RUNNING, S.PREEMPTED, S.STOPPED, S.FAILED, S.SUCCEEDED},
+    S.RUNNING: {S.SUCCEEDED, S.FAILED, S.STOPPED, S.PREEMPTED},
+    S.PREEMPTED: {S.PENDING, S.STOPPED},
+    S.SUCCEEDED: set(),
+    S.FAILED: set(),
+    S.STOPPED: set(),
+}
+_TIMESTAMP = {S.ADMITTED: "admitted_at", S.RUNNING: "started_at", S.PENDING: "queued_at"}
+
+
+class IllegalTransition(GPUPoolError):
+    pass
+
+
+def workload_event(
+    workload: Workload, *, type: str, reason: str = "", message: str = ""
+) -> WorkloadEvent:
+    return WorkloadEvent.objects.create(
+        workload=workload, type=type, reason=reason, message=message
+    )
+
+
+@transaction.atomic
+def workload_transition(
+    workload: Workload, to: str, *, reason: str, message: str = "", **fields: Any
+) -> Workload:
+    """Move a workload to state `to`, stamping the time and writing an event.
+
+    `fields` are saved with it (exit_code, message, pending_reason...).
+    """
+    if to not in ALLOWED[workload.state]:
+        raise IllegalTransition(f"{workload} cannot go from {workload.state} to {to}")
+    now = timezone.now()
+    workload.state = to
+    if to in _TIMESTAMP:
+        setattr(workload, _TIMESTAMP[to], now)
+    if to in FINISHED_STATES:
+        workload.finished_at = now
+    for name, value in fields.items():
+        setattr(workload, name, value)
+    workload.save()
+    workload_event(workload, type=to, reason=reason, message=message)
+    return workload
+
+
+@transaction.atomic
+def workload_pods_released(workload: Workload, *, message: str = "") -> Workload:
+    """The cluster confirms every pod of the workload is gone: free its GPUs.
+
+    A preempted workload goes back to the queue, keeping its checkpoint directory, and
+    counts a restart so that it resumes from its checkpoint when admitted again.
+    """
+    workload.allocations.all().delete()
+    if workload.state == S.PREEMPTED:
+        workload.restart_count += 1
+        resume = (
+            f" It will resume from {workload.checkpoint_dir}." if workload.checkpoint_dir else ""
+        )
+        workload_transition(
+            workload,
+            S.PENDING,
+            reason="Requeued",
+            message=(message or "Pods stopped after preemption.") + resume,
+            restart_count=workload.restart_count,
+        )
+    return workload
