@@ -80,3 +80,44 @@ def client_as(client):
 
 
 PERSONAS = ("platform_admin", "dept_admin", "researcher", "outsider")
+
+
+# --- Browser tests: Playwright driving Debian's Chromium (never a downloaded browser) -------
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless=new",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    import os
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("Debian's chromium is not installed: run scripts/install-test-deps.sh")
+    # Playwright's sync API runs an event loop in this thread; the Django ORM calls the
+    # tests make around it are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    context = chromium.new_context()
+    context.set_default_timeout(15_000)
+    tab = context.new_page()
+    yield tab
+    context.close()
