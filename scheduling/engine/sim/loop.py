@@ -98,6 +98,7 @@ class Simulation:
         self.eviction_counts: dict[str, int] = {}
         self._sorted_pending: list[JobRun] | None = None
         self._seq = 0
+        self._follow_up = False
         window_end = max((job.submit for job in jobs), default=0.0)
         self.recorder = Recorder(self.cluster.capacity, quotas, window_end)
         for job in jobs:
@@ -122,7 +123,8 @@ class Simulation:
         1. pick the next cycle time: the tick after the next event, or the periodic cycle;
         2. apply every event up to then (finishes before submits at equal times);
         3. run the policy's cycle and apply its evictions, then its admissions;
-        4. stop when no event is left and cycles stop deciding anything.
+        4. after a cycle that decided something, run another a tick later;
+        5. stop when no event is left and cycles stop deciding anything.
         """
         idle = 0
         while True:
@@ -133,6 +135,7 @@ class Simulation:
             self.recorder.advance(cycle_time)
             self.now = cycle_time
             changed = self._cycle()
+            self._follow_up = changed
             idle = 0 if changed or self.events else idle + 1
             if idle >= self.config.idle_cycles_to_stop:
                 break
@@ -141,6 +144,11 @@ class Simulation:
 
     def _next_cycle_time(self) -> float | None:
         periodic = self.now + self.config.period if self.pending and self.config.period else None
+        if self.pending and self._follow_up:
+            # Evicted jobs and the jobs they made room for are placed by the next cycle, a
+            # tick later, as a real scheduler would after the evicted pods have gone.
+            soon = self.now + (self.config.tick or 1.0)
+            periodic = soon if periodic is None else min(periodic, soon)
         if not self.events:
             return periodic
         time = self.events[0][0]

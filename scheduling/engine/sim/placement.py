@@ -27,8 +27,13 @@ class Overlay:
 
     def free_indices(self, node: NodeState) -> list[int]:
         """Devices of the node that nobody holds, tentatively or really."""
-        taken = self.taken.get(node.spec.name, ())
-        return [gpu.index for gpu in node.gpus if gpu.is_free and gpu.index not in taken]
+        name = node.spec.name
+        taken = self.taken.get(name, ())
+        return [
+            gpu.index
+            for gpu in node.gpus
+            if gpu.is_free and gpu.index not in taken and (name, gpu.index) not in self.shared
+        ]
 
     def shared_used(self, node: NodeState, index: int) -> float:
         """The share of a device in use, tentative shares included."""

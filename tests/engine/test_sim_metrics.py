@@ -1,0 +1,118 @@
+"""The summary's figures on cases small enough to check by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduling.engine.sim.baseline import private_nodes
+from scheduling.engine.sim.cli import main, simulate
+from scheduling.engine.sim.metrics import jain_index, percentile, water_fill
+from scheduling.engine.sim.specs import NodeSpec
+from scheduling.engine.sim.trace import TraceJob
+from tests.engine.test_sim_replay import EXACT, cluster, job, quotas
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [([1.0, 1.0, 1.0], 1.0), ([1.0, 0.0], 0.5), ([2.0, 1.0], 0.9), ([3.0, 0.0, 0.0], 1 / 3)],
+    ids=["equal", "one-takes-all-of-two", "two-to-one", "one-takes-all-of-three"],
+)
+def test_jains_index_matches_the_formula(values: list[float], expected: float) -> None:
+    assert jain_index(values) == pytest.approx(expected)
+
+
+def test_the_p95_is_the_nearest_rank_value() -> None:
+    values = [float(v) for v in range(1, 21)]  # 1..20: the 19th of 20 is the p95
+    assert percentile(values, 0.95) == 19.0
+    assert percentile([5.0], 0.95) == 5.0
+    assert percentile([], 0.95) is None
+
+
+def test_water_filling_gives_deserved_first_then_splits_the_rest_by_weight() -> None:
+    share = water_fill(
+        capacity=10,
+        demand={"a": 10, "b": 10, "c": 1},
+        deserved={"a": 2, "b": 2, "c": 2},
+        weight={"a": 3, "b": 1, "c": 1},
+        limit={"a": None, "b": 3, "c": None},
+    )
+    # c needs only 1; b is capped at 3; a takes the 6 left over.
+    assert share == pytest.approx({"a": 6.0, "b": 3.0, "c": 1.0})
+
+
+def test_received_over_entitled_and_jain_index_on_a_two_team_cluster() -> None:
+    # Two GPUs, quotas 1 + 1. Team a asks for 2 GPUs from 0 to 100, b asks for 1 from 50.
+    # Under fifo a holds both GPUs; b waits until 100. Window [0, 50] (last submit at 50).
+    jobs = [job("a1", 0, 100, 1, "a"), job("a2", 0, 100, 1, "a"), job("b1", 50, 10, 1, "b")]
+    sim, summary = simulate(cluster(1, 2), jobs, quotas(a=1, b=1), "fifo", EXACT)
+    teams = summary["teams"]
+    # Over [0, 50] b asked for nothing, so a was entitled to both GPUs and got them.
+    assert teams["a"]["received_gpu_hours"] == round(100 / 3600, 2)
+    assert teams["a"]["received_over_entitled"] == 1.0
+    assert teams["b"]["received_over_entitled"] is None  # no demand inside the window
+    assert summary["fairness_jain"] == 1.0
+    assert summary["gpu_allocation"] == 1.0
+    assert teams["b"]["queueing_delay_s"] == {"mean": 50.0, "p95": 50.0}
+
+
+def test_fairness_drops_when_a_team_waits_behind_another_teams_borrowed_gpus() -> None:
+    jobs = [job("a1", 0, 100, 1, "a"), job("a2", 0, 100, 1, "a"), job("b1", 20, 10, 1, "b")]
+    jobs.append(job("end", 60, 1, 1, "a"))  # stretches the window to 60 s
+    _, summary = simulate(cluster(1, 2), jobs, quotas(a=1, b=1), "fifo", EXACT)
+    teams = summary["teams"]
+    # b was entitled to 1 GPU over [20, 60] and got nothing: ratio 0; a got 120 of 80.
+    assert teams["b"]["received_over_entitled"] == 0.0
+    assert teams["a"]["received_over_entitled"] == 1.5
+    assert summary["fairness_jain"] == 0.5
+
+
+def test_extra_queueing_compares_with_a_private_cluster_of_the_teams_quota() -> None:
+    # Alone on its 1-GPU quota, team a runs its two jobs one after the other (waits 0 and
+    # 100: mean 50); in the shared 2-GPU cluster both start at once.
+    jobs = [job("a1", 0, 100, 1, "a"), job("a2", 0, 100, 1, "a"), job("b1", 0, 100, 1, "b")]
+    _, summary = simulate(cluster(1, 3), jobs, quotas(a=1, b=2), "fifo", EXACT)
+    a = summary["teams"]["a"]
+    assert a["private_cluster"] == {
+        "gpus": 1,
+        "grown_to_fit_largest_job": False,
+        "queueing_delay_s_mean": 50.0,
+    }
+    assert a["extra_queueing_s"] == -50.0
+    assert summary["teams"]["b"]["extra_queueing_s"] == 0.0
+    assert (summary["worst_team"], summary["worst_team_extra_queueing_s"]) == ("b", 0.0)
+
+
+def test_a_private_cluster_grows_to_hold_the_teams_largest_gang() -> None:
+    shared = cluster(4, 8)
+    gang = TraceJob("g", "a", 0.0, 10.0, 2, 8.0)
+    nodes, grown = private_nodes("a", quotas(a=5), shared, [gang])
+    assert grown
+    assert [n.gpus for n in nodes] == [8, 8]
+    nodes, grown = private_nodes("a", quotas(a=20), shared, [gang])
+    assert not grown
+    assert [n.gpus for n in nodes] == [8, 8, 4]
+    assert all(isinstance(n, NodeSpec) and n.pool == "p" for n in nodes)
+
+
+def test_the_command_line_writes_the_summary_workloads_and_quotas(tmp_path: Path) -> None:
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps({"pools": [{"name": "p", "nodes": [{"gpus": 2}]}]}))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_time,duration_s,gpus,team\n0,100,2,a\n30,50,1,b\n")
+    out = tmp_path / "out"
+    argv = ["--cluster", str(cluster_file), "--trace", str(trace), "--policy", "fifo"]
+    assert main([*argv, "--out", str(out), "--tick", "10"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["policy"], summary["jobs"], summary["finished"]) == ("fifo", 2, 2)
+    assert summary["queueing_delay_s"] == {"mean": 35.0, "p95": 70.0}  # b waits 30 to 100
+    rows = list(csv.DictReader((out / "workloads.csv").open()))
+    assert [(r["id"], r["start"], r["end"], r["nodes"]) for r in rows] == [
+        ("j00001", "0.0", "100.0", "p-n000"),
+        ("j00002", "100.0", "150.0", "p-n000"),
+    ]
+    quotas_written = json.loads((out / "quotas.json").read_text())
+    assert quotas_written["teams"]["a"]["pools"]["p"]["deserved"] == 2.0  # 200 of 250 GPU-s
