@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
-from scheduling.engine.types import CycleResult, SchedulerConfig, Snapshot
+import math
+
+from scheduling.engine.actions.allocate import allocate
+from scheduling.engine.actions.consolidate import consolidate
+from scheduling.engine.actions.preempt import preempt
+from scheduling.engine.actions.reclaim import reclaim
+from scheduling.engine.actions.stale import evict_stale_gangs
+from scheduling.engine.context import Context, waiting_sizes
+from scheduling.engine.fairshare import (
+    FairShareInput,
+    Key,
+    decayed_usage,
+    fair_shares,
+    rollup_usage,
+)
+from scheduling.engine.placement import Placer
+from scheduling.engine.state import ClusterState, PodSlot
+from scheduling.engine.statement import Ledger, Statement, slot_placement
+from scheduling.engine.types import (
+    Admission,
+    CycleResult,
+    Eviction,
+    Resource,
+    SchedulerConfig,
+    Snapshot,
+)
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleResult:
@@ -20,4 +45,87 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     Pure and deterministic: the same snapshot, config and now give the same result. The
     snapshot is never mutated; apply the result with scheduling.engine.apply.apply_result.
     """
-    raise NotImplementedError("the cycle is being built; see issue 3")
+    ctx = build_context(snapshot, config, now)
+    evict_stale_gangs(ctx)
+    ctx.fair = fair_shares(_fair_share_input(ctx))
+    allocate(ctx)
+    consolidate(ctx)
+    reclaim(ctx)
+    preempt(ctx)
+    return _result(ctx)
+
+
+def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Context:
+    """The cycle's working set: state with indexes, ledger of running work, placer."""
+    state = ClusterState(snapshot)
+    queues = {q.id: q for q in snapshot.queues}
+    ledger = Ledger(state, snapshot.queues)
+    workloads = {wl.id: wl for wl in sorted(snapshot.workloads, key=lambda wl: wl.id)}
+    for wid, slots in state.slots.items():
+        ledger.add(workloads[wid].queue_id, slots, +1, log=False)
+    pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
+    pending = [wl for wl in workloads.values() if wl.placement is None]
+    strategies = {pool: config.strategy_for(pool) for pool in pools}
+    placer = Placer(state, strategies, waiting_sizes(state, pending))
+    stmt = Statement(state, ledger)
+    return Context(snapshot, config, now, state, ledger, stmt, placer, queues, workloads, pools)
+
+
+def _fair_share_input(ctx: Context) -> FairShareInput:
+    capacity: dict[tuple[str, Resource], float] = {}
+    for node in ctx.snapshot.nodes:
+        if not node.schedulable:
+            continue
+        cpu = math.inf if node.cpu is None else node.cpu
+        memory = math.inf if node.memory_mib is None else float(node.memory_mib)
+        for resource, amount in zip(Resource, (len(node.gpus), cpu, memory), strict=True):
+            key = (node.pool, resource)
+            capacity[key] = capacity.get(key, 0.0) + amount
+    for pool in ctx.pools:
+        for resource in Resource:
+            capacity.setdefault((pool, resource), 0.0)
+    demand: dict[Key, float] = {k: v for k, v in ctx.ledger.alloc.items() if k[0] in ctx.queues}
+    for wl in ctx.pending():
+        for pool in ctx.pools_for(wl):
+            for resource, amount in zip(Resource, ctx.need(wl, pool), strict=True):
+                key = (wl.queue_id, pool, resource)
+                demand[key] = demand.get(key, 0.0) + amount
+    usage: dict[tuple[str, str], float] = {}
+    if ctx.config.fairness_half_life_s:
+        raw = decayed_usage(ctx.snapshot.usage_history, ctx.now, ctx.config.fairness_half_life_s)
+        usage = rollup_usage(ctx.snapshot.queues, raw)
+    return FairShareInput(
+        tuple(ctx.queues.values()), capacity, demand, usage, ctx.config.fairness_usage_weight
+    )
+
+
+def _result(ctx: Context) -> CycleResult:
+    """Decisions in a stable order, with reasons for all that still wait."""
+    stmt = ctx.stmt
+    admissions = tuple(
+        Admission(wid, tuple(slot_placement(s) for s in sorted(stmt.admitted[wid], key=_pod)))
+        for wid in stmt.order
+    )
+    evictions = tuple(
+        Eviction(wid, rec.reason, rec.beneficiary, rec.detail)
+        for wid, rec in sorted(stmt.evicted.items())
+    )
+    reasons = {}
+    for wl in ctx.pending():
+        reasons[wl.id] = ctx.reasons.get(wl.id, "waiting for the next cycle")
+    for wid, rec in sorted(stmt.evicted.items()):
+        if wid not in stmt.admitted:
+            by = f" for {rec.beneficiary}" if rec.beneficiary else ""
+            reasons[wid] = f"evicted ({rec.reason}){by}; waiting to be placed again"
+    allocations = {k: v for k, v in sorted(ctx.ledger.alloc.items()) if k[0] in ctx.queues}
+    return CycleResult(
+        admissions=admissions,
+        evictions=evictions,
+        pending_reasons=dict(sorted(reasons.items())),
+        fair_shares=dict(sorted(ctx.fair.items())),
+        allocations=allocations,
+    )
+
+
+def _pod(slot: PodSlot) -> int:
+    return slot.pod

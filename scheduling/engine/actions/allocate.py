@@ -1,0 +1,76 @@
+"""Allocate: place pending workloads, most starved queue first.
+
+Queues are ordered by (at or above deserved quota, allocation ÷ fair share, id), so a
+queue under its deserved quota always goes before one above it. Inside a queue,
+workloads go by priority, then submit time. A shape that did not fit a pool is not
+tried again in this phase: free capacity only shrinks while allocating, so it would
+fail again, and skipping it keeps the phase linear in pending workloads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from scheduling.engine.context import Context
+from scheduling.engine.fairshare import EPS
+from scheduling.engine.placement import ShapeKey
+from scheduling.engine.reasons import capacity_reason
+from scheduling.engine.types import Resource, Workload
+
+
+def starvation_key(ctx: Context, queue_id: str) -> tuple[bool, float, float, str]:
+    """Sort key of a queue: under-deserved first, then least allocated against fair share."""
+    alloc = fair = deserved = 0.0
+    for pool in ctx.pools:
+        alloc += ctx.ledger.get(queue_id, pool, Resource.GPU)
+        fair += ctx.fair_share(queue_id, pool)
+        deserved += ctx.deserved(queue_id, pool)
+    at_quota = alloc >= deserved - EPS
+    # With no fair share, an idle queue is as starved as can be and a busy one is not.
+    idle_ratio = 0.0 if alloc <= EPS else math.inf
+    ratio = alloc / fair if fair > EPS else idle_ratio
+    return (at_quota, ratio, alloc, queue_id)
+
+
+def allocate(ctx: Context) -> None:
+    """Place pending workloads queue by queue (most starved first), each all-or-nothing.
+
+    1. group pending workloads by queue, each group by priority then age;
+    2. pop the most starved queue, try its next workload in each allowed pool in order;
+    3. put the queue back with its new key while it has workloads left.
+    """
+    by_queue: dict[str, list[Workload]] = {}
+    for wl in reversed(ctx.pending()):
+        by_queue.setdefault(wl.queue_id, []).append(wl)  # reversed: pop() gives the next
+    heap = [(starvation_key(ctx, qid), qid) for qid in sorted(by_queue)]
+    heapq.heapify(heap)
+    while heap:
+        _, qid = heapq.heappop(heap)
+        waiting = by_queue[qid]
+        try_admit(ctx, waiting.pop())
+        if waiting:
+            heapq.heappush(heap, (starvation_key(ctx, qid), qid))
+
+
+def try_admit(ctx: Context, wl: Workload) -> bool:
+    """Place the workload in its first pool that has quota and room; record why not."""
+    reasons = []
+    shape = ShapeKey.of(wl)
+    for pool in ctx.pools_for(wl):
+        blocked = ctx.quota_block(wl, pool)
+        if blocked is None:
+            blocked = ctx.shape_failures.get((pool, shape))
+        if blocked is None:
+            slots = ctx.placer.place(wl, pool)
+            if slots is not None:
+                ctx.admit(wl, pool, slots)
+                return True
+            blocked = capacity_reason(ctx, wl, pool)
+            ctx.shape_failures[(pool, shape)] = blocked
+            ctx.capacity_failed.add(wl.id)
+        elif (pool, shape) in ctx.shape_failures:
+            ctx.capacity_failed.add(wl.id)
+        reasons.append(blocked)
+    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"
+    return False

@@ -1,0 +1,76 @@
+"""Consolidate: defragment when a workload fits in the pool's free GPUs but on no node.
+
+The plan evicts a few preemptible single-pod workloads from the node that needs the
+fewest moves, places the waiting workload there, then places every moved workload
+again elsewhere in the same pool. It is kept only when all of that succeeds; otherwise
+the whole statement is discarded and nothing moves.
+"""
+
+from __future__ import annotations
+
+from scheduling.engine.actions.allocate import starvation_key
+from scheduling.engine.actions.victims import VictimIndex, make_room
+from scheduling.engine.context import Context, pending_key
+from scheduling.engine.types import EvictionReason, Workload
+
+MAX_ATTEMPTS = 32  # plans tried per cycle; each may scan every node of a pool
+
+
+def consolidate(ctx: Context) -> None:
+    """Try a move plan for workloads that failed on fragmentation, most starved first."""
+    if not ctx.config.consolidate or ctx.config.max_consolidation_moves <= 0:
+        return
+    index = VictimIndex(ctx, lambda wl: _movable(ctx, wl))
+    if not index.by_node:
+        return
+    waiting = [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed]
+    waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
+    attempts = 0
+    for wl in waiting:
+        for pool in ctx.pools_for(wl):
+            if attempts >= MAX_ATTEMPTS:
+                return
+            if not _fits_in_total(ctx, wl, pool) or ctx.quota_block(wl, pool) is not None:
+                continue
+            attempts += 1
+            if _plan(ctx, wl, pool, index):
+                break
+
+
+def _movable(ctx: Context, wl: Workload) -> bool:
+    return wl.preemptible and len(wl.pods) == 1 and ctx.min_runtime_passed(wl)
+
+
+def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:
+    models = ctx.state.models_for(pool, wl.gpu_models)
+    whole = sum(p.gpus for p in wl.pods)
+    return bool(models) and 0 < whole <= ctx.state.free_whole(pool, models)
+
+
+def _plan(ctx: Context, wl: Workload, pool: str, index: VictimIndex) -> bool:
+    """Make room for wl, then re-place every moved workload; all or nothing."""
+    mark = ctx.stmt.mark()
+    found = make_room(
+        ctx,
+        wl,
+        pool,
+        index,
+        lambda v: v.id not in ctx.stmt.admitted,
+        EvictionReason.CONSOLIDATE,
+        ctx.config.max_consolidation_moves,
+    )
+    if found is None:
+        return False
+    moved, slots = found
+    ctx.admit(wl, pool, slots)
+    for victim in moved:
+        placed = None
+        for target in ctx.pools_for(victim):
+            placed = ctx.placer.place(victim, target)
+            if placed is not None:
+                break
+        if placed is None:
+            ctx.stmt.discard(mark)
+            return False
+        ctx.stmt.record_admission(victim, placed)
+    return True

@@ -1,0 +1,80 @@
+"""Reclaim: a queue below its deserved quota takes GPUs back from queues above theirs.
+
+Why this never flip-flops: a queue reclaims only while its allocation after admission
+stays within its own fair share (and its deserved quota), and a victim is taken only
+while its queue stays at or above its fair share after the eviction. So after a
+reclaim the reclaimer holds at most its fair share and cannot be a victim (victims sit
+above theirs), and the victim holds at least its fair share, so it cannot reclaim
+(a reclaimer must end at or below its share with a positive request, starting below
+it). Fair shares depend only on quotas and demand, not on who holds the GPUs, so the
+next cycle sees the same shares and the pair stays put. The same holds level by
+level: for queues in different departments the departments are compared too.
+"""
+
+from __future__ import annotations
+
+from scheduling.engine.actions.allocate import starvation_key
+from scheduling.engine.actions.victims import Eligible, VictimIndex, held_gpus, make_room
+from scheduling.engine.context import Context, pending_key
+from scheduling.engine.fairshare import EPS
+from scheduling.engine.placement import ShapeKey
+from scheduling.engine.types import EvictionReason, Workload
+
+MAX_VICTIMS = 64
+
+
+def reclaim(ctx: Context) -> None:
+    """Let starved queues' pending workloads evict over-share work of other queues."""
+    if not ctx.config.reclaim:
+        return
+    index = VictimIndex(ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl))
+    if not index.by_node:
+        return
+    failed: set[tuple[str, str, ShapeKey]] = set()
+    waiting = ctx.pending()
+    waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
+    for wl in waiting:
+        for pool in ctx.pools_for(wl):
+            key = (wl.queue_id, pool, ShapeKey.of(wl))
+            if key in failed or not _may_reclaim(ctx, wl, pool):
+                continue
+            if ctx.quota_block(wl, pool) is not None:
+                continue
+            eligible = _victim_rule(ctx, wl, pool)
+            found = make_room(ctx, wl, pool, index, eligible, EvictionReason.RECLAIM, MAX_VICTIMS)
+            if found is not None:
+                ctx.admit(wl, pool, found[1])
+                break
+            failed.add(key)
+
+
+def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
+    """The project stays within its deserved quota and fair share after admission."""
+    after = ctx.ledger.get(wl.queue_id, pool) + ctx.gpu_need(wl, pool)
+    limit = min(ctx.deserved(wl.queue_id, pool), ctx.fair_share(wl.queue_id, pool))
+    return after <= limit + EPS
+
+
+def _victim_rule(ctx: Context, wl: Workload, pool: str) -> Eligible:
+    """A victim is fair game when every queue on its side of the tree stays at or above
+    its fair share without it, and every queue on the reclaimer's side stays within its
+    own share with the new workload."""
+    mine = ctx.ledger.chain(wl.queue_id)
+    need = ctx.gpu_need(wl, pool)
+
+    def eligible(victim: Workload) -> bool:
+        theirs = ctx.ledger.chain(victim.queue_id)
+        if victim.queue_id == wl.queue_id or not victim.preemptible:
+            return False
+        freed = held_gpus(ctx, victim.id, pool)
+        for qid in theirs:
+            left = ctx.ledger.get(qid, pool) - freed
+            if qid not in mine and left < ctx.fair_share(qid, pool) - EPS:
+                return False
+        return all(
+            ctx.ledger.get(qid, pool) + need <= ctx.fair_share(qid, pool) + EPS
+            for qid in mine
+            if qid not in theirs
+        )
+
+    return eligible

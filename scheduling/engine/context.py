@@ -1,0 +1,153 @@
+"""What every action of one cycle shares: the working state and the questions it asks.
+
+Built once per cycle from the snapshot; the actions read and change it only through the
+Statement, so everything they try can be undone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduling.engine.fairshare import EPS, Key
+from scheduling.engine.placement import Placer, ShapeKey
+from scheduling.engine.state import ClusterState, Group, PodSlot, share_units
+from scheduling.engine.statement import Ledger, Statement
+from scheduling.engine.types import (
+    PodRequest,
+    Queue,
+    Quota,
+    Resource,
+    SchedulerConfig,
+    Snapshot,
+    Workload,
+)
+
+UNIT_NAMES = {Resource.GPU: "GPUs", Resource.CPU: "CPU cores", Resource.MEMORY: "MiB of memory"}
+
+
+@dataclass(slots=True, eq=False)
+class Context:
+    """The cycle's shared working set. `reasons` holds the latest reason per workload."""
+
+    snapshot: Snapshot
+    config: SchedulerConfig
+    now: float
+    state: ClusterState
+    ledger: Ledger
+    stmt: Statement
+    placer: Placer
+    queues: dict[str, Queue]
+    workloads: dict[str, Workload]
+    pools: list[str]
+    fair: dict[Key, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    capacity_failed: set[str] = field(default_factory=set)
+    shape_failures: dict[tuple[str, ShapeKey], str] = field(default_factory=dict)
+
+    # -- workloads ------------------------------------------------------------------
+
+    def pools_for(self, wl: Workload) -> list[str]:
+        """The pools a workload may use, in its order of preference."""
+        if not wl.pools:
+            return self.pools
+        return [p for p in wl.pools if p in self.state.pool_models or p in self.pools]
+
+    def pending(self) -> list[Workload]:
+        """Workloads without a placement and not admitted yet, by priority then age."""
+        waiting = [
+            wl
+            for wl in self.workloads.values()
+            if wl.placement is None and wl.id not in self.stmt.admitted
+        ]
+        return sorted(waiting, key=pending_key)
+
+    def gpu_need(self, wl: Workload, pool: str) -> float:
+        """GPUs the workload's gang counts against quota in a pool (fractions included)."""
+        models = self.state.models_for(pool, wl.gpu_models)
+        memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
+        return sum(pod_gpus(pod, memory) for pod in wl.pods)
+
+    def need(self, wl: Workload, pool: str) -> tuple[float, float, float]:
+        return (
+            self.gpu_need(wl, pool),
+            sum(p.cpu for p in wl.pods),
+            float(sum(p.memory_mib for p in wl.pods)),
+        )
+
+    def name(self, queue_id: str) -> str:
+        q = self.queues.get(queue_id)
+        return (q.name or q.id) if q else queue_id
+
+    def kind(self, queue_id: str) -> str:
+        q = self.queues.get(queue_id)
+        return "project" if q is not None and q.parent_id is not None else "department"
+
+    # -- quota ----------------------------------------------------------------------
+
+    def quota(self, queue_id: str, pool: str, resource: Resource) -> Quota | None:
+        q = self.queues.get(queue_id)
+        return None if q is None else q.quotas.get((pool, resource))
+
+    def deserved(self, queue_id: str, pool: str) -> float:
+        quota = self.quota(queue_id, pool, Resource.GPU)
+        return 0.0 if quota is None else quota.deserved
+
+    def fair_share(self, queue_id: str, pool: str) -> float:
+        return self.fair.get((queue_id, pool, Resource.GPU), 0.0)
+
+    def quota_block(self, wl: Workload, pool: str) -> str | None:
+        """Why the workload's queue (or an ancestor) may not take more here, or None."""
+        for qid in self.ledger.chain(wl.queue_id):
+            for resource, amount in zip(Resource, self.need(wl, pool), strict=True):
+                if amount <= 0:
+                    continue
+                quota = self.quota(qid, pool, resource)
+                if quota is None:
+                    continue
+                held = self.ledger.get(qid, pool, resource)
+                unit = UNIT_NAMES[resource]
+                who = f"{self.kind(qid)} {self.name(qid)}"
+                if quota.limit is not None and held + amount > quota.limit + EPS:
+                    return f"{who} is at its limit of {_num(quota.limit)} {unit} in pool {pool}"
+                if not quota.over_quota_allowed and held + amount > quota.deserved + EPS:
+                    return (
+                        f"{who} may not go over its quota of {_num(quota.deserved)} {unit}"
+                        f" in pool {pool}"
+                    )
+        return None
+
+    # -- admission ------------------------------------------------------------------
+
+    def admit(self, wl: Workload, pool: str, slots: list[PodSlot]) -> None:
+        self.stmt.record_admission(wl, slots)
+        self.reasons.pop(wl.id, None)
+
+    def min_runtime_passed(self, wl: Workload) -> bool:
+        """Whether a started workload has run long enough to be preempted."""
+        least = self.config.min_runtime_s.get(wl.priority_class, 0.0)
+        return wl.started_at is None or self.now - wl.started_at >= least
+
+
+def pending_key(wl: Workload) -> tuple[int, float, str]:
+    """Inside a queue: higher priority first, then older, then by id."""
+    return (-wl.priority, wl.submit_time, wl.id)
+
+
+def pod_gpus(pod: PodRequest, gpu_memory_mib: int) -> float:
+    """GPUs one pod counts as: whole devices, or its share of one."""
+    if pod.gpu_memory_mib > 0:
+        return pod.gpu_memory_mib / gpu_memory_mib if gpu_memory_mib else 0.0
+    return pod.gpus + pod.gpu_fraction
+
+
+def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group, set[int]]:
+    """Share units that waiting fractional pods need, per (pool, model)."""
+    shared = {pod for wl in workloads for pod in wl.pods if pod.is_shared}
+    return {
+        group: {share_units(pod, memory) for pod in shared}
+        for group, memory in state.group_memory.items()
+    }
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"

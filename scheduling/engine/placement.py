@@ -1,0 +1,293 @@
+"""Fitting a workload's pods onto nodes and GPUs of one pool, and saying why not.
+
+Whole-GPU pods take free devices of one model on one node: bin packing picks the node
+with the fewest free devices that still fit (filling partly used nodes), spread the one
+with the most. Fractional pods go onto already shared devices first, choosing the one
+whose leftover stays most useful for the fraction sizes waiting (fragmentation-aware,
+after "fragmentation gradient descent", ATC'23), and only then open a free device.
+Whole and shared use never mix on one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduling.engine.state import (
+    UNITS,
+    ClusterState,
+    GpuState,
+    Group,
+    NodeState,
+    PodSlot,
+    share_memory,
+    share_units,
+)
+from scheduling.engine.types import PlacementStrategy, PodRequest, TopologyMode, Workload
+
+
+def fill_table(sizes: Iterable[int]) -> list[int]:
+    """fill[v]: the most of v free units that pods of the waiting sizes could use."""
+    sizes = sorted(set(sizes))
+    fill = [0] * (UNITS + 1)
+    for v in range(1, UNITS + 1):
+        best = fill[v - 1]
+        for s in sizes:
+            if s > v:
+                break
+            best = max(best, fill[v - s] + s)
+        fill[v] = best
+    return fill
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeKey:
+    """Workloads with the same key fit or fail alike on the same free capacity."""
+
+    pods: tuple[PodRequest, ...]
+    gang_min: int
+    models: tuple[str, ...]
+    topology: object
+
+    @staticmethod
+    def of(wl: Workload) -> ShapeKey:
+        return ShapeKey(wl.pods, wl.gang_min, wl.gpu_models, wl.topology)
+
+
+class Placer:
+    """Places workloads into a ClusterState (undoably) and explains failures."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        strategies: dict[str, PlacementStrategy],
+        waiting_sizes: dict[Group, set[int]],
+    ) -> None:
+        self.state = state
+        self.strategies = strategies
+        self.waiting_sizes = waiting_sizes
+        self._fill: dict[Group, list[int]] = {}
+
+    # -- workloads ------------------------------------------------------------------
+
+    def place(self, wl: Workload, pool: str) -> list[PodSlot] | None:
+        """Place the workload's pods in `pool`: at least gang_min of them or none.
+
+        Returns the slots (already applied to the state) or None with the state as it was.
+        """
+        models = self.state.models_for(pool, wl.gpu_models)
+        needs_gpu = any(p.gpus > 0 or p.is_shared for p in wl.pods)
+        if needs_gpu and not models:
+            return None
+        mark = self.state.mark()
+        topo = wl.topology
+        if topo is None:
+            slots = self._place_pods(wl, pool, models, [None])
+        elif topo.mode is TopologyMode.REQUIRED:
+            slots = self._place_in_one_domain(wl, pool, models, topo.level)
+        else:
+            domains = self._domains(pool, topo.level, descending=True)
+            slots = self._place_pods(wl, pool, models, [*domains, None])
+        if slots is None:
+            self.state.rollback(mark)
+        return slots
+
+    def _domains(self, pool: str, level: str, descending: bool) -> list[list[NodeState]]:
+        keys = [k for k in self.state.domain_nodes if k[0] == pool and k[1] == level]
+        keys.sort(
+            key=lambda k: (
+                -self.state.domain_free[k] if descending else self.state.domain_free[k],
+                k[2],
+            )
+        )
+        return [self.state.domain_nodes[k] for k in keys]
+
+    def _place_in_one_domain(
+        self, wl: Workload, pool: str, models: list[str], level: str
+    ) -> list[PodSlot] | None:
+        need = sum(p.gpus for p in _gang_pods(wl))
+        for key in sorted(
+            (k for k in self.state.domain_nodes if k[0] == pool and k[1] == level),
+            key=lambda k: (self.state.domain_free[k], k[2]),
+        ):
+            if self.state.domain_free[key] < need:
+                continue
+            mark = self.state.mark()
+            slots = self._place_pods(wl, pool, models, [self.state.domain_nodes[key]])
+            if slots is not None:
+                return slots
+            self.state.rollback(mark)
+        return None
+
+    def _place_pods(
+        self,
+        wl: Workload,
+        pool: str,
+        models: list[str],
+        scopes: list[list[NodeState] | None],
+    ) -> list[PodSlot] | None:
+        """Place pods largest first, each in the first scope (node list, None = the whole
+        pool) where it fits; fail when fewer than gang_min pods fit."""
+        order = sorted(range(len(wl.pods)), key=lambda i: _pod_size_key(wl.pods[i], i))
+        slots: list[PodSlot] = []
+        missing = 0
+        for index in order:
+            slot = None
+            for scope in scopes:
+                slot = self.place_pod(wl.id, index, wl.pods[index], pool, models, scope)
+                if slot is not None:
+                    break
+            if slot is None:
+                missing += 1
+                if len(wl.pods) - missing < wl.gang_min:
+                    return None
+                continue
+            slots.append(slot)
+        return slots
+
+    # -- pods -----------------------------------------------------------------------
+
+    def place_pod(
+        self,
+        wid: str,
+        index: int,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        scope: list[NodeState] | None,
+    ) -> PodSlot | None:
+        """Place one pod and apply it to the state; None when it fits nowhere."""
+        if pod.is_shared:
+            slot = self._fraction_slot(index, pod, pool, models, scope)
+        elif pod.gpus > 0:
+            slot = self._whole_slot(index, pod, pool, models, scope)
+        else:
+            slot = self._host_slot(index, pod, pool, scope)
+        if slot is not None:
+            self.state.add_slot(wid, slot)
+        return slot
+
+    def _spread(self, pool: str) -> bool:
+        return self.strategies.get(pool) is PlacementStrategy.SPREAD
+
+    def _whole_slot(
+        self,
+        index: int,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        scope: list[NodeState] | None,
+    ) -> PodSlot | None:
+        found = self._node_with_free(pod, pool, models, pod.gpus, scope)
+        if found is None:
+            return None
+        node, model = found
+        gpus = tuple(g for g in node.gpus if g.model == model and g.is_free)[: pod.gpus]
+        return PodSlot(index, node, gpus=gpus, cpu=pod.cpu, host_memory=pod.memory_mib)
+
+    def _node_with_free(
+        self,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        need: int,
+        scope: list[NodeState] | None,
+    ) -> tuple[NodeState, str] | None:
+        """The node to take `need` free devices from: fewest free first, or most when the
+        pool spreads; ties by node order."""
+        spread = self._spread(pool)
+        if scope is not None:
+            best = None
+            for node in scope:
+                if not node.schedulable or not node.fits_host(pod):
+                    continue
+                for model in models:
+                    free = node.free_by_model.get(model, 0)
+                    if free >= need:
+                        key = (-free if spread else free, node.order, model)
+                        if best is None or key < best[0]:
+                            best = (key, node, model)
+            return None if best is None else (best[1], best[2])
+        sizes = set()
+        for model in models:
+            sizes.update(k for k in self.state.whole.get((pool, model), {}) if k >= need)
+        for k in sorted(sizes, reverse=spread):
+            for model in models:
+                bucket = self.state.whole.get((pool, model), {}).get(k)
+                for node in bucket.values() if bucket else ():
+                    if node.fits_host(pod):
+                        return node, model
+        return None
+
+    def _host_slot(
+        self, index: int, pod: PodRequest, pool: str, scope: list[NodeState] | None
+    ) -> PodSlot | None:
+        nodes = scope if scope is not None else self.state.nodes
+        for node in nodes:
+            if node.pool == pool and node.schedulable and node.fits_host(pod):
+                return PodSlot(index, node, cpu=pod.cpu, host_memory=pod.memory_mib)
+        return None
+
+    def _fraction_slot(
+        self,
+        index: int,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        scope: list[NodeState] | None,
+    ) -> PodSlot | None:
+        gpu = self._shared_gpu(pod, pool, models, scope)
+        if gpu is None:
+            found = self._node_with_free(pod, pool, models, 1, scope)
+            if found is None:
+                return None
+            node, model = found
+            gpu = next(g for g in node.gpus if g.model == model and g.is_free)
+        units = share_units(pod, gpu.memory_mib)
+        return PodSlot(
+            index,
+            gpu.node,
+            shared=gpu,
+            units=units,
+            memory=share_memory(pod, gpu.memory_mib),
+            cpu=pod.cpu,
+            host_memory=pod.memory_mib,
+        )
+
+    def _shared_gpu(
+        self, pod: PodRequest, pool: str, models: list[str], scope: list[NodeState] | None
+    ) -> GpuState | None:
+        """The shared device whose leftover wastes least for the waiting fraction sizes."""
+        allowed = None if scope is None else {n.order for n in scope}
+        spread = self._spread(pool)
+        candidates = []
+        for model in models:
+            group = (pool, model)
+            units = share_units(pod, self.state.group_memory[group])
+            fill = self._fill_for(group)
+            for free, bucket in self.state.shared.get(group, {}).items():
+                if free >= units and bucket:
+                    left = free - units
+                    gradient = (left - fill[left]) - (free - fill[free])
+                    candidates.append((gradient, -free if spread else free, model, free))
+        for _, _, model, free in sorted(candidates):
+            for (order, _), gpu in self.state.shared[(pool, model)][free].items():
+                in_scope = allowed is None or order in allowed
+                fits = share_units(pod, gpu.memory_mib) <= free and gpu.node.fits_host(pod)
+                if in_scope and fits:
+                    return gpu
+        return None
+
+    def _fill_for(self, group: Group) -> list[int]:
+        if group not in self._fill:
+            self._fill[group] = fill_table(self.waiting_sizes.get(group, ()))
+        return self._fill[group]
+
+
+def _gang_pods(wl: Workload) -> list[PodRequest]:
+    """The gang_min largest pods: what must fit for the workload to start."""
+    return sorted(wl.pods, key=lambda p: (-p.gpus,))[: wl.gang_min]
+
+
+def _pod_size_key(pod: PodRequest, index: int) -> tuple[int, float, int]:
+    return (-pod.gpus, -pod.gpu_fraction - pod.gpu_memory_mib, index)

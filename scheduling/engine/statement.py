@@ -1,0 +1,115 @@
+"""Tentative admissions and evictions that are committed or discarded whole.
+
+A Statement is a mark in the cluster state's undo log: everything done after it (pods
+placed, workloads released, queue allocations changed, decisions recorded) is undone in
+reverse by discard(), so a gang or an eviction plan never half-happens and nothing is
+copied. Statements nest: discarding an inner one leaves the outer one's work alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduling.engine.state import UNITS, ClusterState, PodSlot
+from scheduling.engine.types import EvictionReason, PodPlacement, Queue, Resource, Workload
+
+AllocKey = tuple[str, str, Resource]  # (queue id, pool, resource)
+
+
+def slot_amounts(slot: PodSlot) -> tuple[float, float, float]:
+    """GPU, CPU and memory a placed pod holds, as quota counts them."""
+    gpus = len(slot.gpus) + slot.units / UNITS
+    return gpus, slot.cpu, slot.host_memory
+
+
+def slot_placement(slot: PodSlot) -> PodPlacement:
+    """The public form of a placed pod."""
+    if slot.shared is not None:
+        return PodPlacement(
+            pod=slot.pod,
+            node_id=slot.node.id,
+            shared_gpu=slot.shared.index,
+            share=slot.units / UNITS,
+            gpu_memory_mib=slot.memory,
+        )
+    return PodPlacement(pod=slot.pod, node_id=slot.node.id, gpus=tuple(g.index for g in slot.gpus))
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRecord:
+    workload: Workload
+    reason: EvictionReason
+    beneficiary: str | None
+    detail: str
+
+
+class Ledger:
+    """Allocation per (queue, pool, resource) for every queue and its ancestors."""
+
+    def __init__(self, state: ClusterState, queues: tuple[Queue, ...]) -> None:
+        self.state = state
+        self.alloc: dict[AllocKey, float] = {}
+        parents = {q.id: q.parent_id for q in queues}
+        self.chains: dict[str, tuple[str, ...]] = {}
+        for q in queues:
+            chain, current, seen = [], q.id, set()
+            while current is not None and current not in seen and current in parents:
+                seen.add(current)
+                chain.append(current)
+                current = parents[current]
+            self.chains[q.id] = tuple(chain)
+
+    def chain(self, queue_id: str) -> tuple[str, ...]:
+        """The queue and its ancestors, leaf first."""
+        return self.chains.get(queue_id, (queue_id,))
+
+    def get(self, queue_id: str, pool: str, resource: Resource = Resource.GPU) -> float:
+        return self.alloc.get((queue_id, pool, resource), 0.0)
+
+    def add(self, queue_id: str, slots: list[PodSlot], sign: int, log: bool = True) -> None:
+        for slot in slots:
+            amounts = slot_amounts(slot)
+            for qid in self.chain(queue_id):
+                for resource, amount in zip(Resource, amounts, strict=True):
+                    key = (qid, slot.node.pool, resource)
+                    self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount
+        if log:
+            self.state.log.append(lambda: self.add(queue_id, slots, -sign, log=False))
+
+
+class Statement:
+    """The cycle's working set: state, ledger and the decisions taken so far."""
+
+    def __init__(self, state: ClusterState, ledger: Ledger) -> None:
+        self.state = state
+        self.ledger = ledger
+        self.admitted: dict[str, list[PodSlot]] = {}
+        self.evicted: dict[str, EvictionRecord] = {}
+        self.order: list[str] = []  # admission order, for a stable result
+
+    def mark(self) -> int:
+        return self.state.mark()
+
+    def discard(self, mark: int) -> None:
+        self.state.rollback(mark)
+
+    def record_admission(self, wl: Workload, slots: list[PodSlot]) -> None:
+        """Book placed slots (already in the state) as an admission of wl."""
+        self.ledger.add(wl.queue_id, slots, +1)
+        self.admitted[wl.id] = slots
+        self.order.append(wl.id)
+
+        def undo() -> None:
+            del self.admitted[wl.id]
+            self.order.pop()
+
+        self.state.log.append(undo)
+
+    def evict(
+        self, wl: Workload, reason: EvictionReason, beneficiary: str | None, detail: str = ""
+    ) -> None:
+        """Release what a running workload holds and record why."""
+        slots = self.state.release(wl.id)
+        self.ledger.add(wl.queue_id, slots, -1)
+        self.evicted[wl.id] = EvictionRecord(wl, reason, beneficiary, detail)
+        self.state.log.append(lambda: self.evicted.pop(wl.id))
