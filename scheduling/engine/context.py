@@ -43,6 +43,16 @@ class Context:
     reasons: dict[str, str] = field(default_factory=dict)
     capacity_failed: set[str] = field(default_factory=set)
     shape_failures: dict[tuple[str, ShapeKey], str] = field(default_factory=dict)
+    needs: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
+    capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Only quotas with a limit or without borrowing can block an admission; most
+        # have neither, so admission checks skip them without a lookup.
+        for q in self.queues.values():
+            for (pool, resource), quota in sorted(q.quotas.items()):
+                if quota.limit is not None or not quota.over_quota_allowed:
+                    self.capped.setdefault((q.id, pool), []).append((resource, quota))
 
     # -- workloads ------------------------------------------------------------------
 
@@ -62,17 +72,23 @@ class Context:
         return sorted(waiting, key=pending_key)
 
     def gpu_need(self, wl: Workload, pool: str) -> float:
-        """GPUs the workload's gang counts against quota in a pool (fractions included)."""
-        models = self.state.models_for(pool, wl.gpu_models)
-        memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
-        return sum(pod_gpus(pod, memory) for pod in wl.pods)
+        """GPUs the workload counts against quota in a pool (fractions included)."""
+        return self.need(wl, pool)[0]
 
     def need(self, wl: Workload, pool: str) -> tuple[float, float, float]:
-        return (
-            self.gpu_need(wl, pool),
-            sum(p.cpu for p in wl.pods),
-            float(sum(p.memory_mib for p in wl.pods)),
-        )
+        """GPU, CPU and memory the workload's pods ask for in a pool (cached)."""
+        key = (wl.id, pool)
+        found = self.needs.get(key)
+        if found is None:
+            models = self.state.models_for(pool, wl.gpu_models)
+            memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
+            found = (
+                sum(pod_gpus(pod, memory) for pod in wl.pods),
+                sum(p.cpu for p in wl.pods),
+                float(sum(p.memory_mib for p in wl.pods)),
+            )
+            self.needs[key] = found
+        return found
 
     def name(self, queue_id: str) -> str:
         q = self.queues.get(queue_id)
@@ -97,23 +113,17 @@ class Context:
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
+        need = None
         for qid in self.ledger.chain(wl.queue_id):
-            for resource, amount in zip(Resource, self.need(wl, pool), strict=True):
-                if amount <= 0:
-                    continue
-                quota = self.quota(qid, pool, resource)
-                if quota is None:
-                    continue
-                held = self.ledger.get(qid, pool, resource)
-                unit = UNIT_NAMES[resource]
-                who = f"{self.kind(qid)} {self.name(qid)}"
-                if quota.limit is not None and held + amount > quota.limit + EPS:
-                    return f"{who} is at its limit of {_num(quota.limit)} {unit} in pool {pool}"
-                if not quota.over_quota_allowed and held + amount > quota.deserved + EPS:
-                    return (
-                        f"{who} may not go over its quota of {_num(quota.deserved)} {unit}"
-                        f" in pool {pool}"
-                    )
+            for resource, quota in self.capped.get((qid, pool), ()):
+                need = need or self.need(wl, pool)
+                amount = need[RESOURCE_INDEX[resource]]
+                if amount > 0:
+                    held = self.ledger.get(qid, pool, resource)
+                    reason = _over(quota, held + amount)
+                    if reason is not None:
+                        unit = UNIT_NAMES[resource]
+                        return f"{self.kind(qid)} {self.name(qid)} {reason} {unit} in pool {pool}"
         return None
 
     # -- admission ------------------------------------------------------------------
@@ -149,5 +159,12 @@ def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group,
     }
 
 
-def _num(value: float) -> str:
-    return f"{value:g}"
+RESOURCE_INDEX = {r: i for i, r in enumerate(Resource)}
+
+
+def _over(quota: Quota, total: float) -> str | None:
+    if quota.limit is not None and total > quota.limit + EPS:
+        return f"is at its limit of {quota.limit:g}"
+    if not quota.over_quota_allowed and total > quota.deserved + EPS:
+        return f"may not go over its quota of {quota.deserved:g}"
+    return None

@@ -7,9 +7,10 @@ newcomer once they are gone. Runs after reclaim: it costs the project its own wo
 
 from __future__ import annotations
 
+from scheduling.engine.actions.reclaim import Failures
 from scheduling.engine.actions.victims import VictimIndex, make_room
 from scheduling.engine.context import Context
-from scheduling.engine.placement import ShapeKey
+from scheduling.engine.fairshare import EPS
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
@@ -20,29 +21,45 @@ def preempt(ctx: Context) -> None:
     if not ctx.config.preempt:
         return
     index = VictimIndex(ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl))
-    if not index.by_node:
+    if not index.by_queue:
         return
-    failed: set[tuple[str, int, str, ShapeKey]] = set()
+    failures = Failures()
     for wl in ctx.pending():
+        if wl.queue_id not in index.by_queue:
+            continue
         for pool in ctx.pools_for(wl):
-            key = (wl.queue_id, wl.priority, pool, ShapeKey.of(wl))
-            if key in failed:
-                continue
-
-            def eligible(victim: Workload, wl: Workload = wl) -> bool:
-                return victim.queue_id == wl.queue_id and victim.priority < wl.priority
-
-            found = make_room(
-                ctx,
-                wl,
-                pool,
-                index,
-                eligible,
-                EvictionReason.PREEMPT,
-                MAX_VICTIMS,
-                ready=lambda wl=wl, pool=pool: ctx.quota_block(wl, pool) is None,
-            )
-            if found is not None:
-                ctx.admit(wl, pool, found[1])
+            if _try_preempt(ctx, wl, pool, index, failures):
                 break
-            failed.add(key)
+
+
+def _try_preempt(
+    ctx: Context, wl: Workload, pool: str, index: VictimIndex, failures: Failures
+) -> bool:
+    need = ctx.gpu_need(wl, pool)
+    key = (wl.queue_id, wl.priority, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
+    if failures.known(key, wl, need):
+        return False
+    victims = [v for v in index.live(wl.queue_id, pool) if v.wl.priority < wl.priority]
+    free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
+    if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        failures.add(key, wl, need)
+        return False
+
+    def eligible(victim: Workload) -> bool:
+        return victim.queue_id == wl.queue_id and victim.priority < wl.priority
+
+    found = make_room(
+        ctx,
+        wl,
+        pool,
+        index.by_node(victims),
+        eligible,
+        EvictionReason.PREEMPT,
+        MAX_VICTIMS,
+        ready=lambda: ctx.quota_block(wl, pool) is None,
+    )
+    if found is None:
+        failures.add(key, wl, need)
+        return False
+    ctx.admit(wl, pool, found[1])
+    return True

@@ -17,10 +17,29 @@ from scheduling.engine.actions.allocate import starvation_key
 from scheduling.engine.actions.victims import Eligible, VictimIndex, held_gpus, make_room
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
-from scheduling.engine.placement import ShapeKey
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
+
+
+class Failures:
+    """Requests that failed, per (queue, pool, constraints): a request at least as large
+    on both counts (biggest pod, whole gang) would fail too, so it is skipped. Evictions
+    only shrink what other queues may still give up, so this holds through the phase."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+
+    @staticmethod
+    def _size(wl: Workload, need: float) -> tuple[float, float]:
+        return max(max(p.gpus, p.gpu_fraction) for p in wl.pods), need
+
+    def known(self, key: tuple[object, ...], wl: Workload, need: float) -> bool:
+        big, total = self._size(wl, need)
+        return any(big >= b and total >= t for b, t in self.seen.get(key, ()))
+
+    def add(self, key: tuple[object, ...], wl: Workload, need: float) -> None:
+        self.seen.setdefault(key, []).append(self._size(wl, need))
 
 
 def reclaim(ctx: Context) -> None:
@@ -28,24 +47,45 @@ def reclaim(ctx: Context) -> None:
     if not ctx.config.reclaim:
         return
     index = VictimIndex(ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl))
-    if not index.by_node:
+    if not index.by_queue:
         return
-    failed: set[tuple[str, str, ShapeKey]] = set()
+    failures = Failures()
     waiting = ctx.pending()
     waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
     for wl in waiting:
         for pool in ctx.pools_for(wl):
-            key = (wl.queue_id, pool, ShapeKey.of(wl))
-            if key in failed or not _may_reclaim(ctx, wl, pool):
-                continue
-            if ctx.quota_block(wl, pool) is not None:
-                continue
-            eligible = _victim_rule(ctx, wl, pool)
-            found = make_room(ctx, wl, pool, index, eligible, EvictionReason.RECLAIM, MAX_VICTIMS)
-            if found is not None:
-                ctx.admit(wl, pool, found[1])
+            if _try_reclaim(ctx, wl, pool, index, failures):
                 break
-            failed.add(key)
+
+
+def _try_reclaim(
+    ctx: Context, wl: Workload, pool: str, index: VictimIndex, failures: Failures
+) -> bool:
+    need = ctx.gpu_need(wl, pool)
+    key = (wl.queue_id, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
+    if failures.known(key, wl, need) or not _may_reclaim(ctx, wl, pool):
+        return False
+    if ctx.quota_block(wl, pool) is not None:
+        return False
+    donors = [
+        qid
+        for qid in sorted(index.by_queue)
+        if qid != wl.queue_id and ctx.ledger.get(qid, pool) > ctx.fair_share(qid, pool) + EPS
+    ]
+    victims = [v for qid in donors for v in index.live(qid, pool)]
+    free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
+    if free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        failures.add(key, wl, need)
+        return False
+    eligible = _victim_rule(ctx, wl, pool)
+    found = make_room(
+        ctx, wl, pool, index.by_node(victims), eligible, EvictionReason.RECLAIM, MAX_VICTIMS
+    )
+    if found is None:
+        failures.add(key, wl, need)
+        return False
+    ctx.admit(wl, pool, found[1])
+    return True
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:

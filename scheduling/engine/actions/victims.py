@@ -11,6 +11,7 @@ freed GPUs over many nodes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from scheduling.engine.context import Context
 from scheduling.engine.state import GpuState, NodeState, PodSlot
@@ -38,29 +39,55 @@ def held_gpus(ctx: Context, wid: str, pool: str | None = None) -> float:
     )
 
 
+@dataclass(slots=True, eq=False)
+class Victim:
+    """A running workload that could be evicted: its cost and GPUs held per pool."""
+
+    wl: Workload
+    cost: tuple[float, int, float, str]
+    gpus: dict[str, float]
+    nodes: tuple[int, ...]
+
+
 class VictimIndex:
-    """Running workloads that could be evicted, per node, cheapest first."""
+    """Running workloads that could be evicted, per queue, cheapest first."""
 
     def __init__(self, ctx: Context, admissible: Eligible) -> None:
-        self.by_node: dict[int, list[Workload]] = {}
-        self.nodes: dict[int, NodeState] = {}
-        running = [
-            wl
-            for wl in ctx.workloads.values()
-            if wl.placement is not None and wl.id in ctx.state.slots and admissible(wl)
+        self.ctx = ctx
+        self.by_queue: dict[str, list[Victim]] = {}
+        for wl in ctx.workloads.values():
+            if wl.placement is None or wl.id not in ctx.state.slots or not admissible(wl):
+                continue
+            gpus: dict[str, float] = {}
+            for slot in ctx.state.slots[wl.id]:
+                gpus[slot.node.pool] = gpus.get(slot.node.pool, 0.0) + slot_amounts(slot)[0]
+            nodes = tuple(sorted({s.node.order for s in ctx.state.slots[wl.id]}))
+            cost = victim_cost(wl, sum(gpus.values()), ctx.now)
+            self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes))
+        for victims in self.by_queue.values():
+            victims.sort(key=lambda v: v.cost)
+
+    def live(self, queue_id: str, pool: str) -> list[Victim]:
+        """The queue's victims holding GPUs in the pool and not evicted yet."""
+        evicted = self.ctx.stmt.evicted
+        return [
+            v for v in self.by_queue.get(queue_id, ()) if pool in v.gpus and v.wl.id not in evicted
         ]
-        running.sort(key=lambda wl: victim_cost(wl, held_gpus(ctx, wl.id), ctx.now))
-        for wl in running:
-            for order in sorted({s.node.order for s in ctx.state.slots[wl.id]}):
-                self.by_node.setdefault(order, []).append(wl)
-                self.nodes[order] = ctx.state.nodes[order]
+
+    def by_node(self, victims: list[Victim]) -> dict[int, list[Victim]]:
+        """Victims grouped by the nodes they hold, each group cheapest first."""
+        grouped: dict[int, list[Victim]] = {}
+        for victim in sorted(victims, key=lambda v: v.cost):
+            for order in victim.nodes:
+                grouped.setdefault(order, []).append(victim)
+        return grouped
 
 
 def make_room(
     ctx: Context,
     wl: Workload,
     pool: str,
-    index: VictimIndex,
+    candidates: dict[int, list[Victim]],
     eligible: Eligible,
     reason: EvictionReason,
     max_victims: int,
@@ -81,7 +108,7 @@ def make_room(
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
                 return evicted, slots
-        batch = _cheapest_batch(ctx, pool, models, need, index, eligible)
+        batch = _cheapest_batch(ctx, pool, models, need, candidates, eligible)
         if not batch or len(evicted) + len(batch) > max_victims:
             break
         for victim in batch:
@@ -98,25 +125,21 @@ def _cheapest_batch(
     pool: str,
     models: list[str],
     need: int,
-    index: VictimIndex,
+    candidates: dict[int, list[Victim]],
     eligible: Eligible,
 ) -> list[Workload]:
-    best: tuple[tuple[float, int, int], list[Workload]] | None = None
-    for order, victims in index.by_node.items():
-        node = index.nodes[order]
+    best: tuple[tuple[float, int, int], list[Victim]] | None = None
+    for order, victims in candidates.items():
+        node = ctx.state.nodes[order]
         if node.pool != pool or not node.schedulable:
             continue
         found = _node_batch(ctx, node, models, need, victims, eligible)
         if found is None:
             continue
-        cost = (
-            sum(victim_cost(v, held_gpus(ctx, v.id), ctx.now)[0] for v in found),
-            len(found),
-            order,
-        )
+        cost = (sum(v.cost[0] for v in found), len(found), order)
         if best is None or cost < best[0]:
             best = (cost, found)
-    return [] if best is None else best[1]
+    return [] if best is None else [v.wl for v in best[1]]
 
 
 def _node_batch(
@@ -124,23 +147,22 @@ def _node_batch(
     node: NodeState,
     models: list[str],
     need: int,
-    victims: list[Workload],
+    victims: list[Victim],
     eligible: Eligible,
-) -> list[Workload] | None:
+) -> list[Victim] | None:
     """The cheapest eligible victims on a node whose eviction leaves `need` free devices."""
     free = {m: node.free_by_model.get(m, 0) for m in models}
     if need == 0 or max(free.values(), default=0) >= need:
         return None  # room is there already; what blocks is not this node's GPUs
-    chosen: list[Workload] = []
+    chosen: list[Victim] = []
     gone: set[str] = set()
     for victim in victims:
-        if victim.id in ctx.stmt.evicted or victim.id not in ctx.state.slots:
-            continue
-        if not eligible(victim):
+        wid = victim.wl.id
+        if wid in ctx.stmt.evicted or not eligible(victim.wl):
             continue
         chosen.append(victim)
-        gone.add(victim.id)
-        for gpu in _devices_on(ctx, victim.id, node):
+        gone.add(wid)
+        for gpu in _devices_on(ctx, wid, node):
             if gpu.model in free and _all_holders_gone(gpu, gone):
                 free[gpu.model] += 1
         if max(free.values()) >= need:

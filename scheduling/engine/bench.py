@@ -1,0 +1,232 @@
+"""Benchmark of one full scheduling cycle on a large synthetic cluster.
+
+    python -m scheduling.engine.bench [--scenario scale|scale-small] [--repeat N] --json
+
+`scale`: 1,000 nodes x 8 GPUs in 2 pools and 10 racks, 20 departments x 10 projects,
+5,000 running and 10,000 pending workloads (whole, fractional, gangs of 2-16 pods).
+`scale-small` is the same at one tenth. The running set is placed by the engine itself
+(so it is a state the engine could have produced); then pending work is added and the
+timed cycles run on that snapshot. Everything is drawn from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from random import Random
+
+from scheduling.engine.apply import apply_result
+from scheduling.engine.cycle import schedule
+from scheduling.engine.types import (
+    Gpu,
+    Node,
+    PodRequest,
+    Queue,
+    Quota,
+    Resource,
+    SchedulerConfig,
+    Snapshot,
+    TopologyConstraint,
+    TopologyMode,
+    Workload,
+)
+
+POOLS = (("pool-a", "A100-80GB"), ("pool-b", "H100-80GB"))
+GPU_MEMORY = 81920
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    nodes: int
+    departments: int
+    projects: int  # per department
+    running: int
+    pending: int
+    racks: int = 10
+    gpus_per_node: int = 8
+
+
+SCENARIOS = {
+    "scale": Scenario(nodes=1000, departments=20, projects=10, running=5000, pending=10000),
+    "scale-small": Scenario(nodes=100, departments=2, projects=10, running=500, pending=1000),
+}
+
+
+def build_nodes(sc: Scenario) -> tuple[Node, ...]:
+    """Nodes split evenly over the pools, racks striped across both pools."""
+    nodes = []
+    per_rack = max(sc.nodes // sc.racks, 1)
+    for i in range(sc.nodes):
+        pool, model = POOLS[i * len(POOLS) // sc.nodes]
+        gpus = tuple(Gpu(j, model, GPU_MEMORY) for j in range(sc.gpus_per_node))
+        topology = {"zone": f"z{i // (per_rack * 5)}", "rack": f"rack-{i // per_rack}"}
+        nodes.append(
+            Node(f"node-{i:04d}", pool, gpus, topology=topology, cpu=128.0, memory_mib=1 << 20)
+        )
+    return tuple(nodes)
+
+
+def build_queues(sc: Scenario, rng: Random) -> tuple[Queue, ...]:
+    """Departments and projects whose deserved GPUs add up to 90% of each pool."""
+    per_pool = sc.nodes * sc.gpus_per_node / len(POOLS)
+    weights = [rng.uniform(0.5, 2.0) for _ in range(sc.departments * sc.projects)]
+    total = sum(weights)
+    queues = []
+    for d in range(sc.departments):
+        dept_quotas = {}
+        for pool, _ in POOLS:
+            share = sum(weights[d * sc.projects : (d + 1) * sc.projects]) / total
+            dept_quotas[(pool, Resource.GPU)] = Quota(deserved=round(0.9 * per_pool * share))
+        queues.append(Queue(f"dept-{d:02d}", None, dept_quotas))
+        for p in range(sc.projects):
+            w = weights[d * sc.projects + p]
+            quotas = {}
+            for pool, _ in POOLS:
+                limit = None if rng.random() < 0.8 else round(per_pool * w / total * 3)
+                quotas[(pool, Resource.GPU)] = Quota(
+                    deserved=round(0.9 * per_pool * w / total),
+                    limit=limit,
+                    over_quota_weight=rng.choice((1.0, 1.0, 2.0)),
+                )
+            queues.append(Queue(f"proj-{d:02d}-{p}", f"dept-{d:02d}", quotas))
+    return tuple(queues)
+
+
+def _pods(rng: Random, gang: bool, small: bool) -> tuple[PodRequest, ...]:
+    """Pods of one workload; `small` shapes keep 5,000 running ones within 8,000 GPUs."""
+    kind = rng.random()
+    cpu, mem = float(rng.choice((2, 4, 8))), rng.choice((8192, 16384, 32768))
+    if gang:
+        size = rng.randint(2, 4) if small else rng.randint(2, 16)
+        gpus = 1 if small else rng.choice((1, 2, 4, 8))
+        return (PodRequest(gpus=gpus, cpu=cpu, memory_mib=mem),) * size
+    if kind < 0.3:
+        fraction = rng.choice((0.25, 0.5, 0.5, 0.75))
+        return (PodRequest(gpu_fraction=fraction, cpu=cpu, memory_mib=mem),)
+    if kind < 0.4:
+        return (PodRequest(gpu_memory_mib=rng.choice((10240, 20480)), cpu=cpu),)
+    sizes = (1, 1, 1, 2) if small else (1, 1, 2, 4, 8)
+    return (PodRequest(gpus=rng.choice(sizes), cpu=cpu, memory_mib=mem),)
+
+
+def build_workload(wid: str, projects: list[str], rng: Random, now: float, small: bool) -> Workload:
+    """One random workload: whole, fractional or a gang, some with pool or rack wishes."""
+    gang = rng.random() < (0.05 if small else 0.1)
+    pods = _pods(rng, gang, small)
+    pools: tuple[str, ...] = ()
+    if rng.random() < 0.5:
+        pools = tuple(p for p, _ in rng.sample(POOLS, 2))
+    topology = None
+    if gang and rng.random() < 0.5:
+        mode = rng.choice((TopologyMode.REQUIRED, TopologyMode.PREFERRED))
+        topology = TopologyConstraint("rack", mode)
+    return Workload(
+        id=wid,
+        queue_id=rng.choice(projects),
+        pods=pods,
+        priority=rng.choice((0, 50, 100)),
+        priority_class=rng.choice(("train", "build", "inference")),
+        preemptible=rng.random() < 0.8,
+        submit_time=now - rng.uniform(0, 86400),
+        pools=pools,
+        topology=topology,
+    )
+
+
+def build_snapshot(name: str, seed: int = 7) -> Snapshot:
+    """The scenario's snapshot: running workloads placed by the engine, then pending."""
+    sc = SCENARIOS[name]
+    rng = Random(seed)
+    now = 1_000_000.0
+    nodes, queues = build_nodes(sc), build_queues(sc, rng)
+    projects = [q.id for q in queues if q.parent_id is not None]
+    first = tuple(
+        build_workload(f"run-{i:05d}", projects, rng, now, small=True) for i in range(sc.running)
+    )
+    open_queues = tuple(replace(q, quotas={}) for q in queues)  # place without limits
+    seed_snap = Snapshot(tuple(p for p, _ in POOLS), nodes, open_queues, first)
+    placed = apply_result(seed_snap, schedule(seed_snap, SchedulerConfig(), now - 3600), now)
+    running = tuple(
+        replace(wl, started_at=now - rng.uniform(0, 7200), last_checkpoint_time=now - 600)
+        for wl in placed.workloads
+        if wl.placement is not None
+    )
+    pending = tuple(
+        build_workload(f"pend-{i:05d}", projects, rng, now, small=False) for i in range(sc.pending)
+    )
+    return replace(placed, queues=queues, workloads=running + pending)
+
+
+def floor_pass(snapshot: Snapshot) -> int:
+    """One plain pass reading every workload's pods and every GPU: the least any cycle
+    must do."""
+    total = 0
+    for wl in snapshot.workloads:
+        for pod in wl.pods:
+            total += pod.gpus
+        for placed in wl.placement or ():
+            total += len(placed.gpus)
+    for node in snapshot.nodes:
+        for gpu in node.gpus:
+            total += gpu.memory_mib > 0 and gpu.whole_by is None
+    return total
+
+
+def _timed(fn: Callable[[], object], repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def run(name: str, repeat: int) -> dict[str, object]:
+    snapshot = build_snapshot(name)
+    now = 1_000_000.0
+    config = SchedulerConfig()
+    result = schedule(snapshot, config, now)
+    cycles = sorted(_timed(lambda: schedule(snapshot, config, now), repeat))
+    floor = min(_timed(lambda: floor_pass(snapshot), 5))
+    running = sum(1 for wl in snapshot.workloads if wl.placement is not None)
+    return {
+        "scenario": name,
+        "nodes": len(snapshot.nodes),
+        "gpus": sum(len(n.gpus) for n in snapshot.nodes),
+        "queues": len(snapshot.queues),
+        "workloads": len(snapshot.workloads),
+        "running": running,
+        "pending": len(snapshot.workloads) - running,
+        "cycle_ms_median": round(statistics.median(cycles), 1),
+        "cycle_ms_p90": round(cycles[min(len(cycles) - 1, int(0.9 * len(cycles)))], 1),
+        "floor_ms": round(floor, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "admitted": len(result.admissions),
+        "evicted": len(result.evictions),
+        "repeat": repeat,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="scale")
+    parser.add_argument("--repeat", type=int, default=5, help="timed cycles (default 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    figures = run(args.scenario, args.repeat)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>16}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
