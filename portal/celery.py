@@ -11,3 +11,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery("gpupool")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+app.conf.beat_schedule["clusters-reconcile-all"] = {"task": "clusters.tasks.reconcile_all", "schedule": float(os.environ.get("GPUPOOL_RECONCILE_INTERVAL_S", "5"))}  # noqa: E501
+app.conf.beat_schedule["clusters-sync-inventories"] = {"task": "clusters.tasks.sync_all_inventories", "schedule": 60.0}  # noqa: E501

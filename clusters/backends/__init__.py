@@ -1,0 +1,238 @@
+"""One interface over the places pods run: a Kubernetes cluster, this machine, a simulation.
+
+The database says what should run (PodAllocation rows of admitted workloads); a backend
+only knows its cluster. `clusters.reconcile` turns allocations into `PodSpec`s, hands them
+to `Backend.reconcile`, and reads `PodStatus`es back into workload states. Backends never
+import scheduling models, so each can be tested against its cluster alone.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from portal.errors import GPUPoolError
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster
+
+# Every object GPUPool creates carries this label; objects without it are never touched.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpupool"
+
+
+class BackendError(GPUPoolError):
+    """The cluster refused or failed a request after retries."""
+
+
+class BackendUnreachable(BackendError):
+    """The cluster cannot be reached at all: mark it so, keep its workloads."""
+
+
+class PodPhase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+TERMINAL_PHASES = (PodPhase.SUCCEEDED, PodPhase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    model: str = ""
+    memory_mib: int = 0
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_cores: float = 0
+    memory_mib: int = 0
+    schedulable: bool = True
+    gpus: tuple[GpuInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    name: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """One pod the database wants running. `name` is unique in the cluster."""
+
+    name: str
+    namespace: str
+    workload_id: int
+    pod_index: int
+    node_name: str
+    project: str = ""
+    workload_name: str = ""
+    kind: str = ""
+    image: str = ""
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpu: float = 1
+    memory_mib: int = 1024
+    gpu_indices: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    shared_gpu_index: int | None = None
+    shared_gpu_uuid: str = ""
+    gpu_share: float | None = None
+    gpu_memory_mib: int = 0
+    ports: tuple[PortSpec, ...] = ()
+    checkpoint_dir: str = ""
+    restart_count: int = 0
+    duration_s: float | None = None
+    # What the backend recorded last time (a pid and start time, a pod uid).
+    backend_ref: str = ""
+
+
+@dataclass(slots=True)
+class PodStatus:
+    name: str
+    namespace: str
+    workload_id: int
+    pod_index: int
+    phase: PodPhase = PodPhase.PENDING
+    exit_code: int | None = None
+    message: str = ""
+    endpoint: str = ""
+    backend_ref: str = ""
+    node_name: str = ""
+    terminating: bool = False
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    """What the cluster holds after a reconcile, keyed by pod name, and what was done."""
+
+    statuses: dict[str, PodStatus] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def pod_name(workload_id: int, pod_index: int) -> str:
+    return f"gp-{workload_id}-{pod_index}"
+
+
+class Backend(abc.ABC):
+    """A cluster seen through one interface. Instances are cheap; make one per task run."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+
+    @abc.abstractmethod
+    def test_connection(self) -> str:
+        """A one-line description of the cluster; raises BackendUnreachable."""
+
+    @abc.abstractmethod
+    def list_inventory(self) -> list[NodeInfo]:
+        """Every node with its labels and GPUs."""
+
+    @abc.abstractmethod
+    def pod_statuses(self) -> dict[str, PodStatus]:
+        """Every pod GPUPool created in this cluster, by name (other pods are not listed)."""
+
+    @abc.abstractmethod
+    def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        """Create the pod unless it exists; idempotent."""
+
+    @abc.abstractmethod
+    def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        """Ask the pod to stop (SIGTERM, then SIGKILL after the grace period).
+
+        Returns True once the pod is gone; callers call again on the next reconcile.
+        """
+
+    @abc.abstractmethod
+    def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
+        """The pod's recent stdout and stderr."""
+
+    def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
+        """Make the cluster hold exactly `desired`: create what is missing, delete the rest.
+
+        Pods that finished (Succeeded/Failed) but are still desired are left alone so that
+        their exit codes can be read; they are never created twice.
+        """
+        report = ReconcileReport(statuses=self.pod_statuses())
+        wanted = {spec.name: spec for spec in desired}
+        for name, status in list(report.statuses.items()):
+            if name not in wanted:
+                self._delete_into(report, status, grace_period_s)
+        for spec in desired:
+            if spec.name not in report.statuses:
+                self._create_into(report, spec)
+        return report
+
+    def _create_into(self, report: ReconcileReport, spec: PodSpec) -> None:
+        try:
+            report.statuses[spec.name] = self.ensure_pod(spec)
+            report.created.append(spec.name)
+        except BackendUnreachable:
+            raise
+        except BackendError as exc:
+            report.errors.append(f"create {spec.name}: {exc}")
+
+    def _delete_into(self, report: ReconcileReport, status: PodStatus, grace: int) -> None:
+        try:
+            gone = self.delete_pod(status, grace_period_s=grace)
+        except BackendUnreachable:
+            raise
+        except BackendError as exc:
+            report.errors.append(f"delete {status.name}: {exc}")
+            return
+        if gone:
+            report.statuses.pop(status.name, None)
+            report.deleted.append(status.name)
+        else:
+            status.terminating = True
+
+
+def get_backend(cluster: Cluster) -> Backend:
+    """The backend for a cluster row. Imports lazily: the kubernetes client is heavy."""
+    from clusters.models import Backend as Kind  # noqa: PLC0415 - models need apps ready
+
+    if cluster.backend == Kind.LOCAL:
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415
+
+        return LocalBackend(cluster)
+    if cluster.backend == Kind.SIMULATED:
+        from clusters.backends.simulated import SimulatedBackend  # noqa: PLC0415
+
+        return SimulatedBackend(cluster)
+    if cluster.backend == Kind.KUBERNETES:
+        from clusters.backends.kubernetes import KubernetesBackend  # noqa: PLC0415
+
+        return KubernetesBackend(cluster)
+    raise BackendError(f"Unknown backend {cluster.backend!r} for cluster {cluster.name}")
+
+
+def expand_vars(text: str, env: Mapping[str, Any]) -> str:
+    """Expand $(VAR) the way Kubernetes does: unknown names stay, $$ escapes a dollar."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2 : end]
+            out.append(str(env[name]) if name in env else text[i : end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

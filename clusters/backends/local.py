@@ -1,0 +1,280 @@
+"""This machine as a one-node cluster: each pod is a real process in its own process group.
+
+Like JupyterHub's LocalProcessSpawner. A pod's record lives in a small JSON file under
+var/local/<cluster>/pods/, so a restarted worker finds its processes again by pid and
+start time (a reused pid has another start time). Each process runs under a tiny shell
+wrapper that writes the exit code to a file, because only the process's parent can
+wait() for it and the parent may be a worker that has since restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from clusters.backends import (
+    Backend,
+    BackendError,
+    NodeInfo,
+    PodPhase,
+    PodSpec,
+    PodStatus,
+    expand_vars,
+)
+from clusters.backends.localgpus import local_gpus
+
+log = logging.getLogger(__name__)
+
+# The wrapper ignores SIGTERM itself (a trap with a command is reset to the default in the
+# child, unlike an empty trap) so that it survives to record the child's exit code.
+WRAPPER = 'trap : TERM INT; "$@"; code=$?; echo $code > "$GPUPOOL_EXIT_FILE"; exit $code'
+# Popen objects of processes this worker started, so that they are reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie has exited; only its exit status is left
+        return None
+    return fields[19]
+
+
+def _alive(pid: int, start_time: str) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        _CHILDREN.pop(pid, None)
+        return False
+    return _proc_start_time(pid) == start_time
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalBackend(Backend):
+    @property
+    def state_dir(self) -> Path:
+        path = Path(settings.VAR_DIR) / "local" / self.cluster.name / "pods"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def node_name(self) -> str:
+        return self.cluster.config.get("node_name") or socket.gethostname()
+
+    def workload_dir(self, workload_id: int) -> Path:
+        path = Path(settings.VAR_DIR) / "workloads" / str(workload_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # --- inventory -------------------------------------------------------------------------
+    def test_connection(self) -> str:
+        gpus = local_gpus()
+        return f"Local machine {self.node_name}: {os.cpu_count()} CPUs, {len(gpus)} GPUs"
+
+    def list_inventory(self) -> list[NodeInfo]:
+        labels = {self.cluster.node_pool_label: self.cluster.config.get("pool", "local")}
+        labels.update(self.cluster.config.get("labels", {}))
+        return [
+            NodeInfo(
+                name=self.node_name,
+                labels=labels,
+                cpu_cores=float(os.cpu_count() or 1),
+                memory_mib=_memory_mib(),
+                schedulable=True,
+                gpus=tuple(local_gpus()),
+            )
+        ]
+
+    # --- pods ------------------------------------------------------------------------------
+    def _record_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.json"
+
+    def _read(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, record: dict) -> None:
+        path = self._record_path(record["name"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)  # atomic: a reader never sees half a record
+
+    def pod_statuses(self) -> dict[str, PodStatus]:
+        statuses = {}
+        for path in sorted(self.state_dir.glob("*.json")):
+            record = self._read(path)
+            if record is not None:
+                statuses[record["name"]] = self._status(record)
+        return statuses
+
+    def _status(self, record: dict) -> PodStatus:
+        status = PodStatus(
+            name=record["name"],
+            namespace=record["namespace"],
+            workload_id=record["workload_id"],
+            pod_index=record["pod_index"],
+            endpoint=record.get("endpoint", ""),
+            backend_ref=f"{record['pid']}:{record['start_time']}",
+            node_name=self.node_name,
+            terminating=bool(record.get("terminating_since")),
+        )
+        if _alive(record["pid"], record["start_time"]):
+            status.phase = PodPhase.RUNNING
+            return status
+        code = _read_exit_code(Path(record["exit_file"]))
+        if code is None:
+            # Killed with the wrapper (SIGKILL, a reboot): no exit code was written.
+            status.phase, status.exit_code = PodPhase.FAILED, 137
+            status.message = "The process was killed."
+        else:
+            status.exit_code = code
+            status.phase = PodPhase.SUCCEEDED if code == 0 else PodPhase.FAILED
+        return status
+
+    def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        record = self._read(self._record_path(spec.name))
+        if record is not None:
+            return self._status(record)
+        return self._status(self._spawn(spec))
+
+    def _spawn(self, spec: PodSpec) -> dict:
+        """Start the pod's process: 1. environment and ports, 2. command, 3. record it."""
+        workdir = self.workload_dir(spec.workload_id)
+        env, endpoint = self._environment(spec, workdir)
+        command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
+        if not command:
+            raise BackendError(f"{spec.name} has no command to run locally")
+        log_path = workdir / f"pod-{spec.pod_index}.log"
+        with log_path.open("ab") as out:
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", WRAPPER, "gpupool-pod", *command],
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: stop signals reach all
+                )
+            except OSError as exc:
+                raise BackendError(f"cannot start {shlex.join(command)}: {exc}") from exc
+        _CHILDREN[proc.pid] = proc
+        record = {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "workload_id": spec.workload_id,
+            "pod_index": spec.pod_index,
+            "pid": proc.pid,
+            "start_time": _proc_start_time(proc.pid) or "gone",
+            "exit_file": env["GPUPOOL_EXIT_FILE"],
+            "log": str(log_path),
+            "endpoint": endpoint,
+            "command": command,
+            "terminating_since": None,
+        }
+        self._write(record)
+        log.info("started %s as pid %s: %s", spec.name, proc.pid, shlex.join(command))
+        return record
+
+    def _environment(self, spec: PodSpec, workdir: Path) -> tuple[dict[str, str], str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+        env.update({k: str(v) for k, v in spec.env.items()})
+        gpus = spec.gpu_indices if spec.shared_gpu_index is None else (spec.shared_gpu_index,)
+        # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only pod.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
+        exit_file = workdir / f".pod-{spec.pod_index}.exit"
+        exit_file.unlink(missing_ok=True)
+        env["GPUPOOL_EXIT_FILE"] = str(exit_file)
+        endpoint = ""
+        for number, port in enumerate(spec.ports):
+            host_port = _free_port()
+            env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(host_port)
+            if number == 0:
+                env["GPUPOOL_PORT"] = str(host_port)
+                endpoint = f"127.0.0.1:{host_port}"
+        return env, endpoint
+
+    def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        """SIGTERM the process group, SIGKILL it once the grace period is over."""
+        path = self._record_path(status.name)
+        record = self._read(path)
+        if record is None:
+            return True
+        pid, start = record["pid"], record["start_time"]
+        if _alive(pid, start):
+            if not record.get("terminating_since"):
+                record["terminating_since"] = time.time()
+                self._write(record)
+                _signal_group(pid, signal.SIGTERM)
+            if time.time() - record["terminating_since"] >= grace_period_s:
+                _signal_group(pid, signal.SIGKILL)
+            if not _wait_gone(pid, start, timeout=0.5):
+                return False
+        path.unlink(missing_ok=True)
+        return True
+
+    def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
+        # Named gp-<workload>-<pod>; the log outlives the pod's record.
+        _, workload_id, pod_index = name.rsplit("-", 2)
+        log_path = Path(settings.VAR_DIR) / "workloads" / workload_id / f"pod-{pod_index}.log"
+        return _tail(log_path, tail_lines)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def _wait_gone(pid: int, start_time: str, *, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid, start_time):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _read_exit_code(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 256 * 1024))
+            data = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _memory_mib() -> int:
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+    return int(pages * size // (1024 * 1024))

@@ -1,0 +1,225 @@
+"""Reconciliation: make a cluster hold the pods the database says, and read phases back.
+
+Level-triggered and idempotent: each pass compares the whole desired set with the whole
+observed set, so a lost message or a crashed worker is repaired by the next pass, and a
+second pass with nothing new changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.backends import (
+    Backend,
+    BackendUnreachable,
+    PodPhase,
+    PodStatus,
+    ReconcileReport,
+    get_backend,
+    pod_name,
+)
+from clusters.models import Cluster
+from clusters.podspecs import pod_specs_for
+from scheduling.lifecycle import workload_pods_released, workload_transition
+from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
+S = WorkloadState
+
+
+@dataclass(slots=True)
+class PassResult:
+    reachable: bool = True
+    created: int = 0
+    deleted: int = 0
+    transitions: list[str] = field(default_factory=list)
+    released: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def grace_period_s(cluster: Cluster) -> int:
+    default = getattr(settings, "GPUPOOL_POD_GRACE_PERIOD_S", 30)
+    return int(cluster.config.get("grace_period_s", default))
+
+
+def cluster_reconcile(cluster: Cluster, *, backend: Backend | None = None) -> PassResult:
+    """One pass, and a second at once when the first finished workloads, so that their
+    pods are deleted and their GPUs released without waiting for the next beat tick."""
+    backend = backend or get_backend(cluster)
+    result = reconcile_pass(cluster, backend)
+    if result.reachable and result.transitions:
+        second = reconcile_pass(cluster, backend)
+        result.created += second.created
+        result.deleted += second.deleted
+        result.released += second.released
+        result.transitions += second.transitions
+        result.errors += second.errors
+    return result
+
+
+def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
+    """1. observe the cluster; 2. requeue workloads whose pods vanished (node lost);
+    3. create missing pods, delete pods nobody wants; 4. record phases and endpoints;
+    5. release workloads whose pods are all gone; 6. move states from the phases seen."""
+    result = PassResult()
+    allocations = _allocations(cluster)
+    try:
+        observed = backend.pod_statuses()
+        by_workload = _group(allocations)
+        _requeue_lost(by_workload, observed, result)
+        desired = pod_specs_for(
+            [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster
+        )
+        report = backend.reconcile(desired, grace_period_s=grace_period_s(cluster))
+    except BackendUnreachable as exc:
+        cluster_mark_unreachable(cluster, str(exc))
+        result.reachable = False
+        result.errors.append(str(exc))
+        return result
+    result.created, result.deleted = len(report.created), len(report.deleted)
+    result.errors += report.errors
+    _record_statuses(allocations, report)
+    _release_finished(by_workload, report, result)
+    _apply_phases(by_workload, report, result)
+    cluster_mark_contacted(cluster, "; ".join(report.errors))
+    return result
+
+
+def _allocations(cluster: Cluster) -> list[PodAllocation]:
+    allocations = list(
+        PodAllocation.objects.filter(node__cluster=cluster)
+        .select_related("workload", "workload__project", "node")
+        .order_by("workload_id", "pod_index")
+    )
+    # One Workload instance per workload, so a transition is seen by all of its pods.
+    shared: dict[int, Workload] = {}
+    for allocation in allocations:
+        allocation.workload = shared.setdefault(allocation.workload_id, allocation.workload)
+    return allocations
+
+
+def _name(allocation: PodAllocation) -> str:
+    return pod_name(allocation.workload_id, allocation.pod_index)
+
+
+def _group(allocations: Iterable[PodAllocation]) -> dict[int, list[PodAllocation]]:
+    groups: dict[int, list[PodAllocation]] = defaultdict(list)
+    for allocation in allocations:
+        groups[allocation.workload_id].append(allocation)
+    return groups
+
+
+def _requeue_lost(
+    by_workload: dict[int, list[PodAllocation]], observed: dict[str, PodStatus], result: PassResult
+) -> None:
+    """A pod created before (it has a backend_ref) that the cluster no longer lists was
+    lost with its node: preempt the workload so that it is requeued, never recreated
+    silently on a node that may be gone."""
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.state not in ACTIVE_STATES:
+            continue
+        lost = [a for a in allocations if a.backend_ref and _name(a) not in observed]
+        if lost:
+            names = ", ".join(f"{a.node.name}" for a in lost)
+            workload_transition(
+                workload, S.PREEMPTED, reason="PodLost", message=f"Pods vanished on {names}."
+            )
+            result.transitions.append(f"{workload.pk}:preempted")
+
+
+def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) -> None:
+    changed = []
+    for allocation in allocations:
+        status = report.statuses.get(_name(allocation))
+        if status is None:
+            continue
+        phase = "Terminating" if status.terminating else str(status.phase)
+        new = (phase, status.endpoint or allocation.endpoint, status.backend_ref)
+        if new != (allocation.phase, allocation.endpoint, allocation.backend_ref):
+            allocation.phase, allocation.endpoint, allocation.backend_ref = new
+            changed.append(allocation)
+    if changed:
+        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref"])
+
+
+def _release_finished(
+    by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
+) -> None:
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.state in ACTIVE_STATES:
+            continue
+        if any(_name(a) in report.statuses for a in allocations):
+            continue  # still shutting down: its GPUs stay taken
+        workload_pods_released(workload)
+        result.released += 1
+        _request_cycle()
+
+
+def _apply_phases(
+    by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
+) -> None:
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.state not in ACTIVE_STATES:
+            continue
+        statuses = [report.statuses.get(_name(a)) for a in allocations]
+        moved = _workload_from_phases(workload, [s for s in statuses if s is not None])
+        if moved:
+            result.transitions.append(f"{workload.pk}:{workload.state}")
+
+
+def _workload_from_phases(workload: Workload, statuses: list[PodStatus]) -> bool:
+    """Failed if any pod failed; succeeded when all did; running when all run."""
+    failed = [s for s in statuses if s.phase == PodPhase.FAILED]
+    if failed:
+        first = failed[0]
+        message = first.message or f"Pod {first.pod_index} exited with code {first.exit_code}."
+        workload_transition(
+            workload, S.FAILED, reason="PodFailed", message=message, exit_code=first.exit_code
+        )
+        return True
+    if not statuses or len(statuses) < workload.allocations.count():
+        return False
+    if all(s.phase == PodPhase.SUCCEEDED for s in statuses):
+        workload_transition(workload, S.SUCCEEDED, reason="Completed", exit_code=0)
+        return True
+    running = all(s.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for s in statuses)
+    if running and workload.state == S.ADMITTED:
+        workload_transition(workload, S.RUNNING, reason="Started", message="All pods run.")
+        return True
+    return False
+
+
+def _request_cycle() -> None:
+    """Freed GPUs may let pending work in: ask the scheduling cycle to run soon."""
+    try:
+        from scheduling.tasks import request_cycle  # noqa: PLC0415 - may not exist yet
+    except ImportError:
+        return
+    transaction.on_commit(request_cycle)
+
+
+def cluster_mark_unreachable(cluster: Cluster, error: str) -> None:
+    log.warning("cluster %s unreachable: %s", cluster.name, error)
+    Cluster.objects.filter(pk=cluster.pk).update(reachable=False, last_error=error[:2000])
+    cluster.reachable, cluster.last_error = False, error
+
+
+def cluster_mark_contacted(cluster: Cluster, error: str = "") -> None:
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(
+        reachable=True, last_contact_at=now, last_error=error[:2000]
+    )
+    cluster.reachable, cluster.last_contact_at, cluster.last_error = True, now, error

@@ -1,0 +1,64 @@
+"""Celery entry points of the clusters app: take ids, call services."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.core.cache import cache
+from django.db import transaction
+
+from clusters.backends import BackendUnreachable
+from clusters.inventory import inventory_sync
+from clusters.models import Cluster
+from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
+
+log = logging.getLogger(__name__)
+LOCK_TTL_S = 300
+
+
+def _single_flight(key: str) -> bool:
+    """Two reconciles of one cluster at once would both create the same missing pod:
+    claim the cluster with cache.add (atomic on Redis and the file cache) first."""
+    return cache.add(key, "1", LOCK_TTL_S)
+
+
+@shared_task(ignore_result=True)
+def reconcile_cluster(cluster_id: int) -> dict | None:
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
+    if cluster is None:
+        return None
+    key = f"gpupool:reconcile:{cluster_id}"
+    if not _single_flight(key):
+        log.info("reconcile of %s already running; skipped", cluster.name)
+        return None
+    try:
+        result = cluster_reconcile(cluster)
+    finally:
+        cache.delete(key)
+    return {"created": result.created, "deleted": result.deleted, "errors": result.errors}
+
+
+@shared_task(ignore_result=True)
+def reconcile_all() -> None:
+    for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
+        transaction.on_commit(lambda cid=cluster_id: reconcile_cluster.delay(cid))
+
+
+@shared_task(ignore_result=True)
+def sync_inventory(cluster_id: int) -> dict | None:
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
+    if cluster is None:
+        return None
+    try:
+        result = inventory_sync(cluster)
+    except BackendUnreachable as exc:
+        cluster_mark_unreachable(cluster, str(exc))
+        return None
+    return {"nodes": result.nodes, "gpus": result.gpus, "vanished": result.vanished}
+
+
+@shared_task(ignore_result=True)
+def sync_all_inventories() -> None:
+    for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
+        transaction.on_commit(lambda cid=cluster_id: sync_inventory.delay(cid))
