@@ -9,7 +9,7 @@ the whole statement is discarded and nothing moves.
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import starvation_key
-from scheduling.engine.actions.victims import Victim, VictimIndex, make_room
+from scheduling.engine.actions.victims import Candidates, VictimIndex, VictimRule, make_room
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.types import EvictionReason, Workload
 
@@ -23,7 +23,6 @@ def consolidate(ctx: Context) -> None:
     index = VictimIndex(ctx, lambda wl: _movable(ctx, wl))
     if not index.by_queue:
         return
-    by_pool: dict[str, dict[int, list[Victim]]] = {}
     waiting = [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed]
     waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
     attempts = 0
@@ -34,10 +33,7 @@ def consolidate(ctx: Context) -> None:
             if not _fits_in_total(ctx, wl, pool) or ctx.quota_block(wl, pool) is not None:
                 continue
             attempts += 1
-            if pool not in by_pool:
-                movable = [v for qid in sorted(index.by_queue) for v in index.live(qid, pool)]
-                by_pool[pool] = index.by_node(movable)
-            if _plan(ctx, wl, pool, by_pool[pool]):
+            if _plan(ctx, wl, pool, index.pool(pool)):
                 break
 
 
@@ -51,7 +47,7 @@ def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:
     return bool(models) and 0 < whole <= ctx.state.free_whole(pool, models)
 
 
-def _plan(ctx: Context, wl: Workload, pool: str, candidates: dict[int, list[Victim]]) -> bool:
+def _plan(ctx: Context, wl: Workload, pool: str, candidates: Candidates) -> bool:
     """Make room for wl, then re-place every moved workload; all or nothing."""
     mark = ctx.stmt.mark()
     found = make_room(
@@ -59,7 +55,7 @@ def _plan(ctx: Context, wl: Workload, pool: str, candidates: dict[int, list[Vict
         wl,
         pool,
         candidates,
-        lambda v: v.id not in ctx.stmt.admitted,
+        VictimRule(lambda v: v.wl.id not in ctx.stmt.admitted),
         EvictionReason.CONSOLIDATE,
         ctx.config.max_consolidation_moves,
     )

@@ -8,7 +8,13 @@ newcomer once they are gone. Runs after reclaim: it costs the project its own wo
 from __future__ import annotations
 
 from scheduling.engine.actions.reclaim import Failures
-from scheduling.engine.actions.victims import VictimIndex, make_room
+from scheduling.engine.actions.victims import (
+    Candidates,
+    Victim,
+    VictimIndex,
+    VictimRule,
+    make_room,
+)
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.types import EvictionReason, Workload
@@ -45,15 +51,15 @@ def _try_preempt(
         failures.add(key, wl, need)
         return False
 
-    def eligible(victim: Workload) -> bool:
-        return victim.queue_id == wl.queue_id and victim.priority < wl.priority
+    def eligible(victim: Victim) -> bool:
+        return victim.wl.queue_id == wl.queue_id and victim.wl.priority < wl.priority
 
     found = make_room(
         ctx,
         wl,
         pool,
-        index.by_node(victims),
-        eligible,
+        Candidates.of(victims),
+        VictimRule(eligible),
         EvictionReason.PREEMPT,
         MAX_VICTIMS,
         ready=lambda: ctx.quota_block(wl, pool) is None,

@@ -14,7 +14,7 @@ level: for queues in different departments the departments are compared too.
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import starvation_key
-from scheduling.engine.actions.victims import Eligible, VictimIndex, held_gpus, make_room
+from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.types import EvictionReason, Workload
@@ -67,25 +67,33 @@ def _try_reclaim(
         return False
     if ctx.quota_block(wl, pool) is not None:
         return False
-    donors = [
-        qid
-        for qid in sorted(index.by_queue)
-        if qid != wl.queue_id and ctx.ledger.get(qid, pool) > ctx.fair_share(qid, pool) + EPS
-    ]
-    victims = [v for qid in donors for v in index.live(qid, pool)]
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
-    if free + sum(v.gpus[pool] for v in victims) < need - EPS:
+    if free + _over_share(ctx, wl.queue_id, pool, index) < need - EPS:
         failures.add(key, wl, need)
         return False
-    eligible = _victim_rule(ctx, wl, pool)
     found = make_room(
-        ctx, wl, pool, index.by_node(victims), eligible, EvictionReason.RECLAIM, MAX_VICTIMS
+        ctx,
+        wl,
+        pool,
+        index.pool(pool),
+        ReclaimRule(ctx, wl, pool),
+        EvictionReason.RECLAIM,
+        MAX_VICTIMS,
     )
     if found is None:
         failures.add(key, wl, need)
         return False
     ctx.admit(wl, pool, found[1])
     return True
+
+
+def _over_share(ctx: Context, queue_id: str, pool: str, index: VictimIndex) -> float:
+    """GPUs other queues hold above their fair share: the most reclaim could free."""
+    total = 0.0
+    for qid in index.by_queue:
+        if qid != queue_id:
+            total += max(ctx.ledger.get(qid, pool) - ctx.fair_share(qid, pool), 0.0)
+    return total
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
@@ -95,26 +103,36 @@ def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
     return after <= limit + EPS
 
 
-def _victim_rule(ctx: Context, wl: Workload, pool: str) -> Eligible:
+class ReclaimRule(Rule):
     """A victim is fair game when every queue on its side of the tree stays at or above
     its fair share without it, and every queue on the reclaimer's side stays within its
     own share with the new workload."""
-    mine = ctx.ledger.chain(wl.queue_id)
-    need = ctx.gpu_need(wl, pool)
 
-    def eligible(victim: Workload) -> bool:
-        theirs = ctx.ledger.chain(victim.queue_id)
-        if victim.queue_id == wl.queue_id or not victim.preemptible:
+    def __init__(self, ctx: Context, wl: Workload, pool: str) -> None:
+        self.ctx, self.wl, self.pool = ctx, wl, pool
+        need = ctx.gpu_need(wl, pool)
+        # Evicting other queues' work never changes the reclaimer's side: check it once.
+        self.fits = {
+            qid: ctx.ledger.get(qid, pool) + need <= ctx.fair_share(qid, pool) + EPS
+            for qid in ctx.ledger.chain(wl.queue_id)
+        }
+
+    def _their_side(self, queue_id: str) -> list[str]:
+        return [qid for qid in self.ctx.ledger.chain(queue_id) if qid not in self.fits]
+
+    def queue_ok(self, queue_id: str) -> bool:
+        if queue_id == self.wl.queue_id:
             return False
-        freed = held_gpus(ctx, victim.id, pool)
-        for qid in theirs:
-            left = ctx.ledger.get(qid, pool) - freed
-            if qid not in mine and left < ctx.fair_share(qid, pool) - EPS:
-                return False
-        return all(
-            ctx.ledger.get(qid, pool) + need <= ctx.fair_share(qid, pool) + EPS
-            for qid in mine
-            if qid not in theirs
-        )
+        theirs = self.ctx.ledger.chain(queue_id)
+        if not all(ok for qid, ok in self.fits.items() if qid not in theirs):
+            return False
+        return all(self._above_share(qid, 0.0) for qid in self._their_side(queue_id))
 
-    return eligible
+    def victim_ok(self, victim: Victim) -> bool:
+        freed = victim.gpus.get(self.pool, 0.0)
+        return all(self._above_share(qid, freed) for qid in self._their_side(victim.wl.queue_id))
+
+    def _above_share(self, queue_id: str, freed: float) -> bool:
+        left = self.ctx.ledger.get(queue_id, self.pool) - freed
+        share = self.ctx.fair_share(queue_id, self.pool)
+        return left > share + EPS if freed == 0 else left >= share - EPS

@@ -6,19 +6,22 @@ node by node: each round picks the node where the cheapest eligible victims free
 block big enough for the largest pod, evicts them, and tries the placement again. This
 evicts far fewer workloads than taking victims in global cost order, which scatters the
 freed GPUs over many nodes.
+
+The search walks victims in cost order and looks only at the nodes they hold; once the
+next victim alone costs more than the best plan found, no unseen node can do better
+(each of its victims costs at least as much), so the search stops there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from scheduling.engine.context import Context
 from scheduling.engine.state import GpuState, NodeState, PodSlot
 from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
-
-Eligible = Callable[[Workload], bool]
 
 
 def victim_cost(wl: Workload, gpus: float, now: float) -> tuple[float, int, float, str]:
@@ -28,15 +31,6 @@ def victim_cost(wl: Workload, gpus: float, now: float) -> tuple[float, int, floa
     if wl.last_checkpoint_time is not None:
         since = max(started, wl.last_checkpoint_time)
     return (gpus * max(now - since, 0.0), wl.priority, -started, wl.id)
-
-
-def held_gpus(ctx: Context, wid: str, pool: str | None = None) -> float:
-    """GPUs a workload holds now (in one pool, or in all)."""
-    return sum(
-        slot_amounts(s)[0]
-        for s in ctx.state.slots.get(wid, ())
-        if pool is None or s.node.pool == pool
-    )
 
 
 @dataclass(slots=True, eq=False)
@@ -49,19 +43,65 @@ class Victim:
     nodes: tuple[int, ...]
 
 
-class VictimIndex:
-    """Running workloads that could be evicted, per queue, cheapest first."""
+class Rule:
+    """Who may be evicted in one search. queue_ok is a coarse test of a whole queue,
+    asked once per search (nothing is evicted while searching); victim_ok tests one
+    victim of an accepted queue just before it is used."""
 
-    def __init__(self, ctx: Context, admissible: Eligible) -> None:
+    def queue_ok(self, queue_id: str) -> bool:
+        return True
+
+    def victim_ok(self, victim: Victim) -> bool:
+        return True
+
+
+class VictimRule(Rule):
+    """A rule from a victim test alone."""
+
+    def __init__(self, test: Callable[[Victim], bool]) -> None:
+        self.test = test
+
+    def victim_ok(self, victim: Victim) -> bool:
+        return self.test(victim)
+
+
+@dataclass(slots=True, eq=False)
+class Candidates:
+    """Victims of one search, in cost order per queue and per node."""
+
+    by_queue: dict[str, list[Victim]] = field(default_factory=dict)
+    per_node: dict[int, list[Victim]] = field(default_factory=dict)
+
+    @staticmethod
+    def of(victims: Iterable[Victim]) -> Candidates:
+        found = Candidates()
+        for victim in sorted(victims, key=_cost):
+            found.by_queue.setdefault(victim.wl.queue_id, []).append(victim)
+            for order in victim.nodes:
+                found.per_node.setdefault(order, []).append(victim)
+        found.by_queue = dict(sorted(found.by_queue.items()))
+        return found
+
+
+def _cost(victim: Victim) -> tuple[float, int, float, str]:
+    return victim.cost
+
+
+class VictimIndex:
+    """Running workloads that could be evicted, per queue and per pool, cheapest first."""
+
+    def __init__(self, ctx: Context, admissible: Callable[[Workload], bool]) -> None:
         self.ctx = ctx
         self.by_queue: dict[str, list[Victim]] = {}
-        for wl in ctx.workloads.values():
-            if wl.placement is None or wl.id not in ctx.state.slots or not admissible(wl):
+        self._pools: dict[str, Candidates] = {}
+        for wid in sorted(ctx.state.slots):
+            wl = ctx.workloads.get(wid)
+            if wl is None or wl.placement is None or not admissible(wl):
                 continue
             gpus: dict[str, float] = {}
-            for slot in ctx.state.slots[wl.id]:
+            for slot in ctx.state.slots[wid]:
                 gpus[slot.node.pool] = gpus.get(slot.node.pool, 0.0) + slot_amounts(slot)[0]
-            nodes = tuple(sorted({s.node.order for s in ctx.state.slots[wl.id]}))
+            nodes = tuple(sorted({s.node.order for s in ctx.state.slots[wid]}))
             cost = victim_cost(wl, sum(gpus.values()), ctx.now)
             self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes))
         for victims in self.by_queue.values():
@@ -74,21 +114,21 @@ class VictimIndex:
             v for v in self.by_queue.get(queue_id, ()) if pool in v.gpus and v.wl.id not in evicted
         ]
 
-    def by_node(self, victims: list[Victim]) -> dict[int, list[Victim]]:
-        """Victims grouped by the nodes they hold, each group cheapest first."""
-        grouped: dict[int, list[Victim]] = {}
-        for victim in sorted(victims, key=lambda v: v.cost):
-            for order in victim.nodes:
-                grouped.setdefault(order, []).append(victim)
-        return grouped
+    def pool(self, pool: str) -> Candidates:
+        """Every victim holding GPUs in the pool (built once per phase)."""
+        if pool not in self._pools:
+            self._pools[pool] = Candidates.of(
+                v for victims in self.by_queue.values() for v in victims if pool in v.gpus
+            )
+        return self._pools[pool]
 
 
 def make_room(
     ctx: Context,
     wl: Workload,
     pool: str,
-    candidates: dict[int, list[Victim]],
-    eligible: Eligible,
+    candidates: Candidates,
+    rule: Rule,
     reason: EvictionReason,
     max_victims: int,
     ready: Callable[[], bool] = lambda: True,
@@ -108,14 +148,14 @@ def make_room(
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
                 return evicted, slots
-        batch = _cheapest_batch(ctx, pool, models, need, candidates, eligible)
+        batch = _cheapest_batch(ctx, pool, models, need, candidates, rule)
         if not batch or len(evicted) + len(batch) > max_victims:
             break
         for victim in batch:
-            if not eligible(victim):
+            if not (rule.queue_ok(victim.wl.queue_id) and rule.victim_ok(victim)):
                 break  # earlier evictions of this batch changed the victim's standing
-            ctx.stmt.evict(victim, reason, wl.id)
-            evicted.append(victim)
+            ctx.stmt.evict(victim.wl, reason, wl.id)
+            evicted.append(victim.wl)
     ctx.stmt.discard(mark)
     return None
 
@@ -125,44 +165,57 @@ def _cheapest_batch(
     pool: str,
     models: list[str],
     need: int,
-    candidates: dict[int, list[Victim]],
-    eligible: Eligible,
-) -> list[Workload]:
+    candidates: Candidates,
+    rule: Rule,
+) -> list[Victim]:
+    """The cheapest set of victims on one node that frees `need` devices there."""
+    ok = {qid: rule.queue_ok(qid) for qid in candidates.by_queue}
+    streams = [victims for qid, victims in candidates.by_queue.items() if ok[qid]]
+    evicted = ctx.stmt.evicted
+
+    def usable(victim: Victim) -> bool:
+        return ok[victim.wl.queue_id] and victim.wl.id not in evicted and rule.victim_ok(victim)
+
     best: tuple[tuple[float, int, int], list[Victim]] | None = None
-    for order, victims in candidates.items():
-        node = ctx.state.nodes[order]
-        if node.pool != pool or not node.schedulable:
+    seen: set[int] = set()
+    for victim in heapq.merge(*streams, key=_cost):
+        if best is not None and (victim.cost[0], 1) >= best[0][:2]:
+            break  # every unseen node's plan costs at least this victim
+        if not usable(victim):
             continue
-        found = _node_batch(ctx, node, models, need, victims, eligible)
-        if found is None:
-            continue
-        cost = (sum(v.cost[0] for v in found), len(found), order)
-        if best is None or cost < best[0]:
-            best = (cost, found)
-    return [] if best is None else [v.wl for v in best[1]]
+        for order in victim.nodes:
+            node = ctx.state.nodes[order]
+            if order in seen or node.pool != pool or not node.schedulable:
+                continue
+            seen.add(order)
+            found = _node_batch(node, models, need, candidates.per_node[order], usable, ctx)
+            if found is not None:
+                cost = (sum(v.cost[0] for v in found), len(found), order)
+                if best is None or cost < best[0]:
+                    best = (cost, found)
+    return [] if best is None else best[1]
 
 
 def _node_batch(
-    ctx: Context,
     node: NodeState,
     models: list[str],
     need: int,
     victims: list[Victim],
-    eligible: Eligible,
+    usable: Callable[[Victim], bool],
+    ctx: Context,
 ) -> list[Victim] | None:
-    """The cheapest eligible victims on a node whose eviction leaves `need` free devices."""
+    """The cheapest usable victims on a node whose eviction leaves `need` free devices."""
     free = {m: node.free_by_model.get(m, 0) for m in models}
     if need == 0 or max(free.values(), default=0) >= need:
         return None  # room is there already; what blocks is not this node's GPUs
     chosen: list[Victim] = []
     gone: set[str] = set()
     for victim in victims:
-        wid = victim.wl.id
-        if wid in ctx.stmt.evicted or not eligible(victim.wl):
+        if not usable(victim):
             continue
         chosen.append(victim)
-        gone.add(wid)
-        for gpu in _devices_on(ctx, wid, node):
+        gone.add(victim.wl.id)
+        for gpu in _devices_on(ctx, victim.wl.id, node):
             if gpu.model in free and _all_holders_gone(gpu, gone):
                 free[gpu.model] += 1
         if max(free.values()) >= need:
