@@ -1,4 +1,5 @@
-"""ASGI entry point (uvicorn). The workspaces app wraps it to proxy Jupyter's WebSockets."""
+"""ASGI entry point (uvicorn). Django serves everything except `/workspaces/<id>/lab/...`,
+which the workspace proxy forwards (HTTP and WebSocket) to the workspace's tool."""
 
 from __future__ import annotations
 
@@ -7,4 +8,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from workspaces.proxy import WorkspaceProxy  # noqa: E402 - needs Django set up first
+
+application = WorkspaceProxy(django_application)

@@ -1,0 +1,168 @@
+"""Idle culling: warn, then stop, workspaces nobody uses.
+
+A workspace is idle when its GPUs stayed under the policy's utilisation threshold and
+Jupyter saw no kernel, terminal or request activity (`/api/status` last_activity) for the
+policy's window. A busy kernel (a long training cell) is never idle, whatever the clock
+says. Time comes in as `now`, so tests and the beat task decide it, not the wall clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.metrics.models import GpuSample
+from clusters.tasks import reconcile_cluster
+from portal.audit import audit_log
+from scheduling.lifecycle import workload_event, workload_transition
+from scheduling.models import WorkloadState
+from workspaces.jupyter import JupyterActivity, jupyter_activity
+from workspaces.models import IdlePolicy, IdleState, Workspace
+from workspaces.selectors import idle_policy_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CullDecision:
+    action: str  # keep | warn | stop | skip
+    reason: str
+    idle_minutes: float = 0.0
+
+
+def idle_decision(
+    *,
+    now: datetime,
+    policy: IdlePolicy,
+    activity: JupyterActivity | None,
+    active_since: datetime,
+    gpu_busy: bool,
+    warned: bool,
+) -> CullDecision:
+    """What to do with one running workspace; pure, so each rule is tested alone.
+
+    `active_since` is the latest of: the pod's start, the last "keep running" click.
+    """
+    if activity is None:
+        return CullDecision("skip", "Jupyter did not answer; never stop what we cannot see.")
+    if activity.busy_kernels:
+        return CullDecision("keep", f"{activity.busy_kernels} kernel(s) busy.")
+    if gpu_busy:
+        return CullDecision("keep", "Its GPUs are in use.")
+    last = max(t for t in (activity.last_activity, active_since) if t is not None)
+    idle_min = max(0.0, (now - last).total_seconds() / 60)
+    if idle_min >= policy.stop_after_min:
+        return CullDecision("stop", f"Idle for {idle_min:.0f} minutes.", idle_min)
+    if idle_min >= policy.warn_after_min:
+        action = "keep" if warned else "warn"
+        return CullDecision(action, f"Idle for {idle_min:.0f} minutes.", idle_min)
+    return CullDecision("keep", "In use.", idle_min)
+
+
+def gpu_busy(workspace: Workspace, *, now: datetime, policy: IdlePolicy) -> bool:
+    """Any sample of its GPUs at or over the threshold within the warning window.
+
+    Without samples (CPU-only, no agent) only Jupyter's activity counts.
+    """
+    since = now - timedelta(minutes=policy.warn_after_min)
+    return GpuSample.objects.filter(
+        workload_id=workspace.workload_id,
+        ts__gte=since,
+        ts__lte=now,
+        util_pct__gte=policy.gpu_util_threshold_pct,
+    ).exists()
+
+
+def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision:
+    """Probe one running workspace and act on the decision."""
+    policy = idle_policy_for(workspace.workload.project)
+    if policy is None:
+        return CullDecision("skip", "No idle policy applies.")
+    activity = jupyter_activity(workspace)
+    workload = workspace.workload
+    starts = [t for t in (workload.started_at, workload.admitted_at, workspace.kept_alive_at) if t]
+    decision = idle_decision(
+        now=now,
+        policy=policy,
+        activity=activity,
+        active_since=max(starts) if starts else now,
+        gpu_busy=gpu_busy(workspace, now=now, policy=policy),
+        warned=workspace.idle_state == IdleState.WARNED,
+    )
+    _apply(workspace, decision, policy, activity, now)
+    return decision
+
+
+def _apply(
+    workspace: Workspace,
+    decision: CullDecision,
+    policy: IdlePolicy,
+    activity: JupyterActivity | None,
+    now: datetime,
+) -> None:
+    with transaction.atomic():
+        workspace.checked_at = now
+        if activity is not None and activity.last_activity is not None:
+            workspace.last_activity_at = activity.last_activity
+        if decision.action == "warn":
+            _warn(workspace, decision, policy, now)
+        elif decision.action == "stop":
+            _stop(workspace, decision)
+        elif decision.action == "keep" and decision.idle_minutes < policy.warn_after_min:
+            # Used again after a warning: the warning no longer holds.
+            workspace.idle_state, workspace.warned_at = IdleState.ACTIVE, None
+        workspace.save()
+
+
+def _warn(workspace: Workspace, decision: CullDecision, policy: IdlePolicy, now: datetime) -> None:
+    workspace.idle_state, workspace.warned_at = IdleState.WARNED, now
+    workload_event(
+        workspace.workload,
+        type="warning",
+        reason="IdleWarning",
+        message=(
+            f"{decision.reason} It will be stopped after {policy.stop_after_min} idle minutes "
+            "unless someone keeps it running."
+        ),
+    )
+
+
+def _stop(workspace: Workspace, decision: CullDecision) -> None:
+    """Stopped by the platform (no acting user): the state change, an audit row, then the
+    cluster is told to delete the pod once this commits."""
+    workload = workspace.workload
+    workload_transition(
+        workload, WorkloadState.STOPPED, reason="IdleCulled", message=decision.reason
+    )
+    workspace.idle_state = IdleState.CULLED
+    audit_log(
+        actor=None,
+        action="workspace_cull",
+        obj=workspace,
+        after={"reason": decision.reason},
+        department=workload.project.department,
+    )
+    cluster_ids = set(workload.allocations.values_list("node__cluster_id", flat=True))
+    for cluster_id in sorted(cluster_ids):
+        transaction.on_commit(lambda cid=cluster_id: reconcile_cluster.delay(cid))
+
+
+def workspaces_cull(*, now: datetime | None = None) -> dict[str, int]:
+    """Check every running workspace once; returns how many got each action."""
+    now = now or timezone.now()
+    counts: dict[str, int] = {}
+    running = Workspace.objects.filter(workload__state=WorkloadState.RUNNING).select_related(
+        "workload__project__department"
+    )
+    for workspace in running:
+        try:
+            action = workspace_cull_check(workspace, now=now).action
+        except Exception:  # one broken workspace must not stop the others being checked
+            log.exception("idle check of workspace %s failed", workspace.workload_id)
+            action = "error"
+        counts[action] = counts.get(action, 0) + 1
+    return counts

@@ -1,0 +1,68 @@
+"""Asking a workspace's Jupyter server how it is: does it answer, when was it last used,
+is a kernel busy. Used by the workspace page and by idle culling."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+
+from workspaces.models import Workspace
+from workspaces.selectors import workspace_upstream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JupyterActivity:
+    last_activity: datetime | None
+    kernels: int
+    busy_kernels: int
+
+
+def tool_url(workspace: Workspace, upstream: str, path: str = "") -> str:
+    return f"http://{upstream}/workspaces/{workspace.workload_id}/lab/{path}"
+
+
+def auth_headers(workspace: Workspace) -> dict[str, str]:
+    return {"Authorization": f"token {workspace.token}"}
+
+
+def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
+    upstream = workspace_upstream(workspace)
+    if upstream is None:
+        return False
+    try:
+        response = httpx.get(
+            tool_url(workspace, upstream, "api/status"),
+            headers=auth_headers(workspace),
+            timeout=timeout,
+        )
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterActivity | None:
+    """Jupyter's own view of its use, or None when it cannot be asked (not running, down)."""
+    upstream = workspace_upstream(workspace)
+    if upstream is None:
+        return None
+    try:
+        with httpx.Client(headers=auth_headers(workspace), timeout=timeout) as client:
+            status = client.get(tool_url(workspace, upstream, "api/status"))
+            kernels = client.get(tool_url(workspace, upstream, "api/kernels"))
+            status.raise_for_status()
+            kernels.raise_for_status()
+    except httpx.HTTPError as exc:
+        log.warning("workspace %s: Jupyter did not answer: %s", workspace.workload_id, exc)
+        return None
+    last = status.json().get("last_activity")
+    states = [kernel.get("execution_state") for kernel in kernels.json()]
+    return JupyterActivity(
+        last_activity=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
+        kernels=len(states),
+        busy_kernels=sum(1 for state in states if state == "busy"),
+    )

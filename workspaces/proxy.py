@@ -1,0 +1,233 @@
+"""The authenticated reverse proxy in front of workspace tools, as ASGI middleware.
+
+`/workspaces/<id>/lab/...` (HTTP and WebSocket; Jupyter's kernels speak WebSocket) goes to
+the workspace's tool; everything else goes to Django. Every HTTP request and every
+WebSocket handshake is checked against the portal's session: only the owner, or the
+project's members when the owner shares it, get through. The tool's token is added here,
+server-side, so the browser never holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from workspaces import proxy_auth
+
+log = logging.getLogger(__name__)
+
+LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|$)")
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself.
+DROP_REQUEST = {
+    "host",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "proxy-authorization",
+    "proxy-connection",
+    "authorization",
+    "cookie",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+}
+DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "upgrade", "trailer"}
+
+Scope = dict[str, Any]
+
+
+@dataclass
+class WorkspaceProxy:
+    """Wraps the Django ASGI application."""
+
+    app: Any
+    client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        match = LAB_PATH.match(scope.get("path", ""))
+        if match is None:
+            return await self.app(scope, receive, send)
+        access = await proxy_auth.authorize(
+            scope["headers"], int(match["id"]), scope.get("path", "")
+        )
+        if scope["type"] == "websocket":
+            return await proxy_websocket(scope, receive, send, access)
+        return await self.proxy_http(scope, receive, send, access)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        # Django's handler does not speak lifespan; the proxy uses it for its HTTP client.
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._client()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.client is not None:
+                    await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.client is None:
+            timeout = httpx.Timeout(120.0, connect=5.0)
+            self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+        return self.client
+
+    async def proxy_http(
+        self, scope: Scope, receive: Any, send: Any, access: proxy_auth.Access
+    ) -> None:
+        if not access.allowed:
+            return await send_refusal(send, access)
+        body = await read_body(receive)
+        request = self._client().build_request(
+            scope["method"],
+            upstream_url("http", access.upstream, scope),
+            headers=upstream_headers(scope, access),
+            content=body,
+        )
+        try:
+            response = await self._client().send(request, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("workspace proxy: %s unreachable: %s", access.upstream, exc)
+            refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
+            return await send_refusal(send, refusal)
+        try:
+            await relay_response(response, send, access.token)
+        finally:
+            await response.aclose()
+
+
+async def read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def upstream_url(scheme: str, upstream: str, scope: Scope) -> str:
+    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{scheme}://{upstream}{path}" + (f"?{query}" if query else "")
+
+
+def upstream_headers(scope: Scope, access: proxy_auth.Access) -> list[tuple[str, str]]:
+    headers = []
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin-1").lower()
+        if name not in DROP_REQUEST:
+            headers.append((name, raw_value.decode("latin-1")))
+        elif name == "cookie":
+            # The portal's own cookies (session, CSRF) are none of the tool's business.
+            kept = proxy_auth.cookies_without_portal(raw_value.decode("latin-1"))
+            if kept:
+                headers.append(("cookie", kept))
+    headers.append(("host", access.upstream))
+    headers.append(("authorization", f"token {access.token}"))
+    return headers
+
+
+async def relay_response(response: httpx.Response, send: Any, token: str) -> None:
+    headers = [
+        (name.lower(), value)
+        for name, value in response.headers.raw
+        if name.decode("latin-1").lower() not in DROP_RESPONSE
+    ]
+    content_type = response.headers.get("content-type", "")
+    if content_type.startswith("text/html") and "content-encoding" not in response.headers:
+        # JupyterLab writes its token into the page's config; the browser does not need it
+        # (the proxy authenticates every request), so it never reaches the user.
+        body = b"".join([chunk async for chunk in response.aiter_raw()])
+        body = body.replace(token.encode(), b"")
+        headers = [(n, v) for n, v in headers if n != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    async for chunk in response.aiter_raw():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
+    headers = [(b"content-type", b"text/html; charset=utf-8")]
+    if access.location:
+        headers.append((b"location", access.location.encode()))
+    body = proxy_auth.refusal_page(access).encode()
+    await send({"type": "http.response.start", "status": access.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def proxy_websocket(scope: Scope, receive: Any, send: Any, access: proxy_auth.Access) -> None:
+    """Checks the handshake, then pumps frames both ways until either side closes."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if not access.allowed:
+        # Closing before accepting makes the server answer the handshake with HTTP 403.
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    headers = [(n, v) for n, v in upstream_headers(scope, access) if n != "host"]
+    try:
+        upstream = await connect(
+            upstream_url("ws", access.upstream, scope),
+            additional_headers=headers,
+            subprotocols=scope.get("subprotocols") or None,
+            max_size=None,
+            open_timeout=15,
+        )
+    except Exception as exc:  # refused, unreachable, timed out: the handshake fails
+        log.warning("workspace proxy: WebSocket to %s failed: %s", access.upstream, exc)
+        await send({"type": "websocket.close", "code": 1011})
+        return
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    await pump(upstream, receive, send)
+
+
+async def pump(upstream: ClientConnection, receive: Any, send: Any) -> None:
+    async def client_to_upstream() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("text") if message.get("text") is not None else message["bytes"]
+            await upstream.send(data)
+
+    async def upstream_to_client() -> None:
+        try:
+            async for data in upstream:
+                key = "text" if isinstance(data, str) else "bytes"
+                await send({"type": "websocket.send", key: data})
+        except ConnectionClosed:
+            pass
+        await send({"type": "websocket.close", "code": upstream.close_code or 1000})
+
+    tasks = [asyncio.create_task(client_to_upstream()), asyncio.create_task(upstream_to_client())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        # Collect the tasks' errors (a send after the browser left): they end the session.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await upstream.close()

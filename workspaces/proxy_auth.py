@@ -1,0 +1,81 @@
+"""Who may pass the workspace proxy: the portal's session cookie, read outside Django's
+request cycle, and the workspace's access rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from importlib import import_module
+from types import SimpleNamespace
+from urllib.parse import quote
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.db import close_old_connections
+from django.http.cookie import parse_cookie
+from django.shortcuts import resolve_url
+
+from workspaces.selectors import can_open_workspace, workspace_get, workspace_upstream
+
+
+@dataclass(frozen=True)
+class Access:
+    status: int
+    upstream: str = ""
+    token: str = ""
+    location: str = ""
+    message: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == 200
+
+
+def _cookies(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    raw = "; ".join(v.decode("latin-1") for n, v in headers if n.lower() == b"cookie")
+    return parse_cookie(raw)
+
+
+def cookies_without_portal(raw: str) -> str:
+    portal = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    return "; ".join(f"{k}={v}" for k, v in parse_cookie(raw).items() if k not in portal)
+
+
+def _user(headers: list[tuple[bytes, bytes]]):
+    session_key = _cookies(headers).get(settings.SESSION_COOKIE_NAME)
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    # get_user checks the session's auth hash, so a changed password logs the proxy out too.
+    return get_user(SimpleNamespace(session=store))
+
+
+def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: str) -> Access:
+    """Decide one request: 200 with the upstream and token, or the refusal to send."""
+    close_old_connections()
+    try:
+        user = _user(headers)
+        if not user.is_authenticated:
+            login = resolve_url(settings.LOGIN_URL)
+            return Access(302, location=f"{login}?next={quote(path)}", message="Log in first.")
+        workspace = workspace_get(workspace_id)
+        if workspace is None:
+            return Access(404, message="No such workspace.")
+        if not can_open_workspace(user, workspace):
+            return Access(403, message="Only the owner of this workspace may open it.")
+        upstream = workspace_upstream(workspace)
+        if upstream is None:
+            return Access(503, message="This workspace is not running.")
+        return Access(200, upstream=upstream, token=workspace.token)
+    finally:
+        close_old_connections()
+
+
+authorize = sync_to_async(authorize_sync)
+
+
+def refusal_page(access: Access) -> str:
+    return (
+        "<!doctype html><html><head><title>GPUPool workspace</title></head><body>"
+        f"<h1>{access.status}</h1><p>{escape(access.message)}</p>"
+        '<p><a href="/workspaces/">Back to your workspaces</a></p></body></html>'
+    )

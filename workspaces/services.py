@@ -1,0 +1,189 @@
+"""Writes of the workspaces app: launching a workspace, sharing it, keeping it alive."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.models import Backend, Cluster, NodePool
+from portal.audit import audit_log, snapshot
+from portal.errors import ValidationFailed
+from portal.models import Project
+from portal.permissions import can_submit_to_project
+from scheduling.models import PriorityClass, WorkloadKind
+from scheduling.services import workload_stop, workload_submit
+from workspaces.models import Environment, IdleState, Workspace
+from workspaces.selectors import can_manage_workspace
+
+# On Kubernetes the data volume (a PVC) is mounted here and is the notebook directory.
+PVC_MOUNT_PATH = "/data"
+
+
+@dataclass
+class LaunchRequest:
+    """What the launch form (or the API) asks for. Memory in MiB, as on the workload."""
+
+    name: str
+    environment: Environment
+    gpu_request: str = "whole"
+    gpus: Decimal = Decimal("0")
+    gpu_memory_mib: int = 0
+    cpu: Decimal = Decimal("1")
+    memory_mib: int = 4096
+    node_pool: NodePool | None = None
+    data_volume: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    shared_with_project: bool = False
+
+
+def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) -> Workspace:
+    """Submit a workspace workload running the environment's tool behind the portal's proxy.
+
+    The tool's token is generated here, travels only in the workload's environment and the
+    Workspace row, and is added to proxied requests; users never see it.
+    """
+    if not can_submit_to_project(actor, project):
+        raise PermissionDenied("You may not launch workspaces in this project.")
+    if not request.environment.enabled:
+        raise ValidationFailed({"environment": ["This environment is disabled."]})
+    token = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        workload = workload_submit(
+            actor=actor,
+            project=project,
+            kind=WorkloadKind.WORKSPACE,
+            name=request.name,
+            **_workload_spec(request, token),
+        )
+        # The base URL holds the workload's id, known only now; the cycle that starts the
+        # pod runs after this transaction commits, so it sees the final command.
+        workload.command = tool_command(request.environment, workload.id, request.data_volume)
+        if request.data_volume and not request.data_volume.startswith("/"):
+            # A PVC on Kubernetes, mounted where the notebooks live.
+            workload.spec["volumes"] = [
+                {"name": "data", "claim": request.data_volume, "mount_path": PVC_MOUNT_PATH}
+            ]
+        workload.save(update_fields=["command", "spec"])
+        workspace = Workspace.objects.create(
+            workload=workload,
+            environment=request.environment,
+            token=token,
+            shared_with_project=request.shared_with_project,
+            data_volume=request.data_volume,
+        )
+        audit_log(
+            actor=actor,
+            action="workspace_launch",
+            obj=workspace,
+            after=_public_snapshot(workspace),
+            department=project.department,
+        )
+    return workspace
+
+
+def _workload_spec(request: LaunchRequest, token: str) -> dict[str, Any]:
+    env = {**request.env, "JUPYTER_TOKEN": token, "WORKSPACE_BIND_HOST": _bind_host(request)}
+    spec: dict[str, Any] = {"ports": [{"name": "http", "port": request.environment.port}]}
+    return {
+        "image": request.environment.image,
+        "command": list(request.environment.command),
+        "env": env,
+        "gpu_request": request.gpu_request,
+        "gpus": request.gpus,
+        "gpu_memory_mib": request.gpu_memory_mib,
+        "cpu": request.cpu,
+        "memory_mib": request.memory_mib,
+        "node_pools": [request.node_pool.name] if request.node_pool else [],
+        "priority_class": PriorityClass.BUILD,
+        "preemptible": False,
+        "spec": spec,
+    }
+
+
+def _bind_host(request: LaunchRequest) -> str:
+    """Loopback when the workspace can only land on the local backend (the proxy is on the
+    same machine); all interfaces on Kubernetes, where the Service must reach the pod."""
+    clusters = Cluster.objects.filter(enabled=True)
+    if request.node_pool is not None and request.node_pool.cluster_id:
+        clusters = clusters.filter(pk=request.node_pool.cluster_id)
+    backends = set(clusters.values_list("backend", flat=True))
+    return "127.0.0.1" if backends <= {Backend.LOCAL} else "0.0.0.0"
+
+
+def tool_command(environment: Environment, workspace_id: int, data_volume: str) -> list[str]:
+    """The tool's command line; `$(VAR)`s are expanded by the backend from the pod's env."""
+    base_url = f"/workspaces/{workspace_id}/lab/"
+    if data_volume.startswith("/"):
+        root_dir = data_volume
+    else:
+        root_dir = PVC_MOUNT_PATH if data_volume else "."
+    if environment.tool_kind != "jupyterlab":
+        # VS Code server and TensorBoard take their own flags; the environment's command
+        # carries them, with $(GPUPOOL_PORT) and $(JUPYTER_TOKEN) where they need them.
+        return [arg.replace("{base_url}", base_url) for arg in environment.command]
+    return [
+        *environment.command,
+        "--no-browser",
+        "--allow-root",
+        f"--ServerApp.base_url={base_url}",
+        "--IdentityProvider.token=$(JUPYTER_TOKEN)",
+        "--ServerApp.port=$(GPUPOOL_PORT)",
+        "--ServerApp.ip=$(WORKSPACE_BIND_HOST)",
+        f"--ServerApp.root_dir={root_dir}",
+    ]
+
+
+def _public_snapshot(workspace: Workspace) -> dict[str, Any]:
+    return snapshot(workspace, fields=["environment", "shared_with_project", "data_volume"])
+
+
+def workspace_share_set(*, actor: Any, workspace: Workspace, shared: bool) -> Workspace:
+    """Open (or close) the workspace's tool to the members of its project."""
+    if actor.pk != workspace.workload.submitted_by_id:
+        raise PermissionDenied("Only the owner may share a workspace.")
+    with transaction.atomic():
+        before = _public_snapshot(workspace)
+        workspace.shared_with_project = shared
+        workspace.save(update_fields=["shared_with_project"])
+        audit_log(
+            actor=actor,
+            action="workspace_share_set",
+            obj=workspace,
+            before=before,
+            after=_public_snapshot(workspace),
+            department=workspace.workload.project.department,
+        )
+    return workspace
+
+
+def workspace_keep_alive(*, actor: Any, workspace: Workspace) -> Workspace:
+    """The user says the workspace is in use: restart its idle clock and lift the warning."""
+    if not can_manage_workspace(actor, workspace):
+        raise PermissionDenied("You may not keep this workspace running.")
+    with transaction.atomic():
+        before = snapshot(workspace, fields=["idle_state", "warned_at", "kept_alive_at"])
+        workspace.kept_alive_at = timezone.now()
+        workspace.idle_state = IdleState.ACTIVE
+        workspace.warned_at = None
+        workspace.save(update_fields=["kept_alive_at", "idle_state", "warned_at"])
+        audit_log(
+            actor=actor,
+            action="workspace_keep_alive",
+            obj=workspace,
+            before=before,
+            after=snapshot(workspace, fields=["idle_state", "warned_at", "kept_alive_at"]),
+            department=workspace.workload.project.department,
+        )
+    return workspace
+
+
+def workspace_stop(*, actor: Any, workspace: Workspace) -> None:
+    if not can_manage_workspace(actor, workspace):
+        raise PermissionDenied("You may not stop this workspace.")
+    workload_stop(actor=actor, workload=workspace.workload)
