@@ -14,4 +14,5 @@ app.autodiscover_tasks()
 
 app.conf.beat_schedule["clusters-reconcile-all"] = {"task": "clusters.tasks.reconcile_all", "schedule": float(os.environ.get("GPUPOOL_RECONCILE_INTERVAL_S", "5"))}  # noqa: E501
 app.conf.beat_schedule["clusters-sync-inventories"] = {"task": "clusters.tasks.sync_all_inventories", "schedule": 60.0}  # noqa: E501
+app.conf.beat_schedule["scheduling-cycle"] = {"task": "scheduling.tasks.run_cycle", "schedule": float(os.environ.get("GPUPOOL_CYCLE_INTERVAL_S", "10"))}  # noqa: E501
 app.conf.beat_schedule["workspaces-cull-idle"] = {"task": "workspaces.tasks.cull_idle_workspaces", "schedule": 60.0}  # noqa: E501

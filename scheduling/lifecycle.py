@@ -75,7 +75,12 @@ def workload_pods_released(workload: Workload, *, message: str = "") -> Workload
     A preempted workload goes back to the queue, keeping its checkpoint directory, and
     counts a restart so that it resumes from its checkpoint when admitted again.
     """
+    # Imported here: tasks -> cycle -> this module.
+    from scheduling.tasks import request_cycle  # noqa: PLC0415
+
     workload.allocations.all().delete()
+    # GPUs just came free: a waiting workload may start now rather than at the next beat.
+    transaction.on_commit(request_cycle)
     if workload.state == S.PREEMPTED:
         workload.restart_count += 1
         resume = (

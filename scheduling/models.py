@@ -159,3 +159,87 @@ class WorkloadEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+
+
+class WorkloadPolicy(models.Model):
+    """Submission rules of one project or one department; a project's set fields win.
+
+    A field left empty (None) inherits from the department, then from the defaults:
+    any kind, no GPU cap, no runtime limit, training preemptible and the rest not.
+    """
+
+    department = models.OneToOneField(
+        "portal.Department",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="workload_policy",
+    )
+    project = models.OneToOneField(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="workload_policy"
+    )
+    max_gpus_per_workload = models.DecimalField(
+        "max GPUs per workload", max_digits=7, decimal_places=3, null=True, blank=True
+    )
+    allowed_kinds = models.JSONField(
+        null=True, blank=True, help_text="Workload kinds that may be submitted; empty = any."
+    )
+    default_runtime_s = models.PositiveIntegerField(
+        "default max runtime (s)", null=True, blank=True
+    )
+    max_runtime_s = models.PositiveIntegerField("max runtime (s)", null=True, blank=True)
+    preemptible_classes = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Priority classes whose workloads may be preempted; empty = inherit.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="policy_has_exactly_one_scope",
+                condition=(
+                    models.Q(department__isnull=False, project__isnull=True)
+                    | models.Q(department__isnull=True, project__isnull=False)
+                ),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"policy of {self.project or self.department}"
+
+
+class CycleRun(models.Model):
+    """One scheduling cycle: how long it took, what it decided, and what went wrong.
+
+    shares keeps the cycle's per-queue numbers ({queue, pool, resource, fair_share,
+    allocated}) so that the queue page shows the fair shares the scheduler used.
+    """
+
+    started_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField(default=0)
+    engine_ms = models.FloatField(default=0)
+    workloads = models.PositiveIntegerField(default=0)
+    nodes = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    evicted = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    stopped = models.PositiveIntegerField(default=0, help_text="Stopped for max runtime.")
+    ok = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    shares = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"cycle {self.started_at:%H:%M:%S}"
+
+
+class CycleLock(models.Model):
+    """A single row that serialises cycles when there is no Redis: claimed by a
+    conditional update, so two workers can never both hold it."""
+
+    holder = models.CharField(max_length=64, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)

@@ -1,0 +1,280 @@
+"""Database rows -> engine snapshot. The engine never sees a model; this is the border.
+
+Ids in the snapshot are strings: a workload's and a node's primary key, a project's
+queue "p<id>" and a department's "d<id>". Pools are named. Times are epoch seconds.
+
+What goes in:
+- nodes of enabled clusters that belong to a pool, their GPUs, and who holds each GPU
+  (from PodAllocation rows, the only truth about occupancy);
+- queues: every department and project with their quotas per pool;
+- workloads: pending ones (except sweep parents, and trials over their sweep's
+  parallelism) and admitted/running ones with their placement.
+Allocations of workloads in any other state (preempted or stopped, pods still going
+away) still hold their GPUs, but the engine does not manage them: it sees them only as
+taken capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from clusters.models import Cluster, Gpu, Node, NodePool
+from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from scheduling.engine import types as t
+from scheduling.models import (
+    ACTIVE_STATES,
+    GpuRequestKind,
+    PodAllocation,
+    Workload,
+    WorkloadKind,
+    WorkloadState,
+)
+
+RESOURCE_FIELDS = (
+    (t.Resource.GPU, "gpus", 1.0),
+    (t.Resource.CPU, "cpu", 1.0),
+    (t.Resource.MEMORY, "memory_gib", 1024.0),  # the engine counts memory in MiB
+)
+
+
+def epoch(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment else None
+
+
+def project_queue(project_id: int) -> str:
+    return f"p{project_id}"
+
+
+def department_queue(department_id: int) -> str:
+    return f"d{department_id}"
+
+
+@dataclass
+class SnapshotRead:
+    """The snapshot plus what applying its result needs, so nothing is read twice."""
+
+    snapshot: t.Snapshot
+    workloads: dict[str, Workload]
+    nodes: dict[str, Node]
+    held_elsewhere: set[str] = field(default_factory=set)  # workload ids releasing GPUs
+    held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
+    throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
+
+
+def read_snapshot() -> SnapshotRead:
+    """One consistent read of everything the engine needs, in a handful of queries."""
+    allocations = list(
+        PodAllocation.objects.select_related("workload__project").order_by(
+            "workload_id", "pod_index"
+        )
+    )
+    nodes = _nodes()
+    holders = {a.workload_id: a.workload for a in allocations}
+    managed = {wid: wl for wid, wl in holders.items() if wl.state in ACTIVE_STATES}
+    pending, throttled, waiting = _pending_workloads()
+    by_workload: dict[int, list[PodAllocation]] = {}
+    for alloc in allocations:
+        by_workload.setdefault(alloc.workload_id, []).append(alloc)
+    workloads = [_workload(wl, by_workload.get(wl.pk, [])) for wl in managed.values()]
+    on_node = by_node(allocations)
+    workloads += [_workload(wl, []) for wl in pending]
+    snapshot = t.Snapshot(
+        pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
+        nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
+        queues=_queues(),
+        workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
+    )
+    releasing = [a for a in allocations if a.workload_id not in managed]
+    return SnapshotRead(
+        snapshot=snapshot,
+        workloads={str(wl.pk): wl for wl in [*managed.values(), *waiting]},
+        nodes={str(node.pk): node for node in nodes},
+        held_elsewhere={str(a.workload_id) for a in releasing},
+        held_devices=_devices(releasing),
+        throttled=throttled,
+    )
+
+
+def by_node(allocations: list[PodAllocation]) -> dict[int, list[PodAllocation]]:
+    grouped: dict[int, list[PodAllocation]] = {}
+    for alloc in allocations:
+        grouped.setdefault(alloc.node_id, []).append(alloc)
+    return grouped
+
+
+def _devices(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
+    devices = set()
+    for alloc in allocations:
+        indices = alloc.gpu_indices if alloc.shared_gpu_index is None else [alloc.shared_gpu_index]
+        devices.update((str(alloc.node_id), int(i)) for i in indices)
+    return devices
+
+
+def _nodes() -> list[Node]:
+    enabled = Cluster.objects.filter(enabled=True)
+    nodes = list(
+        Node.objects.filter(cluster__in=enabled, pool__isnull=False)
+        .select_related("pool", "cluster")
+        .order_by("pk")
+    )
+    gpus: dict[int, list[Gpu]] = {}
+    for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
+        gpus.setdefault(gpu.node_id, []).append(gpu)
+    for node in nodes:
+        node.gpu_list = gpus.get(node.pk, [])
+    return nodes
+
+
+def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
+    whole: dict[int, str] = {}
+    shares: dict[int, list[t.GpuShare]] = {}
+    for alloc in allocations:
+        wid = str(alloc.workload_id)
+        if alloc.shared_gpu_index is not None:
+            share = t.GpuShare(wid, float(alloc.gpu_share or 0), alloc.gpu_memory_mib)
+            shares.setdefault(alloc.shared_gpu_index, []).append(share)
+        for index in alloc.gpu_indices:
+            whole[int(index)] = wid
+    gpus = tuple(
+        t.Gpu(
+            index=gpu.index,
+            model=gpu.model,
+            memory_mib=gpu.memory_mib,
+            whole_by=whole.get(gpu.index),
+            shares=tuple(shares.get(gpu.index, ())),
+        )
+        for gpu in node.gpu_list
+    )
+    return t.Node(
+        id=str(node.pk),
+        pool=node.pool.name,
+        gpus=gpus,
+        cluster=node.cluster.name,
+        labels=node.labels or {},
+        topology=node.topology or {},
+        schedulable=node.schedulable and node.cluster.reachable,
+        cpu=float(node.cpu_cores) or None,
+        memory_mib=int(node.memory_mib) or None,
+    )
+
+
+def _quota(row: DepartmentQuota | ProjectQuota) -> dict[tuple[str, t.Resource], t.Quota]:
+    quotas = {}
+    for resource, name, scale in RESOURCE_FIELDS:
+        limit = getattr(row, f"{name}_limit")
+        quotas[(row.node_pool.name, resource)] = t.Quota(
+            deserved=float(getattr(row, name)) * scale,
+            limit=None if limit is None else float(limit) * scale,
+            over_quota_weight=float(row.over_quota_weight),
+            over_quota_allowed=row.over_quota_allowed,
+        )
+    return quotas
+
+
+def _queues() -> tuple[t.Queue, ...]:
+    dept_quotas: dict[int, dict] = {}
+    for row in DepartmentQuota.objects.select_related("node_pool"):
+        dept_quotas.setdefault(row.department_id, {}).update(_quota(row))
+    project_quotas: dict[int, dict] = {}
+    for row in ProjectQuota.objects.select_related("node_pool"):
+        project_quotas.setdefault(row.project_id, {}).update(_quota(row))
+    queues = [
+        t.Queue(id=department_queue(d.pk), quotas=dept_quotas.get(d.pk, {}), name=d.name)
+        for d in Department.objects.order_by("pk")
+    ]
+    queues += [
+        t.Queue(
+            id=project_queue(p.pk),
+            parent_id=department_queue(p.department_id),
+            quotas=project_quotas.get(p.pk, {}),
+            name=p.name,
+        )
+        for p in Project.objects.order_by("pk")
+    ]
+    return tuple(queues)
+
+
+def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]]:
+    """Pending workloads the engine may admit now; trials beyond their sweep's parallelism
+    wait outside the snapshot with a reason."""
+    pending = list(
+        Workload.objects.filter(state=WorkloadState.PENDING, allocations__isnull=True)
+        .exclude(kind=WorkloadKind.HPO)
+        .select_related("parent", "project")
+        .order_by("pk")
+    )
+    parents = {wl.parent_id for wl in pending if wl.parent_id}
+    busy = dict.fromkeys(parents, 0)
+    for parent_id in Workload.objects.filter(
+        parent_id__in=parents, state__in=ACTIVE_STATES
+    ).values_list("parent_id", flat=True):
+        busy[parent_id] += 1
+    admit, throttled = [], {}
+    for wl in pending:
+        if wl.parent_id is None:
+            admit.append(wl)
+            continue
+        limit = int(wl.parent.spec.get("search", {}).get("parallelism", 1))
+        if busy[wl.parent_id] < limit:
+            busy[wl.parent_id] += 1  # this trial may take one of the sweep's slots
+            admit.append(wl)
+        else:
+            throttled[str(wl.pk)] = f"sweep {wl.parent.name} runs at most {limit} trials at once"
+    return admit, throttled, pending
+
+
+def _pod_request(wl: Workload) -> t.PodRequest:
+    gpus, fraction, memory = 0, 0.0, 0
+    if wl.gpu_request == GpuRequestKind.FRACTION:
+        fraction = float(wl.gpus)
+    elif wl.gpu_request == GpuRequestKind.MEMORY:
+        memory = wl.gpu_memory_mib
+    else:
+        gpus = int(wl.gpus)
+    return t.PodRequest(
+        gpus=gpus,
+        gpu_fraction=fraction,
+        gpu_memory_mib=memory,
+        cpu=float(wl.cpu),
+        memory_mib=wl.memory_mib,
+    )
+
+
+def _placement(allocations: list[PodAllocation]) -> tuple[t.PodPlacement, ...]:
+    return tuple(
+        t.PodPlacement(
+            pod=a.pod_index,
+            node_id=str(a.node_id),
+            gpus=tuple(int(i) for i in a.gpu_indices),
+            shared_gpu=a.shared_gpu_index,
+            share=float(a.gpu_share or 0),
+            gpu_memory_mib=a.gpu_memory_mib,
+        )
+        for a in allocations
+    )
+
+
+def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
+    topology = None
+    if wl.topology_level:
+        mode = t.TopologyMode.REQUIRED if wl.topology_required else t.TopologyMode.PREFERRED
+        topology = t.TopologyConstraint(wl.topology_level, mode)
+    active = wl.state in ACTIVE_STATES
+    return t.Workload(
+        id=str(wl.pk),
+        queue_id=project_queue(wl.project_id),
+        pods=(_pod_request(wl),) * wl.pods,
+        priority=wl.priority,
+        priority_class=wl.priority_class,
+        preemptible=wl.preemptible,
+        submit_time=epoch(wl.queued_at or wl.created_at) or 0.0,
+        min_pods=wl.min_pods if wl.min_pods < wl.pods else None,
+        pools=tuple(wl.node_pools),
+        gpu_models=tuple(m for m in wl.gpu_model.split("|") if m),
+        topology=topology,
+        last_checkpoint_time=epoch(wl.last_checkpoint_at),
+        started_at=epoch(wl.admitted_at) if active else None,
+        placement=_placement(allocations) if active else None,
+        name=f"{wl.project.name}/{wl.name}",
+    )

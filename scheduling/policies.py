@@ -1,0 +1,110 @@
+"""Submission policies: what a project's (or its department's) admins allow.
+
+A project's policy overrides its department's field by field; a field neither sets
+falls back to the defaults below. Violations name the rule and where it was set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from portal.models import Project
+from scheduling.models import GpuRequestKind, WorkloadPolicy
+from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES
+
+FIELDS = (
+    "max_gpus_per_workload",
+    "allowed_kinds",
+    "default_runtime_s",
+    "max_runtime_s",
+    "preemptible_classes",
+)
+RULE_NAMES = {
+    "max_gpus_per_workload": "max GPUs per workload",
+    "allowed_kinds": "allowed kinds",
+    "max_runtime_s": "max runtime",
+    "preemptible_classes": "preemptible classes",
+}
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    max_gpus_per_workload: Decimal | None = None
+    allowed_kinds: list[str] | None = None
+    default_runtime_s: int | None = None
+    max_runtime_s: int | None = None
+    preemptible_classes: list[str] = field(
+        default_factory=lambda: [str(c) for c in DEFAULT_PREEMPTIBLE_CLASSES]
+    )
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def rule(self, name: str) -> str:
+        """'max runtime' of project ml-vision — how a refusal names the rule."""
+        return f"policy '{RULE_NAMES[name]}' of {self.sources.get(name, 'the platform')}"
+
+
+def effective_policy(project: Project) -> EffectivePolicy:
+    """The project's policy merged over its department's over the defaults."""
+    rows = {
+        ("project" if p.project_id else "department"): p
+        for p in WorkloadPolicy.objects.filter(project=project)
+        | WorkloadPolicy.objects.filter(department_id=project.department_id)
+    }
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for scope, owner in (
+        ("department", project.department.name),
+        ("project", project.name),
+    ):
+        row = rows.get(scope)
+        for name in FIELDS if row else ():
+            value = getattr(row, name)
+            if value is not None and value != []:
+                values[name] = value
+                sources[name] = f"{scope} {owner}"
+    return EffectivePolicy(**values, sources=sources)
+
+
+def workload_gpus(fields: dict[str, Any]) -> Decimal:
+    """GPUs a workload holds at most: a pod asking for GPU memory counts as one device."""
+    per_pod = fields.get("gpus") or Decimal(0)
+    if fields.get("gpu_request") == GpuRequestKind.MEMORY:
+        per_pod = Decimal(1)
+    return per_pod * int(fields.get("pods") or 1)
+
+
+def policy_errors(policy: EffectivePolicy, kind: str, fields: dict[str, Any]) -> dict[str, list]:
+    """Refusals per field, each naming the rule that refuses."""
+    errors: dict[str, list[str]] = {}
+    if policy.allowed_kinds and kind not in policy.allowed_kinds:
+        allowed = ", ".join(policy.allowed_kinds)
+        errors["kind"] = [f"Refused by {policy.rule('allowed_kinds')}: only {allowed}."]
+    cap, asked = policy.max_gpus_per_workload, workload_gpus(fields)
+    if cap is not None and asked > cap:
+        errors["gpus"] = [
+            f"Refused by {policy.rule('max_gpus_per_workload')}: this workload asks for "
+            f"{asked.normalize():f} GPUs, at most {cap.normalize():f} are allowed."
+        ]
+    runtime = fields.get("max_runtime_s")
+    if policy.max_runtime_s and runtime and runtime > policy.max_runtime_s:
+        errors["max_runtime_s"] = [
+            f"Refused by {policy.rule('max_runtime_s')}: at most {policy.max_runtime_s} s."
+        ]
+    if fields.get("preemptible") is False and fields["priority_class"] in (
+        policy.preemptible_classes
+    ):
+        errors["preemptible"] = [
+            f"Refused by {policy.rule('preemptible_classes')}: "
+            f"{fields['priority_class']} workloads may be preempted here."
+        ]
+    return errors
+
+
+def apply_defaults(policy: EffectivePolicy, fields: dict[str, Any]) -> None:
+    """Fill what the submitter left to the policy: preemptible and max runtime."""
+    if fields.get("preemptible") is None:
+        fields["preemptible"] = fields["priority_class"] in policy.preemptible_classes
+    if not fields.get("max_runtime_s"):
+        fields["max_runtime_s"] = policy.default_runtime_s or policy.max_runtime_s

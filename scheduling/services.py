@@ -1,0 +1,224 @@
+"""Writes on workloads: submit, stop, delete, and the policies that govern them.
+
+Every service takes the acting user as `actor=`, checks permissions, writes an audit row
+in the same transaction, and asks for a scheduling cycle only once the change commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.audit import audit_log, snapshot
+from portal.errors import ValidationFailed
+from portal.models import Department, Project
+from portal.permissions import can_admin_department, can_admin_project, can_submit_to_project
+from scheduling import sweeps
+from scheduling.lifecycle import workload_event, workload_transition
+from scheduling.models import (
+    FINISHED_STATES,
+    PriorityClass,
+    Workload,
+    WorkloadKind,
+    WorkloadPolicy,
+    WorkloadState,
+)
+from scheduling.policies import FIELDS as POLICY_FIELDS
+from scheduling.policies import apply_defaults, effective_policy, policy_errors
+from scheduling.specs import clean_spec
+from scheduling.tasks import reconcile_clusters_later, request_cycle
+
+AUDIT_FIELDS = ["kind", "name", "image", "gpus", "pods", "priority_class", "preemptible", "state"]
+
+
+def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spec: Any) -> Workload:
+    """Validate, apply the project's policy and queue a new workload (Pending).
+
+    An HPO sweep also creates its trials, each a training workload with its parameters
+    in its environment; the cycle admits at most `parallelism` of them at once.
+    """
+    if not can_submit_to_project(actor, project):
+        raise PermissionDenied(f"You may not submit work to project {project.name}.")
+    name = (name or "").strip()
+    fields, errors = clean_spec(kind, name, spec)
+    if not errors:
+        policy = effective_policy(project)
+        apply_defaults(policy, fields)
+        errors = policy_errors(policy, kind, fields)
+    if not errors and Workload.objects.filter(project=project, name=name).exists():
+        errors = {"name": [f"Project {project.name} already has a workload named {name}."]}
+    if errors:
+        raise ValidationFailed(errors)
+    try:
+        with transaction.atomic():
+            workload = _create(actor, project, kind, name, fields)
+    except IntegrityError as exc:  # a concurrent submit took the name between check and insert
+        raise ValidationFailed({"name": [f"{name} is already taken in {project.name}."]}) from exc
+    return workload
+
+
+def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) -> Workload:
+    workload = Workload.objects.create(
+        project=project,
+        submitted_by=actor,
+        kind=kind,
+        name=name,
+        queued_at=timezone.now(),
+        **fields,
+    )
+    workload_event(workload, type="pending", reason="Submitted", message=f"By {actor}.")
+    if kind == WorkloadKind.HPO:
+        _create_trials(workload)
+    audit_log(
+        actor=actor,
+        action="workload_submit",
+        obj=workload,
+        after=snapshot(workload, AUDIT_FIELDS),
+        department=project.department,
+    )
+    transaction.on_commit(request_cycle)
+    return workload
+
+
+def _create_trials(sweep: Workload) -> None:
+    search = sweep.spec["search"]
+    copied = {
+        f.name: getattr(sweep, f.name)
+        for f in Workload._meta.concrete_fields
+        if f.name
+        not in ("id", "kind", "name", "env", "spec", "parent", "state", "created_at", "queued_at")
+    }
+    trials = [
+        Workload(
+            **copied,
+            kind=WorkloadKind.TRAINING,
+            parent=sweep,
+            name=f"{sweep.name}-trial-{index}",
+            env=sweeps.trial_env(sweep.env, index, params),
+            spec={"params": params, "trial": index, **_trial_extras(sweep.spec)},
+            state=WorkloadState.PENDING,
+            queued_at=sweep.queued_at,
+        )
+        for index, params in enumerate(sweeps.trial_params(search))
+    ]
+    Workload.objects.bulk_create(trials)
+    for trial in Workload.objects.filter(parent=sweep):
+        workload_event(trial, type="pending", reason="Submitted", message=f"Trial of {sweep}.")
+
+
+def _trial_extras(spec: dict) -> dict:
+    return {k: v for k, v in spec.items() if k in ("duration_s", "ports")}
+
+
+def workload_stop(*, actor: Any, workload: Workload, reason: str = "StoppedByUser") -> Workload:
+    """Stop a workload (and a sweep's trials). Its GPUs stay held until the cluster
+    confirms its pods are gone; reconciliation then releases them."""
+    if not can_submit_to_project(actor, workload.project):
+        raise PermissionDenied("You may not stop work in this project.")
+    if workload.state in FINISHED_STATES:
+        raise ValidationFailed({"state": [f"{workload.name} has already {workload.state}."]})
+    with transaction.atomic():
+        before = snapshot(workload, AUDIT_FIELDS)
+        who = getattr(actor, "username", "the platform")
+        for trial in workload.children.exclude(state__in=FINISHED_STATES):
+            workload_transition(trial, WorkloadState.STOPPED, reason=reason, message=f"By {who}.")
+        workload_transition(workload, WorkloadState.STOPPED, reason=reason, message=f"By {who}.")
+        audit_log(
+            actor=actor,
+            action="workload_stop",
+            obj=workload,
+            before=before,
+            after=snapshot(workload, AUDIT_FIELDS),
+            department=workload.project.department,
+        )
+        _after_commit_reconcile(workload)
+    return workload
+
+
+def _after_commit_reconcile(workload: Workload) -> None:
+    cluster_ids = set(workload.allocations.values_list("node__cluster_id", flat=True)) | set(
+        Workload.objects.filter(parent=workload).values_list(
+            "allocations__node__cluster_id", flat=True
+        )
+    )
+    reconcile_clusters_later({c for c in cluster_ids if c is not None})
+    transaction.on_commit(request_cycle)
+
+
+def workload_delete(*, actor: Any, workload: Workload) -> None:
+    """Delete a finished (or never admitted) workload and its history."""
+    if not can_submit_to_project(actor, workload.project):
+        raise PermissionDenied("You may not delete work in this project.")
+    if workload.state not in (*FINISHED_STATES, WorkloadState.PENDING):
+        raise ValidationFailed({"state": [f"Stop {workload.name} before deleting it."]})
+    busy = Workload.objects.filter(pk=workload.pk) | workload.children.all()
+    if busy.filter(allocations__isnull=False).exists():
+        raise ValidationFailed({"state": [f"The pods of {workload.name} are still stopping."]})
+    if workload.children.exclude(state__in=(*FINISHED_STATES, WorkloadState.PENDING)).exists():
+        raise ValidationFailed({"state": [f"Stop the trials of {workload.name} first."]})
+    with transaction.atomic():
+        audit_log(
+            actor=actor,
+            action="workload_delete",
+            obj=workload,
+            before=snapshot(workload, AUDIT_FIELDS),
+            department=workload.project.department,
+        )
+        workload.delete()
+
+
+def policy_set(
+    *,
+    actor: Any,
+    project: Project | None = None,
+    department: Department | None = None,
+    **values: Any,
+) -> WorkloadPolicy:
+    """Create or change the workload policy of one project or one department."""
+    if (project is None) == (department is None):
+        raise ValidationFailed("Set a policy on exactly one project or one department.")
+    allowed = (
+        can_admin_project(actor, project) if project else can_admin_department(actor, department)
+    )
+    if not allowed:
+        raise PermissionDenied("Only the department's administrators may change its policies.")
+    unknown = set(values) - set(POLICY_FIELDS)
+    if unknown:
+        raise ValidationFailed({"__all__": [f"Unknown policy fields: {', '.join(unknown)}."]})
+    _check_policy(values)
+    with transaction.atomic():
+        policy, _ = WorkloadPolicy.objects.get_or_create(project=project, department=department)
+        before = snapshot(policy, list(POLICY_FIELDS))
+        for name, value in values.items():
+            setattr(policy, name, value)
+        policy.save()
+        audit_log(
+            actor=actor,
+            action="policy_set",
+            obj=policy,
+            before=before,
+            after=snapshot(policy, list(POLICY_FIELDS)),
+            department=department or project.department,
+        )
+    return policy
+
+
+def _check_policy(values: dict[str, Any]) -> None:
+    errors: dict[str, list[str]] = {}
+    kinds = values.get("allowed_kinds") or []
+    if set(kinds) - set(WorkloadKind.values):
+        errors["allowed_kinds"] = [f"Kinds are among {', '.join(WorkloadKind)}."]
+    classes = values.get("preemptible_classes") or []
+    if set(classes) - set(PriorityClass.values):
+        errors["preemptible_classes"] = [f"Classes are among {', '.join(PriorityClass)}."]
+    default, cap = values.get("default_runtime_s"), values.get("max_runtime_s")
+    if default and cap and default > cap:
+        errors["default_runtime_s"] = ["The default runtime cannot exceed the maximum."]
+    cap_gpus = values.get("max_gpus_per_workload")
+    if cap_gpus is not None and cap_gpus < 0:
+        errors["max_gpus_per_workload"] = ["Enter zero or more GPUs."]
+    if errors:
+        raise ValidationFailed(errors)

@@ -1,0 +1,284 @@
+"""Turn a submission's loose input (form, API, CLI) into Workload fields, field by field.
+
+Each `_clean_*` function reads the raw spec and writes into `out` (model field values) or
+records messages in `errors` under the input's field name, so that a form or the API can
+show every problem at once next to the field that caused it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from clusters.models import NodePool
+from scheduling.models import GpuRequestKind, PriorityClass, WorkloadKind
+from scheduling.sweeps import clean_search
+
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_HELP = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one."
+
+DEFAULT_CLASS = {
+    WorkloadKind.WORKSPACE: PriorityClass.BUILD,
+    WorkloadKind.TRAINING: PriorityClass.TRAIN,
+    WorkloadKind.DISTRIBUTED: PriorityClass.TRAIN,
+    WorkloadKind.HPO: PriorityClass.TRAIN,
+    WorkloadKind.INFERENCE: PriorityClass.INFERENCE,
+}
+# Interactive work outranks batch work inside a project (as Run:ai's build > train).
+CLASS_PRIORITY = {PriorityClass.TRAIN: 50, PriorityClass.BUILD: 100, PriorityClass.INFERENCE: 125}
+DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
+
+# Spec keys kept in Workload.spec rather than in a column.
+EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search"}
+COLUMN_KEYS = {
+    "image",
+    "command",
+    "args",
+    "env",
+    "gpu_request",
+    "gpus",
+    "gpu_memory_mib",
+    "cpu",
+    "memory_mib",
+    "pods",
+    "min_pods",
+    "node_pools",
+    "gpu_model",
+    "topology_level",
+    "topology_required",
+    "priority_class",
+    "preemptible",
+    "max_runtime_s",
+    "checkpoint_dir",
+}
+Errors = dict[str, list[str]]
+
+
+def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any], Errors]:
+    """Model field values for a workload of `kind`, and the problems found per field."""
+    errors: Errors = {}
+    out: dict[str, Any] = {"spec": {}}
+    if kind not in WorkloadKind.values:
+        return out, {"kind": [f"Unknown kind {kind!r}; use one of {', '.join(WorkloadKind)}."]}
+    unknown = sorted(set(raw) - COLUMN_KEYS - EXTRA_KEYS - {"params"})
+    if unknown:
+        errors["__all__"] = [f"Unknown fields: {', '.join(unknown)}."]
+    _clean_name(name, kind, errors)
+    _clean_program(raw, out, errors)
+    _clean_resources(raw, out, errors)
+    _clean_pods(kind, raw, out, errors)
+    _clean_placement(raw, out, errors)
+    _clean_lifecycle(kind, raw, out, errors)
+    _clean_extras(kind, raw, out, errors)
+    return out, errors
+
+
+def _add(errors: Errors, field: str, message: str) -> None:
+    errors.setdefault(field, []).append(message)
+
+
+def _clean_name(name: str, kind: str, errors: Errors) -> None:
+    # A sweep's trials are named <name>-trial-<n>, which must still be a valid name.
+    limit = 53 if kind == WorkloadKind.HPO else 63
+    if not name:
+        _add(errors, "name", "Give the workload a name.")
+    elif not K8S_NAME.match(name):
+        _add(errors, "name", NAME_HELP)
+    elif len(name) > limit:
+        _add(errors, "name", f"Use at most {limit} characters for this kind.")
+
+
+def _as_list(value: Any, field: str, errors: Errors) -> list[str]:
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            _add(errors, field, f"Cannot split into words: {exc}.")
+            return []
+    if isinstance(value, list | tuple) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v) for v in value]
+    _add(errors, field, "Give a list of strings or one command line.")
+    return []
+
+
+def _as_env(value: Any, errors: Errors) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, str):
+        pairs = [line.strip() for line in value.splitlines() if line.strip()]
+        if not all("=" in pair for pair in pairs):
+            _add(errors, "env", "Write one NAME=value per line.")
+            return {}
+        value = dict(pair.split("=", 1) for pair in pairs)
+    if not isinstance(value, dict):
+        _add(errors, "env", "Give a mapping of names to values.")
+        return {}
+    bad = sorted(k for k in value if not ENV_NAME.match(str(k)))
+    if bad:
+        _add(errors, "env", f"Not valid variable names: {', '.join(bad)}.")
+    return {str(k).strip(): str(v) for k, v in value.items()}
+
+
+def _clean_program(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    image = str(raw.get("image") or "").strip()
+    if not image:
+        _add(errors, "image", "Give the container image.")
+    elif len(image) > 300 or any(c.isspace() for c in image):
+        _add(errors, "image", "An image reference has no spaces and at most 300 characters.")
+    out["image"] = image
+    out["command"] = _as_list(raw.get("command"), "command", errors)
+    out["args"] = _as_list(raw.get("args"), "args", errors)
+    out["env"] = _as_env(raw.get("env"), errors)
+
+
+def _number(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> Decimal | None:
+    value = raw.get(field)
+    if value in (None, ""):
+        value = default
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        _add(errors, field, "Enter a number.")
+        return None
+    if not number.is_finite() or number < 0:
+        _add(errors, field, "Enter a number of zero or more.")
+        return None
+    return number
+
+
+def _integer(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> int | None:
+    number = _number(raw, field, default, errors)
+    if number is None:
+        return None
+    if number != number.to_integral_value():
+        _add(errors, field, "Enter a whole number.")
+        return None
+    return int(number)
+
+
+def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    request = raw.get("gpu_request") or GpuRequestKind.WHOLE
+    if request not in GpuRequestKind.values:
+        _add(errors, "gpu_request", f"Use one of {', '.join(GpuRequestKind)}.")
+        request = GpuRequestKind.WHOLE
+    gpus = _number(raw, "gpus", 0, errors)
+    memory = _integer(raw, "gpu_memory_mib", 0, errors)
+    if request == GpuRequestKind.WHOLE and gpus is not None and gpus != int(gpus):
+        _add(errors, "gpus", "Whole GPUs are counted in whole numbers; ask for a fraction.")
+    if request == GpuRequestKind.FRACTION and gpus is not None and not 0 < gpus < 1:
+        _add(errors, "gpus", "A fraction of a GPU is between 0 and 1, e.g. 0.5.")
+    if request == GpuRequestKind.MEMORY:
+        gpus = Decimal(0)
+        if not memory:
+            _add(errors, "gpu_memory_mib", "Give the GPU memory to reserve, in MiB.")
+    else:
+        memory = 0
+    cpu = _number(raw, "cpu", 1, errors)
+    if cpu is not None and cpu <= 0:
+        _add(errors, "cpu", "Ask for more than 0 CPU cores.")
+    memory_mib = _integer(raw, "memory_mib", 1024, errors)
+    if memory_mib is not None and memory_mib <= 0:
+        _add(errors, "memory_mib", "Ask for more than 0 MiB of memory.")
+    out.update(gpu_request=request, gpus=gpus, gpu_memory_mib=memory, cpu=cpu)
+    out["memory_mib"] = memory_mib
+
+
+def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    pods, min_pods = 1, 1
+    if kind == WorkloadKind.DISTRIBUTED:
+        workers = _integer(raw, "workers", raw.get("pods") or 2, errors) or 0
+        if workers < 1:
+            _add(errors, "workers", "A distributed job needs at least one worker.")
+        master = bool(raw.get("master", False))
+        pods = workers + int(master)
+        min_pods = _integer(raw, "min_pods", pods, errors) or pods
+        if not 1 <= min_pods <= pods:
+            _add(errors, "min_pods", f"The gang minimum is between 1 and {pods} pods.")
+        out["spec"].update(workers=workers, master=master)
+    elif kind == WorkloadKind.INFERENCE:
+        pods = _integer(raw, "replicas", raw.get("pods") or 1, errors) or 0
+        if pods < 1:
+            _add(errors, "replicas", "An inference service needs at least one replica.")
+        out["spec"]["replicas"] = pods
+    elif raw.get("pods") not in (None, "", 1, "1"):
+        _add(errors, "pods", "This kind runs exactly one pod.")
+    out.update(pods=max(pods, 1), min_pods=max(min_pods, 1))
+
+
+def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    pools = raw.get("node_pools") or []
+    if isinstance(pools, str):
+        pools = [p.strip() for p in pools.split(",") if p.strip()]
+    if not isinstance(pools, list) or not all(isinstance(p, str) for p in pools):
+        _add(errors, "node_pools", "Give node pool names in order of preference.")
+        pools = []
+    known = set(NodePool.objects.filter(name__in=pools).values_list("name", flat=True))
+    missing = [p for p in pools if p not in known]
+    if missing:
+        _add(errors, "node_pools", f"No such node pool: {', '.join(missing)}.")
+    out["node_pools"] = list(dict.fromkeys(pools))
+    out["gpu_model"] = str(raw.get("gpu_model") or "").strip()
+    out["topology_level"] = str(raw.get("topology_level") or "").strip()
+    out["topology_required"] = bool(raw.get("topology_required", False))
+    if out["topology_required"] and not out["topology_level"]:
+        _add(errors, "topology_level", "Name the topology level (e.g. rack) to keep pods in.")
+
+
+def _clean_lifecycle(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    priority_class = raw.get("priority_class") or DEFAULT_CLASS[WorkloadKind(kind)]
+    if priority_class not in PriorityClass.values:
+        _add(errors, "priority_class", f"Use one of {', '.join(PriorityClass)}.")
+        priority_class = DEFAULT_CLASS[WorkloadKind(kind)]
+    out["priority_class"] = priority_class
+    out["priority"] = CLASS_PRIORITY[PriorityClass(priority_class)]
+    # None means "let the policy decide" (services.py applies the class default).
+    preemptible = raw.get("preemptible")
+    out["preemptible"] = None if preemptible in (None, "") else bool(preemptible)
+    runtime = raw.get("max_runtime_s")
+    out["max_runtime_s"] = None
+    if runtime not in (None, ""):
+        out["max_runtime_s"] = _integer(raw, "max_runtime_s", None, errors)
+        if out["max_runtime_s"] == 0:
+            _add(errors, "max_runtime_s", "A maximum runtime is at least one second.")
+    out["checkpoint_dir"] = str(raw.get("checkpoint_dir") or "").strip()
+    if out["checkpoint_dir"] and kind in (WorkloadKind.INFERENCE, WorkloadKind.WORKSPACE):
+        _add(errors, "checkpoint_dir", "Only training work keeps a checkpoint directory.")
+
+
+def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    spec = out["spec"]
+    if raw.get("ports"):
+        spec["ports"] = _clean_ports(raw["ports"], errors)
+    elif kind == WorkloadKind.INFERENCE:
+        _add(errors, "ports", "An inference service exposes at least one port.")
+    if raw.get("duration_s") not in (None, ""):
+        spec["duration_s"] = _integer(raw, "duration_s", None, errors)
+    if kind == WorkloadKind.HPO:
+        spec["search"] = clean_search(raw.get("search"), errors)
+    elif raw.get("search"):
+        _add(errors, "search", "Only an HPO sweep has a search space.")
+    if raw.get("params"):
+        spec["params"] = raw["params"]
+
+
+def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:
+    if isinstance(value, int | str) and str(value).isdigit():
+        value = [{"name": "http", "port": int(value)}]
+    if not isinstance(value, list):
+        _add(errors, "ports", "Give a list of {name, port}.")
+        return []
+    ports = []
+    for raw_item in value:
+        item = {"name": "http", "port": raw_item} if isinstance(raw_item, int) else raw_item
+        port = item.get("port") if isinstance(item, dict) else None
+        name = str(item.get("name") or "http") if isinstance(item, dict) else ""
+        if not isinstance(port, int) or not 1 <= port <= 65535:
+            _add(errors, "ports", f"Not a port number: {port!r}.")
+            continue
+        ports.append({"name": name, "port": port})
+    return ports

@@ -1,0 +1,43 @@
+"""Celery entry points of scheduling: the cycle (on beat, and soon after changes)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.core.cache import cache
+from django.db import transaction
+
+from portal.celery import app as celery_app
+from scheduling.cycle import cycle_run, reconcile_later
+
+DEBOUNCE_KEY = "gpupool:scheduling-cycle-requested"
+# A burst of submits within this window shares one cycle.
+DEBOUNCE_S = 1.0
+# If the worker never runs the queued cycle, a later request may queue another.
+DEBOUNCE_EXPIRY_S = 30
+
+
+@shared_task(name="scheduling.tasks.run_cycle", ignore_result=True)
+def run_cycle() -> int | None:
+    """Run one scheduling cycle; the CycleRun id, or None when another cycle holds the lock."""
+    # Cleared before the cycle reads the database, so a change made while it runs
+    # requests a fresh cycle instead of being folded into this one.
+    cache.delete(DEBOUNCE_KEY)
+    run = cycle_run()
+    return run.pk if run else None
+
+
+def request_cycle() -> None:
+    """Ask for a cycle soon. Calls within DEBOUNCE_S of each other share one cycle."""
+    if celery_app.conf.task_always_eager:
+        # In-process (unit tests): run now; there is nothing to debounce against.
+        run_cycle.delay()
+        return
+    if cache.add(DEBOUNCE_KEY, 1, timeout=DEBOUNCE_EXPIRY_S):
+        run_cycle.apply_async(countdown=DEBOUNCE_S)
+
+
+def reconcile_clusters_later(cluster_ids: set[int]) -> None:
+    """After the current transaction commits, reconcile these clusters."""
+    ids = set(cluster_ids)
+    if ids:
+        transaction.on_commit(lambda: reconcile_later(ids))

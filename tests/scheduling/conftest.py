@@ -1,0 +1,48 @@
+"""Scheduling fixtures: a cluster of GPU nodes written straight into the inventory tables,
+and a `submit` helper with sensible defaults for training jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.models import Cluster, Gpu, Node
+from scheduling.services import workload_submit
+
+
+def make_nodes(pool, count: int, gpus: int = 4, *, cluster_name: str = "sim", **node_extra):
+    cluster, _ = Cluster.objects.get_or_create(
+        name=cluster_name, defaults={"backend": "simulated"}
+    )
+    nodes = []
+    start = Node.objects.filter(cluster=cluster).count()
+    for i in range(start, start + count):
+        node = Node.objects.create(
+            cluster=cluster,
+            name=f"{pool.name}-node-{i}",
+            pool=pool,
+            cpu_cores=64,
+            memory_mib=512 * 1024,
+            **node_extra,
+        )
+        Gpu.objects.bulk_create(
+            Gpu(node=node, index=g, model="A100", memory_mib=81920) for g in range(gpus)
+        )
+        nodes.append(node)
+    return nodes
+
+
+@pytest.fixture
+def cluster(org):
+    """Two nodes of four A100s each in pool a100 (8 GPUs; departments deserve 8 each)."""
+    return make_nodes(org.pool, 2, 4)
+
+
+@pytest.fixture
+def submit():
+    def _submit(actor, project, name, **spec):
+        spec.setdefault("image", "pytorch/pytorch:2.3")
+        spec.setdefault("command", ["python", "train.py"])
+        kind = spec.pop("kind", "training")
+        return workload_submit(actor=actor, project=project, kind=kind, name=name, **spec)
+
+    return _submit
