@@ -17,6 +17,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,9 +36,7 @@ from clusters.backends.localgpus import local_gpus
 
 log = logging.getLogger(__name__)
 
-# The wrapper ignores SIGTERM itself (a trap with a command is reset to the default in the
-# child, unlike an empty trap) so that it survives to record the child's exit code.
-WRAPPER = 'trap : TERM INT; "$@"; code=$?; echo $code > "$GPUPOOL_EXIT_FILE"; exit $code'
+WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
 # Popen objects of processes this worker started, so that they are reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -168,7 +167,7 @@ class LocalBackend(Backend):
         with log_path.open("ab") as out:
             try:
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", WRAPPER, "gpupool-pod", *command],
+                    [sys.executable, "-I", WRAPPER, env["GPUPOOL_EXIT_FILE"], *command],
                     cwd=workdir,
                     env=env,
                     stdin=subprocess.DEVNULL,

@@ -1,0 +1,52 @@
+"""Builders for cluster tests: clusters, nodes with GPUs, and workloads admitted onto them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from clusters.models import Backend, Cluster, Gpu, Node, NodePool
+from scheduling.models import PodAllocation, Workload, WorkloadState
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path):
+    """Each test gets its own var/: local pod records, logs and work folders."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+
+
+def make_cluster(name: str = "local", backend: str = Backend.LOCAL, **extra) -> Cluster:
+    return Cluster.objects.create(name=name, backend=backend, **extra)
+
+
+def make_node(cluster: Cluster, name: str, *, gpus: int = 0, pool: NodePool | None = None) -> Node:
+    node = Node.objects.create(cluster=cluster, name=name, pool=pool, cpu_cores=8)
+    for index in range(gpus):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-{name}-{index}", model="A100", memory_mib=81920
+        )
+    return node
+
+
+def make_workload(project, user, name: str, **fields) -> Workload:
+    fields.setdefault("kind", "training")
+    return Workload.objects.create(project=project, submitted_by=user, name=name, **fields)
+
+
+def admit(workload: Workload, node: Node, *, pods: list[dict] | None = None) -> Workload:
+    """What the cycle does on admission: allocation rows, then state ADMITTED."""
+    for index, extra in enumerate(pods or [{}]):
+        share = extra.get("gpu_share")
+        PodAllocation.objects.create(
+            workload=workload,
+            pod_index=index,
+            node=extra.get("node", node),
+            gpu_indices=extra.get("gpu_indices", []),
+            shared_gpu_index=extra.get("shared_gpu_index"),
+            gpu_share=Decimal(str(share)) if share is not None else None,
+        )
+    workload.state = WorkloadState.ADMITTED
+    workload.save(update_fields=["state"])
+    return workload

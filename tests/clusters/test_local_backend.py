@@ -1,0 +1,175 @@
+"""The local backend runs pods as real processes on this machine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clusters.backends import PodPhase, PodSpec, PortSpec, expand_vars
+from clusters.backends import local as local_backend
+from clusters.backends.local import LocalBackend
+from clusters.reconcile import cluster_reconcile
+from scheduling.lifecycle import workload_transition
+from scheduling.models import WorkloadState
+from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
+
+PY = sys.executable
+
+
+def wait_until(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def spec(name: str = "gp-1-0", **fields) -> PodSpec:
+    fields.setdefault("command", (PY, "-c", "print('hi')"))
+    return PodSpec(
+        name=name, namespace="ns", workload_id=1, pod_index=0, node_name="here", **fields
+    )
+
+
+@pytest.fixture
+def backend(db):
+    return LocalBackend(make_cluster(config={"node_name": "here"}))
+
+
+def test_expand_vars_follows_kubernetes_rules():
+    env = {"A": "1", "PORT": "8888"}
+    assert expand_vars("--port=$(PORT)", env) == "--port=8888"
+    assert expand_vars("$(MISSING)-$(A)", env) == "$(MISSING)-1"
+    assert expand_vars("$$(A) costs $$5", env) == "$(A) costs $5"
+
+
+def test_inventory_is_one_node_with_the_pool_label_and_no_gpus_without_a_driver(backend):
+    [node] = backend.list_inventory()
+    assert node.name == "here"
+    assert node.labels == {"gpupool.io/node-pool": "local"}
+    assert node.cpu_cores >= 1 and node.memory_mib > 0
+    assert node.gpus == ()  # this machine has no NVIDIA driver
+
+
+def test_a_pod_runs_to_completion_with_its_environment_and_logs(backend):
+    code = (
+        "import os; print(os.environ['GPUPOOL_PORT'], os.environ['CUDA_VISIBLE_DEVICES'],"
+        " os.environ['X'], os.getcwd())"
+    )
+    status = backend.ensure_pod(
+        spec(
+            command=(PY, "-c", code, "$(X)"),
+            env={"X": "hello"},
+            gpu_indices=(2, 3),
+            ports=(PortSpec("http", 8888),),
+        )
+    )
+    assert status.endpoint.startswith("127.0.0.1:")
+    port = status.endpoint.split(":")[1]
+    done = wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.SUCCEEDED)
+    assert done
+    final = backend.pod_statuses()["gp-1-0"]
+    assert final.exit_code == 0
+    workdir = Path(backend.workload_dir(1))
+    assert backend.pod_logs("gp-1-0", "ns").strip() == f"{port} 2,3 hello {workdir}"
+
+
+def test_a_failing_pod_reports_its_exit_code(backend):
+    backend.ensure_pod(
+        spec(command=(PY, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"))
+    )
+    wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.FAILED)
+    assert backend.pod_statuses()["gp-1-0"].exit_code == 3
+    assert "boom" in backend.pod_logs("gp-1-0", "ns")
+
+
+def test_ensure_pod_twice_starts_one_process(backend):
+    first = backend.ensure_pod(spec(command=(PY, "-c", "import time; time.sleep(30)")))
+    second = backend.ensure_pod(spec(command=(PY, "-c", "import time; time.sleep(30)")))
+    assert first.backend_ref == second.backend_ref
+    assert len(backend.pod_statuses()) == 1
+    assert backend.delete_pod(second, grace_period_s=5)
+
+
+def test_stop_sends_sigterm_to_the_whole_group_and_the_pod_can_clean_up(backend):
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n    print('checkpointed', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
+    status = backend.ensure_pod(spec(command=(PY, "-c", code)))
+    wait_until(lambda: "up" in backend.pod_logs("gp-1-0", "ns"))
+    assert backend.delete_pod(status, grace_period_s=10)
+    assert backend.pod_statuses() == {}
+    assert "checkpointed" in backend.pod_logs("gp-1-0", "ns")
+
+
+def test_a_pod_ignoring_sigterm_is_killed_after_the_grace_period(backend):
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " print('up', flush=True); time.sleep(60)"
+    )
+    status = backend.ensure_pod(spec(command=(PY, "-c", code)))
+    wait_until(lambda: "up" in backend.pod_logs("gp-1-0", "ns"))
+    assert backend.delete_pod(status, grace_period_s=1) is False  # still in its grace period
+    time.sleep(1.1)
+    assert backend.delete_pod(status, grace_period_s=1) is True
+    assert backend.pod_statuses() == {}
+
+
+def test_a_restarted_worker_finds_its_processes_again(backend, monkeypatch):
+    status = backend.ensure_pod(spec(command=(PY, "-c", "import time; time.sleep(30)")))
+    # A new worker process knows nothing of the Popen objects of the old one.
+    monkeypatch.setattr(local_backend, "_CHILDREN", {})
+    again = LocalBackend(backend.cluster).pod_statuses()["gp-1-0"]
+    assert again.phase == PodPhase.RUNNING
+    assert again.backend_ref == status.backend_ref
+    assert LocalBackend(backend.cluster).delete_pod(again, grace_period_s=5)
+
+
+def test_reconcile_runs_an_admitted_workload_to_success_and_frees_its_gpus(org):
+    cluster = make_cluster(config={"node_name": "here"})
+    node = make_node(cluster, "here")
+    workload = make_workload(
+        org.project_a, org.researcher, "hello", command=[PY, "-c", "print('done')"]
+    )
+    admit(workload, node)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state in (
+        WorkloadState.ADMITTED,
+        WorkloadState.RUNNING,
+        WorkloadState.SUCCEEDED,
+    )
+
+    def finished():
+        cluster_reconcile(cluster)
+        workload.refresh_from_db()
+        return workload.state == WorkloadState.SUCCEEDED
+
+    wait_until(finished)
+    assert workload.exit_code == 0
+    assert workload.allocations.count() == 0  # the second pass saw the pod gone
+    assert LocalBackend(cluster).pod_statuses() == {}
+
+
+def test_reconcile_stops_a_stopped_workload_and_releases_it(org):
+    cluster = make_cluster(config={"node_name": "here"})
+    node = make_node(cluster, "here")
+    workload = make_workload(
+        org.project_a, org.researcher, "sleeper", command=[PY, "-c", "import time; time.sleep(60)"]
+    )
+    admit(workload, node)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.RUNNING
+    assert workload.allocations.get().backend_ref
+    workload_transition(workload, WorkloadState.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert workload.allocations.count() == 0
+    assert LocalBackend(cluster).pod_statuses() == {}
