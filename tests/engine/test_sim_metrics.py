@@ -10,6 +10,7 @@ import pytest
 
 from scheduling.engine.sim.baseline import private_nodes
 from scheduling.engine.sim.cli import main, simulate
+from scheduling.engine.sim.loop import SimConfig
 from scheduling.engine.sim.metrics import jain_index, percentile, water_fill
 from scheduling.engine.sim.specs import NodeSpec
 from scheduling.engine.sim.trace import TraceJob
@@ -116,3 +117,13 @@ def test_the_command_line_writes_the_summary_workloads_and_quotas(tmp_path: Path
     ]
     quotas_written = json.loads((out / "quotas.json").read_text())
     assert quotas_written["teams"]["a"]["pools"]["p"]["deserved"] == 2.0  # 200 of 250 GPU-s
+
+
+def test_a_job_that_never_starts_counts_its_wait_until_the_replay_gives_up() -> None:
+    config = SimConfig(tick=0.0, period=600.0, idle_cycles_to_stop=6)
+    jobs = [job("forever", 0, None, 1), job("next", 5, 10, 1)]
+    sim, summary = simulate(cluster(1, 1), jobs, quotas(a=1), "fifo", config)
+    # The cycle at 5 s and five periodic ones find nothing to do: the replay stops at 3005 s.
+    assert sim.now == 3005.0
+    assert (summary["never_started"], summary["finished"]) == (1, 0)
+    assert summary["queueing_delay_s"] == {"mean": 1500.0, "p95": 3000.0}

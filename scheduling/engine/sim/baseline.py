@@ -91,5 +91,5 @@ def private_cluster_queueing(
         departments={team: "default"},
     )
     sim = Simulation(nodes, jobs, own, fifo_factory, config).run()
-    waits = [run.queued for run in sim.runs.values() if run.first_start is not None]
+    waits = [run.waited(sim.now) for run in sim.runs.values()]
     return PrivateResult(sum(n.gpus for n in nodes), grown, mean(waits))

@@ -51,6 +51,11 @@ class JobRun:
     nodes: tuple[str, ...] = ()
     evictions: list[str] = field(default_factory=list)
 
+    def waited(self, now: float) -> float:
+        """Seconds spent pending up to `now`; a job still waiting counts until `now`."""
+        waiting = now - self.pending_since if self.pending_since is not None else 0.0
+        return self.queued + waiting
+
     def progress(self, now: float) -> float:
         """Seconds of work done, counting the current run."""
         running = now - self.run_start if self.run_start is not None else 0.0

@@ -32,14 +32,18 @@ def _rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def delay_stats(runs: Iterable[JobRun]) -> dict[str, Any]:
-    """Mean and p95 of queueing delay (all pending time) and completion time (JCT)."""
+def delay_stats(runs: Iterable[JobRun], end: float) -> dict[str, Any]:
+    """Mean and p95 of queueing delay (all pending time) and completion time (JCT).
+
+    A job that never started counts its wait up to the end of the replay, so a policy
+    cannot look good by never starting the jobs it cannot serve; JCT covers finished jobs.
+    """
     runs = list(runs)
-    waits = [run.queued for run in runs if run.first_start is not None]
+    waits = [run.waited(end) for run in runs]
     jcts = [run.end - run.job.submit for run in runs if run.end is not None]
     return {
         "jobs": len(runs),
-        "started": len(waits),
+        "never_started": sum(1 for run in runs if run.first_start is None),
         "finished": len(jcts),
         "queueing_delay_s": {
             "mean": _rounded(mean(waits)),
@@ -55,7 +59,7 @@ def _team_entry(
     sim: Simulation, team: str, runs: list[JobRun], private: PrivateResult | None
 ) -> dict[str, Any]:
     rec = sim.recorder
-    entry = delay_stats(runs)
+    entry = delay_stats(runs, sim.now)
     received, entitled = rec.received.get(team, 0.0), rec.entitled.get(team, 0.0)
     entry.update(
         quota_gpus=sim.quotas.deserved(team),
@@ -105,7 +109,7 @@ def summarize(
         worst_team=worst,
         worst_team_extra_queueing_s=extras.get(worst) if worst else None,
     )
-    summary.update(delay_stats(sim.runs.values()))
+    summary.update(delay_stats(sim.runs.values(), sim.now))
     summary["teams"] = teams
     return summary
 
@@ -122,10 +126,10 @@ def write_outputs(sim: Simulation, summary: Mapping[str, Any], out: Path) -> Non
         writer = csv.writer(handle)
         writer.writerow(WORKLOAD_COLUMNS)
         for run in sorted(sim.runs.values(), key=lambda r: (r.job.submit, r.job.id)):
-            writer.writerow(_workload_row(run))
+            writer.writerow(_workload_row(run, sim.now))
 
 
-def _workload_row(run: JobRun) -> list[Any]:
+def _workload_row(run: JobRun, end: float) -> list[Any]:
     job = run.job
     return [
         job.id,
@@ -137,6 +141,6 @@ def _workload_row(run: JobRun) -> list[Any]:
         job.gpus,
         "|".join(run.nodes),
         run.preemptions,
-        round(run.queued, 3),
+        round(run.waited(end), 3),
         round(run.lost_gpu_s / HOUR, 4),
     ]
