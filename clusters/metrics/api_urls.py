@@ -1,3 +1,10 @@
-from django.urls import path  # noqa: F401
+from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path
+
+from clusters.metrics import api
+
+urlpatterns = [
+    path("metrics", api.MetricsIngestView.as_view(), name="metrics-ingest"),
+    path("metrics/pods", api.AgentPodsView.as_view(), name="metrics-agent-pods"),
+]

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from clusters.metrics.ingest import rows_for, write_rows
 from clusters.metrics.models import GpuPrice, NodeToken
+from clusters.metrics.rollup import rollup_rewind
 from clusters.models import Node
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
@@ -38,6 +39,8 @@ def samples_ingest(samples: list[dict[str, Any]]) -> int:
         return 0
     rows, procs = rows_for(samples)
     write_rows(rows, procs)
+    # Late samples (an agent emptying its buffer) make already rolled-up minutes stale.
+    rollup_rewind(min(row[0] for row in rows))
     return len(rows)
 
 

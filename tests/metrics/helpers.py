@@ -6,6 +6,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+from clusters.metrics.models import AllocationInterval
 from clusters.models import Cluster, Gpu, Node, NodePool
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
@@ -50,6 +51,7 @@ def allocate(
     )
     # created_at is auto_now_add; tests place the admission in time explicitly.
     PodAllocation.objects.filter(pk=allocation.pk).update(created_at=at)
+    AllocationInterval.objects.filter(pod_allocation_id=allocation.pk).update(started_at=at)
     allocation.refresh_from_db()
     return allocation
 

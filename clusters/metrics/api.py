@@ -1,0 +1,90 @@
+"""REST endpoints for node agents: sample ingestion and the pods placed on their node.
+
+Agents authenticate with a per-node token (`Authorization: Bearer <token>`), not a user
+account, so a leaked token can only write samples for its own node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clusters.metrics.models import NodeToken
+from clusters.metrics.services import node_token_check, samples_ingest
+from portal.errors import ValidationFailed
+from scheduling.models import PodAllocation
+
+
+class AgentUser:
+    """Stands in for request.user: an agent is authenticated but is nobody's account."""
+
+    is_authenticated = True
+    is_active = True
+    is_platform_admin = False
+    is_superuser = False
+    pk = None
+
+
+class NodeTokenAuthentication(BaseAuthentication):
+    keywords = (b"bearer", b"nodetoken")
+
+    def authenticate(self, request: Any) -> tuple[AgentUser, NodeToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() not in self.keywords:
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+        token = node_token_check(parts[1].decode(errors="replace"))
+        if token is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked node token.")
+        return AgentUser(), token
+
+    def authenticate_header(self, request: Any) -> str:
+        return "Bearer"
+
+
+class HasNodeToken(BasePermission):
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return isinstance(request.auth, NodeToken)
+
+
+class AgentView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [HasNodeToken]
+
+
+class MetricsIngestView(AgentView):
+    """POST {"samples": [...]} (or a bare list); node_id is always the token's node."""
+
+    def post(self, request: Any) -> Response:
+        body = request.data
+        samples = body.get("samples") if isinstance(body, dict) else body
+        if not isinstance(samples, list):
+            return Response({"samples": ["Send a list of samples."]}, status=400)
+        node = request.auth.node
+        for item in samples:
+            if isinstance(item, dict):
+                # An agent speaks for its own node only, whatever the sample claims.
+                item["node_id"] = node.pk
+                item.pop("node", None)
+                item.pop("cluster", None)
+        try:
+            count = samples_ingest(samples)
+        except ValidationFailed as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"accepted": count}, status=status.HTTP_201_CREATED)
+
+
+class AgentPodsView(AgentView):
+    """The pods placed on the agent's node, so it can map processes to workloads."""
+
+    def get(self, request: Any) -> Response:
+        rows = PodAllocation.objects.filter(node=request.auth.node).values(
+            "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"
+        )
+        return Response({"node": request.auth.node.name, "pods": list(rows)})
