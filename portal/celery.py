@@ -16,3 +16,5 @@ app.conf.beat_schedule["clusters-reconcile-all"] = {"task": "clusters.tasks.reco
 app.conf.beat_schedule["clusters-sync-inventories"] = {"task": "clusters.tasks.sync_all_inventories", "schedule": 60.0}  # noqa: E501
 app.conf.beat_schedule["scheduling-cycle"] = {"task": "scheduling.tasks.run_cycle", "schedule": float(os.environ.get("GPUPOOL_CYCLE_INTERVAL_S", "10"))}  # noqa: E501
 app.conf.beat_schedule["workspaces-cull-idle"] = {"task": "workspaces.tasks.cull_idle_workspaces", "schedule": 60.0}  # noqa: E501
+app.conf.beat_schedule["metrics-rollup"] = {"task": "metrics.rollup", "schedule": 60.0}
+app.conf.beat_schedule["metrics-retention"] = {"task": "metrics.retention", "schedule": 3600.0}
