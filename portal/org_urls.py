@@ -3,10 +3,10 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal import views
+from portal.views import organisation as org
+from portal.views import people
 
-urlpatterns = [
-    path("", views.home, name="home"),
+auth = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password-reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
@@ -26,3 +26,37 @@ urlpatterns = [
         name="password_reset_complete",
     ),
 ]
+
+organisation = [
+    path("", org.home, name="home"),
+    path("departments/", org.department_list, name="department_list"),
+    path("departments/new/", org.department_create, name="department_create"),
+    path("departments/<int:pk>/", org.department_edit, name="department_edit"),
+    path("departments/<int:pk>/quotas/", org.department_quotas, name="department_quotas"),
+    path("departments/<int:pk>/delete/", org.department_delete, name="department_delete"),
+    path("projects/", org.project_list, name="project_list"),
+    path("projects/new/", org.project_create, name="project_create"),
+    path("projects/<int:pk>/", org.project_detail, name="project_detail"),
+    path("projects/<int:pk>/edit/", org.project_edit, name="project_edit"),
+    path("projects/<int:pk>/quotas/", org.project_quotas, name="project_quotas"),
+    path("projects/<int:pk>/delete/", org.project_delete, name="project_delete"),
+    path("node-pools/", org.node_pool_list, name="node_pool_list"),
+    path("node-pools/new/", org.node_pool_form, name="node_pool_create"),
+    path("node-pools/<int:pk>/", org.node_pool_form, name="node_pool_edit"),
+]
+
+people_urls = [
+    path("users/", people.user_list, name="user_list"),
+    path("users/invite/", people.user_invite, name="user_invite"),
+    path("users/<int:pk>/", people.user_edit, name="user_edit"),
+    path("users/<int:pk>/memberships/", people.membership_add, name="membership_add"),
+    path(
+        "users/<int:pk>/memberships/<int:membership_pk>/remove/",
+        people.membership_remove,
+        name="membership_remove",
+    ),
+    path("users/<int:pk>/deactivate/", people.user_deactivate, name="user_deactivate"),
+    path("audit/", people.audit_log, name="audit_log"),
+]
+
+urlpatterns = auth + organisation + people_urls

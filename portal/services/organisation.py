@@ -1,0 +1,218 @@
+"""Departments, projects and node pools: create, update, delete."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from clusters.models import Cluster, NodePool, PlacementStrategy
+from portal.audit import audit_log, snapshot
+from portal.errors import ValidationFailed
+from portal.models import K8S_NAME_RE, Department, Project
+from portal.permissions import can_admin_department, is_platform_admin
+from portal.services.common import raise_if, require
+from scheduling.models import Workload
+
+# Work in these states holds or is about to hold GPUs: its project may not disappear.
+BLOCKING_STATES = ("pending", "admitted", "running", "preempted")
+
+
+# --- Departments ------------------------------------------------------------------------------
+
+
+def _department_errors(name: str, exclude_id: int | None = None) -> dict[str, list[str]]:
+    if not name.strip():
+        return {"name": ["Enter a name."]}
+    clash = Department.objects.filter(name__iexact=name.strip()).exclude(pk=exclude_id)
+    return {"name": [f"A department named {name.strip()} exists already."]} if clash else {}
+
+
+@transaction.atomic
+def department_create(*, actor: Any, name: str, description: str = "") -> Department:
+    require(is_platform_admin(actor), "Only platform administrators create departments.")
+    raise_if(_department_errors(name))
+    department = Department.objects.create(name=name.strip(), description=description)
+    audit_log(
+        actor=actor,
+        action="department.create",
+        obj=department,
+        after=snapshot(department),
+        department=department,
+    )
+    return department
+
+
+@transaction.atomic
+def department_update(
+    *, actor: Any, department: Department, name: str, description: str = ""
+) -> Department:
+    require(can_admin_department(actor, department), "You do not administer this department.")
+    raise_if(_department_errors(name, exclude_id=department.pk))
+    before = snapshot(department)
+    department.name, department.description = name.strip(), description
+    department.save()
+    audit_log(
+        actor=actor,
+        action="department.update",
+        obj=department,
+        before=before,
+        after=snapshot(department),
+        department=department,
+    )
+    return department
+
+
+@transaction.atomic
+def department_delete(*, actor: Any, department: Department) -> None:
+    require(is_platform_admin(actor), "Only platform administrators delete departments.")
+    names = list(department.projects.values_list("name", flat=True))
+    if names:
+        raise ValidationFailed(
+            f"{department.name} still has projects ({', '.join(names)}): delete or move them first."
+        )
+    audit_log(actor=actor, action="department.delete", obj=department, before=snapshot(department))
+    department.delete()
+
+
+# --- Projects ---------------------------------------------------------------------------------
+
+
+def default_namespace(name: str) -> str:
+    """A DNS-1123 label derived from a project's name: 'ML Vision!' -> 'gpupool-ml-vision'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return f"gpupool-{slug}"[:63].rstrip("-")
+
+
+def _project_errors(name: str, namespace: str, exclude_id: int | None) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    rule = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one of those."
+    others = Project.objects.exclude(pk=exclude_id)
+    if not re.match(K8S_NAME_RE, name):
+        errors["name"] = [f"{name!r} is not a valid name. {rule}"]
+    elif others.filter(name=name).exists():
+        errors["name"] = [f"A project named {name} exists already."]
+    if not re.match(K8S_NAME_RE, namespace):
+        errors["namespace"] = [f"{namespace!r} is not a valid Kubernetes namespace. {rule}"]
+    elif others.filter(namespace=namespace).exists():
+        owner = others.get(namespace=namespace)
+        errors["namespace"] = [f"Namespace {namespace} is taken by project {owner.name}."]
+    return errors
+
+
+@transaction.atomic
+def project_create(
+    *, actor: Any, department: Department, name: str, namespace: str = "", description: str = ""
+) -> Project:
+    require(can_admin_department(actor, department), "You do not administer this department.")
+    name = name.strip()
+    namespace = namespace.strip() or default_namespace(name)
+    raise_if(_project_errors(name, namespace, exclude_id=None))
+    project = Project.objects.create(
+        department=department, name=name, namespace=namespace, description=description
+    )
+    audit_log(
+        actor=actor,
+        action="project.create",
+        obj=project,
+        after=snapshot(project),
+        department=department,
+    )
+    return project
+
+
+@transaction.atomic
+def project_update(
+    *, actor: Any, project: Project, name: str, namespace: str = "", description: str = ""
+) -> Project:
+    require(can_admin_department(actor, project.department), "You do not administer it.")
+    name = name.strip()
+    namespace = namespace.strip() or default_namespace(name)
+    raise_if(_project_errors(name, namespace, exclude_id=project.pk))
+    before = snapshot(project)
+    project.name, project.namespace, project.description = name, namespace, description
+    project.save()
+    audit_log(
+        actor=actor,
+        action="project.update",
+        obj=project,
+        before=before,
+        after=snapshot(project),
+        department=project.department,
+    )
+    return project
+
+
+@transaction.atomic
+def project_delete(*, actor: Any, project: Project) -> None:
+    require(can_admin_department(actor, project.department), "You do not administer it.")
+    active = Workload.objects.filter(project=project, state__in=BLOCKING_STATES)
+    if active.exists():
+        names = ", ".join(active.order_by("name").values_list("name", flat=True)[:10])
+        raise ValidationFailed(
+            f"{project.name} has {active.count()} workload(s) pending or running ({names}); "
+            "stop them before deleting the project."
+        )
+    audit_log(
+        actor=actor,
+        action="project.delete",
+        obj=project,
+        before=snapshot(project),
+        department=project.department,
+    )
+    try:
+        # Finished workloads go with their project; anything else that still points at it
+        # (kept for reports) makes the delete refuse instead of orphaning rows.
+        Workload.objects.filter(project=project).delete()
+        project.delete()
+    except ProtectedError as exc:
+        raise ValidationFailed(f"{project.name} is still referenced: {exc.args[0]}") from None
+
+
+# --- Node pools -------------------------------------------------------------------------------
+
+
+def _node_pool_errors(values: Mapping[str, Any], exclude_id: int | None) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    name = values.get("name", "")
+    if not re.match(K8S_NAME_RE, name):
+        errors["name"] = ["Use lower-case letters, digits and '-' (a Kubernetes label value)."]
+    elif NodePool.objects.filter(name=name).exclude(pk=exclude_id).exists():
+        errors["name"] = [f"A node pool named {name} exists already."]
+    if values.get("placement", PlacementStrategy.BINPACK) not in PlacementStrategy.values:
+        errors["placement"] = [f"Choose one of: {', '.join(PlacementStrategy.values)}."]
+    cluster = values.get("cluster")
+    if cluster is not None and not isinstance(cluster, Cluster):
+        errors["cluster"] = ["Choose a cluster."]
+    return errors
+
+
+POOL_FIELDS = ("name", "cluster", "label_value", "placement", "description")
+
+
+@transaction.atomic
+def node_pool_create(*, actor: Any, **values: Any) -> NodePool:
+    require(is_platform_admin(actor), "Only platform administrators manage node pools.")
+    values = {k: v for k, v in values.items() if k in POOL_FIELDS}
+    raise_if(_node_pool_errors(values, exclude_id=None))
+    pool = NodePool.objects.create(**values)
+    audit_log(actor=actor, action="node_pool.create", obj=pool, after=snapshot(pool))
+    return pool
+
+
+@transaction.atomic
+def node_pool_update(*, actor: Any, pool: NodePool, **values: Any) -> NodePool:
+    require(is_platform_admin(actor), "Only platform administrators manage node pools.")
+    merged = {f: getattr(pool, f) for f in POOL_FIELDS} | {
+        k: v for k, v in values.items() if k in POOL_FIELDS
+    }
+    raise_if(_node_pool_errors(merged, exclude_id=pool.pk))
+    before = snapshot(pool)
+    for field, value in merged.items():
+        setattr(pool, field, value)
+    pool.save()
+    audit_log(actor=actor, action="node_pool.update", obj=pool, before=before, after=snapshot(pool))
+    return pool

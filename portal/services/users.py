@@ -1,0 +1,252 @@
+"""People: invitations, memberships and roles, deactivation.
+
+A department admin acts only on people and projects inside their department, and never
+makes or touches platform admins.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.tokens import default_token_generator
+from django.core.mail import send_mail
+from django.db import transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from portal import permissions
+from portal.audit import audit_log, snapshot
+from portal.errors import ValidationFailed
+from portal.models import Department, Membership, Project, Role, User
+from portal.permissions import administered_department_ids, can_admin_department
+from portal.services.common import raise_if, require
+
+USER_FIELDS = ["username", "email", "first_name", "last_name", "is_active", "is_platform_admin"]
+
+
+def can_manage_user(actor: Any, user: User) -> bool:
+    """Platform admins manage everyone; a department admin, people wholly inside their
+    departments (so they cannot lock someone out of another department's work)."""
+    if permissions.is_platform_admin(actor):
+        return True
+    if permissions.is_platform_admin(user) or actor.pk == user.pk:
+        return False
+    mine = administered_department_ids(actor)
+    if not mine:
+        return False
+    scopes = {m.department_id or m.project.department_id for m in _memberships(user)}
+    return bool(scopes) and scopes <= mine
+
+
+def _memberships(user: User) -> list[Membership]:
+    return list(user.memberships.select_related("project"))
+
+
+def _scope_department(project: Project | None, department: Department | None) -> Department:
+    if project is not None:
+        return project.department
+    if department is None:
+        raise ValidationFailed({"project": ["Choose a project (or a department for its admin)."]})
+    return department
+
+
+def _membership_errors(
+    role: str, project: Project | None, department: Department | None
+) -> dict[str, list[str]]:
+    if role not in Role.values:
+        return {"role": [f"Choose one of: {', '.join(Role.values)}."]}
+    if role == Role.DEPARTMENT_ADMIN and (department is None or project is not None):
+        return {"department": ["A department admin holds a department, not a project."]}
+    if role != Role.DEPARTMENT_ADMIN and (project is None or department is not None):
+        return {"project": [f"A {Role(role).label.lower()} belongs to a project."]}
+    return {}
+
+
+# --- Invitations ------------------------------------------------------------------------------
+
+
+def _username_from(email: str) -> str:
+    base = re.sub(r"[^\w.@+-]", "", email.split("@")[0]) or "user"
+    candidate, n = base[:140], 1
+    while User.objects.filter(username=candidate).exists():
+        n += 1
+        candidate = f"{base[:140]}{n}"
+    return candidate
+
+
+def _invite_errors(email: str, username: str) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
+        errors["email"] = ["Enter a valid e-mail address."]
+    elif User.objects.filter(email__iexact=email).exists():
+        errors["email"] = [f"{email} already has an account."]
+    if username and User.objects.filter(username=username).exists():
+        errors["username"] = [f"The username {username} is taken."]
+    elif username and not re.match(r"^[\w.@+-]{1,150}$", username):
+        errors["username"] = ["Use letters, digits and @/./+/-/_ only."]
+    return errors
+
+
+def set_password_link(user: User) -> str:
+    """An absolute link to Django's password_reset_confirm page for this user."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    path = reverse("password_reset_confirm", kwargs={"uidb64": uid, "token": token})
+    return f"{settings.SITE_URL}{path}"
+
+
+def _send_invitation(user_id: int, inviter: str) -> None:
+    user = User.objects.get(pk=user_id)
+    context = {"user": user, "inviter": inviter, "link": set_password_link(user)}
+    send_mail(
+        subject="You are invited to GPUPool",
+        message=render_to_string("registration/invitation_email.txt", context),
+        from_email=None,
+        recipient_list=[user.email],
+    )
+
+
+@transaction.atomic
+def user_invite(
+    *,
+    actor: Any,
+    email: str,
+    username: str = "",
+    first_name: str = "",
+    last_name: str = "",
+    role: str = Role.RESEARCHER,
+    project: Project | None = None,
+    department: Department | None = None,
+    is_platform_admin: bool = False,
+) -> User:
+    """Create an account without a usable password and e-mail a link to set one.
+
+    The mail leaves on commit: a rolled-back invitation sends nothing.
+    """
+    platform = permissions.is_platform_admin(actor)
+    require(platform or bool(administered_department_ids(actor)), "Only admins invite people.")
+    require(platform or not is_platform_admin, "Only platform admins make platform admins.")
+    email, username = email.strip().lower(), username.strip()
+    errors = _invite_errors(email, username)
+    if not platform or project or department:
+        errors.update(_membership_errors(role, project, department))
+    raise_if(errors)
+    user = User(
+        username=username or _username_from(email),
+        email=email,
+        first_name=first_name.strip(),
+        last_name=last_name.strip(),
+        is_platform_admin=is_platform_admin,
+    )
+    user.set_unusable_password()
+    user.save()
+    audit_log(actor=actor, action="user.invite", obj=user, after=snapshot(user, USER_FIELDS))
+    if project or department:
+        membership_add(actor=actor, user=user, role=role, project=project, department=department)
+    inviter = actor.get_full_name() or actor.username
+    transaction.on_commit(lambda: _send_invitation(user.pk, inviter))
+    return user
+
+
+# --- Memberships and accounts -----------------------------------------------------------------
+
+
+@transaction.atomic
+def membership_add(
+    *,
+    actor: Any,
+    user: User,
+    role: str,
+    project: Project | None = None,
+    department: Department | None = None,
+) -> Membership:
+    raise_if(_membership_errors(role, project, department))
+    scope = _scope_department(project, department)
+    require(can_admin_department(actor, scope), f"You do not administer {scope.name}.")
+    existing = Membership.objects.filter(user=user, project=project, department=department)
+    if existing.exists():
+        where = (project or department).name  # type: ignore[union-attr]
+        raise ValidationFailed({"role": [f"{user.username} is already a member of {where}."]})
+    membership = Membership.objects.create(
+        user=user, role=role, project=project, department=department
+    )
+    audit_log(
+        actor=actor,
+        action="membership.add",
+        obj=membership,
+        after=snapshot(membership),
+        department=scope,
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, actor: Any, membership: Membership) -> None:
+    scope = _scope_department(membership.project, membership.department)
+    require(can_admin_department(actor, scope), f"You do not administer {scope.name}.")
+    audit_log(
+        actor=actor,
+        action="membership.remove",
+        obj=membership,
+        before=snapshot(membership),
+        department=scope,
+    )
+    membership.delete()
+
+
+@transaction.atomic
+def user_update(
+    *,
+    actor: Any,
+    user: User,
+    first_name: str,
+    last_name: str,
+    email: str,
+    is_platform_admin: bool | None = None,
+) -> User:
+    require(can_manage_user(actor, user), "You may not change this user.")
+    platform = permissions.is_platform_admin(actor)
+    require(is_platform_admin is None or platform, "Only platform admins make platform admins.")
+    email = email.strip().lower()
+    if User.objects.filter(email__iexact=email).exclude(pk=user.pk).exists():
+        raise ValidationFailed({"email": [f"{email} already has an account."]})
+    if is_platform_admin is False and user.pk == actor.pk:
+        raise ValidationFailed({"is_platform_admin": ["You cannot remove your own admin rights."]})
+    before = snapshot(user, USER_FIELDS)
+    user.first_name, user.last_name, user.email = first_name.strip(), last_name.strip(), email
+    if is_platform_admin is not None:
+        user.is_platform_admin = is_platform_admin
+    user.save()
+    audit_log(
+        actor=actor,
+        action="user.update",
+        obj=user,
+        before=before,
+        after=snapshot(user, USER_FIELDS),
+    )
+    return user
+
+
+@transaction.atomic
+def user_deactivate(*, actor: Any, user: User) -> User:
+    """Stop someone signing in (pages and API tokens); their history stays."""
+    require(can_manage_user(actor, user), "You may not deactivate this user.")
+    if user.pk == actor.pk:
+        raise ValidationFailed("You cannot deactivate yourself.")
+    before = snapshot(user, USER_FIELDS)
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    departments = {m.department or m.project.department for m in _memberships(user)}
+    audit_log(
+        actor=actor,
+        action="user.deactivate",
+        obj=user,
+        before=before,
+        after=snapshot(user, USER_FIELDS),
+        department=departments.pop() if len(departments) == 1 else None,
+    )
+    return user

@@ -1,0 +1,1 @@
+"""The organisation's server-rendered pages, one module per area."""

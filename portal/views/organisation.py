@@ -1,0 +1,257 @@
+"""Overview, departments, projects and node pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from clusters.models import NodePool
+from portal import selectors, services
+from portal.errors import ValidationFailed
+from portal.forms import DepartmentForm, NodePoolForm, ProjectForm, QuotaTableForm, show_errors
+from portal.models import Department, Project
+from portal.permissions import (
+    admin_required,
+    can_admin_project,
+    departments_for_admin,
+    is_platform_admin,
+    platform_admin_required,
+    visible_projects,
+)
+from portal.views.common import optional_template, posted
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """Researchers see their projects and quotas; admins everything they administer."""
+    projects = selectors.project_list_for_user(request.user)
+    context: dict[str, Any] = {"projects": projects, "rows": selectors.quota_overview(projects)}
+    if is_platform_admin(request.user) or departments_for_admin(request.user).exists():
+        context["departments"] = selectors.department_list_for_user(request.user)
+        context["pools"] = NodePool.objects.all()
+        context["users"] = selectors.user_list_for_admin(request.user).count()
+        context["recent"] = selectors.audit_log_for_user(request.user)[:8]
+    return render(request, "portal/home.html", context)
+
+
+# --- Departments ------------------------------------------------------------------------------
+
+
+@admin_required
+def department_list(request: HttpRequest) -> HttpResponse:
+    departments = selectors.department_list_for_user(request.user).prefetch_related(
+        "quotas__node_pool"
+    )
+    return render(request, "portal/department_list.html", {"departments": departments})
+
+
+@platform_admin_required
+def department_create(request: HttpRequest) -> HttpResponse:
+    form = DepartmentForm(posted(request))
+    if form.is_valid():
+        try:
+            department = services.department_create(actor=request.user, **form.cleaned_data)
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"Department {department.name} created; set its quotas.")
+            return redirect("department_edit", pk=department.pk)
+    return render(request, "portal/department_form.html", {"form": form})
+
+
+def _department(request: HttpRequest, pk: int) -> Department:
+    return get_object_or_404(departments_for_admin(request.user), pk=pk)
+
+
+def _department_page(request: HttpRequest, department: Department, **forms: Any) -> HttpResponse:
+    context = {
+        "department": department,
+        "form": forms.get("form")
+        or DepartmentForm(initial={"name": department.name, "description": department.description}),
+        "quota_form": forms.get("quota_form") or QuotaTableForm(selectors.quota_table(department)),
+        "quota_rows": selectors.quota_table(department),
+        "can_edit_quotas": is_platform_admin(request.user),
+        "projects": department.projects.prefetch_related("quotas__node_pool"),
+    }
+    return render(request, "portal/department_edit.html", context)
+
+
+@admin_required
+def department_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    department = _department(request, pk)
+    form = DepartmentForm(posted(request))
+    if not form.is_valid():
+        return _department_page(request, department, form=form if form.is_bound else None)
+    try:
+        services.department_update(actor=request.user, department=department, **form.cleaned_data)
+    except ValidationFailed as exc:
+        show_errors(form, exc)
+        return _department_page(request, department, form=form)
+    messages.success(request, f"Department {department.name} saved.")
+    return redirect("department_edit", pk=department.pk)
+
+
+@platform_admin_required
+def department_quotas(request: HttpRequest, pk: int) -> HttpResponse:
+    department = _department(request, pk)
+    quota_form = QuotaTableForm(selectors.quota_table(department), posted(request))
+    if request.method == "POST" and quota_form.is_valid():
+        try:
+            services.quota_set(actor=request.user, owner=department, table=quota_form.table())
+        except ValidationFailed as exc:
+            quota_form.show_errors(exc)
+        else:
+            messages.success(request, f"Quotas of {department.name} saved.")
+            return redirect("department_edit", pk=department.pk)
+    return _department_page(request, department, quota_form=quota_form)
+
+
+@platform_admin_required
+def department_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    department = _department(request, pk)
+    if request.method == "POST":
+        try:
+            services.department_delete(actor=request.user, department=department)
+        except ValidationFailed as exc:
+            messages.error(request, " ".join(exc.errors.get("__all__", [str(exc)])))
+            return redirect("department_edit", pk=department.pk)
+        messages.success(request, f"Department {department.name} deleted.")
+        return redirect("department_list")
+    return render(
+        request, "portal/confirm_delete.html", {"object": department, "kind": "department"}
+    )
+
+
+# --- Projects ---------------------------------------------------------------------------------
+
+
+@login_required
+def project_list(request: HttpRequest) -> HttpResponse:
+    projects = selectors.project_list_for_user(request.user).prefetch_related("quotas__node_pool")
+    can_create = departments_for_admin(request.user).exists()
+    return render(
+        request, "portal/project_list.html", {"projects": projects, "can_create": can_create}
+    )
+
+
+def _visible_project(request: HttpRequest, pk: int) -> Project:
+    # Projects outside the user's view are "not found", not "forbidden": their names stay private.
+    return get_object_or_404(visible_projects(request.user).select_related("department"), pk=pk)
+
+
+def _admin_project(request: HttpRequest, pk: int) -> Project:
+    project = _visible_project(request, pk)
+    if not can_admin_project(request.user, project):
+        raise PermissionDenied("Only the admins of this project's department may change it.")
+    return project
+
+
+@login_required
+def project_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    project = _visible_project(request, pk)
+    context = {
+        "project": project,
+        "quota_rows": selectors.quota_table(project),
+        "members": project.memberships.select_related("user").order_by("user__username"),
+        "can_admin": can_admin_project(request.user, project),
+        # The workloads area adds per-pool fair share and allocation here when it exists.
+        "usage_partial": optional_template("scheduling/_project_pool_usage.html"),
+    }
+    return render(request, "portal/project_detail.html", context)
+
+
+@admin_required
+def project_create(request: HttpRequest) -> HttpResponse:
+    initial = {"department": request.GET.get("department")}
+    form = ProjectForm(posted(request), user=request.user, initial=initial)
+    if form.is_valid():
+        try:
+            project = services.project_create(actor=request.user, **form.cleaned_data)
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"Project {project.name} created; set its quotas.")
+            return redirect("project_quotas", pk=project.pk)
+    return render(request, "portal/project_form.html", {"form": form})
+
+
+@login_required
+def project_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    project = _admin_project(request, pk)
+    initial = {f: getattr(project, f) for f in ("department", "name", "namespace", "description")}
+    form = ProjectForm(posted(request), user=request.user, editing=True, initial=initial)
+    if form.is_valid():
+        values = {k: v for k, v in form.cleaned_data.items() if k != "department"}
+        try:
+            services.project_update(actor=request.user, project=project, **values)
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"Project {project.name} saved.")
+            return redirect("project_detail", pk=project.pk)
+    return render(request, "portal/project_form.html", {"form": form, "project": project})
+
+
+@login_required
+def project_quotas(request: HttpRequest, pk: int) -> HttpResponse:
+    project = _admin_project(request, pk)
+    quota_form = QuotaTableForm(selectors.quota_table(project), posted(request))
+    if request.method == "POST" and quota_form.is_valid():
+        try:
+            services.quota_set(actor=request.user, owner=project, table=quota_form.table())
+        except ValidationFailed as exc:
+            quota_form.show_errors(exc)
+        else:
+            messages.success(request, f"Quotas of {project.name} saved.")
+            return redirect("project_detail", pk=project.pk)
+    parent = selectors.quota_table(project.department)
+    context = {"project": project, "quota_form": quota_form, "department_rows": parent}
+    return render(request, "portal/project_quotas.html", context)
+
+
+@login_required
+def project_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    project = _admin_project(request, pk)
+    if request.method == "POST":
+        try:
+            services.project_delete(actor=request.user, project=project)
+        except ValidationFailed as exc:
+            messages.error(request, " ".join(exc.errors.get("__all__", [str(exc)])))
+            return redirect("project_detail", pk=project.pk)
+        messages.success(request, f"Project {project.name} deleted.")
+        return redirect("project_list")
+    return render(request, "portal/confirm_delete.html", {"object": project, "kind": "project"})
+
+
+# --- Node pools -------------------------------------------------------------------------------
+
+
+@platform_admin_required
+def node_pool_list(request: HttpRequest) -> HttpResponse:
+    pools = NodePool.objects.select_related("cluster")
+    context = {"pools": pools, "can_edit": is_platform_admin(request.user)}
+    return render(request, "portal/node_pool_list.html", context)
+
+
+@platform_admin_required
+def node_pool_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    pool = get_object_or_404(NodePool, pk=pk) if pk else None
+    initial = {f: getattr(pool, f) for f in services.organisation.POOL_FIELDS} if pool else {}
+    form = NodePoolForm(posted(request), initial=initial)
+    if form.is_valid():
+        try:
+            if pool:
+                services.node_pool_update(actor=request.user, pool=pool, **form.cleaned_data)
+            else:
+                pool = services.node_pool_create(actor=request.user, **form.cleaned_data)
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"Node pool {pool.name} saved.")
+            return redirect("node_pool_list")
+    return render(request, "portal/node_pool_form.html", {"form": form, "pool": pool})
