@@ -1,0 +1,38 @@
+"""Shared plumbing of the bench_* commands: run against PostgreSQL, starting one if needed.
+
+Settings are read once per process, so when no PostgreSQL is configured the command
+starts a throw-away server (tests/services.py, as the test suite does) and runs itself
+again in a child process with DATABASE_URL pointing at it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+
+def on_postgresql() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def rerun_with_postgres(argv: list[str]) -> int:
+    """Start PostgreSQL, run `manage.py <argv>` against it, return the child's exit code."""
+    from tests.services import postgres_server  # noqa: PLC0415 - only needed here
+
+    with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        with postgres_server(Path(tmp)) as url:
+            env = {**os.environ, "DATABASE_URL": url}
+            manage = Path(settings.BASE_DIR) / "manage.py"
+            return subprocess.call([sys.executable, str(manage), *argv], env=env)
+
+
+def migrate_quietly() -> None:
+    call_command("migrate", verbosity=0, interactive=False)

@@ -1,0 +1,108 @@
+"""Measure sample ingestion into PostgreSQL: `manage.py bench_ingest --json`."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from clusters.metrics import bench
+from clusters.metrics.models import GpuSample
+from clusters.metrics.services import samples_ingest
+from clusters.models import Cluster, Gpu, Node
+
+CLUSTER = "bench-ingest"
+
+
+class Command(BaseCommand):
+    help = "Ingest synthetic GPU samples in agent-sized batches and report samples per second."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--samples", type=int, default=200_000)
+        parser.add_argument("--batch", type=int, default=2_000, help="samples per batch")
+        parser.add_argument("--nodes", type=int, default=64)
+        parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+        parser.add_argument(
+            "--allow-sqlite", action="store_true", help="measure the configured SQLite instead"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not bench.on_postgresql() and not options["allow_sqlite"]:
+            argv = ["bench_ingest", *self.passthrough(options)]
+            code = bench.rerun_with_postgres(argv)
+            if code:
+                raise CommandError(f"the benchmark failed (exit {code})")
+            return
+        bench.migrate_quietly()
+        nodes = self.make_nodes(options["nodes"], options["gpus"])
+        try:
+            result = self.measure(nodes, options)
+        finally:
+            GpuSample.objects.filter(node_id__in=[n.pk for n in nodes]).delete()
+            Cluster.objects.filter(name=CLUSTER).delete()
+        if options["json"]:
+            self.stdout.write(json.dumps(result))
+        else:
+            self.stdout.write(f"{result['samples_per_s']:.0f} samples/s ({result})")
+
+    def passthrough(self, options: dict[str, Any]) -> list[str]:
+        argv = [f"--{name}={options[name]}" for name in ("samples", "batch", "nodes", "gpus")]
+        return [*argv, "--json"] if options["json"] else argv
+
+    def make_nodes(self, count: int, gpus: int) -> list[Node]:
+        cluster, _ = Cluster.objects.get_or_create(name=CLUSTER, defaults={"backend": "simulated"})
+        nodes = [
+            Node.objects.get_or_create(cluster=cluster, name=f"n{i:04d}")[0] for i in range(count)
+        ]
+        Gpu.objects.bulk_create(
+            [
+                Gpu(node=n, index=g, model="A100", memory_mib=81920)
+                for n in nodes
+                for g in range(gpus)
+            ],
+            ignore_conflicts=True,
+        )
+        return nodes
+
+    def batches(self, nodes: list[Node], options: dict[str, Any]) -> list[list[dict]]:
+        """Agent-shaped samples (epoch times, as JSON carries them), built before timing."""
+        rng = random.Random(7)
+        start, total, size = time.time() - 3600, options["samples"], options["batch"]
+        gpus = options["gpus"]
+        samples = [
+            {
+                "node_id": nodes[(i // gpus) % len(nodes)].pk, "gpu_index": i % gpus,
+                "ts": start + i / 1000, "util_pct": rng.uniform(0, 100),
+                "mem_used_mib": rng.randrange(81920), "mem_total_mib": 81920,
+                "power_w": rng.uniform(60, 400), "temp_c": rng.uniform(30, 80),
+                "workload_id": rng.randrange(1, 500), "pod_index": 0,
+            }
+            for i in range(total)
+        ]  # fmt: skip
+        return [samples[i : i + size] for i in range(0, total, size)]
+
+    def measure(self, nodes: list[Node], options: dict[str, Any]) -> dict[str, Any]:
+        batches = self.batches(nodes, options)
+        samples_ingest(batches[0])  # warm up: connection, prepared plans, caches
+        durations = []
+        began = time.perf_counter()
+        for batch in batches:
+            t0 = time.perf_counter()
+            samples_ingest(batch)
+            durations.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - began
+        stored = GpuSample.objects.filter(node_id__in=[n.pk for n in nodes]).count()
+        return {
+            "samples_per_s": round(options["samples"] / elapsed, 1),
+            "samples": options["samples"],
+            "batch": options["batch"],
+            "seconds": round(elapsed, 3),
+            "batch_ms_median": round(statistics.median(durations) * 1000, 2),
+            "stored": stored,
+            "database": bench.connection.vendor,
+        }
