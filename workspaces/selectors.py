@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
+from clusters.metrics.models import GpuSample
 from clusters.models import Backend
 from portal.models import Membership, Project
 from portal.permissions import can_admin_project, can_view_project, visible_projects
 from scheduling.models import ACTIVE_STATES, WorkloadState
+from scheduling.policies import effective_policy
 from workspaces.models import Environment, IdlePolicy, Workspace, WorkspaceTemplate
 
 
@@ -103,3 +107,29 @@ def workspace_upstream(workspace: Workspace) -> str | None:
 
 def workspace_is_running(workspace: Workspace) -> bool:
     return workspace.workload.state == WorkloadState.RUNNING
+
+
+def submit_limits_for_projects(projects: QuerySet[Project]) -> dict[int, str]:
+    """Per project id, the submission limits a launch must respect, said in words."""
+    limits = {}
+    for project in projects.select_related("department"):
+        policy = effective_policy(project)
+        words = []
+        if policy.max_gpus_per_workload is not None:
+            words.append(f"at most {policy.max_gpus_per_workload.normalize():f} GPUs per workload")
+        if policy.allowed_kinds and "workspace" not in policy.allowed_kinds:
+            words.append("workspaces are not allowed")
+        limits[project.pk] = "; ".join(words)
+    return limits
+
+
+def workspace_gpu_use(workspace: Workspace, *, minutes: int = 5) -> list[dict[str, Any]]:
+    """The latest sample of each GPU the workspace used in the last minutes (none on CPU)."""
+    since = timezone.now() - timedelta(minutes=minutes)
+    latest: dict[tuple[int, int], dict[str, Any]] = {}
+    samples = GpuSample.objects.filter(workload_id=workspace.workload_id, ts__gte=since)
+    for sample in samples.order_by("ts").values(
+        "node_id", "gpu_index", "util_pct", "mem_used_mib", "mem_total_mib", "ts"
+    ):
+        latest[(sample["node_id"], sample["gpu_index"])] = sample
+    return [latest[key] for key in sorted(latest)]

@@ -1,0 +1,39 @@
+"""Demo data of the workspaces app: a JupyterLab environment and a platform idle policy."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import TextIO
+
+from workspaces.models import Environment, IdlePolicy, ToolKind
+
+
+def _jupyter_executable() -> str:
+    """The demo runs pods on the local backend, which ignores the image: point at the
+    jupyter of this Python environment, which need not be on the workers' PATH."""
+    beside = Path(sys.executable).with_name("jupyter")
+    return str(beside) if beside.exists() else (shutil.which("jupyter") or "jupyter")
+
+
+def seed(stdout: TextIO) -> None:
+    environment, created = Environment.objects.get_or_create(
+        name="JupyterLab",
+        defaults={
+            "description": "JupyterLab with Python 3 and the scientific stack.",
+            "image": "quay.io/jupyter/scipy-notebook:2025-06-02",
+            "command": [_jupyter_executable(), "lab"],
+            "port": 8888,
+            "tool_kind": ToolKind.JUPYTERLAB,
+            "default_gpus": Decimal("0"),
+            "default_cpu": Decimal("1"),
+            "default_memory_mib": 4096,
+        },
+    )
+    IdlePolicy.objects.get_or_create(
+        department=None, project=None, defaults={"warn_after_min": 60, "stop_after_min": 120}
+    )
+    verb = "Created" if created else "Kept"
+    stdout.write(f"{verb} workspace environment {environment.name}.\n")

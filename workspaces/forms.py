@@ -1,0 +1,122 @@
+"""The launch form: project, environment or template, resources, data volume, variables."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from clusters.models import NodePool
+from portal.errors import ValidationFailed
+from scheduling.models import GpuRequestKind
+from workspaces.models import Environment, WorkspaceTemplate
+from workspaces.services import LaunchRequest
+
+# The services' field names that the form shows under another name.
+FIELD_ALIASES = {"memory_mib": "memory_gib", "gpu_memory_mib": "gpu_memory_gib"}
+
+
+class LaunchForm(forms.Form):
+    project = forms.ModelChoiceField(queryset=None, empty_label=None)
+    environment = forms.ModelChoiceField(
+        queryset=None, required=False, widget=forms.RadioSelect, empty_label=None
+    )
+    template = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label="None: choose below"
+    )
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'.")
+    gpu_request = forms.ChoiceField(choices=GpuRequestKind.choices, initial="whole")
+    gpus = forms.DecimalField(
+        label="GPUs",
+        min_value=0,
+        initial=0,
+        decimal_places=3,
+        help_text="Whole GPUs, or the fraction of one GPU (0.5).",
+    )
+    gpu_memory_gib = forms.IntegerField(label="GPU memory (GiB)", min_value=0, initial=0)
+    cpu = forms.DecimalField(label="CPU cores", min_value=0, initial=1, decimal_places=2)
+    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1, initial=4)
+    node_pool = forms.ModelChoiceField(
+        queryset=NodePool.objects.all(), required=False, empty_label="Any node pool"
+    )
+    data_volume = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="A PVC name on Kubernetes, or an absolute directory on the local backend.",
+    )
+    env = forms.CharField(
+        label="Environment variables",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One NAME=value per line.",
+    )
+    shared_with_project = forms.BooleanField(
+        label="Let the members of the project open it", required=False
+    )
+
+    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = projects
+        self.fields["environment"].queryset = Environment.objects.filter(enabled=True)
+        self.fields["template"].queryset = WorkspaceTemplate.objects.filter(
+            project__in=projects
+        ).select_related("project", "environment")
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for line in self.cleaned_data["env"].splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip().isidentifier():
+                raise forms.ValidationError(f"Write NAME=value, not {line.strip()!r}.")
+            env[key.strip()] = value
+        return env
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        template = data.get("template")
+        if template is not None and template.project_id != getattr(data.get("project"), "pk", None):
+            self.add_error("template", "This template belongs to another project.")
+        if template is None and not data.get("environment"):
+            self.add_error("environment", "Choose an environment or a template.")
+        return data
+
+    def launch_request(self) -> LaunchRequest:
+        data = self.cleaned_data
+        template = data.get("template")
+        if template is not None:  # a template fixes the environment and the resources
+            return LaunchRequest(
+                name=data["name"],
+                environment=template.environment,
+                gpu_request=template.gpu_request,
+                gpus=template.gpus,
+                gpu_memory_mib=template.gpu_memory_mib,
+                cpu=template.cpu,
+                memory_mib=template.memory_mib,
+                node_pool=template.node_pool,
+                data_volume=data["data_volume"].strip(),
+                env=data["env"],
+                shared_with_project=data["shared_with_project"],
+            )
+        return LaunchRequest(
+            name=data["name"],
+            environment=data["environment"],
+            gpu_request=data["gpu_request"],
+            gpus=data["gpus"] or Decimal("0"),
+            gpu_memory_mib=data["gpu_memory_gib"] * 1024,
+            cpu=data["cpu"],
+            memory_mib=data["memory_gib"] * 1024,
+            node_pool=data["node_pool"],
+            data_volume=data["data_volume"].strip(),
+            env=data["env"],
+            shared_with_project=data["shared_with_project"],
+        )
+
+    def add_service_errors(self, exc: ValidationFailed) -> None:
+        for field, messages in exc.errors.items():
+            name = FIELD_ALIASES.get(field, field)
+            target = name if name in self.fields else None
+            for message in messages:
+                self.add_error(target, message)
