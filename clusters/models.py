@@ -110,3 +110,27 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index}"
+
+
+class SimulatedPod(models.Model):
+    """A pod "running" in a simulated cluster: the simulated cluster's own state, which it
+    keeps in the database so that every worker process sees the same cluster."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="simulated_pods")
+    name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    workload_id = models.BigIntegerField()
+    pod_index = models.PositiveIntegerField()
+    node_name = models.CharField(max_length=253)
+    gpu_indices = models.JSONField(default=list, blank=True)
+    shared_gpu_index = models.IntegerField(null=True, blank=True)
+    gpu_share = models.FloatField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    duration_s = models.FloatField(null=True, blank=True)
+    deleting_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_simulated_pod")
+        ]

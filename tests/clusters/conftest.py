@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
 
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from scheduling.models import PodAllocation, Workload, WorkloadState
@@ -15,6 +16,9 @@ def _var_dir(settings, tmp_path):
     """Each test gets its own var/: local pod records, logs and work folders."""
     settings.VAR_DIR = tmp_path / "var"
     settings.VAR_DIR.mkdir()
+    # Locks and rate limits live in the cache: a fresh one per test.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    cache.clear()
 
 
 def make_cluster(name: str = "local", backend: str = Backend.LOCAL, **extra) -> Cluster:

@@ -1,0 +1,240 @@
+"""A simulated cluster: nodes and GPUs from a description, pods that "run" for a while.
+
+The description (Cluster.config, written as YAML or JSON) lists node groups and single
+nodes; labels are real label keys, so the cluster's node-pool and topology labels read
+them like a real cluster's:
+
+    groups:
+      - {prefix: a100, count: 4, gpus: 8, gpu_model: NVIDIA A100-SXM4-80GB,
+         gpu_memory_mib: 81920, cpu_cores: 96, memory_mib: 1048576,
+         labels: {gpupool.io/node-pool: a100},
+         spread: {gpupool.io/rack: [rack-1, rack-2]}}
+    nodes:
+      - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
+    stop_delay_s: 0        # how long a stopped pod takes to go away
+    sample_interval_s: 10  # synthetic GPU samples at most this often
+
+A pod runs for its workload's spec.duration_s (none: until stopped), then succeeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import yaml
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from clusters.backends import (
+    Backend,
+    GpuInfo,
+    NodeInfo,
+    PodPhase,
+    PodSpec,
+    PodStatus,
+    ReconcileReport,
+)
+from clusters.models import SimulatedPod
+from portal.errors import ValidationFailed
+
+log = logging.getLogger(__name__)
+NODE_KEYS = {"name", "gpus", "gpu_model", "gpu_memory_mib", "cpu_cores", "memory_mib"}
+
+
+def description_parse(text: str) -> dict[str, Any]:
+    """YAML (JSON is YAML too) into a checked description; ValidationFailed if it is not."""
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise ValidationFailed({"description": [f"Not valid YAML or JSON: {exc}"]}) from None
+    if not isinstance(data, dict):
+        raise ValidationFailed({"description": ["Must be a mapping with groups and/or nodes."]})
+    try:
+        nodes = description_nodes(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValidationFailed({"description": [f"Cannot read the nodes: {exc!r}"]}) from None
+    if not nodes:
+        raise ValidationFailed({"description": ["Describe at least one node."]})
+    if len({n.name for n in nodes}) != len(nodes):
+        raise ValidationFailed({"description": ["Node names must be unique."]})
+    return json.loads(json.dumps(data))  # dates and the like become plain JSON
+
+
+def description_nodes(config: dict[str, Any]) -> list[NodeInfo]:
+    nodes = []
+    for group in config.get("groups") or []:
+        count = int(group["count"])
+        for i in range(count):
+            labels = {str(k): str(v) for k, v in (group.get("labels") or {}).items()}
+            for key, values in (group.get("spread") or {}).items():
+                labels[str(key)] = str(values[i * len(values) // count])  # contiguous blocks
+            nodes.append(_node({**group, "name": f"{group['prefix']}-{i}", "labels": labels}))
+    nodes.extend(_node(item) for item in config.get("nodes") or [])
+    return nodes
+
+
+def _node(item: dict[str, Any]) -> NodeInfo:
+    gpus = int(item.get("gpus", 0))
+    return NodeInfo(
+        name=str(item["name"]),
+        labels={str(k): str(v) for k, v in (item.get("labels") or {}).items()},
+        cpu_cores=float(item.get("cpu_cores", 32)),
+        memory_mib=int(item.get("memory_mib", 256 * 1024)),
+        schedulable=bool(item.get("schedulable", True)),
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                model=str(item.get("gpu_model", "Simulated GPU")),
+                memory_mib=int(item.get("gpu_memory_mib", 81920)),
+                uuid=f"GPU-sim-{item['name']}-{i}",
+            )
+            for i in range(gpus)
+        ),
+    )
+
+
+class SimulatedBackend(Backend):
+    def test_connection(self) -> str:
+        nodes = description_nodes(self.cluster.config)
+        gpus = sum(len(n.gpus) for n in nodes)
+        return f"Simulated cluster: {len(nodes)} nodes, {gpus} GPUs"
+
+    def list_inventory(self) -> list[NodeInfo]:
+        return description_nodes(self.cluster.config)
+
+    def pod_statuses(self) -> dict[str, PodStatus]:
+        now = timezone.now()
+        stop_delay = timedelta(seconds=float(self.cluster.config.get("stop_delay_s", 0)))
+        gone = SimulatedPod.objects.filter(
+            cluster=self.cluster, deleting_since__lte=now - stop_delay
+        )
+        gone.delete()
+        pods = SimulatedPod.objects.filter(cluster=self.cluster)
+        return {pod.name: _status(pod, now) for pod in pods}
+
+    def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        try:
+            with transaction.atomic():
+                pod, _ = SimulatedPod.objects.get_or_create(
+                    cluster=self.cluster, name=spec.name, defaults=_pod_fields(spec)
+                )
+        except IntegrityError:  # another worker created it a moment ago
+            pod = SimulatedPod.objects.get(cluster=self.cluster, name=spec.name)
+        return _status(pod, timezone.now())
+
+    def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        now = timezone.now()
+        SimulatedPod.objects.filter(
+            cluster=self.cluster, name=status.name, deleting_since__isnull=True
+        ).update(deleting_since=now)
+        if float(self.cluster.config.get("stop_delay_s", 0)) <= 0:
+            SimulatedPod.objects.filter(cluster=self.cluster, name=status.name).delete()
+            return True
+        return False
+
+    def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
+        pod = SimulatedPod.objects.filter(cluster=self.cluster, name=name).first()
+        if pod is None:
+            return ""
+        return (
+            f"[simulated] {name} started on {pod.node_name} at {pod.started_at:%Y-%m-%d %H:%M:%S}"
+        )
+
+    def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
+        report = super().reconcile(desired, grace_period_s=grace_period_s)
+        self._emit_samples(report)
+        return report
+
+    def _emit_samples(self, report: ReconcileReport) -> None:
+        """Synthetic utilization through the same ingestion path as real agents."""
+        interval = float(self.cluster.config.get("sample_interval_s", 10))
+        if not cache.add(f"gpupool:simsamples:{self.cluster.pk}", "1", interval):
+            return
+        try:
+            from clusters.metrics.services import samples_ingest  # noqa: PLC0415 - optional
+        except ImportError:
+            return
+        samples = synthetic_samples(self.cluster, report, self.list_inventory())
+        try:
+            samples_ingest(samples)
+        except Exception:
+            log.exception("synthetic samples of %s were refused", self.cluster.name)
+
+
+def synthetic_samples(cluster: Any, report: ReconcileReport, nodes: list[NodeInfo]) -> list[dict]:
+    """One sample per GPU: busy GPUs at a steady, pod-specific load, idle ones near zero."""
+    now = timezone.now()
+    busy: dict[tuple[str, int], PodStatus] = {}
+    pods = {p.name: p for p in SimulatedPod.objects.filter(cluster=cluster)}
+    for status in report.statuses.values():
+        pod = pods.get(status.name)
+        if pod is None or status.phase != PodPhase.RUNNING:
+            continue
+        indices = pod.gpu_indices if pod.shared_gpu_index is None else [pod.shared_gpu_index]
+        for index in indices:
+            busy[(pod.node_name, int(index))] = status
+    samples = []
+    for node in nodes:
+        for gpu in node.gpus:
+            status = busy.get((node.name, gpu.index))
+            samples.append(_sample(cluster, node.name, gpu, status, now))
+    return samples
+
+
+def _sample(cluster: Any, node: str, gpu: GpuInfo, status: PodStatus | None, now: Any) -> dict:
+    seed = int(hashlib.sha256(f"{node}/{gpu.index}/{now.minute}".encode()).hexdigest()[:6], 16)
+    sample = {
+        "cluster": cluster.pk,
+        "node": node,
+        "gpu_index": gpu.index,
+        "ts": now,
+        "mem_total_mib": gpu.memory_mib,
+        "temp_c": 35 + seed % 10,
+    }
+    if status is None:
+        sample.update(util_pct=0, mem_used_mib=0, power_w=60)
+        return sample
+    util = 55 + seed % 40
+    sample.update(
+        util_pct=util,
+        mem_used_mib=gpu.memory_mib * (40 + seed % 50) // 100,
+        power_w=100 + 3 * util,
+        workload_id=status.workload_id,
+        pod_index=status.pod_index,
+    )
+    return sample
+
+
+def _pod_fields(spec: PodSpec) -> dict[str, Any]:
+    return {
+        "namespace": spec.namespace,
+        "workload_id": spec.workload_id,
+        "pod_index": spec.pod_index,
+        "node_name": spec.node_name,
+        "gpu_indices": list(spec.gpu_indices),
+        "shared_gpu_index": spec.shared_gpu_index,
+        "gpu_share": spec.gpu_share,
+        "started_at": timezone.now(),
+        "duration_s": spec.duration_s,
+    }
+
+
+def _status(pod: SimulatedPod, now: Any) -> PodStatus:
+    status = PodStatus(
+        name=pod.name,
+        namespace=pod.namespace,
+        workload_id=pod.workload_id,
+        pod_index=pod.pod_index,
+        phase=PodPhase.RUNNING,
+        backend_ref=f"sim:{pod.pk}",
+        node_name=pod.node_name,
+        terminating=pod.deleting_since is not None,
+    )
+    if pod.duration_s is not None and now >= pod.started_at + timedelta(seconds=pod.duration_s):
+        status.phase, status.exit_code = PodPhase.SUCCEEDED, 0
+    return status

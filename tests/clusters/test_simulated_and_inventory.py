@@ -1,0 +1,178 @@
+"""The simulated backend and inventory sync into Node, Gpu and NodePool rows."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from clusters.backends import NodeInfo, PodPhase
+from clusters.backends.simulated import SimulatedBackend, description_parse
+from clusters.inventory import inventory_store, inventory_sync
+from clusters.models import Backend, Gpu, Node, NodePool, SimulatedPod
+from clusters.reconcile import cluster_reconcile
+from portal.errors import ValidationFailed
+from scheduling.lifecycle import workload_transition
+from scheduling.models import WorkloadState
+from tests.clusters.conftest import admit, make_cluster, make_workload
+
+DESCRIPTION = """
+groups:
+  - prefix: a100
+    count: 4
+    gpus: 8
+    gpu_model: NVIDIA A100-SXM4-80GB
+    gpu_memory_mib: 81920
+    labels: {gpupool.io/node-pool: a100}
+    spread: {gpupool.io/rack: [rack-1, rack-2]}
+nodes:
+  - {name: t4-0, gpus: 2, gpu_model: Tesla T4, gpu_memory_mib: 15360,
+     labels: {gpupool.io/node-pool: t4}}
+"""
+
+
+@pytest.fixture
+def sim(db):
+    return make_cluster(
+        "sim",
+        Backend.SIMULATED,
+        config=description_parse(DESCRIPTION),
+        topology_labels=["gpupool.io/rack"],
+    )
+
+
+def test_a_description_must_describe_nodes():
+    with pytest.raises(ValidationFailed) as err:
+        description_parse("groups: []")
+    assert err.value.errors == {"description": ["Describe at least one node."]}
+    with pytest.raises(ValidationFailed):
+        description_parse("groups: [{prefix: x}]")  # no count
+    with pytest.raises(ValidationFailed):
+        description_parse("[1, 2")
+
+
+def test_json_descriptions_are_accepted_too():
+    config = description_parse('{"nodes": [{"name": "n0", "gpus": 1}]}')
+    assert config == {"nodes": [{"name": "n0", "gpus": 1}]}
+
+
+def test_inventory_sync_creates_nodes_gpus_pools_and_topology(sim, pool):
+    result = inventory_sync(sim)
+    assert (result.nodes, result.gpus) == (5, 34)
+    assert [n.name for n in Node.objects.filter(cluster=sim)] == [
+        "a100-0", "a100-1", "a100-2", "a100-3", "t4-0",
+    ]  # fmt: skip
+    racks = dict(Node.objects.filter(cluster=sim).values_list("name", "topology"))
+    assert racks["a100-0"] == racks["a100-1"] == {"rack": "rack-1"}
+    assert racks["a100-2"] == racks["a100-3"] == {"rack": "rack-2"}
+    # The admin's pool a100 (made before the cluster) is adopted; t4 is created.
+    pool.refresh_from_db()
+    assert pool.cluster == sim
+    assert Node.objects.get(name="a100-0").pool == pool
+    assert NodePool.objects.get(name="t4").cluster == sim
+    gpu = Gpu.objects.get(node__name="t4-0", index=1)
+    assert (gpu.model, gpu.memory_mib, gpu.uuid) == ("Tesla T4", 15360, "GPU-sim-t4-0-1")
+    sim.refresh_from_db()
+    assert sim.reachable and sim.last_contact_at is not None
+
+
+def test_inventory_sync_twice_changes_nothing(sim):
+    inventory_sync(sim)
+    before = list(Node.objects.values_list("id", "name", "pool_id", "schedulable"))
+    gpus = list(Gpu.objects.values_list("id", "node_id", "index"))
+    inventory_sync(sim)
+    assert list(Node.objects.values_list("id", "name", "pool_id", "schedulable")) == before
+    assert list(Gpu.objects.values_list("id", "node_id", "index")) == gpus
+    assert NodePool.objects.count() == 2
+
+
+def test_a_vanished_node_is_kept_but_unschedulable_and_a_cordoned_one_too(sim):
+    inventory_sync(sim)
+    node = Node.objects.get(name="a100-3")
+    nodes = SimulatedBackend(sim).list_inventory()
+    kept = [n for n in nodes if n.name != "a100-3"]
+    cordoned = NodeInfo(name="t4-0", labels=kept[-1].labels, schedulable=False)
+    result = inventory_store(sim, [*kept[:-1], cordoned])
+    assert result.vanished == 1
+    node.refresh_from_db()
+    assert node.schedulable is False
+    assert Node.objects.get(name="t4-0").schedulable is False
+    assert Node.objects.get(name="t4-0").gpus.count() == 0
+    assert Node.objects.get(name="a100-0").schedulable is True
+
+
+def test_two_clusters_with_the_same_pool_label_get_separate_pools(sim):
+    other = make_cluster("sim2", Backend.SIMULATED, config=description_parse(DESCRIPTION))
+    inventory_sync(sim)
+    inventory_sync(other)
+    assert sorted(NodePool.objects.values_list("name", "cluster__name")) == [
+        ("a100", "sim"),
+        ("sim2-a100", "sim2"),
+        ("sim2-t4", "sim2"),
+        ("t4", "sim"),
+    ]
+
+
+def test_a_simulated_workload_runs_for_its_duration_then_succeeds(sim, org):
+    inventory_sync(sim)
+    node = Node.objects.get(name="a100-0")
+    workload = make_workload(org.project_a, org.researcher, "short", spec={"duration_s": 60})
+    admit(workload, node, pods=[{"gpu_indices": [0, 1]}])
+    cluster_reconcile(sim)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.RUNNING
+    assert SimulatedPod.objects.get().gpu_indices == [0, 1]
+    cluster_reconcile(sim)
+    assert SimulatedPod.objects.count() == 1  # idempotent: not created twice
+    SimulatedPod.objects.update(started_at=timezone.now() - timedelta(seconds=61))
+    cluster_reconcile(sim)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.SUCCEEDED
+    assert workload.allocations.count() == 0
+    assert SimulatedPod.objects.count() == 0
+
+
+def test_a_stopped_simulated_workload_frees_its_gpus_after_the_stop_delay(sim, org):
+    sim.config["stop_delay_s"] = 30
+    sim.save()
+    inventory_sync(sim)
+    workload = make_workload(org.project_a, org.researcher, "forever")
+    admit(workload, Node.objects.get(name="a100-1"), pods=[{"gpu_indices": [3]}])
+    cluster_reconcile(sim)
+    workload_transition(workload, WorkloadState.STOPPED, reason="Stopped")
+    cluster_reconcile(sim)
+    assert workload.allocations.get().phase == "Terminating"  # GPUs still held
+    SimulatedPod.objects.update(deleting_since=timezone.now() - timedelta(seconds=31))
+    cluster_reconcile(sim)
+    assert workload.allocations.count() == 0
+
+
+def test_simulated_pods_report_running_until_stopped(sim):
+    backend = SimulatedBackend(sim)
+    from clusters.backends import PodSpec
+
+    status = backend.ensure_pod(
+        PodSpec(name="gp-9-0", namespace="ns", workload_id=9, pod_index=0, node_name="a100-0")
+    )
+    assert status.phase == PodPhase.RUNNING
+    assert backend.delete_pod(status, grace_period_s=30) is True
+    assert backend.pod_statuses() == {}
+
+
+def test_simulated_gpus_report_synthetic_utilization_through_the_metrics_path(sim, org):
+    from clusters.metrics.models import GpuSample
+
+    inventory_sync(sim)
+    node = Node.objects.get(name="a100-2")
+    workload = make_workload(org.project_a, org.researcher, "busy")
+    admit(workload, node, pods=[{"gpu_indices": [5]}])
+    cluster_reconcile(sim)
+    samples = GpuSample.objects.filter(node_id=node.pk)
+    assert samples.count() == 8  # every GPU of the node, busy or idle
+    busy = samples.get(gpu_index=5)
+    assert busy.util_pct >= 55 and busy.workload_id == workload.pk and busy.pod_index == 0
+    assert all(s.util_pct == 0 for s in samples.exclude(gpu_index=5))
+    total = GpuSample.objects.count()
+    cluster_reconcile(sim)  # within the sample interval: no second batch
+    assert GpuSample.objects.count() == total == 34
