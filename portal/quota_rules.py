@@ -67,11 +67,13 @@ def row_errors(row: Mapping[str, Any]) -> dict[str, list[str]]:
             errors.setdefault(field, []).append("Use at most two decimal places.")
     for resource in RESOURCES:
         limit, deserved = row.get(f"{resource}_limit"), row.get(resource)
+        if f"{resource}_limit" in errors or resource in errors:
+            continue  # one message per field: the number itself is wrong already
         if isinstance(limit, Decimal) and isinstance(deserved, Decimal) and limit < deserved:
-            errors.setdefault(f"{resource}_limit", []).append(
-                f"The limit ({fmt(limit)}) must be at least the deserved "
-                f"{LABELS[resource]} ({fmt(deserved)})."
-            )
+            errors[f"{resource}_limit"] = [
+                f"The limit ({fmt(limit)}) must be at least the deserved amount "
+                f"({fmt(deserved)} {LABELS[resource]})."
+            ]
     return errors
 
 
