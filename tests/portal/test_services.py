@@ -176,7 +176,7 @@ def test_negative_values_are_refused_per_pool_and_field(org):
 def test_setting_quotas_records_the_whole_table_before_and_after(org):
     table = {
         org.pool: {
-            "gpus": "2.50",
+            "gpus": "2.5",
             "gpus_limit": 6,
             "over_quota_weight": 3,
             "over_quota_allowed": False,
@@ -190,7 +190,7 @@ def test_setting_quotas_records_the_whole_table_before_and_after(org):
     assert row.action == "project_quota.set"
     assert row.before["a100"]["gpus"] == "4"
     assert row.after["a100"] == {
-        "gpus": "2.5",
+        "gpus": "2.50",
         "gpus_limit": "6",
         "cpu": "0",
         "cpu_limit": None,
