@@ -10,9 +10,7 @@ from scheduling.services import workload_submit
 
 
 def make_nodes(pool, count: int, gpus: int = 4, *, cluster_name: str = "sim", **node_extra):
-    cluster, _ = Cluster.objects.get_or_create(
-        name=cluster_name, defaults={"backend": "simulated"}
-    )
+    cluster, _ = Cluster.objects.get_or_create(name=cluster_name, defaults={"backend": "simulated"})
     nodes = []
     start = Node.objects.filter(cluster=cluster).count()
     for i in range(start, start + count):

@@ -1,0 +1,85 @@
+"""A separate process for the two-cycles-at-once test on a file SQLite database.
+
+    python -m tests.scheduling.cycle_worker setup          # migrate, 8 GPUs, 8 one-GPU jobs
+    python -m tests.scheduling.cycle_worker run START_AT    # run one slow cycle at START_AT
+    python -m tests.scheduling.cycle_worker check           # print what was handed out
+
+GPUPOOL_VAR_DIR points every process at the same database file; each prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+
+def setup() -> dict:
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from scheduling.services import workload_submit
+    from tests import factories as f
+    from tests.scheduling.conftest import make_nodes
+
+    pool = f.make_pool("a100")
+    dept = f.make_department("vision")
+    project = f.make_project(dept, "ml-vision")
+    f.make_project_quota(project, pool, gpus=8)
+    user = f.make_user("rita", platform_admin=True)
+    make_nodes(pool, 2, 4)
+    for i in range(8):
+        workload_submit(
+            actor=user, project=project, kind="training", name=f"job-{i}", image="x", gpus=1
+        )
+    return {"ok": True}
+
+
+def run(start_at: float) -> dict:
+    import scheduling.cycle
+
+    real = scheduling.cycle.schedule
+
+    def slow(*args, **kwargs):
+        time.sleep(1.0)  # keep the cycle open long enough for the other process to try
+        return real(*args, **kwargs)
+
+    scheduling.cycle.schedule = slow
+    time.sleep(max(0.0, start_at - time.time()))
+    result = scheduling.cycle.cycle_run()
+    return {"ran": result is not None, "admitted": result.admitted if result else 0}
+
+
+def check() -> dict:
+    from scheduling.models import CycleRun, PodAllocation
+
+    devices = [[a.node_id, int(i)] for a in PodAllocation.objects.all() for i in a.gpu_indices]
+    return {"devices": devices, "cycles": CycleRun.objects.count()}
+
+
+def main() -> None:
+    import django
+
+    # The worker processes must not try to reach a broker: requests for cycles are no-ops.
+    from portal.celery import app
+
+    app.conf.task_always_eager = False
+    django.setup()
+    from scheduling import tasks
+
+    tasks.request_cycle = lambda: None
+    command = sys.argv[1]
+    if command == "setup":
+        out = setup()
+    elif command == "run":
+        out = run(float(sys.argv[2]))
+    else:
+        out = check()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The cycle against the database: snapshot, decisions, reasons, runtime limits, records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.models import DepartmentQuota
+from scheduling.cycle import cycle_run
+from scheduling.lifecycle import workload_pods_released, workload_transition
+from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
+from tests.scheduling.conftest import make_nodes
+
+pytestmark = pytest.mark.django_db
+S = WorkloadState
+
+
+def fresh(wl: Workload) -> Workload:
+    wl.refresh_from_db()
+    return wl
+
+
+@pytest.fixture
+def tight(org, cluster):
+    """Each department deserves half of the 8 GPUs, so borrowing is visible."""
+    DepartmentQuota.objects.update(gpus=4)
+    return cluster
+
+
+def held_gpus() -> list[tuple[str, int]]:
+    return sorted(
+        (a.node.name, int(i))
+        for a in PodAllocation.objects.select_related("node")
+        for i in a.gpu_indices
+    )
+
+
+def test_an_admission_writes_pod_allocations_and_an_admitted_event(org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "job", gpus=2)
+    run = cycle_run()
+    wl = fresh(wl)
+    assert wl.state == S.ADMITTED and wl.pending_reason == ""
+    assert list(wl.allocations.values_list("pod_index", "node__name", "gpu_indices")) == [
+        (0, "a100-node-0", [0, 1])
+    ]
+    assert wl.events.last().message == "Placed in pool a100 on a100-node-0."
+    assert (run.ok, run.admitted, run.evicted, run.workloads, run.nodes) == (True, 1, 0, 1, 2)
+
+
+def test_a_gang_is_admitted_whole_across_nodes(org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "ddp", kind="distributed", workers=2, gpus=4)
+    cycle_run()
+    assert sorted(fresh(wl).allocations.values_list("node__name", flat=True)) == [
+        "a100-node-0",
+        "a100-node-1",
+    ]
+
+
+def test_a_workload_that_cannot_fit_keeps_a_readable_pending_reason(org, cluster, submit):
+    submit(org.researcher, org.project_a, "big", gpus=6)
+    cycle_run()
+    wl = Workload.objects.get(name="big")
+    assert wl.state == S.PENDING
+    assert wl.pending_reason == ("Needs 6 GPUs on one node; largest free block in pool a100 is 4")
+
+
+def test_over_quota_work_is_reclaimed_for_the_owner_once_its_pods_are_gone(org, tight, submit):
+    # vision borrows language's idle GPUs: both of its 4-GPU jobs run on 8 GPUs.
+    first = submit(org.researcher, org.project_a, "first", gpus=4)
+    second = submit(org.researcher, org.project_a, "second", gpus=4)
+    cycle_run()
+    assert {fresh(first).state, fresh(second).state} == {S.ADMITTED}
+    # language's owner asks: one borrowed job is preempted, the owner waits for its pods.
+    owner = submit(org.outsider, org.project_b, "owner", gpus=4)
+    run = cycle_run()
+    victims = [wl for wl in (fresh(first), fresh(second)) if wl.state == S.PREEMPTED]
+    assert len(victims) == 1 and run.evicted == 1
+    victim = victims[0]
+    event = victim.events.last()
+    assert (event.type, event.reason) == ("preempted", "Preempted:reclaim")
+    assert "room for nlp/owner" in event.message
+    assert fresh(owner).state == S.PENDING
+    assert "being freed by preempted pods" in fresh(owner).pending_reason
+    # Reconciliation confirms the pods are gone: the victim requeues, the owner runs.
+    workload_pods_released(victim)
+    assert (fresh(victim).state, fresh(victim).restart_count) == (S.PENDING, 1)
+    cycle_run()
+    assert fresh(owner).state == S.ADMITTED
+    assert fresh(victim).state == S.PENDING and fresh(victim).pending_reason
+    assert len(held_gpus()) == len(set(held_gpus())) == 8
+
+
+def test_no_new_evictions_start_while_preempted_pods_are_still_going_away(org, tight, submit):
+    for name in ("a1", "a2"):
+        submit(org.researcher, org.project_a, name, gpus=4)
+    cycle_run()
+    submit(org.outsider, org.project_b, "owner", gpus=4)
+    cycle_run()
+    # The victim's pods are still there; more cycles must not evict a second victim.
+    cycle_run()
+    cycle_run()
+    states = sorted(Workload.objects.filter(project=org.project_a).values_list("state", flat=True))
+    assert states == [S.ADMITTED, S.PREEMPTED]
+
+
+def test_trials_beyond_a_sweeps_parallelism_wait_with_a_reason(org, cluster, submit):
+    sweep = submit(
+        org.researcher,
+        org.project_a,
+        "sweep",
+        kind="hpo",
+        gpus=1,
+        search={"method": "grid", "parameters": {"lr": [1, 2, 3]}, "parallelism": 2},
+    )
+    cycle_run()
+    trials = list(sweep.children.order_by("pk"))
+    assert [t.state for t in trials] == [S.ADMITTED, S.ADMITTED, S.PENDING]
+    assert trials[2].pending_reason == "Sweep sweep runs at most 2 trials at once"
+    assert fresh(sweep).state == S.RUNNING
+    for trial in trials[:2]:
+        workload_transition(trial, S.SUCCEEDED, reason="Completed")
+        workload_pods_released(trial)
+    cycle_run()
+    assert fresh(trials[2]).state == S.ADMITTED
+    workload_transition(fresh(trials[2]), S.FAILED, reason="Error")
+    cycle_run()
+    sweep = fresh(sweep)
+    assert sweep.state == S.SUCCEEDED
+    assert sweep.events.last().message == "2 of 3 trials succeeded."
+
+
+def test_a_workload_past_its_max_runtime_is_stopped_with_the_reason(org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1, max_runtime_s=60)
+    cycle_run()
+    assert fresh(wl).state == S.ADMITTED
+    cycle_run(now=timezone.now() + timedelta(seconds=30))
+    assert fresh(wl).state == S.ADMITTED
+    run = cycle_run(now=timezone.now() + timedelta(seconds=61))
+    wl = fresh(wl)
+    assert (wl.state, run.stopped) == (S.STOPPED, 1)
+    event = wl.events.last()
+    assert (event.reason, event.message) == (
+        "MaxRuntimeExceeded",
+        "Stopped after its maximum runtime of 60 s.",
+    )
+    # Its GPU stays held until reconciliation confirms the pod is gone.
+    assert wl.allocations.count() == 1
+
+
+def test_the_cycle_keeps_fair_shares_for_the_queue_page(org, cluster, submit):
+    submit(org.researcher, org.project_a, "job", gpus=4)
+    run = cycle_run()
+    row = next(s for s in run.shares if (s["name"], s["resource"]) == ("ml-vision", "gpu"))
+    assert (row["pool"], row["allocated"]) == ("a100", 4.0)
+    assert row["fair_share"] >= 4.0
+
+
+def test_a_failing_cycle_is_recorded_with_its_error_and_changes_nothing(
+    org, cluster, submit, monkeypatch
+):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr("scheduling.cycle.schedule", broken)
+    run = cycle_run()
+    assert run.ok is False and "engine exploded" in run.error
+    assert CycleRun.objects.get(pk=run.pk).ok is False
+    assert fresh(wl).state == S.PENDING
+
+
+def test_the_cycle_reads_the_database_in_a_fixed_number_of_queries(
+    org, submit, django_assert_max_num_queries
+):
+    make_nodes(org.pool, 20, 8)
+    for i in range(30):
+        submit(org.researcher, org.project_a, f"job-{i}", gpus=1)
+    cycle_run()  # admits all 30: the next cycle sees 30 running workloads
+    # 30 more that fit on no node: the cycle only reads, decides and saves reasons.
+    for i in range(30):
+        submit(org.researcher, org.project_a, f"wait-{i}", gpus=16)
+    with django_assert_max_num_queries(25):
+        run = cycle_run()
+    assert (run.workloads, run.admitted, run.pending) == (60, 0, 30)

@@ -1,0 +1,125 @@
+"""Two cycles at once: the lock lets one decide at a time, so no GPU is handed out twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+import scheduling.cycle
+from scheduling.cycle import cycle_run
+from scheduling.locks import cycle_lock
+from scheduling.models import CycleLock, CycleRun, PodAllocation, Workload, WorkloadState
+
+
+def _slow_engine(monkeypatch, seconds: float) -> None:
+    """Hold each cycle inside the engine long enough for the other one to start."""
+    real = scheduling.cycle.schedule
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scheduling.cycle, "schedule", slow)
+
+
+def _run_together(count: int) -> list:
+    barrier = threading.Barrier(count)
+    results: list = []
+    errors: list = []
+
+    def worker():
+        try:
+            barrier.wait()
+            results.append(cycle_run())
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="threads cannot share SQLite's in-memory test database; the process test covers it",
+)
+@pytest.mark.django_db(transaction=True)
+def test_two_cycles_at_once_never_give_a_gpu_twice(org, cluster, submit, monkeypatch):
+    # Eight one-GPU jobs and eight GPUs: two unlocked cycles would both place all eight.
+    for i in range(8):
+        submit(org.researcher, org.project_a, f"job-{i}", gpus=1)
+    _slow_engine(monkeypatch, 0.5)
+    results = _run_together(2)
+    ran = [r for r in results if r is not None]
+    assert len(ran) == 1, "exactly one cycle holds the lock, the other stands aside"
+    devices = [(a.node_id, int(i)) for a in PodAllocation.objects.all() for i in a.gpu_indices]
+    assert len(devices) == len(set(devices)) == 8
+    assert Workload.objects.filter(state=WorkloadState.ADMITTED).count() == 8
+    assert CycleRun.objects.count() == 1
+    # The lock is free again for the next cycle.
+    assert cycle_run() is not None
+
+
+@pytest.mark.django_db
+def test_the_database_lock_is_exclusive_and_released_after_use(settings):
+    settings.REDIS_URL = ""
+    with cycle_lock() as first, cycle_lock() as second:
+        assert (first, second) == (True, False)
+    with cycle_lock() as again:
+        assert again is True
+
+
+@pytest.mark.django_db
+def test_a_lock_left_by_a_dead_worker_expires(settings):
+    settings.REDIS_URL = ""
+    CycleLock.objects.create(
+        pk=1, holder="dead-worker", locked_until=timezone.now() - timedelta(seconds=1)
+    )
+    with cycle_lock() as acquired:
+        assert acquired is True
+
+
+def _worker(var_dir, *args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["GPUPOOL_VAR_DIR"] = str(var_dir)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.scheduling.cycle_worker", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _output(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_cycle_processes_on_one_sqlite_file_never_give_a_gpu_twice(tmp_path):
+    """The embedded mode for real: two processes, one database file, the row lock."""
+    _output(_worker(tmp_path, "setup"))
+    start_at = time.time() + 1.5
+    runs = [_output(p) for p in [_worker(tmp_path, "run", str(start_at)) for _ in range(2)]]
+    assert sorted(r["ran"] for r in runs) == [False, True]
+    assert sum(r["admitted"] for r in runs) == 8
+    check = _output(_worker(tmp_path, "check"))
+    devices = [tuple(d) for d in check["devices"]]
+    assert len(devices) == len(set(devices)) == 8
+    assert check["cycles"] == 1
