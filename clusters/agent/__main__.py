@@ -1,0 +1,5 @@
+import sys
+
+from clusters.agent.main import main
+
+sys.exit(main())

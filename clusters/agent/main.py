@@ -1,0 +1,113 @@
+"""The agent's loop and command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clusters.agent.nvml import NoGpu, Reading, Sampler, load_nvml
+from clusters.agent.procmap import ProcessMap
+from clusters.agent.shipper import Shipper
+
+log = logging.getLogger("gpupool.agent")
+
+
+def to_samples(readings: list[Reading], procmap: ProcessMap) -> list[dict[str, Any]]:
+    """Readings as ingestion dicts; a GPU's workload is that of its largest process."""
+    samples = []
+    for r in readings:
+        procs = []
+        for p in sorted(r.processes, key=lambda p: -p.used_mib):
+            owner = procmap.owner(p.pid)
+            procs.append({
+                "pid": p.pid, "used_mib": p.used_mib,
+                "workload_id": owner.workload_id if owner else None,
+                "pod_index": owner.pod_index if owner else None,
+            })  # fmt: skip
+        first = next((p for p in procs if p["workload_id"] is not None), None)
+        samples.append({
+            "gpu_index": r.gpu_index, "ts": r.ts, "util_pct": r.util_pct,
+            "mem_used_mib": r.mem_used_mib, "mem_total_mib": r.mem_total_mib,
+            "power_w": r.power_w, "temp_c": r.temp_c, "processes": procs,
+            "workload_id": first["workload_id"] if first else None,
+            "pod_index": first["pod_index"] if first else None,
+        })  # fmt: skip
+    return samples
+
+
+class Agent:
+    def __init__(
+        self,
+        sampler: Sampler,
+        shipper: Shipper,
+        procmap: ProcessMap | None = None,
+        interval_s: float = 10.0,
+        pods_every_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.sampler, self.shipper = sampler, shipper
+        self.procmap = procmap or ProcessMap()
+        self.interval_s, self.pods_every_s, self.sleep = interval_s, pods_every_s, sleep
+        self.pods_at = float("-inf")
+
+    def tick(self) -> bool:
+        """1. refresh the pod map now and then; 2. sample; 3. buffer; 4. try to send."""
+        if time.monotonic() - self.pods_at >= self.pods_every_s:
+            pods = self.shipper.pods()
+            if pods is not None:
+                self.procmap.update(pods)
+                self.pods_at = time.monotonic()
+        self.shipper.add(to_samples(self.sampler.read(), self.procmap))
+        return self.shipper.flush()
+
+    def run(self, ticks: int | None = None) -> None:
+        done = 0
+        while ticks is None or done < ticks:
+            started = time.monotonic()
+            self.tick()
+            done += 1
+            if ticks is None or done < ticks:
+                self.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="python -m clusters.agent", description=__doc__)
+    parser.add_argument("--portal", default=env("GPUPOOL_PORTAL_URL", "http://127.0.0.1:8000"))
+    parser.add_argument("--token", default=env("GPUPOOL_AGENT_TOKEN", ""))
+    parser.add_argument("--token-file", default=env("GPUPOOL_AGENT_TOKEN_FILE", ""))
+    parser.add_argument(
+        "--interval", type=float, default=float(env("GPUPOOL_AGENT_INTERVAL_S", "10"))
+    )
+    parser.add_argument("--buffer", type=int, default=100_000, help="samples kept while away")
+    parser.add_argument("--ticks", type=int, default=None, help="stop after this many samples")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, nvml: Any = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parse_args(argv)
+    token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else "")
+    try:
+        sampler = Sampler(nvml or load_nvml())
+    except NoGpu as exc:
+        print(f"gpupool agent: no GPU to watch ({exc}); exiting.")
+        return 0
+    if not token:
+        print("gpupool agent: no node token (--token, --token-file or GPUPOOL_AGENT_TOKEN)")
+        return 2
+    shipper = Shipper(args.portal.rstrip("/"), token, capacity=args.buffer)
+    log.info("watching %d GPUs, posting to %s", len(sampler.handles), shipper.portal)
+    try:
+        Agent(sampler, shipper, interval_s=args.interval).run(args.ticks)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sampler.close()
+        shipper.flush()
+    return 0

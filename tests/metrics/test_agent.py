@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from clusters.agent.main import Agent, main, to_samples
+from clusters.agent.nvml import Sampler
+from clusters.agent.procmap import Owner, ProcessMap, pod_uid_from_cgroup
+from clusters.agent.shipper import Shipper
+from tests.metrics.fake_nvml import FakeNvml
+from tests.services import free_port
+
+
+def test_the_sampler_converts_nvml_units_to_mib_and_watts():
+    first, second = Sampler(FakeNvml()).read()
+    assert (first.gpu_index, first.util_pct, first.mem_used_mib, first.mem_total_mib) == (
+        0, 97.0, 58368, 81920
+    )  # fmt: skip
+    assert (first.power_w, first.temp_c) == (312.456, 64.0)
+    assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 57344)]
+    assert (second.util_pct, second.mem_used_mib, second.processes) == (0.0, 4, [])
+
+
+def test_a_board_without_power_readings_still_reports_the_rest():
+    reading = Sampler(FakeNvml(power_supported=False)).read()[0]
+    assert reading.power_w is None and reading.util_pct == 97.0
+
+
+@pytest.mark.parametrize("nvml", [FakeNvml(init_error="Driver Not Loaded"), FakeNvml(gpus=[])])
+def test_without_a_gpu_the_agent_says_so_and_exits_cleanly(nvml, capsys):
+    assert main(["--token", "t", "--ticks", "1"], nvml=nvml) == 0
+    assert "no GPU to watch" in capsys.readouterr().out
+
+
+def test_a_process_is_mapped_through_its_environment_then_its_ancestors(tmp_path):
+    env = {**os.environ, "GPUPOOL_WORKLOAD_ID": "31", "GPUPOOL_POD_INDEX": "2"}
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    # A pod started as a shell whose child does the GPU work: the child maps via its parent.
+    pod = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        child = _wait_for_child(pod.pid)
+        procmap = ProcessMap()
+        procmap.update([{"workload_id": 8, "pod_index": 0, "backend_ref": str(pod.pid)}])
+        assert procmap.owner(tagged.pid) == Owner(31, 2)
+        assert procmap.owner(child) == Owner(8, 0)
+        assert procmap.owner(os.getpid()) is None
+    finally:
+        for proc in (tagged, pod):
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for_child(pid: int) -> int:
+    for _ in range(200):
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        threading.Event().wait(0.01)
+    raise AssertionError("the shell started no child")
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f4c3b2a_1d2e_4f60_"
+        "8a9b_0c1d2e3f4a5b.slice/cri-containerd-91ab.scope\n",
+        "12:memory:/kubepods/burstable/pod0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b/91ab\n",
+    ],
+)
+def test_the_pod_uid_is_read_from_cgroup_v1_and_v2_paths(cgroup):
+    assert pod_uid_from_cgroup(cgroup) == "0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b"
+    assert pod_uid_from_cgroup("0::/user.slice/session-3.scope\n") is None
+
+
+def test_samples_carry_the_workload_of_the_gpus_largest_process():
+    procmap = ProcessMap()
+    procmap.owner = lambda pid: Owner(77, 0) if pid == 4242 else None
+    samples = to_samples(Sampler(FakeNvml()).read(), procmap)
+    assert (samples[0]["workload_id"], samples[0]["pod_index"]) == (77, 0)
+    assert samples[0]["processes"] == [
+        {"pid": 4242, "used_mib": 57344, "workload_id": 77, "pod_index": 0}
+    ]
+    assert samples[1]["workload_id"] is None
+
+
+class Portal:
+    """A stand-in portal on a fixed port that can be down (not listening) and come up."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.received: list[dict] = []
+        self.server = None
+
+    def up(self):
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                assert self.headers["Authorization"] == "Bearer secret"
+                received.extend(body["samples"])
+                self._reply(201, {"accepted": len(body["samples"])})
+
+            def do_GET(self):
+                self._reply(200, {"pods": []})
+
+            def _reply(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self):
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def test_while_the_portal_is_down_samples_wait_in_the_buffer_and_arrive_in_order():
+    portal = Portal()
+    nvml = FakeNvml()
+    shipper = Shipper(f"http://127.0.0.1:{portal.port}", "secret", timeout_s=2, batch_size=3)
+    agent = Agent(Sampler(nvml), shipper, sleep=lambda s: None)
+    try:
+        for util in (10, 20, 30):
+            nvml.gpus[0]["util"] = util
+            assert agent.tick() is False
+        assert len(shipper.buffer) == 6 and portal.received == []
+
+        portal.up()
+        nvml.gpus[0]["util"] = 40
+        assert agent.tick() is True
+    finally:
+        portal.down()
+    assert [s["util_pct"] for s in portal.received if s["gpu_index"] == 0] == [10, 20, 30, 40]
+    assert len(portal.received) == 8 and shipper.sent == 8 and len(shipper.buffer) == 0
+
+
+def test_a_full_buffer_drops_the_oldest_samples_and_counts_them():
+    shipper = Shipper("http://127.0.0.1:9", "t", capacity=4)
+    shipper.add([{"n": i} for i in range(6)])
+    assert [s["n"] for s in shipper.buffer] == [2, 3, 4, 5] and shipper.dropped == 2

@@ -1,0 +1,40 @@
+"""The agent against the real portal: NVML stand-in -> HTTP -> ingestion -> database."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.agent.main import Agent
+from clusters.agent.nvml import Sampler
+from clusters.agent.shipper import Shipper
+from clusters.metrics.models import GpuProcessSample, GpuSample
+from clusters.metrics.services import node_token_issue
+from tests import factories as f
+from tests.metrics.fake_nvml import FakeNvml
+from tests.metrics.helpers import T0, allocate, make_node, make_workload
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_posts_readings_that_the_portal_stores_under_its_node(live_server):
+    pool = f.make_pool("a100")
+    node = make_node(pool)
+    project = f.make_project(f.make_department("vision"), "ml-vision")
+    work = make_workload(project, f.make_user("rita"))
+    allocation = allocate(work, node, [0], at=T0)
+    allocation.backend_ref = "4242"  # the local backend records the pod's pid
+    allocation.save()
+    _, token = node_token_issue(actor=None, node=node)
+
+    agent = Agent(Sampler(FakeNvml()), Shipper(live_server.url, token), sleep=lambda s: None)
+    agent.run(ticks=2)
+
+    rows = list(GpuSample.objects.order_by("ts", "gpu_index").values_list(
+        "node_id", "gpu_index", "util_pct", "mem_used_mib", "power_w", "workload_id"
+    ))  # fmt: skip
+    assert rows[:2] == [
+        (node.pk, 0, 97.0, 58368, 312.456, work.pk),
+        (node.pk, 1, 0.0, 4, 61.027, None),
+    ]
+    assert len(rows) == 4
+    process = GpuProcessSample.objects.first()
+    assert (process.pid, process.used_mib, process.workload_id) == (4242, 57344, work.pk)
