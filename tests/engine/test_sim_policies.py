@@ -1,0 +1,89 @@
+"""The engine-backed policies in the replay: static keeps to quotas, gpupool borrows."""
+
+from __future__ import annotations
+
+from scheduling.engine.sim.cli import policy_factory, simulate
+from scheduling.engine.sim.loop import SimConfig, Simulation
+from scheduling.engine.sim.specs import QuotaSpec
+from scheduling.engine.types import CycleResult, SchedulerConfig
+from tests.engine.test_sim_replay import EXACT, cluster, job, quotas
+
+CHECKPOINT_30S = SimConfig(tick=0.0, period=0.0, checkpoint_interval=30.0)
+
+
+def lifetimes(sim: Simulation) -> dict[str, tuple]:
+    return {i: (r.first_start, r.end, r.preemptions) for i, r in sim.runs.items()}
+
+
+class Watching:
+    """Wraps a policy and records every team's GPUs at the start of each cycle."""
+
+    name = "watching"
+
+    def __init__(self, sim: Simulation, inner: str, seen: list[dict[str, float]]) -> None:
+        self.inner = policy_factory(inner, SchedulerConfig())(sim)
+        self.seen = seen
+
+    def decide(self, sim: Simulation, now: float) -> CycleResult:
+        self.seen.append(dict(sim.recorder.allocated))
+        return self.inner.decide(sim, now)
+
+
+def _replay_watched(policy: str, jobs, spec: QuotaSpec, nodes=None):
+    seen: list[dict[str, float]] = []
+    sim = Simulation(
+        nodes or cluster(1, 4), jobs, spec, lambda s: Watching(s, policy, seen), EXACT
+    ).run()
+    seen.append(dict(sim.recorder.allocated))
+    return sim, seen
+
+
+def test_static_never_lets_a_team_past_its_quota_even_on_an_idle_cluster() -> None:
+    jobs = [job(f"a{i}", 0, 100, 1, "a") for i in range(4)] + [job("b1", 10, 50, 1, "b")]
+    sim, seen = _replay_watched("static", jobs, quotas(a=2, b=2))
+    assert max(state.get("a", 0) for state in seen) == 2
+    assert lifetimes(sim) == {
+        "a0": (0, 100, 0),
+        "a1": (0, 100, 0),
+        "a2": (100, 200, 0),
+        "a3": (100, 200, 0),
+        "b1": (10, 60, 0),
+    }
+
+
+def test_static_never_starts_a_job_larger_than_the_teams_quota() -> None:
+    jobs = [job("big", 0, 100, 4, "a"), job("b1", 0, 100, 1, "b")]
+    _, summary = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "static", EXACT)
+    assert (summary["never_started"], summary["teams"]["a"]["never_started"]) == (1, 1)
+
+
+def test_gpupool_lends_idle_gpus_and_reclaims_them_when_the_owner_returns() -> None:
+    jobs = [job(f"a{i}", 0, 1000, 1, "a") for i in range(4)]
+    jobs += [job("b1", 50, 100, 1, "b"), job("b2", 50, 100, 1, "b")]
+    sim, _ = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "gpupool", CHECKPOINT_30S)
+    runs = sim.runs
+    # a borrows b's two GPUs at 0; at 50 b takes them back from two of a's jobs, which
+    # lose the 20 s since their checkpoint at 30 s and resume when b is done at 150.
+    assert {i: runs[i].first_start for i in runs} == dict.fromkeys(runs, 0) | {"b1": 50, "b2": 50}
+    evicted = sorted(i for i in runs if runs[i].preemptions)
+    assert len(evicted) == 2
+    assert all(runs[i].evictions == ["reclaim"] for i in evicted)
+    assert all((runs[i].lost_gpu_s, runs[i].end) == (20.0, 150 + 970) for i in evicted)
+    assert (runs["b1"].end, runs["b2"].end) == (150, 150)
+    assert sim.eviction_counts == {"reclaim": 2}
+
+
+def test_gpupool_admits_a_gang_with_all_its_pods_on_whole_nodes() -> None:
+    jobs = [job("small", 0, 100, 1, "a"), job("gang", 10, 50, 8, "b", pods=2)]
+    sim, _ = simulate(cluster(3, 8), jobs, quotas(a=8, b=16), "gpupool", EXACT)
+    gang = sim.runs["gang"]
+    assert (gang.first_start, gang.end) == (10, 60)
+    assert gang.placement is None  # finished
+    assert len(gang.nodes) == 2 and "p-n000" not in gang.nodes  # not the half-used node
+
+
+def test_gpupool_beats_static_when_one_team_is_idle() -> None:
+    jobs = [job(f"a{i}", 0, 100, 1, "a") for i in range(4)]
+    _, static = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "static", EXACT)
+    _, shared = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "gpupool", EXACT)
+    assert (static["jct_s"]["mean"], shared["jct_s"]["mean"]) == (150.0, 100.0)
