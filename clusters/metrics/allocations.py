@@ -9,14 +9,18 @@ missed (bulk writes, a crash between the two), using the allocation's own create
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.utils import timezone
 
 from clusters.metrics.models import AllocationInterval
 from clusters.models import Gpu
 from scheduling.models import PodAllocation
+
+log = logging.getLogger(__name__)
 
 
 def _share(allocation: PodAllocation, gpu_memory: int) -> tuple[list[int], float]:
@@ -95,4 +99,15 @@ def on_allocation_saved(sender: Any, instance: PodAllocation, created: bool, **k
 
 
 def on_allocation_deleted(sender: Any, instance: PodAllocation, **kwargs: Any) -> None:
-    interval_close(instance.pk)
+    """Close the pod's interval; the cycle bulk-creates allocations (no post_save), so a pod
+    admitted and released between two syncs gets its whole interval written here."""
+    now = timezone.now()
+    if interval_close(instance.pk, now):
+        return
+    try:
+        interval = interval_for(instance)
+    except ObjectDoesNotExist:  # its workload went first; nothing left to attribute it to
+        log.warning("allocation %s released without a workload; usage not recorded", instance.pk)
+        return
+    interval.ended_at = now
+    interval.save()

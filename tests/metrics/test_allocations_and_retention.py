@@ -93,3 +93,18 @@ def test_retention_deletes_only_what_is_older_than_each_setting(settings, org):
     assert deleted["workloadusage_hour"] == 1
     kept = WorkloadUsage.objects.order_by("resolution").values_list("resolution", flat=True)
     assert list(kept) == [Resolution.HOUR, Resolution.MINUTE]
+
+
+def test_a_bulk_created_allocation_released_before_any_sync_still_leaves_its_interval(org):
+    node = make_node(org.pool)
+    work = make_workload(org.project_a, org.researcher)
+    PodAllocation.objects.bulk_create(
+        [PodAllocation(workload=work, pod_index=0, node=node, gpu_indices=[0, 1])]
+    )
+    assert not AllocationInterval.objects.exists()  # bulk_create sends no post_save
+
+    PodAllocation.objects.filter(workload=work).delete()
+
+    interval = AllocationInterval.objects.get()
+    assert (interval.workload_id, interval.gpus) == (work.pk, 2.0)
+    assert interval.started_at <= interval.ended_at
