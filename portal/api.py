@@ -1,0 +1,266 @@
+"""The organisation's REST API: validate the input's shape, call one service, return output.
+
+Same rules as the pages: lists are cut to what the caller may see, objects outside their
+view are 404, changes they may not make are 403, refused input is 400 with field messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth import authenticate
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clusters.models import Cluster, NodePool, PlacementStrategy
+from portal import selectors, services
+from portal.errors import ValidationFailed
+from portal.models import Department, Project
+from portal.permissions import visible_projects
+
+
+def call(service: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run a service; its refusals become DRF's 400 with the same field names."""
+    try:
+        return service(**kwargs)
+    except ValidationFailed as exc:
+        errors = {("non_field_errors" if k == "__all__" else k): v for k, v in exc.errors.items()}
+        raise serializers.ValidationError(errors) from None
+
+
+def valid(serializer_class: type[serializers.Serializer], data: Any, **kw: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data, **kw)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- Serializers ------------------------------------------------------------------------------
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(trim_whitespace=False)
+
+
+class MembershipSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    project = serializers.CharField(source="project.name", default=None)
+    department = serializers.CharField(source="department.name", default=None)
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    first_name = serializers.CharField()
+    last_name = serializers.CharField()
+    is_platform_admin = serializers.BooleanField()
+    memberships = MembershipSerializer(many=True, source="memberships.all")
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["id", "name", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        extra_kwargs = {"name": {"validators": []}}  # the service checks uniqueness, with a message
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    department = serializers.PrimaryKeyRelatedField(queryset=Department.objects.all())
+    department_name = serializers.CharField(source="department.name", read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["id", "name", "namespace", "description", "department", "department_name"]
+        read_only_fields = ["id"]
+        extra_kwargs = {
+            "name": {"validators": []},
+            "namespace": {"validators": [], "required": False, "allow_blank": True},
+        }
+
+
+class NodePoolSerializer(serializers.ModelSerializer):
+    cluster = serializers.PrimaryKeyRelatedField(
+        queryset=Cluster.objects.all(), allow_null=True, required=False
+    )
+    placement = serializers.ChoiceField(choices=PlacementStrategy.choices, required=False)
+
+    class Meta:
+        model = NodePool
+        fields = ["id", "name", "cluster", "label_value", "placement", "description"]
+        read_only_fields = ["id"]
+        extra_kwargs = {"name": {"validators": []}}
+
+
+def _decimal(required: bool = False) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=required, allow_null=not required
+    )
+
+
+class QuotaRowSerializer(serializers.Serializer):
+    node_pool = serializers.SlugRelatedField(slug_field="name", queryset=NodePool.objects.all())
+    gpus = _decimal()
+    gpus_limit = _decimal()
+    cpu = _decimal()
+    cpu_limit = _decimal()
+    memory_gib = _decimal()
+    memory_gib_limit = _decimal()
+    over_quota_weight = _decimal()
+    over_quota_allowed = serializers.BooleanField(required=False)
+
+
+def quota_rows(owner: Department | Project) -> list[dict[str, Any]]:
+    """The pools where the owner has a quota row; decimals as strings, as everywhere."""
+    return [
+        dict(QuotaRowSerializer(row.quota).data)
+        for row in selectors.quota_table(owner)
+        if row.quota is not None
+    ]
+
+
+# --- Views ------------------------------------------------------------------------------------
+
+
+class TokenView(APIView):
+    """POST username and password, get the API token the CLI sends as `Token <key>`."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    def post(self, request: Request) -> Response:
+        data = valid(TokenRequestSerializer, request.data)
+        user = authenticate(request, username=data["username"], password=data["password"])
+        if user is None or not user.is_active:
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Unknown username or wrong password."]}
+            )
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key, "username": user.username})
+
+
+class MeView(APIView):
+    def get(self, request: Request) -> Response:
+        return Response(MeSerializer(request.user).data)
+
+
+class DepartmentListView(APIView):
+    def get(self, request: Request) -> Response:
+        departments = selectors.department_list_for_user(request.user)
+        return Response(DepartmentSerializer(departments, many=True).data)
+
+    def post(self, request: Request) -> Response:
+        data = valid(DepartmentSerializer, request.data)
+        department = call(services.department_create, actor=request.user, **data)
+        return Response(DepartmentSerializer(department).data, status=status.HTTP_201_CREATED)
+
+
+def _department(request: Request, pk: int) -> Department:
+    return get_object_or_404(selectors.department_list_for_user(request.user), pk=pk)
+
+
+class DepartmentDetailView(APIView):
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(DepartmentSerializer(_department(request, pk)).data)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        department = _department(request, pk)
+        data = valid(DepartmentSerializer, request.data, instance=department, partial=True)
+        values = {"name": department.name, "description": department.description} | data
+        call(services.department_update, actor=request.user, department=department, **values)
+        return Response(DepartmentSerializer(department).data)
+
+    def delete(self, request: Request, pk: int) -> Response:
+        call(services.department_delete, actor=request.user, department=_department(request, pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ProjectListView(APIView):
+    def get(self, request: Request) -> Response:
+        projects = selectors.project_list_for_user(request.user)
+        return Response(ProjectSerializer(projects, many=True).data)
+
+    def post(self, request: Request) -> Response:
+        data = valid(ProjectSerializer, request.data)
+        project = call(services.project_create, actor=request.user, **data)
+        return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
+
+
+def _project(request: Request, pk: int) -> Project:
+    return get_object_or_404(visible_projects(request.user).select_related("department"), pk=pk)
+
+
+class ProjectDetailView(APIView):
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(ProjectSerializer(_project(request, pk)).data)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        project = _project(request, pk)
+        data = valid(ProjectSerializer, request.data, instance=project, partial=True)
+        data.pop("department", None)  # a project stays in its department
+        values = {f: getattr(project, f) for f in ("name", "namespace", "description")} | data
+        call(services.project_update, actor=request.user, project=project, **values)
+        return Response(ProjectSerializer(project).data)
+
+    def delete(self, request: Request, pk: int) -> Response:
+        call(services.project_delete, actor=request.user, project=_project(request, pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuotaView(APIView):
+    """GET the owner's quota rows; PUT a list of rows (one per pool), all or nothing."""
+
+    def owner(self, request: Request, pk: int) -> Department | Project:
+        raise NotImplementedError
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(quota_rows(self.owner(request, pk)))
+
+    def put(self, request: Request, pk: int) -> Response:
+        owner = self.owner(request, pk)
+        rows = valid(_QuotaTable, {"rows": request.data})["rows"]
+        table = {row.pop("node_pool"): row for row in rows}
+        call(services.quota_set, actor=request.user, owner=owner, table=table)
+        return Response(quota_rows(owner))
+
+
+class _QuotaTable(serializers.Serializer):
+    rows = QuotaRowSerializer(many=True)
+
+
+class DepartmentQuotaView(QuotaView):
+    def owner(self, request: Request, pk: int) -> Department:
+        return _department(request, pk)
+
+
+class ProjectQuotaView(QuotaView):
+    def owner(self, request: Request, pk: int) -> Project:
+        return _project(request, pk)
+
+
+class NodePoolListView(APIView):
+    def get(self, request: Request) -> Response:
+        return Response(NodePoolSerializer(NodePool.objects.all(), many=True).data)
+
+    def post(self, request: Request) -> Response:
+        data = valid(NodePoolSerializer, request.data)
+        pool = call(services.node_pool_create, actor=request.user, **data)
+        return Response(NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+
+class NodePoolDetailView(APIView):
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(NodePoolSerializer(get_object_or_404(NodePool, pk=pk)).data)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        pool = get_object_or_404(NodePool, pk=pk)
+        data = valid(NodePoolSerializer, request.data, instance=pool, partial=True)
+        call(services.node_pool_update, actor=request.user, pool=pool, **data)
+        return Response(NodePoolSerializer(pool).data)
