@@ -1,0 +1,147 @@
+"""The organisation's pages: forms post to the services and show their messages in place."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core import mail
+from django.utils import timezone
+
+from portal import services
+from portal.models import AuditLog, Department, DepartmentQuota, Project, ProjectQuota, User
+
+
+def quota_post(pool, **values) -> dict[str, str]:
+    row = {"gpus": "0", "cpu": "0", "memory_gib": "0", "over_quota_weight": "1"} | values
+    return {f"pool-{pool.pk}-{k}": str(v) for k, v in row.items()}
+
+
+def test_a_platform_admin_creates_a_department_and_lands_on_its_quota_table(client_as, org):
+    response = client_as(org.platform_admin).post("/departments/new/", {"name": "Robotics"})
+    department = Department.objects.get(name="Robotics")
+    assert response["Location"] == f"/departments/{department.pk}/"
+    page = client_as(org.platform_admin).get(response["Location"]).content.decode()
+    assert f'name="pool-{org.pool.pk}-gpus"' in page
+
+
+def test_the_department_quota_form_saves_every_pool_in_one_post(client_as, org):
+    data = quota_post(org.pool, gpus="12.5", gpus_limit="16", over_quota_allowed="on")
+    response = client_as(org.platform_admin).post(f"/departments/{org.dept_a.pk}/quotas/", data)
+    assert response.status_code == 302
+    quota = DepartmentQuota.objects.get(department=org.dept_a)
+    assert (str(quota.gpus), str(quota.gpus_limit)) == ("12.50", "16.00")
+
+
+def test_a_refused_department_quota_shows_the_message_on_its_field(client_as, org):
+    data = quota_post(org.pool, gpus="3")
+    response = client_as(org.platform_admin).post(f"/departments/{org.dept_a.pk}/quotas/", data)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The projects of vision deserve 6 GPUs in a100 together" in page
+    assert "ml-detect (2), ml-vision (4)" in page
+    assert DepartmentQuota.objects.get(department=org.dept_a).gpus == 8
+
+
+def test_a_project_quota_form_rejects_a_limit_below_deserved_in_place(client_as, org):
+    data = quota_post(org.pool, gpus="2", gpus_limit="1")
+    response = client_as(org.dept_admin).post(f"/projects/{org.project_a.pk}/quotas/", data)
+    assert response.status_code == 200
+    assert "must be at least the deserved amount (2 GPUs)" in response.content.decode()
+    assert ProjectQuota.objects.get(project=org.project_a).gpus == 4
+
+
+def test_a_department_admin_creates_a_project_with_the_default_namespace(client_as, org):
+    data = {"department": org.dept_a.pk, "name": "seg", "namespace": ""}
+    response = client_as(org.dept_admin).post("/projects/new/", data)
+    project = Project.objects.get(name="seg")
+    assert project.namespace == "gpupool-seg"
+    assert response["Location"] == f"/projects/{project.pk}/quotas/"
+
+
+def test_a_department_admin_cannot_pick_another_department_for_a_new_project(client_as, org):
+    data = {"department": org.dept_b.pk, "name": "seg"}
+    response = client_as(org.dept_admin).post("/projects/new/", data)
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.content.decode()
+    assert not Project.objects.filter(name="seg").exists()
+
+
+def test_deleting_a_project_with_running_work_says_why_and_keeps_it(client_as, org):
+    from scheduling.models import Workload
+
+    Workload.objects.create(
+        project=org.project_a,
+        submitted_by=org.researcher,
+        kind="training",
+        name="bert",
+        state="pending",
+    )
+    client = client_as(org.dept_admin)
+    response = client.post(f"/projects/{org.project_a.pk}/delete/", follow=True)
+    assert "pending or running (bert)" in response.content.decode()
+    assert Project.objects.filter(pk=org.project_a.pk).exists()
+
+
+def test_inviting_from_the_page_sends_the_email(client_as, org, django_capture_on_commit_callbacks):
+    data = {"email": "nia@example.com", "project": org.project_a.pk, "role": "researcher"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_as(org.dept_admin).post("/users/invite/", data)
+    user = User.objects.get(email="nia@example.com")
+    assert response["Location"] == f"/users/{user.pk}/"
+    assert len(mail.outbox) == 1
+    assert "/accounts/reset/" in mail.outbox[0].body
+
+
+def test_a_department_admin_makes_someone_department_admin_of_their_department(client_as, org):
+    data = {"role": "department_admin", "department": org.dept_a.pk}
+    response = client_as(org.dept_admin).post(f"/users/{org.researcher.pk}/memberships/", data)
+    assert response.status_code == 302
+    assert org.researcher.memberships.filter(role="department_admin").exists()
+
+
+def test_deactivating_from_the_page_stops_the_user(client_as, org):
+    client_as(org.dept_admin).post(f"/users/{org.researcher.pk}/deactivate/")
+    org.researcher.refresh_from_db()
+    assert not org.researcher.is_active
+
+
+def test_the_audit_log_filters_by_actor_action_department_and_dates(client_as, org):
+    services.department_update(actor=org.platform_admin, department=org.dept_a, name="sight")
+    services.project_update(actor=org.dept_admin, project=org.project_a, name="cats")
+    services.project_update(actor=org.platform_admin, project=org.project_b, name="words")
+    client = client_as(org.platform_admin)
+
+    def shown(query: str) -> list[str]:
+        page = client.get(f"/audit/?{query}").context["page"]
+        return [row.object_repr for row in page]
+
+    assert shown("actor=dana") == ["cats"]
+    assert shown("action=project.update") == ["words", "cats"]
+    assert shown(f"department={org.dept_b.pk}") == ["words"]
+    assert shown("object_type=department") == ["sight"]
+    today = timezone.now().date()
+    assert len(shown(f"since={today}&until={today}")) == 3
+    assert shown(f"until={today - timedelta(days=1)}") == []
+
+
+def test_the_audit_log_pages_through_long_histories(client_as, org):
+    for n in range(55):
+        services.department_update(actor=org.platform_admin, department=org.dept_a, name=f"v{n}")
+    client = client_as(org.platform_admin)
+    first = client.get("/audit/?action=department.update")
+    assert len(first.context["page"]) == 50
+    assert "?action=department.update&page=2" in first.content.decode()
+    second = client.get("/audit/?action=department.update&page=2")
+    assert [r.object_repr for r in second.context["page"]] == ["v4", "v3", "v2", "v1", "v0"]
+    assert AuditLog.objects.count() == 55
+
+
+def test_a_platform_admin_creates_and_edits_a_node_pool(client_as, org):
+    client = client_as(org.platform_admin)
+    client.post("/node-pools/new/", {"name": "h100", "placement": "spread"})
+    pool = org.pool.__class__.objects.get(name="h100")
+    client.post(
+        f"/node-pools/{pool.pk}/", {"name": "h100", "placement": "binpack", "label_value": "x"}
+    )
+    pool.refresh_from_db()
+    assert (pool.placement, pool.label_value) == ("binpack", "x")
