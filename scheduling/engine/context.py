@@ -42,9 +42,14 @@ class Context:
     fair: dict[Key, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     capacity_failed: set[str] = field(default_factory=set)
-    shape_failures: dict[tuple[str, ShapeKey], str] = field(default_factory=dict)
+    shape_failures: dict[tuple[str, int], str] = field(default_factory=dict)
+    shapes: dict[str, int] = field(default_factory=dict)
+    shape_ids: dict[ShapeKey, int] = field(default_factory=dict)
     needs: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
+    memo: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    memo_version: int = -1
+    evictions_allocated: int = 0  # evictions whose freed room an allocate pass has seen
 
     def __post_init__(self) -> None:
         # Only quotas with a limit or without borrowing can block an admission; most
@@ -61,6 +66,15 @@ class Context:
         if not wl.pools:
             return self.pools
         return [p for p in wl.pools if p in self.state.pool_models or p in self.pools]
+
+    def shape_of(self, wl: Workload) -> int:
+        """A small id shared by workloads that fit or fail alike (hashing a gang's pods
+        once per cycle, not once per attempt)."""
+        found = self.shapes.get(wl.id)
+        if found is None:
+            found = self.shape_ids.setdefault(ShapeKey.of(wl), len(self.shape_ids))
+            self.shapes[wl.id] = found
+        return found
 
     def pending(self) -> list[Workload]:
         """Workloads without a placement and not admitted yet, by priority then age."""
@@ -111,6 +125,22 @@ class Context:
     def fair_share(self, queue_id: str, pool: str) -> float:
         return self.fair.get((queue_id, pool, Resource.GPU), 0.0)
 
+    def version_memo(self, name: str, pool: str) -> dict[str, float]:
+        """A scratch dict for figures derived from allocations, emptied when they change."""
+        if self.memo_version != self.ledger.version:
+            self.memo.clear()
+            self.memo_version = self.ledger.version
+        return self.memo.setdefault((name, pool), {})
+
+    def over_share(self, queue_id: str, pool: str) -> float:
+        """GPUs the queue holds above its fair share in the pool (0 when at or below)."""
+        memo = self.version_memo("over_share", pool)
+        found = memo.get(queue_id)
+        if found is None:
+            excess = self.ledger.get(queue_id, pool) - self.fair.get((queue_id, pool, GPU), 0.0)
+            found = memo[queue_id] = excess if excess > EPS else 0.0
+        return found
+
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
         need = None
@@ -160,6 +190,7 @@ def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group,
 
 
 RESOURCE_INDEX = {r: i for i, r in enumerate(Resource)}
+GPU = Resource.GPU
 
 
 def _over(quota: Quota, total: float) -> str | None:

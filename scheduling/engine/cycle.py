@@ -40,7 +40,9 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     4. consolidate: move preemptible work to free a whole slot when fragmentation blocks;
     5. reclaim: under-quota queues evict preemptible work of queues above fair share;
     6. preempt: inside a project, higher priority evicts lower-priority preemptible work;
-    7. give every workload still pending a readable reason.
+    7. after reclaim and after preempt, allocate what evictions freed beyond their
+       beneficiaries' needs;
+    8. give every workload still pending a readable reason.
 
     Pure and deterministic: the same snapshot, config and now give the same result. The
     snapshot is never mutated; apply the result with scheduling.engine.apply.apply_result.
@@ -51,8 +53,19 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     allocate(ctx)
     consolidate(ctx)
     reclaim(ctx)
+    _reallocate(ctx)
     preempt(ctx)
+    _reallocate(ctx)
     return _result(ctx)
+
+
+def _reallocate(ctx: Context) -> None:
+    """Evictions can free more than their beneficiaries took: hand what is left to the
+    most starved queues, as the first pass would have."""
+    if len(ctx.stmt.evicted) > ctx.evictions_allocated:
+        ctx.evictions_allocated = len(ctx.stmt.evicted)
+        ctx.shape_failures.clear()
+        allocate(ctx)
 
 
 def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Context:

@@ -54,6 +54,15 @@ class ShapeKey:
         return ShapeKey(wl.pods, wl.gang_min, wl.gpu_models, wl.topology)
 
 
+@dataclass(slots=True, eq=False)
+class Scope:
+    """The nodes of one topology domain, with its key in the free-capacity index."""
+
+    key: tuple[str, str, str]
+    nodes: list[NodeState]
+    orders: frozenset[int]
+
+
 class Placer:
     """Places workloads into a ClusterState (undoably) and explains failures."""
 
@@ -67,8 +76,42 @@ class Placer:
         self.strategies = strategies
         self.waiting_sizes = waiting_sizes
         self._fill: dict[Group, list[int]] = {}
+        self._scopes: dict[tuple[str, str, str], Scope] = {}
+
+    def scope(self, key: tuple[str, str, str]) -> Scope:
+        if key not in self._scopes:
+            nodes = self.state.domain_nodes[key]
+            self._scopes[key] = Scope(key, nodes, frozenset(n.order for n in nodes))
+        return self._scopes[key]
 
     # -- workloads ------------------------------------------------------------------
+
+    def cannot_fit(self, wl: Workload, pool: str) -> bool:
+        """A quick test on the free-capacity indexes: True when the pool surely lacks the
+        devices, so the full placement need not be tried."""
+        models = self.state.models_for(pool, wl.gpu_models)
+        if not models:
+            return any(p.gpus > 0 or p.is_shared for p in wl.pods)
+        pods = _gang_pods(wl)
+        whole = [p.gpus for p in pods if p.gpus > 0]
+        if whole:
+            if max(whole) > self.state.largest_block(pool, models):
+                return True
+            if sum(whole) > self.state.free_whole(pool, models):
+                return True
+        shared = [p for p in pods if p.is_shared]
+        if shared and self.state.free_whole(pool, models) == 0:
+            least = min(
+                share_units(p, self.state.group_memory[(pool, m)]) for p in shared for m in models
+            )
+            return least > self._roomiest_share(pool, models)
+        return False
+
+    def _roomiest_share(self, pool: str, models: list[str]) -> int:
+        return max(
+            (free for m in models for free, b in self.state.shared.get((pool, m), {}).items() if b),
+            default=0,
+        )
 
     def place(self, wl: Workload, pool: str) -> list[PodSlot] | None:
         """Place the workload's pods in `pool`: at least gang_min of them or none.
@@ -92,7 +135,7 @@ class Placer:
             self.state.rollback(mark)
         return slots
 
-    def _domains(self, pool: str, level: str, descending: bool) -> list[list[NodeState]]:
+    def _domains(self, pool: str, level: str, descending: bool) -> list[Scope]:
         keys = [k for k in self.state.domain_nodes if k[0] == pool and k[1] == level]
         keys.sort(
             key=lambda k: (
@@ -100,7 +143,7 @@ class Placer:
                 k[2],
             )
         )
-        return [self.state.domain_nodes[k] for k in keys]
+        return [self.scope(k) for k in keys]
 
     def _place_in_one_domain(
         self, wl: Workload, pool: str, models: list[str], level: str
@@ -113,7 +156,7 @@ class Placer:
             if self.state.domain_free[key] < need:
                 continue
             mark = self.state.mark()
-            slots = self._place_pods(wl, pool, models, [self.state.domain_nodes[key]])
+            slots = self._place_pods(wl, pool, models, [self.scope(key)])
             if slots is not None:
                 return slots
             self.state.rollback(mark)
@@ -124,17 +167,20 @@ class Placer:
         wl: Workload,
         pool: str,
         models: list[str],
-        scopes: list[list[NodeState] | None],
+        scopes: list[Scope | None],
     ) -> list[PodSlot] | None:
-        """Place pods largest first, each in the first scope (node list, None = the whole
-        pool) where it fits; fail when fewer than gang_min pods fit."""
+        """Place pods largest first, each in the first scope (a topology domain, None =
+        the whole pool) where it fits; fail when fewer than gang_min pods fit."""
         order = sorted(range(len(wl.pods)), key=lambda i: _pod_size_key(wl.pods[i], i))
         slots: list[PodSlot] = []
         missing = 0
         for index in order:
             slot = None
+            pod = wl.pods[index]
             for scope in scopes:
-                slot = self.place_pod(wl.id, index, wl.pods[index], pool, models, scope)
+                if scope is not None and pod.gpus > self.state.domain_free[scope.key]:
+                    continue  # cannot fit whole devices there: skip the node scan
+                slot = self.place_pod(wl.id, index, pod, pool, models, scope)
                 if slot is not None:
                     break
             if slot is None:
@@ -154,7 +200,7 @@ class Placer:
         pod: PodRequest,
         pool: str,
         models: list[str],
-        scope: list[NodeState] | None,
+        scope: Scope | None,
     ) -> PodSlot | None:
         """Place one pod and apply it to the state; None when it fits nowhere."""
         if pod.is_shared:
@@ -176,7 +222,7 @@ class Placer:
         pod: PodRequest,
         pool: str,
         models: list[str],
-        scope: list[NodeState] | None,
+        scope: Scope | None,
     ) -> PodSlot | None:
         found = self._node_with_free(pod, pool, models, pod.gpus, scope)
         if found is None:
@@ -191,14 +237,14 @@ class Placer:
         pool: str,
         models: list[str],
         need: int,
-        scope: list[NodeState] | None,
+        scope: Scope | None,
     ) -> tuple[NodeState, str] | None:
         """The node to take `need` free devices from: fewest free first, or most when the
         pool spreads; ties by node order."""
         spread = self._spread(pool)
         if scope is not None:
             best = None
-            for node in scope:
+            for node in scope.nodes:
                 if not node.schedulable or not node.fits_host(pod):
                     continue
                 for model in models:
@@ -220,9 +266,9 @@ class Placer:
         return None
 
     def _host_slot(
-        self, index: int, pod: PodRequest, pool: str, scope: list[NodeState] | None
+        self, index: int, pod: PodRequest, pool: str, scope: Scope | None
     ) -> PodSlot | None:
-        nodes = scope if scope is not None else self.state.nodes
+        nodes = scope.nodes if scope is not None else self.state.nodes
         for node in nodes:
             if node.pool == pool and node.schedulable and node.fits_host(pod):
                 return PodSlot(index, node, cpu=pod.cpu, host_memory=pod.memory_mib)
@@ -234,7 +280,7 @@ class Placer:
         pod: PodRequest,
         pool: str,
         models: list[str],
-        scope: list[NodeState] | None,
+        scope: Scope | None,
     ) -> PodSlot | None:
         gpu = self._shared_gpu(pod, pool, models, scope)
         if gpu is None:
@@ -255,10 +301,10 @@ class Placer:
         )
 
     def _shared_gpu(
-        self, pod: PodRequest, pool: str, models: list[str], scope: list[NodeState] | None
+        self, pod: PodRequest, pool: str, models: list[str], scope: Scope | None
     ) -> GpuState | None:
         """The shared device whose leftover wastes least for the waiting fraction sizes."""
-        allowed = None if scope is None else {n.order for n in scope}
+        allowed = None if scope is None else scope.orders
         spread = self._spread(pool)
         candidates = []
         for model in models:

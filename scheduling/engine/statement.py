@@ -49,6 +49,7 @@ class Ledger:
     def __init__(self, state: ClusterState, queues: tuple[Queue, ...]) -> None:
         self.state = state
         self.alloc: dict[AllocKey, float] = {}
+        self.version = 0  # bumped on every change, so callers can cache derived figures
         parents = {q.id: q.parent_id for q in queues}
         self.chains: dict[str, tuple[str, ...]] = {}
         for q in queues:
@@ -67,6 +68,7 @@ class Ledger:
         return self.alloc.get((queue_id, pool, resource), 0.0)
 
     def add(self, queue_id: str, slots: list[PodSlot], sign: int, log: bool = True) -> None:
+        self.version += 1
         for slot in slots:
             amounts = slot_amounts(slot)
             for qid in self.chain(queue_id):

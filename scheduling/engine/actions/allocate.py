@@ -14,7 +14,6 @@ import math
 
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
-from scheduling.engine.placement import ShapeKey
 from scheduling.engine.reasons import capacity_reason
 from scheduling.engine.types import Resource, Workload
 
@@ -56,13 +55,13 @@ def allocate(ctx: Context) -> None:
 def try_admit(ctx: Context, wl: Workload) -> bool:
     """Place the workload in its first pool that has quota and room; record why not."""
     reasons = []
-    shape = ShapeKey.of(wl)
+    shape = ctx.shape_of(wl)
     for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool)
         if blocked is None:
             blocked = ctx.shape_failures.get((pool, shape))
         if blocked is None:
-            slots = ctx.placer.place(wl, pool)
+            slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
                 ctx.admit(wl, pool, slots)
                 return True

@@ -89,11 +89,7 @@ def _try_reclaim(
 
 def _over_share(ctx: Context, queue_id: str, pool: str, index: VictimIndex) -> float:
     """GPUs other queues hold above their fair share: the most reclaim could free."""
-    total = 0.0
-    for qid in index.by_queue:
-        if qid != queue_id:
-            total += max(ctx.ledger.get(qid, pool) - ctx.fair_share(qid, pool), 0.0)
-    return total
+    return sum(ctx.over_share(qid, pool) for qid in index.by_queue if qid != queue_id)
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
@@ -110,6 +106,7 @@ class ReclaimRule(Rule):
 
     def __init__(self, ctx: Context, wl: Workload, pool: str) -> None:
         self.ctx, self.wl, self.pool = ctx, wl, pool
+        self.sides: dict[str, list[str]] = {}
         need = ctx.gpu_need(wl, pool)
         # Evicting other queues' work never changes the reclaimer's side: check it once.
         self.fits = {
@@ -117,8 +114,15 @@ class ReclaimRule(Rule):
             for qid in ctx.ledger.chain(wl.queue_id)
         }
 
+    def selective(self) -> bool:
+        return True
+
     def _their_side(self, queue_id: str) -> list[str]:
-        return [qid for qid in self.ctx.ledger.chain(queue_id) if qid not in self.fits]
+        side = self.sides.get(queue_id)
+        if side is None:
+            side = [qid for qid in self.ctx.ledger.chain(queue_id) if qid not in self.fits]
+            self.sides[queue_id] = side
+        return side
 
     def queue_ok(self, queue_id: str) -> bool:
         if queue_id == self.wl.queue_id:
@@ -126,13 +130,9 @@ class ReclaimRule(Rule):
         theirs = self.ctx.ledger.chain(queue_id)
         if not all(ok for qid, ok in self.fits.items() if qid not in theirs):
             return False
-        return all(self._above_share(qid, 0.0) for qid in self._their_side(queue_id))
+        return all(self.ctx.over_share(qid, self.pool) > 0 for qid in self._their_side(queue_id))
 
     def victim_ok(self, victim: Victim) -> bool:
-        freed = victim.gpus.get(self.pool, 0.0)
-        return all(self._above_share(qid, freed) for qid in self._their_side(victim.wl.queue_id))
-
-    def _above_share(self, queue_id: str, freed: float) -> bool:
-        left = self.ctx.ledger.get(queue_id, self.pool) - freed
-        share = self.ctx.fair_share(queue_id, self.pool)
-        return left > share + EPS if freed == 0 else left >= share - EPS
+        freed = victim.gpus.get(self.pool, 0.0) - EPS
+        over_share, pool = self.ctx.over_share, self.pool
+        return all(over_share(qid, pool) >= freed for qid in self._their_side(victim.wl.queue_id))

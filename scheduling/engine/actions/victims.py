@@ -54,6 +54,10 @@ class Rule:
     def victim_ok(self, victim: Victim) -> bool:
         return True
 
+    def selective(self) -> bool:
+        """True when queue_ok turns most queues away: search their lists only."""
+        return False
+
 
 class VictimRule(Rule):
     """A rule from a victim test alone."""
@@ -69,17 +73,17 @@ class VictimRule(Rule):
 class Candidates:
     """Victims of one search, in cost order per queue and per node."""
 
+    ordered: list[Victim] = field(default_factory=list)
     by_queue: dict[str, list[Victim]] = field(default_factory=dict)
     per_node: dict[int, list[Victim]] = field(default_factory=dict)
 
     @staticmethod
     def of(victims: Iterable[Victim]) -> Candidates:
-        found = Candidates()
-        for victim in sorted(victims, key=_cost):
+        found = Candidates(sorted(victims, key=_cost))
+        for victim in found.ordered:
             found.by_queue.setdefault(victim.wl.queue_id, []).append(victim)
             for order in victim.nodes:
                 found.per_node.setdefault(order, []).append(victim)
-        found.by_queue = dict(sorted(found.by_queue.items()))
         return found
 
 
@@ -169,16 +173,30 @@ def _cheapest_batch(
     rule: Rule,
 ) -> list[Victim]:
     """The cheapest set of victims on one node that frees `need` devices there."""
-    ok = {qid: rule.queue_ok(qid) for qid in candidates.by_queue}
-    streams = [victims for qid, victims in candidates.by_queue.items() if ok[qid]]
+    ok: dict[str, bool] = {}  # queue_ok per queue, asked lazily: most are never reached
     evicted = ctx.stmt.evicted
 
+    def usable_queue(qid: str) -> bool:
+        if qid not in ok:
+            ok[qid] = rule.queue_ok(qid)
+        return ok[qid]
+
     def usable(victim: Victim) -> bool:
-        return ok[victim.wl.queue_id] and victim.wl.id not in evicted and rule.victim_ok(victim)
+        return (
+            usable_queue(victim.wl.queue_id)
+            and victim.wl.id not in evicted
+            and rule.victim_ok(victim)
+        )
 
     best: tuple[tuple[float, int, int], list[Victim]] | None = None
     seen: set[int] = set()
-    for victim in heapq.merge(*streams, key=_cost):
+    stream: Iterable[Victim] = candidates.ordered
+    if rule.selective():
+        stream = heapq.merge(
+            *(vs for qid, vs in sorted(candidates.by_queue.items()) if usable_queue(qid)),
+            key=_cost,
+        )
+    for victim in stream:
         if best is not None and (victim.cost[0], 1) >= best[0][:2]:
             break  # every unseen node's plan costs at least this victim
         if not usable(victim):
