@@ -207,6 +207,7 @@ def admission_apply(read: adapters.SnapshotRead, admission: t.Admission) -> set[
         reason="Admitted",
         message=f"Placed in pool {pool} on {', '.join(nodes)}.",
         pending_reason="",
+        cluster_id=read.nodes[admission.pods[0].node_id].cluster_id if admission.pods else None,
     )
     return {read.nodes[pod.node_id].cluster_id for pod in admission.pods}
 

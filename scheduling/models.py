@@ -98,6 +98,10 @@ class Workload(models.Model):
     spec = models.JSONField(
         default=dict, blank=True, help_text="Kind-specific extras: ports, HPO search space, ..."
     )
+    # The cluster it was last placed on: where its logs are, after its pods are gone too.
+    cluster = models.ForeignKey(
+        "clusters.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # State.
     state = models.CharField(
         max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING, db_index=True

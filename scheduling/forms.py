@@ -1,0 +1,197 @@
+"""Forms of the workload pages. They parse text into a spec; workload_submit judges it and
+its messages come back onto the field that caused them (portal.forms.show_errors)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from portal.errors import ValidationFailed
+from portal.permissions import submittable_projects
+from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
+
+FORM_KINDS = (
+    WorkloadKind.TRAINING,
+    WorkloadKind.DISTRIBUTED,
+    WorkloadKind.HPO,
+    WorkloadKind.INFERENCE,
+)
+# Fields each kind shows on top of the common ones.
+KIND_FIELDS = {
+    WorkloadKind.TRAINING: ("checkpoint_dir",),
+    WorkloadKind.DISTRIBUTED: ("workers", "master", "min_pods", "checkpoint_dir"),
+    WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
+    WorkloadKind.INFERENCE: ("replicas", "ports"),
+}
+# Where a service's message about a spec key is shown on this form.
+ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
+TRI_STATE = [("", "Policy default"), ("yes", "Yes"), ("no", "No")]
+
+
+def _text(label: str = "", **kwargs: Any) -> forms.CharField:
+    return forms.CharField(label=label or None, required=False, **kwargs)
+
+
+class WorkloadForm(forms.Form):
+    project = forms.ModelChoiceField(queryset=None, empty_label=None)
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'.")
+    image = forms.CharField(max_length=300, help_text="e.g. nvcr.io/nvidia/pytorch:24.05-py3")
+    command = _text(help_text="The program and its arguments, as on a shell line.")
+    args = _text()
+    env = _text("Environment", widget=forms.Textarea(attrs={"rows": 3}), help_text="NAME=value")
+    gpu_request = forms.ChoiceField(label="GPU request", choices=GpuRequestKind.choices)
+    gpus = forms.DecimalField(label="GPUs per pod", min_value=0, initial=1, decimal_places=3)
+    gpu_memory_mib = forms.IntegerField(label="GPU memory (MiB)", required=False, min_value=0)
+    cpu = forms.DecimalField(label="CPU cores per pod", initial=1, min_value=0, decimal_places=2)
+    memory_mib = forms.IntegerField(label="Memory per pod (MiB)", initial=4096, min_value=1)
+    workers = forms.IntegerField(required=False, min_value=1, initial=2)
+    master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
+    min_pods = forms.IntegerField(label="Gang minimum", required=False, min_value=1)
+    replicas = forms.IntegerField(required=False, min_value=1, initial=1)
+    ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
+    node_pools = _text("Node pools", help_text="In order of preference, comma separated.")
+    gpu_model = _text("GPU model", help_text="e.g. A100|H100; empty = any.")
+    topology_level = _text(help_text="Keep pods in one domain of this level, e.g. rack.")
+    topology_required = forms.BooleanField(required=False)
+    priority_class = forms.ChoiceField(
+        choices=[("", "Default for the kind"), *PriorityClass.choices], required=False
+    )
+    preemptible = forms.ChoiceField(choices=TRI_STATE, required=False)
+    max_runtime_s = forms.IntegerField(label="Max runtime (s)", required=False, min_value=1)
+    checkpoint_dir = _text("Checkpoint directory")
+    duration_s = forms.IntegerField(
+        label="Duration (s)", required=False, min_value=1, help_text="Simulated clusters only."
+    )
+    search_method = forms.ChoiceField(
+        choices=[("grid", "Grid"), ("random", "Random")], required=False
+    )
+    parameters = _text(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text='JSON: {"lr": [0.1, 0.01]} or {"lr": {"min": 1e-4, "max": 0.1, "log": true}}',
+    )
+    trials = forms.IntegerField(required=False, min_value=1, help_text="Random search only.")
+    parallelism = forms.IntegerField(required=False, min_value=1, initial=2)
+    seed = forms.IntegerField(required=False, min_value=0, initial=0)
+
+    def __init__(self, *args: Any, user: Any, kind: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        self.fields["project"].queryset = submittable_projects(user)
+        hidden = {f for fields in KIND_FIELDS.values() for f in fields} - set(KIND_FIELDS[kind])
+        for name in hidden:
+            del self.fields[name]
+
+    def spec(self) -> dict[str, Any]:
+        """The cleaned data as workload_submit's keyword arguments (minus actor/project)."""
+        data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+        data.pop("project", None)
+        if "preemptible" in data:
+            data["preemptible"] = data["preemptible"] == "yes"
+        if "ports" in data:
+            data["ports"] = parse_ports(data["ports"])
+        if self.kind == WorkloadKind.HPO:
+            data["search"] = self._search(data)
+        return data
+
+    def _search(self, data: dict[str, Any]) -> dict[str, Any]:
+        try:
+            parameters = json.loads(data.pop("parameters", "") or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValidationFailed({"parameters": [f"Not valid JSON: {exc.msg}."]}) from exc
+        search = {"method": data.pop("search_method", "grid"), "parameters": parameters}
+        for key in ("trials", "parallelism", "seed"):
+            if key in data:
+                search[key] = data.pop(key)
+        return search
+
+
+def parse_ports(text: str) -> list[dict[str, Any]] | str:
+    """'8000, metrics:9090' -> [{name: http, port: 8000}, {name: metrics, port: 9090}]."""
+    ports: list[dict[str, Any]] = []
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, number = item.rpartition(":")
+        if not number.isdigit():
+            return text  # left for the service to refuse with its message
+        ports.append({"name": name or "http", "port": int(number)})
+    return ports
+
+
+def initial_from(workload: Workload) -> dict[str, Any]:
+    """A form's initial values copied from an existing workload (clone-and-edit)."""
+    spec = workload.spec or {}
+    search = spec.get("search", {})
+    initial = {
+        f: getattr(workload, f)
+        for f in (
+            "image",
+            "gpu_request",
+            "gpus",
+            "gpu_memory_mib",
+            "cpu",
+            "memory_mib",
+            "gpu_model",
+            "topology_level",
+            "topology_required",
+            "priority_class",
+            "max_runtime_s",
+            "checkpoint_dir",
+            "min_pods",
+        )
+    }
+    initial.update(
+        project=workload.project_id,
+        name=f"{workload.name[:56]}-copy",
+        command=" ".join(workload.command),
+        args=" ".join(workload.args),
+        env="\n".join(f"{k}={v}" for k, v in workload.env.items()),
+        node_pools=", ".join(workload.node_pools),
+        preemptible="yes" if workload.preemptible else "no",
+        workers=spec.get("workers"),
+        master=spec.get("master", False),
+        replicas=spec.get("replicas"),
+        ports=", ".join(f"{p['name']}:{p['port']}" for p in spec.get("ports", [])),
+        duration_s=spec.get("duration_s"),
+        search_method=search.get("method"),
+        parameters=json.dumps(search.get("parameters")) if search else "",
+        trials=search.get("trials"),
+        parallelism=search.get("parallelism"),
+        seed=search.get("seed"),
+    )
+    return initial
+
+
+def show_errors(form: forms.Form, exc: ValidationFailed) -> None:
+    for key, messages in exc.errors.items():
+        target = ERROR_FIELDS.get(key, key)
+        for message in messages:
+            form.add_error(target if target in form.fields else None, message)
+
+
+class PolicyForm(forms.Form):
+    max_gpus_per_workload = forms.DecimalField(
+        label="Max GPUs per workload", required=False, min_value=0, decimal_places=3
+    )
+    allowed_kinds = forms.MultipleChoiceField(
+        choices=WorkloadKind.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked = inherit (any kind).",
+    )
+    default_runtime_s = forms.IntegerField(
+        label="Default max runtime (s)", required=False, min_value=1
+    )
+    max_runtime_s = forms.IntegerField(label="Max runtime (s)", required=False, min_value=1)
+    preemptible_classes = forms.MultipleChoiceField(
+        choices=PriorityClass.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Classes that may be preempted. None ticked = inherit (train only).",
+    )
+
+    def values(self) -> dict[str, Any]:
+        data = dict(self.cleaned_data)
+        for key in ("allowed_kinds", "preemptible_classes"):
+            data[key] = data[key] or None
+        return data

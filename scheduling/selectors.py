@@ -1,0 +1,261 @@
+"""Reads for the workload pages and the API: lists, the queue, usage per project."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import F, Prefetch, QuerySet
+from django.utils import timezone
+
+from portal.models import Project, ProjectQuota
+from portal.permissions import visible_projects
+from scheduling.adapters import project_queue
+from scheduling.models import (
+    ACTIVE_STATES,
+    CycleRun,
+    GpuRequestKind,
+    PodAllocation,
+    Workload,
+    WorkloadState,
+)
+
+SORTS = {
+    "name": "name",
+    "project": "project__name",
+    "kind": "kind",
+    "state": "state",
+    "user": "submitted_by__username",
+    "gpus": "gpus_requested",
+    "age": "-created_at",
+    "created": "created_at",
+}
+FILTERS = ("project", "kind", "state", "user")
+
+
+def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
+    """Workloads the user may see, filtered by project (name or id), kind, state and user,
+    sorted by `sort` (a key of SORTS, '-' for descending)."""
+    params = params or {}
+    qs = (
+        Workload.objects.filter(project__in=visible_projects(user))
+        .select_related("project", "submitted_by")
+        .prefetch_related(
+            Prefetch("allocations", queryset=PodAllocation.objects.select_related("node__pool"))
+        )
+        .annotate(gpus_requested=F("gpus") * F("pods"))
+    )
+    project = params.get("project")
+    if project:
+        qs = (
+            qs.filter(project__id=project)
+            if str(project).isdigit()
+            else qs.filter(project__name=project)
+        )
+    if params.get("kind"):
+        qs = qs.filter(kind=params["kind"])
+    if params.get("state"):
+        qs = qs.filter(state=params["state"])
+    if params.get("user"):
+        qs = qs.filter(submitted_by__username=params["user"])
+    if params.get("parent"):
+        qs = qs.filter(parent_id=params["parent"])
+    return qs.order_by(*_ordering(params.get("sort", "")))
+
+
+def _ordering(sort: str) -> list[str]:
+    descending = sort.startswith("-")
+    column = SORTS.get(sort.lstrip("-"))
+    if column is None:
+        return ["-created_at", "-id"]
+    if descending:
+        column = column[1:] if column.startswith("-") else f"-{column}"
+    return [column, "-id"]
+
+
+def gpus_allocated(wl: Workload) -> Decimal:
+    """Whole GPUs held, plus shares of shared GPUs."""
+    total = Decimal(0)
+    for alloc in wl.allocations.all():
+        total += len(alloc.gpu_indices)
+        total += alloc.gpu_share or 0
+    return total
+
+
+def gpus_requested(wl: Workload) -> str:
+    if wl.gpu_request == GpuRequestKind.MEMORY:
+        return f"{wl.pods} x {wl.gpu_memory_mib} MiB"
+    return f"{(wl.gpus * wl.pods).normalize():f}"
+
+
+def runtime_s(wl: Workload) -> float | None:
+    start = wl.started_at or wl.admitted_at
+    if start is None:
+        return None
+    end = wl.finished_at if wl.finished_at and wl.finished_at > start else timezone.now()
+    return (end - start).total_seconds()
+
+
+def placement_of(wl: Workload) -> dict[str, str]:
+    allocations = list(wl.allocations.all())
+    pools = sorted({a.node.pool.name for a in allocations if a.node.pool})
+    nodes = sorted({a.node.name for a in allocations})
+    return {"pool": ", ".join(pools), "node": ", ".join(nodes)}
+
+
+def workload_row(wl: Workload) -> dict[str, Any]:
+    """One row of the list page, the CSV and the CLI's table."""
+    place = placement_of(wl)
+    runtime = runtime_s(wl)
+    return {
+        "id": wl.pk,
+        "name": wl.name,
+        "project": wl.project.name,
+        "kind": wl.kind,
+        "state": wl.state,
+        "user": wl.submitted_by.username,
+        "gpus_requested": gpus_requested(wl),
+        "gpus_allocated": f"{gpus_allocated(wl).normalize():f}",
+        "node_pool": place["pool"],
+        "node": place["node"],
+        "age_s": int((timezone.now() - wl.created_at).total_seconds()),
+        "runtime_s": None if runtime is None else int(runtime),
+        "restarts": wl.restart_count,
+        "pending_reason": wl.pending_reason if wl.state == WorkloadState.PENDING else "",
+    }
+
+
+def last_cycle() -> CycleRun | None:
+    return CycleRun.objects.filter(ok=True).order_by("-started_at", "-id").first()
+
+
+# --- The queue ---------------------------------------------------------------------------
+
+
+@dataclass
+class QueueRow:
+    """A project's standing: deserved, fair share and allocation in GPUs (all pools)."""
+
+    project: Project
+    deserved: float = 0.0
+    fair_share: float = 0.0
+    allocated: float = 0.0
+    pending: list[Workload] = field(default_factory=list)
+
+    @property
+    def over_quota(self) -> float:
+        return max(0.0, self.allocated - self.deserved)
+
+
+def _queue_rows(projects: list[Project], shares: list[dict]) -> dict[int, QueueRow]:
+    rows = {p.pk: QueueRow(project=p) for p in projects}
+    by_queue = {p.pk: project_queue(p.pk) for p in projects}
+    fair = {}
+    for share in shares:
+        if share["resource"] == "gpu":
+            fair[share["queue"]] = fair.get(share["queue"], 0.0) + share["fair_share"]
+    for quota in ProjectQuota.objects.filter(project__in=projects):
+        rows[quota.project_id].deserved += float(quota.gpus)
+    for pk, row in rows.items():
+        row.fair_share = fair.get(by_queue[pk], 0.0)
+    for alloc in (
+        PodAllocation.objects.filter(workload__project__in=projects)
+        .only("gpu_indices", "gpu_share", "workload__project_id")
+        .select_related("workload")
+    ):
+        rows[alloc.workload.project_id].allocated += len(alloc.gpu_indices) + float(
+            alloc.gpu_share or 0
+        )
+    return rows
+
+
+def queue_order(user: Any) -> tuple[list[QueueRow], list[tuple[int, Workload]]]:
+    """The queues, most starved first, and pending workloads in the order the scheduler
+    will consider them: it takes the most starved queue's best workload (priority, then
+    age), counts it as placed, and picks the most starved queue again."""
+    projects = list(Project.objects.select_related("department").order_by("pk"))
+    cycle = last_cycle()
+    rows = _queue_rows(projects, cycle.shares if cycle else [])
+    pending = (
+        Workload.objects.filter(state=WorkloadState.PENDING)
+        .exclude(kind="hpo")
+        .select_related("project", "submitted_by")
+        .order_by("-priority", "queued_at", "pk")
+    )
+    for wl in pending:
+        rows[wl.project_id].pending.append(wl)
+    order = _interleave(rows)
+    visible = set(visible_projects(user).values_list("pk", flat=True))
+    shown_rows = sorted(
+        (r for r in rows.values() if r.project.pk in visible),
+        key=lambda r: _starvation(r.allocated, r.fair_share, r.deserved, r.project.pk),
+    )
+    return shown_rows, [(n, wl) for n, wl in order if wl.project_id in visible]
+
+
+def _starvation(alloc: float, fair: float, deserved: float, pk: int) -> tuple:
+    # Mirrors scheduling.engine.actions.allocate.starvation_key over all pools.
+    ratio = alloc / fair if fair > 1e-9 else (0.0 if alloc <= 1e-9 else math.inf)
+    return (alloc >= deserved - 1e-9, ratio, alloc, pk)
+
+
+def _interleave(rows: dict[int, QueueRow]) -> list[tuple[int, Workload]]:
+    alloc = {pk: row.allocated for pk, row in rows.items()}
+    waiting = {pk: list(reversed(row.pending)) for pk, row in rows.items() if row.pending}
+    heap = [
+        (_starvation(alloc[pk], rows[pk].fair_share, rows[pk].deserved, pk), pk) for pk in waiting
+    ]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, pk = heapq.heappop(heap)
+        wl = waiting[pk].pop()
+        order.append((len(order) + 1, wl))
+        alloc[pk] += float(wl.gpus) * wl.pods
+        if waiting[pk]:
+            key = _starvation(alloc[pk], rows[pk].fair_share, rows[pk].deserved, pk)
+            heapq.heappush(heap, (key, pk))
+    return order
+
+
+# --- Project usage -----------------------------------------------------------------------
+
+
+def project_usage(project: Project) -> dict[str, Any]:
+    """Per node pool: deserved, limit, fair share (last cycle) and allocated GPUs, plus
+    the project's running and pending counts."""
+    pools: dict[str, dict[str, Any]] = {}
+    for quota in ProjectQuota.objects.filter(project=project).select_related("node_pool"):
+        pools[quota.node_pool.name] = {
+            "pool": quota.node_pool.name,
+            "deserved": float(quota.gpus),
+            "limit": None if quota.gpus_limit is None else float(quota.gpus_limit),
+            "fair_share": 0.0,
+            "allocated": 0.0,
+        }
+    cycle = last_cycle()
+    queue = project_queue(project.pk)
+    for share in cycle.shares if cycle else []:
+        if share["queue"] == queue and share["resource"] == "gpu":
+            _pool_row(pools, share["pool"])["fair_share"] = share["fair_share"]
+    held = PodAllocation.objects.filter(workload__project=project).select_related("node__pool")
+    for alloc in held:
+        row = _pool_row(pools, alloc.node.pool.name if alloc.node.pool else "-")
+        row["allocated"] += len(alloc.gpu_indices) + float(alloc.gpu_share or 0)
+    states = Workload.objects.filter(project=project).exclude(kind="hpo")
+    return {
+        "pools": sorted(pools.values(), key=lambda r: r["pool"]),
+        "running": states.filter(state__in=ACTIVE_STATES).count(),
+        "pending": states.filter(state=WorkloadState.PENDING).count(),
+        "cycle_at": cycle.started_at if cycle else None,
+    }
+
+
+def _pool_row(pools: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    return pools.setdefault(
+        name,
+        {"pool": name, "deserved": 0.0, "limit": None, "fair_share": 0.0, "allocated": 0.0},
+    )

@@ -1,0 +1,242 @@
+"""Workload pages: list, submit, detail, stop/delete/clone, logs, the queue, cycles, policies."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.errors import ValidationFailed
+from portal.models import Department, Project
+from portal.permissions import (
+    admin_required,
+    can_admin_department,
+    can_submit_to_project,
+    departments_for_admin,
+    platform_admin_required,
+    visible_projects,
+)
+from scheduling import selectors, services
+from scheduling.forms import FORM_KINDS, PolicyForm, WorkloadForm, initial_from, show_errors
+from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
+from scheduling.policies import effective_policy
+
+logger = logging.getLogger(__name__)
+CSV_COLUMNS = [
+    "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
+    "node_pool", "node", "age_s", "runtime_s", "restarts", "pending_reason",
+]  # fmt: skip
+LIST_LIMIT = 500
+
+
+def _posted(request: HttpRequest) -> Any:
+    return request.POST if request.method == "POST" else None
+
+
+def visible_workload(request: HttpRequest, pk: int) -> Workload:
+    """The workload if the user may see its project; 404 otherwise (no existence leak)."""
+    qs = Workload.objects.filter(project__in=visible_projects(request.user))
+    return get_object_or_404(qs.select_related("project__department", "submitted_by"), pk=pk)
+
+
+@login_required
+def workload_list(request: HttpRequest) -> HttpResponse:
+    workloads = selectors.workload_list(request.user, request.GET)
+    if request.GET.get("format") == "csv":
+        return _csv(workloads)
+    rows = [selectors.workload_row(wl) for wl in workloads[:LIST_LIMIT]]
+    context = {
+        "rows": rows,
+        "truncated": len(rows) == LIST_LIMIT,
+        "projects": visible_projects(request.user),
+        "kinds": WorkloadKind.choices,
+        "states": WorkloadState.choices,
+        "filters": {k: request.GET.get(k, "") for k in selectors.FILTERS},
+        "sort": request.GET.get("sort", ""),
+        "query": request.GET.urlencode(),
+        "form_kinds": [(k, WorkloadKind(k).label) for k in FORM_KINDS],
+    }
+    return render(request, "scheduling/workload_list.html", context)
+
+
+def _csv(workloads: Any) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="workloads.csv"'
+    writer = csv.DictWriter(response, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    for wl in workloads.iterator(chunk_size=500):
+        writer.writerow(selectors.workload_row(wl))
+    return response
+
+
+@login_required
+def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
+    if kind == WorkloadKind.WORKSPACE:
+        return redirect("/workspaces/")
+    if kind not in FORM_KINDS:
+        raise Http404("No such workload kind.")
+    form = WorkloadForm(_posted(request), user=request.user, kind=kind)
+    if request.method == "POST" and form.is_valid():
+        try:
+            workload = services.workload_submit(
+                actor=request.user,
+                project=form.cleaned_data["project"],
+                kind=kind,
+                name=form.cleaned_data["name"],
+                **form.spec(),
+            )
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"{workload.name} is queued.")
+            return redirect("workload_detail", pk=workload.pk)
+    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
+    return render(request, "scheduling/workload_form.html", context)
+
+
+@login_required
+def workload_clone(request: HttpRequest, pk: int) -> HttpResponse:
+    """Open the submit form of the same kind, filled in from this workload."""
+    workload = visible_workload(request, pk)
+    if not can_submit_to_project(request.user, workload.project):
+        raise PermissionDenied("You may not submit work to this project.")
+    kind = workload.kind if workload.kind in FORM_KINDS else WorkloadKind.TRAINING
+    form = WorkloadForm(user=request.user, kind=kind, initial=initial_from(workload))
+    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
+    context["clone_of"] = workload
+    return render(request, "scheduling/workload_form.html", context)
+
+
+@login_required
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = visible_workload(request, pk)
+    allocations = workload.allocations.select_related("node__cluster", "node__pool")
+    context = {
+        "wl": workload,
+        "row": selectors.workload_row(workload),
+        "events": workload.events.all(),
+        "allocations": allocations,
+        "trials": workload.children.order_by("pk") if workload.kind == WorkloadKind.HPO else [],
+        "can_act": can_submit_to_project(request.user, workload.project),
+        "clonable": workload.kind in FORM_KINDS,
+    }
+    return render(request, "scheduling/workload_detail.html", context)
+
+
+@login_required
+@require_POST
+def workload_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = visible_workload(request, pk)
+    try:
+        services.workload_stop(actor=request.user, workload=workload)
+    except ValidationFailed as exc:
+        messages.error(request, " ".join(m for msgs in exc.errors.values() for m in msgs))
+    else:
+        messages.success(request, f"{workload.name} is stopping.")
+    return redirect("workload_detail", pk=pk)
+
+
+@login_required
+def workload_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = visible_workload(request, pk)
+    if not can_submit_to_project(request.user, workload.project):
+        raise PermissionDenied("You may not delete work in this project.")
+    error = ""
+    if request.method == "POST":
+        try:
+            services.workload_delete(actor=request.user, workload=workload)
+        except ValidationFailed as exc:
+            error = " ".join(m for msgs in exc.errors.values() for m in msgs)
+        else:
+            messages.success(request, f"{workload.name} deleted.")
+            return redirect("workload_list")
+    return render(request, "scheduling/workload_delete.html", {"wl": workload, "error": error})
+
+
+@login_required
+def workload_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = visible_workload(request, pk)
+    pods, unavailable = pod_logs(workload)
+    context = {"wl": workload, "pods": pods, "unavailable": unavailable}
+    return render(request, "scheduling/workload_logs.html", context)
+
+
+def pod_logs(workload: Workload, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:
+    """Each pod's recent output from the workload's cluster backend, or why there is none."""
+    if workload.cluster is None:
+        return [], "This workload has not run on a cluster yet."
+    try:
+        from clusters.backends import get_backend, pod_name  # noqa: PLC0415 - optional app
+    except ImportError:
+        return [], "Logs are unavailable: no cluster backends are installed."
+    try:
+        backend = get_backend(workload.cluster)
+        namespace = workload.project.namespace
+        return [
+            (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
+            for i in range(workload.pods)
+        ], ""
+    except Exception as exc:  # a cluster that is down must not break the page
+        logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
+        return [], f"Logs are unavailable: {exc}"
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    rows, order = selectors.queue_order(request.user)
+    context = {"rows": rows, "order": order, "cycle": selectors.last_cycle()}
+    return render(request, "scheduling/queue.html", context)
+
+
+@platform_admin_required
+def cycles(request: HttpRequest) -> HttpResponse:
+    runs = CycleRun.objects.all()[:100]
+    return render(request, "scheduling/cycles.html", {"runs": runs})
+
+
+@admin_required
+def policies(request: HttpRequest) -> HttpResponse:
+    departments = departments_for_admin(request.user).prefetch_related("projects")
+    rows = []
+    for dept in departments:
+        rows.append(("department", dept, WorkloadPolicy.objects.filter(department=dept).first()))
+        for project in dept.projects.all():
+            policy = WorkloadPolicy.objects.filter(project=project).first()
+            rows.append(("project", project, policy))
+    return render(request, "scheduling/policies.html", {"rows": rows})
+
+
+@admin_required
+def policy_edit(request: HttpRequest, scope: str, pk: int) -> HttpResponse:
+    owner: Department | Project
+    if scope not in ("department", "project"):
+        raise Http404("Policies belong to a department or a project.")
+    if scope == "department":
+        owner = get_object_or_404(Department, pk=pk)
+        department = owner
+    else:
+        owner = get_object_or_404(Project.objects.select_related("department"), pk=pk)
+        department = owner.department
+    if not can_admin_department(request.user, department):
+        raise PermissionDenied("Only the department's administrators may change its policies.")
+    current = WorkloadPolicy.objects.filter(**{scope: owner}).first()
+    initial = {f: getattr(current, f) for f in PolicyForm.base_fields} if current else {}
+    form = PolicyForm(_posted(request), initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.policy_set(actor=request.user, **{scope: owner}, **form.values())
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, f"Policy of {owner} saved.")
+            return redirect("workload_policies")
+    effective = effective_policy(owner) if scope == "project" else None
+    context = {"form": form, "owner": owner, "scope": scope, "effective": effective}
+    return render(request, "scheduling/policy_form.html", context)
