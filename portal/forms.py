@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import PasswordResetForm
 
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal.errors import ValidationFailed
-from portal.models import Department, Project, Role
+from portal.models import Department, Project, Role, User
 from portal.permissions import departments_for_admin, visible_projects
 from portal.selectors import QuotaRow
 
@@ -175,3 +176,11 @@ class AuditFilterForm(forms.Form):
             ("", "any"),
             *((c, c) for c in choices["object_types"]),
         ]
+
+
+class InvitedUsersPasswordResetForm(PasswordResetForm):
+    """Django's reset form skips accounts without a usable password; an invited person who
+    lost their invitation has exactly such an account, so it may ask for a new link too."""
+
+    def get_users(self, email: str) -> Any:
+        return User.objects.filter(email__iexact=email, is_active=True)

@@ -145,3 +145,21 @@ def test_a_platform_admin_creates_and_edits_a_node_pool(client_as, org):
     )
     pool.refresh_from_db()
     assert (pool.placement, pool.label_value) == ("binpack", "x")
+
+
+def test_password_reset_mails_a_link_to_active_users_and_to_invited_ones(client, org):
+    invited = User.objects.create(username="nia", email="nia@example.com")
+    invited.set_unusable_password()
+    invited.save()
+    for address in ("rita@example.com", "NIA@example.com", "nobody@example.com"):
+        response = client.post("/accounts/password-reset/", {"email": address})
+        assert response["Location"] == "/accounts/password-reset/sent/"
+    assert [m.to for m in mail.outbox] == [["rita@example.com"], ["nia@example.com"]]
+    assert "/accounts/reset/" in mail.outbox[0].body
+
+
+def test_a_deactivated_user_gets_no_reset_link(client, org):
+    org.researcher.is_active = False
+    org.researcher.save()
+    client.post("/accounts/password-reset/", {"email": "rita@example.com"})
+    assert mail.outbox == []
