@@ -4,9 +4,12 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from scheduling.api import ApiDocsView
+
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", ApiDocsView.as_view(), name="api-docs"),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("clusters.api_urls")),

@@ -1,0 +1,281 @@
+"""Workloads, the queue and policies over REST (/api/v1/). Same rules as the pages: lists
+hold what the caller may see, other objects are 404, forbidden changes 403, refused input
+400 with the field's messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularRedocView
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import call
+from portal.models import Department, Project
+from portal.permissions import (
+    can_admin_department,
+    departments_for_admin,
+    is_admin,
+    is_platform_admin,
+    visible_projects,
+)
+from scheduling import selectors, services
+from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy
+from scheduling.policies import FIELDS as POLICY_FIELDS
+from scheduling.views import pod_logs
+
+
+class AllocationSerializer(serializers.Serializer):
+    pod_index = serializers.IntegerField()
+    cluster = serializers.CharField(source="node.cluster.name")
+    node = serializers.CharField(source="node.name")
+    gpu_indices = serializers.ListField(child=serializers.IntegerField())
+    shared_gpu_index = serializers.IntegerField(allow_null=True)
+    gpu_share = serializers.DecimalField(max_digits=6, decimal_places=3, allow_null=True)
+    gpu_memory_mib = serializers.IntegerField()
+    phase = serializers.CharField()
+    endpoint = serializers.CharField()
+
+
+class WorkloadSerializer(serializers.ModelSerializer):
+    project = serializers.CharField(source="project.name")
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    allocations = AllocationSerializer(many=True, read_only=True)
+    gpus_allocated = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id", "project", "submitted_by", "parent", "kind", "name", "image", "command",
+            "args", "env", "gpu_request", "gpus", "gpu_memory_mib", "cpu", "memory_mib", "pods",
+            "min_pods", "node_pools", "gpu_model", "topology_level", "topology_required",
+            "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
+            "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
+            "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
+            "allocations", "gpus_allocated",
+        ]  # fmt: skip
+
+    def get_gpus_allocated(self, wl: Workload) -> str:
+        return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+
+class EventSerializer(serializers.Serializer):
+    created_at = serializers.DateTimeField()
+    type = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+
+
+class SubmitSerializer(serializers.Serializer):
+    """The shape of a submission; workload_submit judges the rest of its fields."""
+
+    project = serializers.CharField(help_text="Project name or id.")
+    kind = serializers.ChoiceField(choices=WorkloadKind.choices)
+    name = serializers.CharField(max_length=63)
+
+
+def _project_for(user: Any, value: str) -> Project:
+    projects = visible_projects(user)
+    found = (
+        projects.filter(pk=int(value)) if str(value).isdigit() else projects.filter(name=value)
+    ).first()
+    if found is None:
+        raise serializers.ValidationError({"project": [f"No project {value} that you can see."]})
+    return found
+
+
+def _workload_for(request: Request, pk: int) -> Workload:
+    visible = Workload.objects.filter(project__in=visible_projects(request.user))
+    return get_object_or_404(visible.select_related("project", "submitted_by"), pk=pk)
+
+
+class WorkloadListView(APIView):
+    @extend_schema(responses=WorkloadSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        """Workloads you can see; filters: project, kind, state, user, parent; sort."""
+        qs = selectors.workload_list(request.user, request.query_params).prefetch_related(
+            "allocations__node__cluster"
+        )
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(WorkloadSerializer(page, many=True).data)
+
+    @extend_schema(request=SubmitSerializer, responses={201: WorkloadSerializer})
+    def post(self, request: Request) -> Response:
+        """Submit a workload: project, kind, name and the kind's fields (see the forms)."""
+        shape = SubmitSerializer(data=request.data)
+        shape.is_valid(raise_exception=True)
+        spec = {k: v for k, v in request.data.items() if k not in ("project", "kind", "name")}
+        workload = call(
+            services.workload_submit,
+            actor=request.user,
+            project=_project_for(request.user, shape.validated_data["project"]),
+            kind=shape.validated_data["kind"],
+            name=shape.validated_data["name"],
+            **spec,
+        )
+        return Response(WorkloadSerializer(workload).data, status=status.HTTP_201_CREATED)
+
+
+class WorkloadDetailView(APIView):
+    @extend_schema(responses=WorkloadSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(WorkloadSerializer(_workload_for(request, pk)).data)
+
+    def delete(self, request: Request, pk: int) -> Response:
+        call(services.workload_delete, actor=request.user, workload=_workload_for(request, pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WorkloadStopView(APIView):
+    @extend_schema(request=None, responses=WorkloadSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        workload = call(
+            services.workload_stop, actor=request.user, workload=_workload_for(request, pk)
+        )
+        return Response(WorkloadSerializer(workload).data)
+
+
+class WorkloadEventsView(APIView):
+    @extend_schema(responses=EventSerializer(many=True))
+    def get(self, request: Request, pk: int) -> Response:
+        events = _workload_for(request, pk).events.all()
+        return Response(EventSerializer(events, many=True).data)
+
+
+class WorkloadLogsView(APIView):
+    def get(self, request: Request, pk: int) -> Response:
+        """Each pod's recent output, or why logs are unavailable."""
+        tail = min(int(request.query_params.get("tail", 500) or 500), 10_000)
+        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=tail)
+        data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
+        return Response(data)
+
+
+class QueueView(APIView):
+    def get(self, request: Request) -> Response:
+        """Queues most starved first, and pending work in the order it will be considered."""
+        rows, order = selectors.queue_order(request.user)
+        queues = [
+            {
+                "project": r.project.name,
+                "department": r.project.department.name,
+                "deserved": r.deserved,
+                "fair_share": r.fair_share,
+                "allocated": r.allocated,
+                "over_quota": r.over_quota,
+                "pending": len(r.pending),
+            }
+            for r in rows
+        ]
+        pending = [
+            {
+                "position": n,
+                "id": wl.pk,
+                "name": wl.name,
+                "project": wl.project.name,
+                "priority_class": wl.priority_class,
+                "gpus": selectors.gpus_requested(wl),
+                "queued_at": wl.queued_at,
+                "reason": wl.pending_reason,
+            }
+            for n, wl in order
+        ]
+        return Response({"queues": queues, "pending": pending})
+
+
+class PolicySerializer(serializers.Serializer):
+    max_gpus_per_workload = serializers.DecimalField(
+        max_digits=7, decimal_places=3, min_value=0, allow_null=True, required=False
+    )
+    allowed_kinds = serializers.ListField(
+        child=serializers.ChoiceField(choices=WorkloadKind.choices), allow_null=True, required=False
+    )
+    default_runtime_s = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    max_runtime_s = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    preemptible_classes = serializers.ListField(
+        child=serializers.CharField(), allow_null=True, required=False
+    )
+
+
+def _policy_data(policy: WorkloadPolicy) -> dict[str, Any]:
+    data = PolicySerializer(policy).data
+    scope = "project" if policy.project_id else "department"
+    owner = policy.project or policy.department
+    return {"scope": scope, "id": owner.pk, "name": owner.name, **data}
+
+
+class PolicyListView(APIView):
+    def get(self, request: Request) -> Response:
+        """Policies of the departments you administer and their projects."""
+        if not is_admin(request.user):
+            raise PermissionDenied("Only administrators see policies.")
+        departments = departments_for_admin(request.user)
+        policies = WorkloadPolicy.objects.filter(
+            department__in=departments
+        ) | WorkloadPolicy.objects.filter(project__department__in=departments)
+        policies = policies.select_related("project", "department").order_by("pk")
+        return Response([_policy_data(p) for p in policies])
+
+
+class PolicyDetailView(APIView):
+    @extend_schema(request=PolicySerializer)
+    def put(self, request: Request, scope: str, pk: int) -> Response:
+        """Set a department's or project's policy (admins of its department)."""
+        owner = _policy_owner(request, scope, pk)
+        serializer = PolicySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = {k: serializer.validated_data[k] for k in POLICY_FIELDS if k in request.data}
+        policy = call(services.policy_set, actor=request.user, **{scope: owner}, **values)
+        return Response(_policy_data(policy))
+
+    def get(self, request: Request, scope: str, pk: int) -> Response:
+        owner = _policy_owner(request, scope, pk)
+        policy = WorkloadPolicy.objects.filter(**{scope: owner}).first()
+        if policy is None:
+            return Response({"scope": scope, "id": owner.pk, "name": owner.name})
+        return Response(_policy_data(policy))
+
+
+def _policy_owner(request: Request, scope: str, pk: int) -> Department | Project:
+    if scope == "department":
+        owner: Department | Project = get_object_or_404(Department, pk=pk)
+        department = owner
+    elif scope == "project":
+        owner = get_object_or_404(visible_projects(request.user), pk=pk)
+        department = owner.department
+    else:
+        raise serializers.ValidationError({"scope": ["A policy's scope is department or project."]})
+    if not can_admin_department(request.user, department):
+        raise PermissionDenied("Only the department's administrators manage its policies.")
+    return owner
+
+
+class CycleListView(APIView):
+    def get(self, request: Request) -> Response:
+        """The last scheduling cycles (platform admins)."""
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("Only platform administrators see scheduling cycles.")
+        fields = (
+            "id", "started_at", "duration_ms", "engine_ms", "workloads", "nodes", "admitted",
+            "evicted", "stopped", "pending", "ok", "error",
+        )  # fmt: skip
+        return Response(list(CycleRun.objects.values(*fields)[:100]))
+
+
+class ApiDocsView(SpectacularRedocView):
+    """Redoc served from this server (drf-spectacular-sidecar): no CDN needed."""
+
+    url_name = "api-schema"
+
+    @staticmethod
+    def _redoc_standalone() -> str:
+        from django.templatetags.static import static  # noqa: PLC0415
+
+        return static("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
