@@ -61,8 +61,12 @@ def test_inventory_sync_creates_nodes_gpus_pools_and_topology(sim, pool):
     result = inventory_sync(sim)
     assert (result.nodes, result.gpus) == (5, 34)
     assert [n.name for n in Node.objects.filter(cluster=sim)] == [
-        "a100-0", "a100-1", "a100-2", "a100-3", "t4-0",
-    ]  # fmt: skip
+        "a100-0",
+        "a100-1",
+        "a100-2",
+        "a100-3",
+        "t4-0",
+    ]
     racks = dict(Node.objects.filter(cluster=sim).values_list("name", "topology"))
     assert racks["a100-0"] == racks["a100-1"] == {"rack": "rack-1"}
     assert racks["a100-2"] == racks["a100-3"] == {"rack": "rack-2"}

@@ -1,0 +1,539 @@
+"""An in-process Kubernetes API server speaking the real REST protocol, for the official client.
+
+It implements what GPUPool's kubernetes backend uses: /version; nodes; namespaces; pods
+(create, get, list across namespaces with label selectors, delete with a grace period,
+binding, status, log); services; list + watch with resourceVersions. Errors are real
+`Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
+compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+409s, and a server that drops every connection ("down").
+
+A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
+them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+CORE = "/api/v1"
+EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(code: int, reason: str, message: str) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str):
+        super().__init__(message)
+        self.code, self.body = code, status_body(code, reason, message)
+
+
+@dataclass
+class Fault:
+    kind: str  # "500" | "timeout" | "409"
+    remaining: int
+    method: str | None = None
+    path_contains: str | None = None
+
+
+def _matches(selector: str | None, labels: dict) -> bool:
+    for raw in (selector or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif labels.get(term) is None:
+            return False
+    return True
+
+
+class FakeApiServer:
+    """`with FakeApiServer() as api:` serves on a free loopback port; `api.kubeconfig()`."""
+
+    def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
+        self.auto_run = auto_run
+        self.deferred_delete = deferred_delete
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = itertools.count(1)
+        self.last_rv = 0
+        self.objects: dict[str, dict[tuple[str, str], dict]] = {
+            "nodes": {},
+            "namespaces": {},
+            "pods": {},
+            "services": {},
+        }
+        self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
+        self.faults: list[Fault] = []
+        self.down = False
+        self.timeout_s = 2.0
+        self.requests: list[tuple[str, str]] = []
+        self.logs: dict[tuple[str, str], str] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> FakeApiServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def kubeconfig(self) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+
+    # --- test helpers ----------------------------------------------------------------------------
+    def inject(
+        self, kind: str, count: int = 1, *, method: str | None = None, path: str | None = None
+    ):
+        with self.lock:
+            self.faults.append(Fault(kind, count, method, path))
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        gpus: int = 8,
+        labels: dict | None = None,
+        model: str = "NVIDIA-A100-SXM4-80GB",
+        memory_mib: int = 81920,
+        ready: bool = True,
+        unschedulable: bool = False,
+    ) -> dict:
+        all_labels = {
+            "kubernetes.io/hostname": name,
+            "nvidia.com/gpu.product": model,
+            "nvidia.com/gpu.memory": str(memory_mib),
+            **(labels or {}),
+        }
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": all_labels},
+            "spec": {"unschedulable": unschedulable},
+            "status": {
+                "allocatable": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},
+                "capacity": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+        with self.lock:
+            self._store("nodes", "", node, "ADDED")
+        return node
+
+    def remove_node(self, name: str) -> None:
+        """The node is gone, and the node controller deletes its pods."""
+        with self.lock:
+            self._delete("nodes", "", name)
+            for (ns, pod_name), pod in list(self.objects["pods"].items()):
+                if pod["spec"].get("nodeName") == name:
+                    self._delete("pods", ns, pod_name)
+
+    def pods(self) -> list[dict]:
+        with self.lock:
+            return [copy.deepcopy(p) for p in self.objects["pods"].values()]
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.objects["pods"].get((namespace, name)))
+
+    def services(self) -> list[dict]:
+        with self.lock:
+            return [copy.deepcopy(s) for s in self.objects["services"].values()]
+
+    def namespaces(self) -> dict[str, dict]:
+        with self.lock:
+            return {k[1]: copy.deepcopy(v) for k, v in self.objects["namespaces"].items()}
+
+    def finish(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        with self.lock:
+            pod = self.objects["pods"][(namespace, name)]
+            phase = "Succeeded" if exit_code == 0 else "Failed"
+            terminated = {
+                "exitCode": exit_code,
+                "reason": "Completed" if not exit_code else "Error",
+            }
+            pod["status"] = {
+                "phase": phase,
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "x",
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
+            self._store("pods", namespace, pod, "MODIFIED")
+
+    def complete_deletions(self) -> int:
+        """The kubelet confirms every terminating pod has stopped."""
+        with self.lock:
+            doomed = [
+                k for k, p in self.objects["pods"].items() if p["metadata"].get("deletionTimestamp")
+            ]
+            for ns, name in doomed:
+                self._delete("pods", ns, name)
+            return len(doomed)
+
+    # --- storage -----------------------------------------------------------------------------
+    def _store(self, resource: str, ns: str, obj: dict, event: str) -> dict:
+        rv = next(self.rv)
+        self.last_rv = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self.objects[resource][(ns, obj["metadata"]["name"])] = obj
+        self._event(rv, resource, event, obj)
+        return obj
+
+    def _delete(self, resource: str, ns: str, name: str) -> dict:
+        obj = self.objects[resource].pop((ns, name))
+        rv = next(self.rv)
+        self.last_rv = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._event(rv, resource, "DELETED", obj)
+        return obj
+
+    def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
+        self.events.append((rv, resource, kind, copy.deepcopy(obj)))
+        del self.events[:-EVENT_WINDOW]
+        self.changed.notify_all()
+
+    def _fault_for(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.remaining <= 0:
+                    continue
+                if fault.method and fault.method != method:
+                    continue
+                if fault.path_contains and fault.path_contains not in path:
+                    continue
+                fault.remaining -= 1
+                return fault
+        return None
+
+
+ROUTES = [
+    (re.compile(r"^/version/?$"), "version"),
+    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services)$"), "collection"),
+    (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services)$"), "ns_collection"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services)/([^/]+)$"), "ns_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
+]
+KINDS = {"nodes": "Node", "namespaces": "Namespace", "pods": "Pod", "services": "Service"}
+
+
+def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_PUT(self) -> None:
+            self._serve("PUT")
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+        def _serve(self, method: str) -> None:
+            url = urlparse(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if api.down:
+                self.close_connection = True
+                self.connection.shutdown(2)  # reset: the client sees a dropped connection
+                return
+            with api.lock:
+                api.requests.append((method, url.path))
+            fault = api._fault_for(method, url.path)
+            if fault and fault.kind == "timeout":
+                time.sleep(api.timeout_s)
+            elif fault and fault.kind == "500":
+                return self._send(500, status_body(500, "InternalError", "injected fault"))
+            elif fault and fault.kind == "409":
+                return self._send(409, status_body(409, "Conflict", "injected conflict"))
+            try:
+                body = json.loads(raw) if raw else None
+                result = self._route(method, url.path, query, body)
+            except ApiError as err:
+                return self._send(err.code, err.body)
+            if result is not None:
+                code, payload = result
+                self._send(code, payload)
+
+        def _send(self, code: int, payload: Any) -> None:
+            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            self.send_response(code)
+            ctype = "text/plain" if isinstance(payload, str) else "application/json"
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self, method: str, path: str, query: dict, body: Any) -> tuple[int, Any] | None:
+            for pattern, name in ROUTES:
+                match = pattern.match(path)
+                if match:
+                    return getattr(self, f"_{name}")(
+                        method, *match.groups(), query=query, body=body
+                    )
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+
+        # --- handlers ---------------------------------------------------------------------
+        def _version(self, method: str, *, query: dict, body: Any) -> tuple[int, Any]:
+            return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpupool-fake"}
+
+        def _collection(self, method: str, resource: str, *, query: dict, body: Any):
+            if method == "POST" and resource in ("namespaces", "nodes"):
+                return self._create(resource, "", body)
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", method)
+            return self._list(resource, None, query)
+
+        def _cluster_item(self, method: str, resource: str, name: str, *, query: dict, body: Any):
+            if method == "GET":
+                return 200, self._get(resource, "", name)
+            if method == "DELETE":
+                with api.lock:
+                    self._get(resource, "", name)
+                    return 200, api._delete(resource, "", name)
+            raise ApiError(405, "MethodNotAllowed", method)
+
+        def _ns_collection(self, method: str, ns: str, resource: str, *, query: dict, body: Any):
+            if method == "POST":
+                return self._create(resource, ns, body)
+            return self._list(resource, ns, query)
+
+        def _ns_item(
+            self, method: str, ns: str, resource: str, name: str, *, query: dict, body: Any
+        ):
+            if method == "GET":
+                return 200, self._get(resource, ns, name)
+            if method == "DELETE":
+                return self._delete_item(resource, ns, name, query, body or {})
+            raise ApiError(405, "MethodNotAllowed", method)
+
+        def _pod_sub(self, method: str, ns: str, name: str, sub: str, *, query: dict, body: Any):
+            with api.lock:
+                pod = self._get("pods", ns, name, copy_=False)
+                if sub == "log":
+                    return 200, api.logs.get((ns, name), "")
+                if sub == "binding" and method == "POST":
+                    if pod["spec"].get("nodeName"):
+                        raise ApiError(409, "Conflict", f"pod {name} is already assigned")
+                    pod["spec"]["nodeName"] = body["target"]["name"]
+                    self._kubelet_start(pod)
+                    api._store("pods", ns, pod, "MODIFIED")
+                    return 201, {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Success",
+                        "code": 201,
+                    }
+                if sub == "status" and method in ("PUT", "PATCH"):
+                    self._check_rv(pod, body)
+                    pod["status"] = {**pod.get("status", {}), **body.get("status", {})}
+                    return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
+                return 200, copy.deepcopy(pod)
+
+        # --- semantics ----------------------------------------------------------------------
+        def _get(self, resource: str, ns: str, name: str, *, copy_: bool = True) -> dict:
+            with api.lock:
+                obj = api.objects[resource].get((ns, name))
+                if obj is None:
+                    kind = resource.rstrip("s")
+                    raise ApiError(404, "NotFound", f'{resource} "{name}" not found ({kind})')
+                return copy.deepcopy(obj) if copy_ else obj
+
+        def _check_rv(self, obj: dict, body: dict) -> None:
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != obj["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version",
+                )
+
+        def _create(self, resource: str, ns: str, body: dict):
+            with api.lock:
+                name = body["metadata"].get("name")
+                if ns and ("", ns) not in api.objects["namespaces"]:
+                    raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+                if (ns, name) in api.objects[resource]:
+                    raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
+                obj = copy.deepcopy(body)
+                obj.setdefault("apiVersion", "v1")
+                obj["kind"] = KINDS[resource]
+                meta = obj["metadata"]
+                meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+                if ns:
+                    meta["namespace"] = ns
+                if resource == "pods":
+                    obj["status"] = {"phase": "Pending"}
+                    if obj["spec"].get("nodeName"):
+                        self._kubelet_start(obj)
+                if resource == "namespaces":
+                    obj["status"] = {"phase": "Active"}
+                if resource == "services":
+                    count = len(api.objects["services"])
+                    obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
+                return 201, copy.deepcopy(api._store(resource, ns, obj, "ADDED"))
+
+        def _kubelet_start(self, pod: dict) -> None:
+            node = pod["spec"]["nodeName"]
+            if ("", node) not in api.objects["nodes"] or not api.auto_run:
+                return
+            pod["status"] = {
+                "phase": "Running",
+                "hostIP": "10.0.0.1",
+                "podIP": f"10.244.0.{api.last_rv % 250 + 1}",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": "x",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": _now()}},
+                    }
+                ],
+            }
+
+        def _delete_item(self, resource: str, ns: str, name: str, query: dict, body: dict):
+            with api.lock:
+                obj = self._get(resource, ns, name, copy_=False)
+                grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+                finished = obj.get("status", {}).get("phase") in ("Succeeded", "Failed")
+                if (
+                    resource == "pods"
+                    and api.deferred_delete
+                    and not finished
+                    and str(grace) != "0"
+                ):
+                    if not obj["metadata"].get("deletionTimestamp"):
+                        obj["metadata"]["deletionTimestamp"] = _now()
+                        obj["metadata"]["deletionGracePeriodSeconds"] = int(
+                            grace if grace is not None else 30
+                        )
+                        api._store(resource, ns, obj, "MODIFIED")
+                    return 200, copy.deepcopy(obj)
+                return 200, copy.deepcopy(api._delete(resource, ns, name))
+
+        def _list(self, resource: str, ns: str | None, query: dict):
+            if str(query.get("watch", "")).lower() in ("true", "1"):
+                self._watch(resource, ns, query)
+                return None
+            with api.lock:
+                items = [
+                    copy.deepcopy(obj)
+                    for (obj_ns, _), obj in sorted(api.objects[resource].items())
+                    if (ns is None or obj_ns == ns)
+                    and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                ]
+                rv = str(api.last_rv)
+            kind = KINDS[resource] + "List"
+            return 200, {
+                "kind": kind,
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
+
+        def _watch(self, resource: str, ns: str | None, query: dict) -> None:
+            """Stream events after resourceVersion as JSON lines until timeoutSeconds."""
+            since = int(query.get("resourceVersion") or api.last_rv)
+            deadline = time.monotonic() + float(query.get("timeoutSeconds") or 5)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with api.lock:
+                oldest = api.events[0][0] if api.events else api.last_rv + 1
+                if since < oldest - 1 and since < api.last_rv:
+                    gone = status_body(
+                        410, "Expired", f"too old resource version: {since} ({oldest - 1})"
+                    )
+                    self._chunk({"type": "ERROR", "object": gone})
+                    self._chunk(None)
+                    return
+            while time.monotonic() < deadline:
+                with api.lock:
+                    fresh = [e for e in api.events if e[0] > since and e[1] == resource]
+                    if not fresh:
+                        api.changed.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                        continue
+                for rv, _, kind, obj in fresh:
+                    since = rv
+                    if (ns is None or obj["metadata"].get("namespace") == ns) and _matches(
+                        query.get("labelSelector"), obj["metadata"].get("labels") or {}
+                    ):
+                        self._chunk({"type": kind, "object": obj})
+            self._chunk(None)
+
+        def _chunk(self, event: dict | None) -> None:
+            data = b"" if event is None else (json.dumps(event) + "\n").encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    return Handler

@@ -1,0 +1,347 @@
+"""Reconciliation against Kubernetes through the official client (fake or real API server)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import watch
+
+from clusters.backends import PodPhase, get_backend
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
+from clusters.models import Node
+from clusters.reconcile import cluster_reconcile
+from scheduling.lifecycle import workload_transition
+from scheduling.models import WorkloadState
+from tests.clusters.conftest import admit, make_workload
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+
+S = WorkloadState
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def setup(kube, org):  # noqa: F811
+    cluster = kube.cluster()
+    nodes = kube.nodes(cluster)
+    return cluster, nodes
+
+
+def posts(fake, fragment: str) -> int:
+    return sum(1 for method, path in fake.requests if method == "POST" and path.endswith(fragment))
+
+
+def training(org, name: str, **fields):
+    fields.setdefault("command", ["sh", "-c", "sleep 3600"])
+    return make_workload(org.project_a, org.researcher, name, **fields)
+
+
+def test_the_kubeconfig_is_stored_encrypted_and_needs_the_key(kube, settings):  # noqa: F811
+    cluster = kube.cluster()
+    assert "server" not in cluster.kubeconfig_encrypted
+    assert "server" in kubeconfig_decrypt(cluster.kubeconfig_encrypted)
+    settings.GPUPOOL_KUBECONFIG_KEY = ""
+    with pytest.raises(KubeconfigKeyMissing):
+        kubeconfig_decrypt(cluster.kubeconfig_encrypted)
+
+
+def test_inventory_reads_gpus_models_pools_and_topology_from_node_labels(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    fake.add_node("cordoned", gpus=4, unschedulable=True, labels={"gpupool.io/node-pool": "a100"})
+    fake.add_node("notready", gpus=4, ready=False, labels={"gpupool.io/node-pool": "a100"})
+    cluster = kube.cluster()
+    assert "4 nodes" in get_backend(cluster).test_connection()
+    kube.nodes(cluster)
+    node = Node.objects.get(name="gpu-a")
+    assert (node.pool, node.topology, float(node.cpu_cores)) == (org.pool, {"rack": "r1"}, 96.0)
+    assert node.memory_mib == 1056 * 1024
+    assert [(g.index, g.model, g.memory_mib) for g in node.gpus.all()][:2] == [
+        (0, "NVIDIA-A100-SXM4-80GB", 81920),
+        (1, "NVIDIA-A100-SXM4-80GB", 81920),
+    ]
+    assert not Node.objects.get(name="cordoned").schedulable
+    assert not Node.objects.get(name="notready").schedulable
+
+
+def test_reconcile_creates_pinned_labelled_pods_once_and_reads_running_back(kube, setup, org):  # noqa: F811
+    cluster, nodes = setup
+    workload = training(org, "train", pods=2, env={"EPOCHS": "3"})
+    admit(
+        workload,
+        nodes[0],
+        pods=[{"gpu_indices": [0, 1]}, {"gpu_indices": [0, 1], "node": nodes[-1]}],
+    )
+    cluster_reconcile(cluster)
+    backend = get_backend(cluster)
+    statuses = backend.pod_statuses()
+    assert sorted(statuses) == [f"gp-{workload.pk}-0", f"gp-{workload.pk}-1"]
+    if kube.fake:
+        pod = kube.fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+        assert pod["spec"]["nodeName"] == nodes[0].name
+        container = pod["spec"]["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["EPOCHS"] == "3" and env["GPUPOOL_WORKLOAD_ID"] == str(workload.pk)
+        assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpupool"
+        assert (
+            kube.fake.namespaces()["gp-ml-vision"]["metadata"]["labels"]["gpupool.io/project"]
+            == "ml-vision"
+        )
+        workload.refresh_from_db()
+        assert workload.state == S.RUNNING
+        assert set(workload.allocations.values_list("phase", flat=True)) == {"Running"}
+        before = len(kube.fake.requests)
+        cluster_reconcile(cluster)
+        assert posts(kube.fake, "/pods") == 2  # the second pass created nothing
+        assert [m for m, _ in kube.fake.requests[before:]] == ["GET"]
+    workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    if kube.fake:
+        assert workload.allocations.count() == 0
+        assert kube.fake.pods() == []
+
+
+def test_a_finished_pod_sets_the_exit_code_and_frees_the_gpus(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(org, "fails")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [2]}])
+    cluster_reconcile(cluster)
+    fake.finish("gp-ml-vision", f"gp-{workload.pk}-0", exit_code=3)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.exit_code) == (S.FAILED, 3)
+    assert workload.allocations.count() == 0
+    assert fake.pods() == []
+
+
+def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    fake.deferred_delete = True
+    cluster, nodes = setup
+    cluster.config["grace_period_s"] = 45
+    cluster.save()
+    workload = training(org, "victim", checkpoint_dir="/ckpt/victim")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    workload_transition(workload, S.PREEMPTED, reason="Reclaim")
+    cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 45
+    assert workload.allocations.get().phase == "Terminating"  # GPU still held
+    cluster_reconcile(cluster)
+    deletes = [p for m, p in fake.requests if m == "DELETE" and "/pods/" in p]
+    assert len(deletes) == 1  # not asked again while it shuts down
+    fake.complete_deletions()
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (S.PENDING, 1)
+    assert workload.allocations.count() == 0
+
+
+def test_a_lost_node_requeues_its_workloads_and_becomes_unschedulable(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    lost = training(org, "on-b")
+    kept = training(org, "on-a")
+    admit(lost, Node.objects.get(name="gpu-b"), pods=[{"gpu_indices": [0]}])
+    admit(kept, Node.objects.get(name="gpu-a"), pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    fake.remove_node("gpu-b")
+    cluster_reconcile(cluster)
+    lost.refresh_from_db()
+    kept.refresh_from_db()
+    assert (lost.state, lost.restart_count, lost.allocations.count()) == (S.PENDING, 1, 0)
+    assert kept.state == S.RUNNING
+    kube.nodes(cluster)
+    assert Node.objects.get(name="gpu-b").schedulable is False
+
+
+def test_transient_500s_are_retried_and_nothing_is_duplicated(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.inject("500", 2, method="POST", path="/pods")
+    fake.inject("500", 1, method="GET", path="/api/v1/pods")
+    workload = training(org, "retried")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    assert len(fake.pods()) == 1
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
+
+
+def test_a_persistent_500_keeps_the_allocation_and_the_next_pass_repairs_it(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.inject("500", 100, method="POST", path="/pods")
+    workload = training(org, "later")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    result = cluster_reconcile(cluster)
+    assert result.errors and "500" in result.errors[0]
+    cluster.refresh_from_db()
+    assert cluster.reachable and "500" in cluster.last_error
+    assert workload.allocations.count() == 1 and fake.pods() == []
+    fake.faults.clear()
+    cluster_reconcile(cluster)
+    assert len(fake.pods()) == 1
+    cluster.refresh_from_db()
+    assert cluster.last_error == ""
+
+
+def test_a_timed_out_create_that_did_happen_is_adopted_not_duplicated(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.inject("timeout", 1, method="POST", path="/pods")
+    workload = training(org, "slow")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [1]}])
+    cluster_reconcile(cluster)
+    assert posts(fake, "/pods") == 2  # the retry met 409 AlreadyExists and adopted the pod
+    assert len(fake.pods()) == 1
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
+
+
+def test_an_injected_409_is_retried_on_the_next_pass(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.inject("409", 1, method="POST", path="/pods")
+    workload = training(org, "conflicted")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    first = cluster_reconcile(cluster)
+    assert fake.pods() == [] and "conflict" in first.errors[0]
+    cluster_reconcile(cluster)
+    assert len(fake.pods()) == 1
+
+
+def test_pods_gpupool_did_not_create_are_never_touched(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    backend = KubernetesBackend(cluster)
+    backend.ensure_namespace("gp-ml-vision")
+    workload = training(org, "squatted")
+    squatter = {
+        "metadata": {"name": f"gp-{workload.pk}-0"},
+        "spec": {"containers": [{"name": "x", "image": "x"}]},
+    }
+    stranger = {
+        "metadata": {"name": "someone-elses"},
+        "spec": {"containers": [{"name": "x", "image": "x"}]},
+    }
+    backend.api.create_namespaced_pod("gp-ml-vision", squatter)
+    backend.api.create_namespaced_pod("gp-ml-vision", stranger)
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    result = cluster_reconcile(cluster)
+    assert "did not create" in result.errors[0]
+    workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert sorted(p["metadata"]["name"] for p in fake.pods()) == [
+        f"gp-{workload.pk}-0",
+        "someone-elses",
+    ]
+
+
+def test_an_unreachable_cluster_is_marked_and_its_workloads_kept_until_it_is_back(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(org, "patient")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    fake.down = True
+    result = cluster_reconcile(cluster)
+    assert result.reachable is False
+    cluster.refresh_from_db()
+    workload.refresh_from_db()
+    assert cluster.reachable is False and cluster.last_error
+    assert workload.state == S.RUNNING and workload.allocations.count() == 1
+    fake.down = False
+    cluster_reconcile(cluster)
+    cluster.refresh_from_db()
+    assert cluster.reachable is True and cluster.last_error == ""
+    assert len(fake.pods()) == 1
+
+
+def test_fractions_share_one_reservation_pod_per_gpu(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    node = Node.objects.get(name="gpu-a")
+    node.gpus.filter(index=3).update(uuid="GPU-1234")
+    first = training(org, "half-a", gpu_request="fraction", gpus="0.5")
+    second = training(org, "half-b", gpu_request="fraction", gpus="0.5")
+    admit(first, node, pods=[{"shared_gpu_index": 3, "gpu_share": 0.5}])
+    admit(second, node, pods=[{"shared_gpu_index": 3, "gpu_share": 0.5}])
+    cluster_reconcile(cluster)
+    reservations = [
+        p for p in fake.pods() if p["metadata"]["labels"]["gpupool.io/role"] == "reservation"
+    ]
+    assert [p["metadata"]["name"] for p in reservations] == ["gp-reserve-gpu-a-3"]
+    assert reservations[0]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1"
+    }
+    shared = fake.pod("gp-ml-vision", f"gp-{first.pk}-0")["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in shared["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-1234" and env["GPUPOOL_GPU_FRACTION"] == "0.5"
+    assert "nvidia.com/gpu" not in shared["resources"]["limits"]
+    for workload in (first, second):
+        workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert fake.pods() == []
+
+
+def test_workloads_with_ports_get_a_service_and_an_endpoint(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(
+        org, "notebook", kind="workspace", spec={"ports": [{"name": "http", "port": 8888}]}
+    )
+    admit(workload, nodes[0])
+    cluster_reconcile(cluster)
+    [service] = fake.services()
+    assert service["spec"]["selector"] == {"gpupool.io/pod": f"gp-{workload.pk}-0"}
+    assert workload.allocations.get().endpoint == f"gp-{workload.pk}-0.gp-ml-vision.svc:8888"
+    workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert fake.services() == []
+
+
+def test_pods_can_be_pinned_with_a_binding_instead_of_node_name(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster = kube.cluster(pin="binding")
+    nodes = kube.nodes(cluster)
+    workload = training(org, "bound")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    assert pod["spec"]["nodeName"] == nodes[0].name and pod["spec"]["schedulerName"] == "gpupool"
+    assert posts(fake, "/binding") == 1
+    assert get_backend(cluster).pod_statuses()[f"gp-{workload.pk}-0"].phase == PodPhase.RUNNING
+
+
+def test_list_and_watch_follow_pods_and_an_expired_version_is_gone(kube, setup):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, _ = setup
+    backend = KubernetesBackend(cluster)
+    backend.ensure_namespace("watched")
+    listed = backend.api.list_namespaced_pod("watched")
+    body = {
+        "metadata": {"name": "p", "labels": {"a": "b"}},
+        "spec": {"nodeName": "gpu-a", "containers": [{"name": "c", "image": "x"}]},
+    }
+    backend.api.create_namespaced_pod("watched", body)
+    backend.api.delete_namespaced_pod("p", "watched")
+    events = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            backend.api.list_namespaced_pod,
+            "watched",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    ]
+    assert events == [("ADDED", "p"), ("DELETED", "p")]
+    fake.events.clear()
+    fake.events.append((fake.last_rv, "pods", "ADDED", {"metadata": {}}))
+    with pytest.raises(Exception, match="410"):
+        list(
+            watch.Watch().stream(
+                backend.api.list_namespaced_pod, "watched", resource_version="1", timeout_seconds=1
+            )
+        )
