@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from django import forms
+
+from clusters.metrics.reports import GROUPS
+
+PRESETS = [("this_month", "This month"), ("last_month", "Last month"), ("custom", "Custom")]
+GROUP_LABELS = {
+    "department": "Department",
+    "project": "Project",
+    "user": "User",
+    "pool": "Node pool",
+    "gpu_model": "GPU model",
+}
+
+
+class UsageReportForm(forms.Form):
+    period = forms.ChoiceField(choices=PRESETS, initial="this_month", required=False)
+    start = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    group = forms.ChoiceField(
+        choices=[(g, GROUP_LABELS[g]) for g in GROUPS], initial="project", required=False
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        data["period"] = data.get("period") or "this_month"
+        data["group"] = data.get("group") or "project"
+        if data["period"] == "custom":
+            start, end = data.get("start"), data.get("end")
+            if not start or not end:
+                raise forms.ValidationError("A custom period needs a start and an end date.")
+            if end < start:
+                self.add_error("end", "The end comes before the start.")
+        return data
+
+
+class GpuPriceForm(forms.Form):
+    gpu_model = forms.CharField(max_length=100)
+    price_per_hour = forms.DecimalField(max_digits=10, decimal_places=4, min_value=0)

@@ -1,0 +1,114 @@
+"""Usage report pages (HTML and CSV), GPU prices, and node agent tokens."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from clusters.metrics import charts, reports, services
+from clusters.metrics.forms import GROUP_LABELS, GpuPriceForm, UsageReportForm
+from clusters.metrics.models import GpuPrice, NodeToken
+from clusters.models import Gpu, Node
+from portal.errors import ValidationFailed
+from portal.permissions import is_platform_admin, platform_admin_required, visible_projects
+
+
+def _report(request: HttpRequest) -> dict[str, Any]:
+    form = UsageReportForm(request.GET or None)
+    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    preset, group = data.get("period", "this_month"), data.get("group", "project")
+    start, end = reports.period_for(preset, timezone.now(), data.get("start"), data.get("end"))
+    rows = reports.usage_report(visible_projects(request.user), start, end, group)
+    return {
+        "form": form,
+        "rows": rows,
+        "total": reports.report_total(rows),
+        "start": start,
+        "end": end,
+        "group": group,
+        "group_label": GROUP_LABELS[group],
+        "currency": GpuPrice.objects.values_list("currency", flat=True).first() or "USD",
+        "scope_all": is_platform_admin(request.user),
+    }
+
+
+@login_required
+def usage_report(request: HttpRequest) -> HttpResponse:
+    context = _report(request)
+    title = f"GPU-hours by {context['group_label'].lower()}"
+    context["figure"] = charts.report_figure([vars(r) for r in context["rows"][:30]], title)
+    context["query"] = request.GET.urlencode()
+    return render(request, "metrics/usage_report.html", context)
+
+
+@login_required
+def usage_report_csv(request: HttpRequest) -> HttpResponse:
+    context = _report(request)
+    name = f"gpu-usage-{context['start']:%Y%m%d}-{context['end']:%Y%m%d}-{context['group']}.csv"
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    writer = csv.writer(response)
+    writer.writerow([
+        context["group"], "allocated_gpu_hours", "used_gpu_hours", "utilization_pct",
+        "idle_gpu_hours", "over_quota_gpu_hours", "cost", "currency", "unpriced_gpu_hours",
+    ])  # fmt: skip
+    for row in [*context["rows"], context["total"]]:
+        util = row.utilisation_pct
+        writer.writerow([
+            row.name, f"{row.allocated_h:.4f}", f"{row.used_h:.4f}",
+            "" if util is None else f"{util:.2f}", f"{row.idle_h:.4f}",
+            f"{row.over_quota_h:.4f}", f"{row.cost:.2f}", context["currency"],
+            f"{row.unpriced_h:.4f}",
+        ])  # fmt: skip
+    return response
+
+
+@platform_admin_required
+@require_http_methods(["GET", "POST"])
+def gpu_prices(request: HttpRequest) -> HttpResponse:
+    form = GpuPriceForm(request.POST or None)
+    if request.method == "POST" and "delete" in request.POST:
+        price = get_object_or_404(GpuPrice, pk=request.POST["delete"])
+        services.gpu_price_delete(actor=request.user, price=price)
+        messages.success(request, f"Removed the price of {price.gpu_model}.")
+        return redirect("gpu_prices")
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.gpu_price_set(actor=request.user, **form.cleaned_data)
+        except ValidationFailed as exc:
+            for field, errors in exc.errors.items():
+                form.add_error(None if field == "__all__" else field, errors)
+        else:
+            messages.success(request, f"Saved the price of {form.cleaned_data['gpu_model']}.")
+            return redirect("gpu_prices")
+    models = sorted(set(Gpu.objects.exclude(model="").values_list("model", flat=True)))
+    context = {"form": form, "prices": GpuPrice.objects.all(), "gpu_models": models}
+    return render(request, "metrics/gpu_prices.html", context)
+
+
+@platform_admin_required
+@require_http_methods(["GET", "POST"])
+def node_tokens(request: HttpRequest) -> HttpResponse:
+    """Issue and revoke node agent tokens; a new token is shown once, on this response."""
+    issued = None
+    if request.method == "POST" and request.POST.get("issue"):
+        node = get_object_or_404(Node, pk=request.POST["issue"])
+        token, plain = services.node_token_issue(actor=request.user, node=node)
+        issued = {"node": node, "token": plain}
+    elif request.method == "POST" and request.POST.get("revoke"):
+        token = get_object_or_404(NodeToken, pk=request.POST["revoke"], revoked_at__isnull=True)
+        services.node_token_revoke(actor=request.user, token=token)
+        messages.success(request, f"Revoked token {token.prefix}….")
+        return redirect("node_tokens")
+    tokens: dict[int, list[NodeToken]] = {}
+    for token in NodeToken.objects.filter(revoked_at__isnull=True):
+        tokens.setdefault(token.node_id, []).append(token)
+    nodes = [(n, tokens.get(n.pk, [])) for n in Node.objects.select_related("cluster")]
+    return render(request, "metrics/node_tokens.html", {"nodes": nodes, "issued": issued})

@@ -1,0 +1,86 @@
+"""Chart partials other pages include with one line:
+
+    {% load metrics_charts %}{% project_usage_chart project %}
+    {% load metrics_charts %}{% department_usage_chart department %}
+    {% load metrics_charts %}{% workload_gpu_chart workload %}
+
+Each checks that the viewer may see the object, builds its figure on the server, and
+renders it with a range selector (?chart_range=24h|7d|30d, ?chart_pool=<id>).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from django import template
+from django.db.models import Sum
+from django.utils import timezone
+
+from clusters.metrics import charts, selectors
+from clusters.metrics.workload_chart import workload_series
+from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from portal.permissions import can_admin_department, can_view_project, visible_projects
+
+register = template.Library()
+_ids = itertools.count(1)
+
+
+def _options(context: Any) -> tuple[str, int | None]:
+    request = context.get("request")
+    get = request.GET if request else {}
+    pool = get.get("chart_pool", "")
+    return selectors.range_key(get.get("chart_range")), int(pool) if pool.isdigit() else None
+
+
+def _usage_chart(context: Any, title: str, quota_qs: Any, **filters: Any) -> dict[str, Any]:
+    range_name, pool = _options(context)
+    if pool:
+        filters["pool_id"] = pool
+        quota_qs = quota_qs.filter(node_pool_id=pool)
+    now = timezone.now()
+    _, rows = selectors.usage_series(range_name, now, **filters)
+    quota = float(quota_qs.aggregate(q=Sum("gpus"))["q"] or 0)
+    start = now - selectors.RANGES[range_name][0]
+    return {
+        "allowed": True,
+        "figure": charts.usage_figure(rows, quota, f"{title}, last {range_name}", start, now),
+        "figure_id": f"usage-chart-{next(_ids)}",
+        "ranges": list(selectors.RANGES),
+        "range": range_name,
+        "pool": pool,
+        "pool_choices": selectors.pool_choices(),
+    }
+
+
+@register.inclusion_tag("metrics/_usage_chart.html", takes_context=True)
+def project_usage_chart(context: Any, project: Project) -> dict[str, Any]:
+    if not can_view_project(context["request"].user, project):
+        return {"allowed": False}
+    quotas = ProjectQuota.objects.filter(project=project)
+    title = f"{project.name}: allocated, deserved and used GPUs"
+    return _usage_chart(context, title, quotas, project_id=project.pk)
+
+
+@register.inclusion_tag("metrics/_usage_chart.html", takes_context=True)
+def department_usage_chart(context: Any, department: Department) -> dict[str, Any]:
+    user = context["request"].user
+    member = visible_projects(user).filter(department=department).exists()
+    if not (can_admin_department(user, department) or member):
+        return {"allowed": False}
+    quotas = DepartmentQuota.objects.filter(department=department)
+    title = f"{department.name}: allocated, deserved and used GPUs"
+    return _usage_chart(context, title, quotas, department_id=department.pk)
+
+
+@register.inclusion_tag("metrics/_workload_chart.html", takes_context=True)
+def workload_gpu_chart(context: Any, workload: Any) -> dict[str, Any]:
+    if not can_view_project(context["request"].user, workload.project):
+        return {"allowed": False}
+    series = workload_series(workload)
+    return {
+        "allowed": True,
+        "has_data": any(series.values()),
+        "figure": charts.workload_figure(series, f"{workload.name}: GPU utilisation and memory"),
+        "figure_id": f"workload-chart-{next(_ids)}",
+    }

@@ -1,0 +1,81 @@
+"""Dashboard pages: the overview (with live fragments) and the nodes heat map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from clusters.metrics import charts, heatmap, selectors
+from portal.permissions import visible_projects
+
+
+def _pool_ids(request: HttpRequest) -> list[int]:
+    return [int(v) for v in request.GET.getlist("pool") if v.isdigit()]
+
+
+def _overview_figure(request: HttpRequest) -> dict[str, Any]:
+    range_name = selectors.range_key(request.GET.get("range"))
+    _, rows = selectors.pool_series(range_name, timezone.now(), _pool_ids(request))
+    return charts.pool_figure(rows, f"Allocation and utilisation, last {range_name}")
+
+
+def _now_context(request: HttpRequest) -> dict[str, Any]:
+    projects = visible_projects(request.user)
+    pool_ids = _pool_ids(request)
+    pools = selectors.gpus_now()
+    if pool_ids:
+        pools = [p for p in pools if p.pool_id in pool_ids]
+    return {
+        "pools": pools,
+        "totals": {
+            "total": sum(p.total for p in pools),
+            "allocated": sum(p.allocated for p in pools),
+            "used": sum(p.used for p in pools),
+        },
+        "idle": selectors.idle_workloads(projects)[:20],
+        "pending": selectors.pending_demand(projects),
+        "updated_at": timezone.now(),
+    }
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    context = _now_context(request)
+    context.update(
+        figure=_overview_figure(request),
+        range=selectors.range_key(request.GET.get("range")),
+        ranges=list(selectors.RANGES),
+        pool_choices=selectors.pool_choices(),
+        selected_pools=_pool_ids(request),
+        query=request.GET.urlencode(),
+    )
+    return render(request, "metrics/dashboard.html", context)
+
+
+@login_required
+def dashboard_now(request: HttpRequest) -> HttpResponse:
+    """The live part of the overview, polled every few seconds by static/js/dashboard.js."""
+    return render(request, "metrics/_now.html", _now_context(request))
+
+
+@login_required
+def dashboard_chart(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(_overview_figure(request))
+
+
+@login_required
+def nodes_heatmap(request: HttpRequest) -> HttpResponse:
+    range_name = heatmap.range_key(request.GET.get("range"))
+    figure = heatmap.figure(range_name, timezone.now(), _pool_ids(request))
+    context = {
+        "figure": figure,
+        "range": range_name,
+        "ranges": list(heatmap.RANGES),
+        "pool_choices": selectors.pool_choices(),
+        "selected_pools": _pool_ids(request),
+    }
+    return render(request, "metrics/heatmap.html", context)
