@@ -87,6 +87,7 @@ class WorkloadForm(forms.Form):
         """The cleaned data as workload_submit's keyword arguments (minus actor/project)."""
         data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
         data.pop("project", None)
+        data.pop("name", None)
         if "preemptible" in data:
             data["preemptible"] = data["preemptible"] == "yes"
         if "ports" in data:

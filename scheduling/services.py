@@ -48,8 +48,8 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
         policy = effective_policy(project)
         apply_defaults(policy, fields)
         errors = policy_errors(policy, kind, fields)
-    if not errors and Workload.objects.filter(project=project, name=name).exists():
-        errors = {"name": [f"Project {project.name} already has a workload named {name}."]}
+    if "name" not in errors and Workload.objects.filter(project=project, name=name).exists():
+        errors["name"] = [f"Project {project.name} already has a workload named {name}."]
     if errors:
         raise ValidationFailed(errors)
     try:
