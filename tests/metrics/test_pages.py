@@ -1,0 +1,198 @@
+"""Dashboard, heat map, fragments, tokens, chart partials and /metrics, against each persona."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.template import Context, RequestContext, Template
+from django.test import RequestFactory
+from django.utils import timezone
+
+from clusters.metrics.models import NodeToken, PoolUsage, ProjectUsage, Resolution
+from clusters.metrics.rollup import rollup_minutes
+from clusters.metrics.services import samples_ingest
+from scheduling.models import CycleRun, WorkloadState
+from tests.conftest import PERSONAS
+from tests.metrics.helpers import allocate, every, make_node, make_workload, sample
+
+pytestmark = pytest.mark.django_db
+EVERYONE_PAGES = [
+    "/dashboard/",
+    "/dashboard/?range=7d",
+    "/dashboard/?range=30d",
+    "/dashboard/fragment/now/",
+    "/dashboard/fragment/chart/",
+    "/nodes/heatmap/",
+    "/nodes/heatmap/?range=24h",
+    "/reports/usage/",
+    "/reports/usage/?period=last_month&group=user",
+    "/reports/usage.csv",
+]
+
+
+@pytest.fixture
+def live(org, settings):
+    """Now: a 4-GPU node; rita's `busy` holds GPUs 0-1 at 50 %, otto's `sleepy` holds GPU 2
+    at 0 % for six minutes; a pending 4-GPU job in ml-vision."""
+    settings.GPUPOOL_METRICS_ROLLUP_LAG_S = 0
+    now = timezone.now()
+    node = make_node(org.pool)
+    busy = make_workload(org.project_a, org.researcher, "busy")
+    sleepy = make_workload(org.project_b, org.outsider, "sleepy")
+    make_workload(org.project_a, org.researcher, "waiting", gpus=2, pods=2,
+                  state=WorkloadState.PENDING)  # fmt: skip
+    allocate(busy, node, [0, 1], at=now - dt.timedelta(minutes=7))
+    allocate(sleepy, node, [2], at=now - dt.timedelta(minutes=7))
+    times = every(now - dt.timedelta(minutes=6), now, 10)
+    samples_ingest(
+        [sample(node, g, ts, 50.0) for ts in times for g in (0, 1)]
+        + [sample(node, 2, ts, 0.0) for ts in times]
+    )
+    rollup_minutes(now=now)
+    return node, busy, sleepy
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize("url", EVERYONE_PAGES)
+def test_every_signed_in_persona_can_open_the_metrics_pages(live, org, client_as, persona, url):
+    assert client_as(getattr(org, persona)).get(url).status_code == 200
+
+
+@pytest.mark.parametrize("url", [*EVERYONE_PAGES, "/reports/prices/", "/nodes/tokens/"])
+def test_anonymous_visitors_are_sent_to_sign_in(client, url):
+    response = client.get(url)
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("persona", ["dept_admin", "researcher", "outsider"])
+def test_only_platform_admins_manage_node_tokens(org, client_as, persona):
+    assert client_as(getattr(org, persona)).get("/nodes/tokens/").status_code == 403
+
+
+def test_the_dashboard_counts_gpus_now_and_lists_idle_workloads_in_scope(live, org, client_as):
+    page = client_as(org.platform_admin).get("/dashboard/fragment/now/").content.decode()
+    assert 'data-metric="total">4<' in page
+    assert 'data-metric="allocated">3<' in page
+    assert 'data-metric="used">1.0<' in page  # two GPUs at 50 %
+    assert 'data-metric="pending">4 GPUs<' in page
+    assert "sleepy" in page and "node-1/gpu2" in page and "busy" not in page
+
+    researcher_view = client_as(org.researcher).get("/dashboard/fragment/now/").content.decode()
+    assert "sleepy" not in researcher_view  # otto's workload, another department
+    outsider_view = client_as(org.outsider).get("/dashboard/").content.decode()
+    assert "sleepy" in outsider_view and "ml-vision" not in outsider_view
+
+
+def test_the_overview_chart_is_built_from_pool_rollups(live, org, client_as):
+    figure = client_as(org.researcher).get("/dashboard/fragment/chart/").json()
+    names = [trace["name"] for trace in figure["data"]]
+    assert names[:3] == ["GPUs", "Allocated", "Used"]
+    minutes = PoolUsage.objects.filter(resolution=Resolution.MINUTE, pool_id=org.pool.pk).count()
+    assert len(figure["data"][0]["x"]) == minutes > 0
+    assert max(figure["data"][1]["y"]) == 3.0  # three GPUs held through whole minutes
+    assert set(figure["data"][0]["y"]) == {4.0}
+
+
+def test_the_dashboard_page_hands_the_figure_over_and_loads_local_plotly(live, org, client_as):
+    page = client_as(org.researcher).get("/dashboard/").content.decode()
+    assert '<script id="overview-figure" type="application/json">' in page
+    assert "/static/plotly/plotly.min.js" in page and "cdn" not in page.lower()
+    assert 'data-src="/dashboard/fragment/now/' in page
+
+
+def test_the_heat_map_has_a_row_per_gpu_with_its_utilisation(live, org, client_as):
+    page = client_as(org.platform_admin).get("/nodes/heatmap/").content.decode()
+    start = page.index('<script id="heatmap-figure" type="application/json">')
+    figure = json.loads(page[page.index(">", start) + 1 : page.index("</script>", start)])
+    trace = figure["data"][0]
+    assert trace["y"] == [f"sim/node-1/gpu{i}" for i in range(4)]
+    assert {v for v in trace["z"][0] if v is not None} == {50.0}
+    assert {v for v in trace["z"][2] if v is not None} == {0.0}
+    assert all(v is None for v in trace["z"][3])  # GPU 3 sent no samples
+
+
+def test_a_platform_admin_issues_a_token_shown_once_then_revokes_it(live, org, client_as):
+    node, _, _ = live
+    client = client_as(org.platform_admin)
+    page = client.post("/nodes/tokens/", {"issue": node.pk}).content.decode()
+    token = NodeToken.objects.get(node=node)
+    assert 'id="issued-token">gpn_' in page
+    assert token.prefix in page
+    assert token.prefix in client.get("/nodes/tokens/").content.decode()
+    assert "gpn_" not in client.get("/nodes/tokens/").content.decode().replace(token.prefix, "")
+
+    client.post("/nodes/tokens/", {"revoke": token.pk})
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+
+
+def render_tag(tag: str, user, **objects) -> str:
+    request = RequestFactory().get("/somewhere/")
+    request.user = user
+    template = Template("{% load metrics_charts %}" + tag)
+    return template.render(RequestContext(request, objects))
+
+
+def test_the_project_chart_partial_shows_allocation_quota_and_use_to_viewers_only(live, org):
+    html = render_tag("{% project_usage_chart project %}", org.researcher, project=org.project_a)
+    assert "usage-chart-" in html and "Deserved quota" in html and "plotly.min.js" in html
+    assert ProjectUsage.objects.filter(project_id=org.project_a.pk).exists()
+    hidden = render_tag("{% project_usage_chart project %}", org.outsider, project=org.project_a)
+    assert hidden.strip() == ""
+
+
+def test_the_department_chart_partial_is_for_its_admins_and_members(live, org):
+    tag = "{% department_usage_chart department %}"
+    assert "Deserved quota" in render_tag(tag, org.dept_admin, department=org.dept_a)
+    assert "Deserved quota" in render_tag(tag, org.researcher, department=org.dept_a)
+    assert render_tag(tag, org.outsider, department=org.dept_a).strip() == ""
+
+
+def test_the_workload_chart_partial_draws_util_and_memory_per_gpu(live, org):
+    _, busy, _ = live
+    html = render_tag("{% workload_gpu_chart workload %}", org.researcher, workload=busy)
+    start = html.index('type="application/json">') + len('type="application/json">')
+    figure = json.loads(html[start : html.index("</script>", start)])
+    names = [t["name"] for t in figure["data"]]
+    assert names == ["node-1/gpu0 util %", "node-1/gpu0 memory MiB",
+                     "node-1/gpu1 util %", "node-1/gpu1 memory MiB"]  # fmt: skip
+    assert set(figure["data"][0]["y"]) == {50.0}
+    assert render_tag("{% workload_gpu_chart workload %}", org.outsider, workload=busy) == "\n"
+
+
+def test_prometheus_metrics_need_the_token(live, client, settings):
+    settings.GPUPOOL_METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 404
+    settings.GPUPOOL_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+def test_prometheus_metrics_expose_quota_allocation_pending_and_cycles(live, org, client, settings):
+    settings.GPUPOOL_METRICS_TOKEN = "s3cret"
+    CycleRun.objects.create(started_at=timezone.now(), duration_ms=123.0)
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert response.status_code == 200
+    lines = set(response.content.decode().splitlines())
+    assert (
+        'gpupool_project_quota_gpus{project="ml-vision",department="vision",pool="a100"} 4' in lines
+    )
+    assert 'gpupool_department_quota_gpus{department="language",pool="a100"} 8' in lines
+    assert 'gpupool_project_allocated_gpus{project="ml-vision",pool="a100"} 2' in lines
+    assert 'gpupool_project_allocated_gpus{project="nlp",pool="a100"} 1' in lines
+    assert 'gpupool_pending_gpus{project="ml-vision"} 4' in lines
+    assert 'gpupool_pending_workloads{project="ml-vision"} 1' in lines
+    assert 'gpupool_gpus{cluster="sim",pool="a100"} 4' in lines
+    assert 'gpupool_gpu_utilization_ratio{node="node-1",gpu="0"} 0.5' in lines
+    assert "gpupool_cycle_duration_seconds 0.123" in lines
+    assert "# TYPE gpupool_pending_gpus gauge" in lines
+
+
+def test_template_context_without_request_is_not_needed_for_figures():
+    # The figure partial renders from plain context too (used by the report and heat map).
+    html = Template('{% include "metrics/_figure.html" %}').render(
+        Context({"figure": {"data": []}, "figure_id": "f1"})
+    )
+    assert 'id="f1"' in html and 'data-figure="f1"' in html
