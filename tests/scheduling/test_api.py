@@ -1,0 +1,262 @@
+"""The workloads API for every endpoint and persona; 400s carry the field's message."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduling.cycle import cycle_run
+from scheduling.models import Workload, WorkloadPolicy, WorkloadState
+
+pytestmark = pytest.mark.django_db
+PERSONAS = ("platform_admin", "dept_admin", "researcher", "outsider")
+
+
+@pytest.fixture
+def api(org):
+    def as_user(persona):
+        client = APIClient()
+        if persona is not None:
+            client.force_authenticate(getattr(org, persona))
+        return client
+
+    return as_user
+
+
+@pytest.fixture
+def job(org, submit):
+    return submit(org.researcher, org.project_a, "resnet", gpus=2)
+
+
+def training(**extra):
+    return {"project": "ml-vision", "kind": "training", "name": "api-job", "image": "img", **extra}
+
+
+def test_anonymous_calls_are_refused(api, job):
+    for url in ("/api/v1/workloads/", f"/api/v1/workloads/{job.pk}/", "/api/v1/queue/"):
+        assert api(None).get(url).status_code in (401, 403)
+
+
+@pytest.mark.parametrize(
+    ("persona", "count"),
+    [("platform_admin", 1), ("dept_admin", 1), ("researcher", 1), ("outsider", 0)],
+)
+def test_the_list_holds_visible_workloads(api, job, persona, count):
+    body = api(persona).get("/api/v1/workloads/").json()
+    assert body["count"] == count
+    assert [w["name"] for w in body["results"]] == ["resnet"][:count]
+
+
+def test_the_list_filters_by_project_kind_state_and_user(api, org, submit):
+    submit(org.researcher, org.project_a, "a", gpus=1)
+    submit(org.dept_admin, org.project_a2, "b", kind="inference", ports=[80])
+    client = api("platform_admin")
+    names = lambda q: [w["name"] for w in client.get(f"/api/v1/workloads/?{q}").json()["results"]]  # noqa: E731
+    assert names("project=ml-detect") == ["b"]
+    assert names(f"project={org.project_a.pk}") == ["a"]
+    assert names("kind=inference") == ["b"]
+    assert names("user=rita") == ["a"]
+    assert names("state=running") == []
+    assert names("sort=name") == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 201), ("dept_admin", 201), ("researcher", 201), ("outsider", 400)],
+)
+def test_submit_per_persona(api, org, persona, status):
+    response = api(persona).post("/api/v1/workloads/", training(gpus=1), format="json")
+    assert response.status_code == status
+    if status == 201:
+        assert response.json()["state"] == "pending"
+        assert response.json()["submitted_by"] == getattr(org, persona).username
+    else:
+        assert response.json() == {"project": ["No project ml-vision that you can see."]}
+
+
+def test_a_viewer_sees_the_project_but_may_not_submit(api, org):
+    from tests import factories as f
+
+    viewer = f.make_user("vera")
+    f.make_membership(viewer, role=f.Role.VIEWER, project=org.project_a)
+    client = APIClient()
+    client.force_authenticate(viewer)
+    assert client.post("/api/v1/workloads/", training(), format="json").status_code == 403
+
+
+def test_bad_input_is_a_400_with_field_messages(api):
+    response = api("researcher").post(
+        "/api/v1/workloads/", training(name="Bad Name", gpus=-1, image=""), format="json"
+    )
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {"name", "gpus", "image"}
+    assert body["image"] == ["Give the container image."]
+    response = api("researcher").post("/api/v1/workloads/", {"kind": "nope"}, format="json")
+    assert set(response.json()) == {"project", "kind", "name"}
+
+
+def test_policy_refusals_name_the_rule(api, org):
+    WorkloadPolicy.objects.create(department=org.dept_a, allowed_kinds=["training"])
+    response = api("researcher").post(
+        "/api/v1/workloads/",
+        {**training(), "kind": "inference", "ports": [80], "replicas": 2},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "kind": ["Refused by policy 'allowed kinds' of department vision: only training."]
+    }
+
+
+def test_submit_a_distributed_job_and_a_sweep(api):
+    client = api("researcher")
+    ddp = client.post(
+        "/api/v1/workloads/",
+        {**training(name="ddp"), "kind": "distributed", "workers": 3, "gpus": 2},
+        format="json",
+    ).json()
+    assert (ddp["pods"], ddp["min_pods"]) == (3, 3)
+    sweep = client.post(
+        "/api/v1/workloads/",
+        {
+            **training(name="sweep"),
+            "kind": "hpo",
+            "search": {"method": "grid", "parameters": {"lr": [1, 2]}, "parallelism": 1},
+        },
+        format="json",
+    ).json()
+    trials = client.get(f"/api/v1/workloads/?parent={sweep['id']}").json()["results"]
+    assert sorted(t["env"]["LR"] for t in trials) == ["1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 200), ("dept_admin", 200), ("researcher", 200), ("outsider", 404)],
+)
+def test_get_and_events_per_persona(api, job, persona, status):
+    client = api(persona)
+    assert client.get(f"/api/v1/workloads/{job.pk}/").status_code == status
+    events = client.get(f"/api/v1/workloads/{job.pk}/events/")
+    assert events.status_code == status
+    if status == 200:
+        assert [(e["type"], e["reason"]) for e in events.json()] == [("pending", "Submitted")]
+
+
+def test_get_shows_the_allocation(api, org, cluster, job):
+    cycle_run()
+    body = api("researcher").get(f"/api/v1/workloads/{job.pk}/").json()
+    assert body["state"] == "admitted" and body["gpus_allocated"] == "2"
+    assert [(a["cluster"], a["node"], a["gpu_indices"]) for a in body["allocations"]] == [
+        ("sim", "a100-node-0", [0, 1])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 200), ("dept_admin", 200), ("researcher", 200), ("outsider", 404)],
+)
+def test_stop_per_persona(api, job, persona, status):
+    response = api(persona).post(f"/api/v1/workloads/{job.pk}/stop/")
+    assert response.status_code == status
+    job.refresh_from_db()
+    assert (job.state == WorkloadState.STOPPED) is (status == 200)
+
+
+def test_stopping_twice_is_a_400(api, job):
+    api("researcher").post(f"/api/v1/workloads/{job.pk}/stop/")
+    response = api("researcher").post(f"/api/v1/workloads/{job.pk}/stop/")
+    assert response.status_code == 400
+    assert response.json() == {"state": ["resnet has already stopped."]}
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 204), ("dept_admin", 204), ("researcher", 204), ("outsider", 404)],
+)
+def test_delete_per_persona(api, job, persona, status):
+    assert api(persona).delete(f"/api/v1/workloads/{job.pk}/").status_code == status
+    assert Workload.objects.filter(pk=job.pk).exists() is (status != 204)
+
+
+def test_deleting_a_running_workload_is_a_400(api, cluster, job):
+    cycle_run()
+    response = api("researcher").delete(f"/api/v1/workloads/{job.pk}/")
+    assert response.status_code == 400
+    assert response.json() == {"state": ["Stop resnet before deleting it."]}
+
+
+def test_logs_say_why_they_are_unavailable(api, job):
+    body = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/").json()
+    assert body == {"pods": [], "unavailable": "This workload has not run on a cluster yet."}
+
+
+@pytest.mark.parametrize(
+    ("persona", "projects"),
+    [
+        ("platform_admin", {"ml-vision", "ml-detect", "nlp"}),
+        ("dept_admin", {"ml-vision", "ml-detect"}),
+        ("researcher", {"ml-vision"}),
+        ("outsider", {"nlp"}),
+    ],
+)
+def test_the_queue_per_persona(api, org, cluster, submit, persona, projects):
+    submit(org.researcher, org.project_a, "waits", gpus=16)
+    cycle_run()
+    body = api(persona).get("/api/v1/queue/").json()
+    assert {q["project"] for q in body["queues"]} == projects
+    pending = [(p["name"], p["reason"]) for p in body["pending"]]
+    expected = [("waits", "Needs 16 GPUs in pool a100; 8 are free")]
+    assert pending == (expected if "ml-vision" in projects else [])
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 200), ("dept_admin", 200), ("researcher", 403), ("outsider", 403)],
+)
+def test_policies_per_persona(api, org, persona, status):
+    client = api(persona)
+    assert client.get("/api/v1/policies/").status_code == status
+    url = f"/api/v1/policies/project/{org.project_a.pk}/"
+    response = client.put(url, {"max_runtime_s": 3600}, format="json")
+    expected_put = status if persona != "outsider" else 404
+    assert response.status_code == expected_put
+    if status == 200:
+        assert response.json()["max_runtime_s"] == 3600
+        assert [p["name"] for p in client.get("/api/v1/policies/").json()] == ["ml-vision"]
+
+
+def test_policy_input_errors_are_400(api, org):
+    url = f"/api/v1/policies/department/{org.dept_a.pk}/"
+    response = api("dept_admin").put(
+        url, {"default_runtime_s": 100, "max_runtime_s": 10}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "default_runtime_s": ["The default runtime cannot exceed the maximum."]
+    }
+    response = api("dept_admin").put(url, {"allowed_kinds": ["bogus"]}, format="json")
+    assert response.status_code == 400 and "allowed_kinds" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 200), ("dept_admin", 403), ("researcher", 403), ("outsider", 403)],
+)
+def test_cycles_per_persona(api, org, cluster, persona, status):
+    cycle_run()
+    response = api(persona).get("/api/v1/cycles/")
+    assert response.status_code == status
+    if status == 200:
+        assert response.json()[0]["ok"] is True
+
+
+def test_the_schema_and_docs_page_list_the_workload_operations(client_as, org):
+    client = client_as(org.researcher)
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    assert "/api/v1/workloads/{id}/stop/" in schema["paths"]
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    assert "/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js" in (
+        docs.content.decode()
+    )
