@@ -1,0 +1,359 @@
+"""`gpupool`: the command line over the REST API.
+
+    gpupool login --url http://gpupool.example --username rita
+    gpupool project list | gpupool project set ml-vision
+    gpupool submit training resnet --image pytorch/pytorch:2.3 --gpus 2 -- python train.py
+    gpupool list | describe ID | logs ID | stop ID | delete ID | queue
+
+Settings live in ~/.config/gpupool/config.json (GPUPOOL_CONFIG_DIR moves the folder;
+GPUPOOL_URL and GPUPOOL_TOKEN override what is saved). Errors print the API's message
+and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import requests
+
+TIMEOUT_S = 30
+
+
+# --- Configuration and HTTP ------------------------------------------------------------
+
+
+def config_path() -> Path:
+    base = os.environ.get("GPUPOOL_CONFIG_DIR") or Path.home() / ".config" / "gpupool"
+    return Path(base) / "config.json"
+
+
+def load_config() -> dict[str, Any]:
+    path = config_path()
+    config = json.loads(path.read_text()) if path.exists() else {}
+    if os.environ.get("GPUPOOL_URL"):
+        config["url"] = os.environ["GPUPOOL_URL"]
+    if os.environ.get("GPUPOOL_TOKEN"):
+        config["token"] = os.environ["GPUPOOL_TOKEN"]
+    return config
+
+
+def save_config(config: dict[str, Any]) -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)  # it holds an API token
+
+
+class Api:
+    """A thin client: every failure becomes a ClickException with the API's message."""
+
+    def __init__(self, config: dict[str, Any]):
+        if not config.get("url"):
+            raise click.ClickException("Not logged in: run `gpupool login --url URL` first.")
+        self.url = config["url"].rstrip("/")
+        self.headers = {"Authorization": f"Token {config['token']}"} if config.get("token") else {}
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = requests.request(
+                method, f"{self.url}{path}", headers=self.headers, timeout=TIMEOUT_S, **kwargs
+            )
+        except requests.RequestException as exc:
+            raise click.ClickException(f"Cannot reach {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise click.ClickException(error_message(response))
+        return response.json() if response.content else None
+
+
+def error_message(response: requests.Response) -> str:
+    """The API's own words: field messages as 'field: message', or its detail."""
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])
+    if isinstance(body, dict):
+        lines = []
+        for field, messages in body.items():
+            text = " ".join(messages) if isinstance(messages, list) else str(messages)
+            lines.append(text if field == "non_field_errors" else f"{field}: {text}")
+        return "\n".join(lines)
+    return str(body)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A plain text table, one row per line, columns padded to their widest cell."""
+    cells = [[str("" if row.get(c) is None else row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@click.group()
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """GPUPool: submit and follow work on the shared GPU pool."""
+    ctx.obj = load_config()
+
+
+def api_of(ctx: click.Context) -> Api:
+    return Api(ctx.obj)
+
+
+# --- login, projects -------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--url", help="The portal's address, e.g. https://gpupool.example.")
+@click.option("--username", prompt=True)
+@click.option("--password", prompt=True, hide_input=True)
+@click.pass_context
+def login(ctx: click.Context, url: str | None, username: str, password: str) -> None:
+    """Get an API token and save it."""
+    config = ctx.obj
+    if url:
+        config["url"] = url
+    config.pop("token", None)
+    body = Api(config).call(
+        "POST", "/api/v1/auth/token", json={"username": username, "password": password}
+    )
+    config.update(token=body["token"], username=body["username"])
+    save_config(config)
+    click.echo(f"Logged in to {config['url']} as {body['username']}.")
+
+
+@main.group()
+def project() -> None:
+    """Your projects and the default one for other commands."""
+
+
+@project.command("list")
+@click.pass_context
+def project_list(ctx: click.Context) -> None:
+    projects = api_of(ctx).call("GET", "/api/v1/projects/")
+    current = ctx.obj.get("project")
+    for row in projects:
+        row["default"] = "*" if row["name"] == current else ""
+    click.echo(table(projects, ["default", "name", "department_name", "namespace"]))
+
+
+@project.command("set")
+@click.argument("name")
+@click.pass_context
+def project_set(ctx: click.Context, name: str) -> None:
+    names = [p["name"] for p in api_of(ctx).call("GET", "/api/v1/projects/")]
+    if name not in names:
+        raise click.ClickException(f"No project {name} among yours: {', '.join(names)}.")
+    ctx.obj["project"] = name
+    save_config(ctx.obj)
+    click.echo(f"Default project: {name}.")
+
+
+def project_of(ctx: click.Context, given: str | None) -> str:
+    name = given or ctx.obj.get("project")
+    if not name:
+        raise click.ClickException("Give --project or run `gpupool project set NAME`.")
+    return name
+
+
+# --- submit ----------------------------------------------------------------------------
+
+
+def submit_options(command: Any) -> Any:
+    """The options every kind shares; kind-specific ones are on each command."""
+    options = [
+        click.option("--project", help="Defaults to `gpupool project set`."),
+        click.option("--image", required=True, help="Container image."),
+        click.option("--gpus", default="0", help="Whole GPUs per pod, or a fraction like 0.5."),
+        click.option("--gpu-memory", type=int, help="GPU memory per pod in MiB (shared GPU)."),
+        click.option("--cpu", default="1", help="CPU cores per pod."),
+        click.option("--memory", type=int, default=4096, help="Memory per pod in MiB."),
+        click.option("--env", "-e", multiple=True, help="NAME=value, repeatable."),
+        click.option("--node-pool", multiple=True, help="Allowed pool, in order; repeatable."),
+        click.option("--gpu-model", default="", help="e.g. A100|H100."),
+        click.option("--priority-class", type=click.Choice(["build", "train", "inference"])),
+        click.option("--preemptible/--not-preemptible", default=None),
+        click.option("--max-runtime", type=int, help="Seconds before it is stopped."),
+        click.option("--duration", type=int, help="Simulated clusters: seconds it runs."),
+        click.argument("name"),
+        click.argument("command", nargs=-1),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The API body for `gpupool submit <kind>`."""
+    gpus = options.pop("gpus")
+    memory = options.pop("gpu_memory")
+    body: dict[str, Any] = {"kind": kind, "gpus": gpus, "gpu_request": "whole"}
+    if memory:
+        body.update(gpu_request="memory", gpu_memory_mib=memory, gpus=0)
+    elif "." in str(gpus) and float(gpus) < 1:
+        body["gpu_request"] = "fraction"
+    renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
+               "duration": "duration_s"}  # fmt: skip
+    for key, value in options.items():
+        if value not in (None, (), ""):
+            body[renames.get(key, key)] = value
+    body["node_pools"] = list(body.get("node_pools", []))
+    body["env"] = dict(item.split("=", 1) for item in body.get("env", ()) if "=" in item)
+    if bad := [item for item in options.get("env", ()) if "=" not in item]:
+        raise click.ClickException(f"--env takes NAME=value, not {bad[0]!r}.")
+    body["command"] = list(body.get("command", []))
+    return body
+
+
+def submit_and_report(ctx: click.Context, kind: str, options: dict[str, Any]) -> None:
+    options["project"] = project_of(ctx, options.get("project"))
+    body = submission(kind, options)
+    workload = api_of(ctx).call("POST", "/api/v1/workloads/", json=body)
+    click.echo(f"Submitted {workload['project']}/{workload['name']} (id {workload['id']}): "
+               f"{workload['state']}.")  # fmt: skip
+
+
+@main.group()
+def submit() -> None:
+    """Submit work: training, distributed, workspace or inference."""
+
+
+@submit.command("training")
+@submit_options
+@click.option("--checkpoint-dir", help="Where it saves checkpoints to resume from.")
+@click.pass_context
+def submit_training(ctx: click.Context, **options: Any) -> None:
+    """One pod of training: gpupool submit training NAME --image IMG -- python train.py"""
+    submit_and_report(ctx, "training", options)
+
+
+@submit.command("distributed")
+@submit_options
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--master", is_flag=True, help="Add a master pod.")
+@click.option("--min-pods", type=int, help="Gang minimum; default all pods.")
+@click.option("--checkpoint-dir")
+@click.pass_context
+def submit_distributed(ctx: click.Context, **options: Any) -> None:
+    """A gang of workers (and a master), all started together."""
+    submit_and_report(ctx, "distributed", options)
+
+
+@submit.command("workspace")
+@submit_options
+@click.option("--port", type=int, default=8888, show_default=True)
+@click.pass_context
+def submit_workspace(ctx: click.Context, **options: Any) -> None:
+    """An interactive workspace (JupyterLab by default on port 8888)."""
+    options["ports"] = [{"name": "http", "port": options.pop("port")}]
+    options["preemptible"] = options.get("preemptible") or False
+    submit_and_report(ctx, "workspace", options)
+
+
+@submit.command("inference")
+@submit_options
+@click.option("--replicas", type=int, default=1, show_default=True)
+@click.option("--port", type=int, multiple=True, required=True, help="Repeatable.")
+@click.pass_context
+def submit_inference(ctx: click.Context, **options: Any) -> None:
+    """A long-running service with replicas."""
+    ports = options.pop("port")
+    options["ports"] = [
+        {"name": "http" if i == 0 else f"port{i}", "port": p} for i, p in enumerate(ports)
+    ]
+    submit_and_report(ctx, "inference", options)
+
+
+# --- follow and act ------------------------------------------------------------------------
+
+LIST_COLUMNS = ["id", "name", "project", "kind", "state", "gpus", "gpus_allocated", "node"]
+
+
+@main.command("list")
+@click.option("--project", help="Defaults to the saved project; --all-projects for all.")
+@click.option("--all-projects", is_flag=True)
+@click.option("--state")
+@click.option("--kind")
+@click.option("--user")
+@click.pass_context
+def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters: Any) -> None:
+    """Your workloads as a table."""
+    params = {k: v for k, v in filters.items() if v}
+    if not all_projects and (project or ctx.obj.get("project")):
+        params["project"] = project or ctx.obj["project"]
+    body = api_of(ctx).call("GET", "/api/v1/workloads/", params={**params, "limit": 500})
+    rows = body["results"]
+    for row in rows:
+        row["node"] = ",".join(sorted({a["node"] for a in row["allocations"]}))
+    click.echo(table(rows, LIST_COLUMNS))
+
+
+@main.command()
+@click.argument("workload_id", type=int)
+@click.pass_context
+def describe(ctx: click.Context, workload_id: int) -> None:
+    """A workload's settings, allocation and events."""
+    api = api_of(ctx)
+    wl = api.call("GET", f"/api/v1/workloads/{workload_id}/")
+    events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
+    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
+                "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
+        click.echo(f"{key + ':':16}{wl[key]}")
+    click.echo("\nAllocation:")
+    click.echo(table(wl["allocations"], ["pod_index", "cluster", "node", "gpu_indices", "phase"]))
+    click.echo("\nEvents:")
+    click.echo(table(events, ["created_at", "type", "reason", "message"]))
+
+
+@main.command()
+@click.argument("workload_id", type=int)
+@click.option("--tail", type=int, default=500, show_default=True)
+@click.pass_context
+def logs(ctx: click.Context, workload_id: int, tail: int) -> None:
+    """Each pod's recent output."""
+    body = api_of(ctx).call("GET", f"/api/v1/workloads/{workload_id}/logs/", params={"tail": tail})
+    if body["unavailable"]:
+        raise click.ClickException(body["unavailable"])
+    for pod in body["pods"]:
+        click.echo(f"==> pod {pod['pod']} <==")
+        click.echo(pod["log"])
+
+
+@main.command()
+@click.argument("workload_id", type=int)
+@click.pass_context
+def stop(ctx: click.Context, workload_id: int) -> None:
+    """Stop a workload."""
+    wl = api_of(ctx).call("POST", f"/api/v1/workloads/{workload_id}/stop/")
+    click.echo(f"{wl['name']}: {wl['state']}.")
+
+
+@main.command()
+@click.argument("workload_id", type=int)
+@click.pass_context
+def delete(ctx: click.Context, workload_id: int) -> None:
+    """Delete a finished or pending workload."""
+    api_of(ctx).call("DELETE", f"/api/v1/workloads/{workload_id}/")
+    click.echo(f"Deleted workload {workload_id}.")
+
+
+@main.command()
+@click.pass_context
+def queue(ctx: click.Context) -> None:
+    """Queues by starvation, and pending work in the order it will be considered."""
+    body = api_of(ctx).call("GET", "/api/v1/queue/")
+    columns = ["project", "deserved", "fair_share", "allocated", "over_quota", "pending"]
+    click.echo(table(body["queues"], columns))
+    click.echo("")
+    click.echo(table(body["pending"], ["position", "id", "name", "project", "gpus", "reason"]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

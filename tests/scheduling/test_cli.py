@@ -1,0 +1,166 @@
+"""The gpupool CLI against a live test server: real HTTP, the real token endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from scheduling.cli import main
+from scheduling.cycle import cycle_run
+from scheduling.models import Workload, WorkloadState
+from tests import factories as f
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def gp(live_server, tmp_path, monkeypatch):
+    """gp("list") runs the CLI in-process with its config in a temporary folder."""
+    monkeypatch.setenv("GPUPOOL_CONFIG_DIR", str(tmp_path))
+    monkeypatch.delenv("GPUPOOL_URL", raising=False)
+    monkeypatch.delenv("GPUPOOL_TOKEN", raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, ok: bool = True):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert (result.exit_code == 0) is ok, result.output
+        return result.output
+
+    run.url = live_server.url
+    run.config_dir = tmp_path
+    return run
+
+
+@pytest.fixture
+def logged_in(gp, org):
+    gp("login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD)
+    return gp
+
+
+def test_login_saves_the_token_and_a_wrong_password_fails_with_the_apis_message(gp, org):
+    out = gp("login", "--url", gp.url, "--username", "rita", "--password", "nope", ok=False)
+    assert "Unknown username or wrong password." in out
+    out = gp("login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD)
+    assert out.strip() == f"Logged in to {gp.url} as rita."
+    config = json.loads((gp.config_dir / "config.json").read_text())
+    assert config["username"] == "rita" and len(config["token"]) == 40
+    assert oct((gp.config_dir / "config.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_commands_before_login_say_how_to_log_in(gp):
+    assert "run `gpupool login --url URL` first" in gp("list", ok=False)
+
+
+def test_project_list_and_set(logged_in):
+    out = logged_in("project", "list")
+    assert "ml-vision" in out and "nlp" not in out
+    assert (
+        logged_in("project", "set", "nlp", ok=False)
+        .strip()
+        .endswith("No project nlp among yours: ml-vision.")
+    )
+    logged_in("project", "set", "ml-vision")
+    assert "*        ml-vision" in logged_in("project", "list")
+
+
+def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster):
+    gp = logged_in
+    gp("project", "set", "ml-vision")
+    out = gp("submit", "training", "resnet", "--image", "img", "--gpus", "2", "-e", "A=1",
+             "--checkpoint-dir", "/ckpt", "--", "python", "train.py", "--lr", "0.1")  # fmt: skip
+    wl = Workload.objects.get(name="resnet")
+    assert out.strip() == f"Submitted ml-vision/resnet (id {wl.pk}): pending."
+    assert (wl.command, wl.env, wl.gpus, wl.checkpoint_dir) == (
+        ["python", "train.py", "--lr", "0.1"],
+        {"A": "1"},
+        2,
+        "/ckpt",
+    )
+    gp(
+        "submit",
+        "distributed",
+        "ddp",
+        "--image",
+        "img",
+        "--gpus",
+        "1",
+        "--workers",
+        "3",
+        "--master",
+    )
+    gp("submit", "inference", "svc", "--image", "img", "--gpus", "0.5", "--replicas", "2",
+       "--port", "8000")  # fmt: skip
+    gp("submit", "workspace", "nb", "--image", "jupyter", "--gpus", "1")
+    kinds = dict(Workload.objects.values_list("name", "kind"))
+    assert kinds == {
+        "resnet": "training",
+        "ddp": "distributed",
+        "svc": "inference",
+        "nb": "workspace",
+    }
+    svc = Workload.objects.get(name="svc")
+    assert (svc.gpu_request, svc.pods, svc.spec["ports"]) == (
+        "fraction",
+        2,
+        [{"name": "http", "port": 8000}],
+    )
+    assert Workload.objects.get(name="nb").spec["ports"] == [{"name": "http", "port": 8888}]
+    cycle_run()
+    listing = gp("list")
+    assert listing.splitlines()[0].split() == [
+        "ID", "NAME", "PROJECT", "KIND", "STATE", "GPUS", "GPUS_ALLOCATED", "NODE"
+    ]  # fmt: skip
+    assert any(line.split()[1:5] == ["resnet", "ml-vision", "training", "admitted"]
+               for line in listing.splitlines())  # fmt: skip
+    described = gp("describe", str(wl.pk))
+    assert "Admitted" in described and "a100-node-" in described
+    assert gp("stop", str(wl.pk)).strip() == "resnet: stopped."
+    assert "resnet has already stopped." in gp("stop", str(wl.pk), ok=False)
+    assert "pods of resnet are still stopping" in gp("delete", str(wl.pk), ok=False)
+    gp("submit", "training", "too-big", "--image", "img", "--gpus", "16")
+    cycle_run()
+    waiting = Workload.objects.get(name="too-big")
+    assert waiting.state == WorkloadState.PENDING
+    assert gp("delete", str(waiting.pk)).strip() == f"Deleted workload {waiting.pk}."
+    assert not Workload.objects.filter(pk=waiting.pk).exists()
+
+
+def test_refusals_exit_non_zero_with_the_field_messages(logged_in, org):
+    out = logged_in("submit", "training", "Bad_Name", "--image", "img", "--project",
+                    "ml-vision", ok=False)  # fmt: skip
+    assert "name: Use 1 to 63 lower-case letters" in out
+    out = logged_in("submit", "training", "x", "--image", "img", "--project", "nlp", ok=False)
+    assert "project: No project nlp that you can see." in out
+    assert "No Workload matches the given query." in logged_in("describe", "999999", ok=False)
+
+
+def test_queue_and_logs(logged_in, org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "big", gpus=16)
+    cycle_run()
+    out = logged_in("queue")
+    assert "ml-vision" in out and "Needs 16 GPUs in pool a100" in out
+    assert "has not run on a cluster yet" in logged_in("logs", str(wl.pk), ok=False)
+
+
+SCRIPT = shutil.which("gpupool") or (
+    ".venv/bin/gpupool" if os.path.exists(".venv/bin/gpupool") else None
+)
+
+
+@pytest.mark.skipif(SCRIPT is None, reason="not installed: run pip install --no-deps -e .")
+def test_the_installed_console_script_talks_to_the_server(gp, org, tmp_path):
+    script = SCRIPT
+    env = {**os.environ, "GPUPOOL_CONFIG_DIR": str(tmp_path / "cfg")}
+    login = subprocess.run(
+        [script, "login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    bad = subprocess.run([script, "describe", "424242"], env=env, capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert bad.returncode == 1 and "No Workload matches the given query." in bad.stderr
