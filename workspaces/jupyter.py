@@ -37,6 +37,7 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
     try:
         response = httpx.get(
             tool_url(workspace, upstream, "api/status"),
+            params={"no_track_activity": "1"},
             headers=auth_headers(workspace),
             timeout=timeout,
         )
@@ -51,7 +52,10 @@ def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterAc
     if upstream is None:
         return None
     try:
-        with httpx.Client(headers=auth_headers(workspace), timeout=timeout) as client:
+        # no_track_activity: our own probe must not count as someone using the server.
+        with httpx.Client(
+            headers=auth_headers(workspace), params={"no_track_activity": "1"}, timeout=timeout
+        ) as client:
             status = client.get(tool_url(workspace, upstream, "api/status"))
             kernels = client.get(tool_url(workspace, upstream, "api/kernels"))
             status.raise_for_status()

@@ -1,0 +1,111 @@
+"""Idle culling against real Jupyter servers; time is moved by passing `now`."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from websockets.asyncio.client import connect
+
+from portal.models import AuditLog
+from scheduling.models import PodAllocation, WorkloadState
+from tests.workspaces.helpers import (
+    execute_request,
+    jupyter_server,
+    kernel_state,
+    make_running_workspace,
+    start_kernel,
+    wait_until,
+)
+from workspaces.culling import workspaces_cull
+from workspaces.models import IdlePolicy, IdleState
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _running_lab(org, tmp_path):
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    IdlePolicy.objects.create(project=org.project_a, warn_after_min=10, stop_after_min=30)
+    return workspace
+
+
+def _point_at(workspace, server) -> None:
+    PodAllocation.objects.filter(workload=workspace.workload).update(endpoint=server.endpoint)
+    workspace.token = server.token
+    workspace.save(update_fields=["token"])
+
+
+def test_a_workspace_with_an_idle_kernel_is_warned_then_stopped(org, tmp_path):
+    workspace = _running_lab(org, tmp_path)
+    with jupyter_server(workspace.workload_id, tmp_path) as server:
+        _point_at(workspace, server)
+        start_kernel(server)
+        now = timezone.now()
+
+        assert workspaces_cull(now=now + timedelta(minutes=5)) == {"keep": 1}
+        workspace.refresh_from_db()
+        assert workspace.idle_state == IdleState.ACTIVE
+
+        assert workspaces_cull(now=now + timedelta(minutes=11)) == {"warn": 1}
+        workspace.refresh_from_db()
+        assert workspace.idle_state == IdleState.WARNED
+        warning = workspace.workload.events.get(reason="IdleWarning")
+        assert "stopped after 30 idle minutes" in warning.message
+
+        assert workspaces_cull(now=now + timedelta(minutes=31)) == {"stop": 1}
+    workspace.refresh_from_db()
+    workspace.workload.refresh_from_db()
+    assert workspace.idle_state == IdleState.CULLED
+    assert workspace.workload.state == WorkloadState.STOPPED
+    assert workspace.workload.events.filter(type="stopped", reason="IdleCulled").exists()
+    audit = AuditLog.objects.get(action="workspace_cull")
+    assert audit.actor is None and audit.object_id == str(workspace.workload_id)
+
+
+async def _keep_kernel_busy(server, kernel_id: str, seconds: int) -> None:
+    url = f"ws://{server.endpoint}{server.base_url}api/kernels/{kernel_id}/channels"
+    async with connect(url, additional_headers=server.headers) as ws:
+        await ws.send(execute_request(f"import time; time.sleep({seconds})"))
+        # Wait for the kernel to say it is busy, then leave it running.
+        async for message in ws:
+            if '"execution_state": "busy"' in message or '"execution_state":"busy"' in message:
+                return
+
+
+def test_a_workspace_with_a_busy_kernel_is_never_culled(org, tmp_path):
+    workspace = _running_lab(org, tmp_path)
+    with jupyter_server(workspace.workload_id, tmp_path) as server:
+        _point_at(workspace, server)
+        kernel_id = start_kernel(server)
+        asyncio.run(_keep_kernel_busy(server, kernel_id, seconds=300))
+        wait_until(lambda: kernel_state(server, kernel_id) == "busy", 30, "a busy kernel")
+
+        later = timezone.now() + timedelta(hours=5)
+        assert workspaces_cull(now=later) == {"keep": 1}
+        workspace.refresh_from_db()
+        workspace.workload.refresh_from_db()
+    assert workspace.idle_state == IdleState.ACTIVE
+    assert workspace.workload.state == WorkloadState.RUNNING
+    assert not workspace.workload.events.filter(reason__in=["IdleWarning", "IdleCulled"]).exists()
+
+
+def test_keeping_a_warned_workspace_running_restarts_its_idle_clock(org, tmp_path, client_as):
+    workspace = _running_lab(org, tmp_path)
+    with jupyter_server(workspace.workload_id, tmp_path) as server:
+        _point_at(workspace, server)
+        now = timezone.now()
+        assert workspaces_cull(now=now + timedelta(minutes=11)) == {"warn": 1}
+
+        response = client_as(org.researcher).post(
+            f"/workspaces/{workspace.workload_id}/keep-running/"
+        )
+        assert response.status_code == 302
+        workspace.refresh_from_db()
+        assert workspace.idle_state == IdleState.ACTIVE and workspace.kept_alive_at is not None
+        assert AuditLog.objects.filter(action="workspace_keep_alive", actor=org.researcher).exists()
+        # Idle minutes now count from the click, not from Jupyter's last activity.
+        keep = workspace.kept_alive_at
+        assert workspaces_cull(now=keep + timedelta(minutes=9)) == {"keep": 1}
+        assert workspaces_cull(now=keep + timedelta(minutes=31)) == {"stop": 1}
