@@ -4,12 +4,14 @@ onto the right field through `show_errors`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.contrib.auth.forms import PasswordResetForm
 
 from clusters.models import Cluster, NodePool, PlacementStrategy
+from portal import quota_rules
 from portal.errors import ValidationFailed
 from portal.models import Department, Project, Role, User
 from portal.permissions import departments_for_admin, visible_projects
@@ -74,6 +76,11 @@ class QuotaRowForm(forms.Form):
     over_quota_allowed = forms.BooleanField(required=False, label="May go over quota")
 
 
+def _plain(value: Any) -> Any:
+    """Show 12 rather than 12.00 in the inputs."""
+    return quota_rules.fmt(value) if isinstance(value, Decimal) else value
+
+
 ROW_INITIAL = {"gpus": 0, "cpu": 0, "memory_gib": 0, "over_quota_weight": 1}
 
 
@@ -88,7 +95,9 @@ class QuotaTableForm:
     def _row_form(row: QuotaRow, data: Mapping[str, Any] | None) -> QuotaRowForm:
         initial = dict(ROW_INITIAL, over_quota_allowed=True)
         if row.quota is not None:
-            initial = {field: getattr(row.quota, field) for field in QuotaRowForm.base_fields}
+            initial = {
+                field: _plain(getattr(row.quota, field)) for field in QuotaRowForm.base_fields
+            }
         return QuotaRowForm(data, prefix=f"pool-{row.pool.pk}", initial=initial)
 
     def is_valid(self) -> bool:

@@ -35,8 +35,11 @@ def department_list_for_user(user: Any) -> QuerySet[Department]:
         departments = departments_for_admin(user)
     else:
         departments = Department.objects.filter(projects__in=visible_projects(user)).distinct()
-    return Department.objects.filter(pk__in=departments.values("pk")).annotate(
-        project_count=Count("projects", distinct=True)
+    # Annotated (GROUP BY) queries ignore Meta.ordering: order explicitly.
+    return (
+        Department.objects.filter(pk__in=departments.values("pk"))
+        .annotate(project_count=Count("projects", distinct=True))
+        .order_by("name")
     )
 
 
