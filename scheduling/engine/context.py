@@ -49,11 +49,17 @@ class Context:
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
     memo: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     memo_version: int = -1
-    evictions_allocated: int = 0  # evictions whose freed room an allocate pass has seen
+    donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    queue_ids: list[str] = field(default_factory=list)
+    parents: set[str] = field(default_factory=set)
+    searches_left: int = 0  # eviction-plan searches this cycle may still run
 
     def __post_init__(self) -> None:
         # Only quotas with a limit or without borrowing can block an admission; most
         # have neither, so admission checks skip them without a lookup.
+        self.queue_ids = sorted(self.queues)
+        self.searches_left = self.config.max_victim_searches
+        self.parents = {q.parent_id for q in self.queues.values() if q.parent_id is not None}
         for q in self.queues.values():
             for (pool, resource), quota in sorted(q.quotas.items()):
                 if quota.limit is not None or not quota.over_quota_allowed:
@@ -139,6 +145,22 @@ class Context:
         if found is None:
             excess = self.ledger.get(queue_id, pool) - self.fair.get((queue_id, pool, GPU), 0.0)
             found = memo[queue_id] = excess if excess > EPS else 0.0
+        return found
+
+    def is_leaf(self, queue_id: str) -> bool:
+        return queue_id not in self.parents
+
+    def donors(self, pool: str) -> dict[str, float]:
+        """Queues holding more than their fair share of GPUs in the pool, with the excess."""
+        version, found = self.donor_memo.get(pool, (-1, {}))
+        if version != self.ledger.version:
+            alloc, fair = self.ledger.alloc, self.fair
+            found = {}
+            for qid in self.queue_ids:
+                excess = alloc.get((qid, pool, GPU), 0.0) - fair.get((qid, pool, GPU), 0.0)
+                if excess > EPS:
+                    found[qid] = excess
+            self.donor_memo[pool] = (self.ledger.version, found)
         return found
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:

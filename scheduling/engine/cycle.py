@@ -40,8 +40,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     4. consolidate: move preemptible work to free a whole slot when fragmentation blocks;
     5. reclaim: under-quota queues evict preemptible work of queues above fair share;
     6. preempt: inside a project, higher priority evicts lower-priority preemptible work;
-    7. after reclaim and after preempt, allocate what evictions freed beyond their
-       beneficiaries' needs;
+    7. allocate what evictions freed beyond their beneficiaries' needs;
     8. give every workload still pending a readable reason.
 
     Pure and deterministic: the same snapshot, config and now give the same result. The
@@ -53,7 +52,6 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     allocate(ctx)
     consolidate(ctx)
     reclaim(ctx)
-    _reallocate(ctx)
     preempt(ctx)
     _reallocate(ctx)
     return _result(ctx)
@@ -62,8 +60,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
 def _reallocate(ctx: Context) -> None:
     """Evictions can free more than their beneficiaries took: hand what is left to the
     most starved queues, as the first pass would have."""
-    if len(ctx.stmt.evicted) > ctx.evictions_allocated:
-        ctx.evictions_allocated = len(ctx.stmt.evicted)
+    if ctx.stmt.evicted:
         ctx.shape_failures.clear()
         allocate(ctx)
 

@@ -228,6 +228,8 @@ class SchedulerConfig:
     be preempted or reclaimed; stale_gang_grace_s is how long a running gang may stay
     below its minimum; fairness_half_life_s turns on time-based fairness (None = off),
     fairness_usage_weight scales how much decayed past usage shrinks an over-quota share.
+    max_victim_searches bounds the searches for eviction plans in one cycle, so a burst
+    of starved work is served over a few cycles instead of one long one.
     """
 
     placement: Mapping[str, PlacementStrategy] = field(default_factory=dict)
@@ -240,6 +242,7 @@ class SchedulerConfig:
     preempt: bool = True
     consolidate: bool = True
     max_consolidation_moves: int = 4
+    max_victim_searches: int = 256  # per cycle, shared by consolidate, reclaim, preempt
 
     def strategy_for(self, pool: str) -> PlacementStrategy:
         """The placement strategy configured for a pool."""

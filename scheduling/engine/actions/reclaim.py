@@ -68,7 +68,7 @@ def _try_reclaim(
     if ctx.quota_block(wl, pool) is not None:
         return False
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
-    if free + _over_share(ctx, wl.queue_id, pool, index) < need - EPS:
+    if free + _over_share(ctx, wl.queue_id, pool) < need - EPS:
         failures.add(key, wl, need)
         return False
     found = make_room(
@@ -87,9 +87,10 @@ def _try_reclaim(
     return True
 
 
-def _over_share(ctx: Context, queue_id: str, pool: str, index: VictimIndex) -> float:
-    """GPUs other queues hold above their fair share: the most reclaim could free."""
-    return sum(ctx.over_share(qid, pool) for qid in index.by_queue if qid != queue_id)
+def _over_share(ctx: Context, queue_id: str, pool: str) -> float:
+    """GPUs other leaf queues hold above their fair share: the most reclaim could free."""
+    donors = ctx.donors(pool)
+    return sum(v for q, v in donors.items() if ctx.is_leaf(q)) - donors.get(queue_id, 0.0)
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
@@ -114,9 +115,6 @@ class ReclaimRule(Rule):
             for qid in ctx.ledger.chain(wl.queue_id)
         }
 
-    def selective(self) -> bool:
-        return True
-
     def _their_side(self, queue_id: str) -> list[str]:
         side = self.sides.get(queue_id)
         if side is None:
@@ -125,14 +123,23 @@ class ReclaimRule(Rule):
         return side
 
     def queue_ok(self, queue_id: str) -> bool:
-        if queue_id == self.wl.queue_id:
+        return self._ok(queue_id, self.ctx.donors(self.pool))
+
+    def allowed(self) -> dict[str, bool]:
+        """queue_ok for every queue at once, from the set of queues above fair share:
+        only those can give anything up."""
+        donors = self.ctx.donors(self.pool)
+        return {qid: self._ok(qid, donors) for qid in donors}
+
+    def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
+        if queue_id == self.wl.queue_id or queue_id not in donors:
             return False
         theirs = self.ctx.ledger.chain(queue_id)
-        if not all(ok for qid, ok in self.fits.items() if qid not in theirs):
+        if not all(ok for mine, ok in self.fits.items() if mine not in theirs):
             return False
-        return all(self.ctx.over_share(qid, self.pool) > 0 for qid in self._their_side(queue_id))
+        return all(q in donors for q in self._their_side(queue_id))
 
     def victim_ok(self, victim: Victim) -> bool:
         freed = victim.gpus.get(self.pool, 0.0) - EPS
-        over_share, pool = self.ctx.over_share, self.pool
-        return all(over_share(qid, pool) >= freed for qid in self._their_side(victim.wl.queue_id))
+        donors = self.ctx.donors(self.pool)
+        return all(donors.get(qid, 0.0) >= freed for qid in self._their_side(victim.wl.queue_id))

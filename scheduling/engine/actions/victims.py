@@ -23,6 +23,10 @@ from scheduling.engine.state import GpuState, NodeState, PodSlot
 from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
 
+# Usable victims one search looks at before giving up: keeps a cycle's time bounded
+# when no node can be freed; a later cycle (or a smaller request) tries again.
+MAX_WALK = 512
+
 
 def victim_cost(wl: Workload, gpus: float, now: float) -> tuple[float, int, float, str]:
     """Sort key of a victim: least work lost, lowest priority, most recently started."""
@@ -54,9 +58,9 @@ class Rule:
     def victim_ok(self, victim: Victim) -> bool:
         return True
 
-    def selective(self) -> bool:
-        """True when queue_ok turns most queues away: search their lists only."""
-        return False
+    def allowed(self) -> dict[str, bool] | None:
+        """queue_ok for all queues at once (absent = not ok), or None to ask one by one."""
+        return None
 
 
 class VictimRule(Rule):
@@ -143,6 +147,9 @@ def make_room(
     None with everything undone. `ready` is asked before each placement try (a quota
     check that evictions may turn true).
     """
+    if ctx.searches_left <= 0:
+        return None
+    ctx.searches_left -= 1
     mark = ctx.stmt.mark()
     models = ctx.state.models_for(pool, wl.gpu_models)
     need = max((max(p.gpus, 1 if p.is_shared else 0) for p in wl.pods), default=0)
@@ -172,73 +179,64 @@ def _cheapest_batch(
     candidates: Candidates,
     rule: Rule,
 ) -> list[Victim]:
-    """The cheapest set of victims on one node that frees `need` devices there."""
-    ok: dict[str, bool] = {}  # queue_ok per queue, asked lazily: most are never reached
+    """Victims on one node whose eviction leaves `need` free devices there.
+
+    Walks usable victims in cost order, crediting the devices each would free to its
+    nodes; the first node to reach `need` gives the batch. No other plan uses only
+    cheaper victims, and the walk stops as soon as one plan exists.
+    """
     evicted = ctx.stmt.evicted
-
-    def usable_queue(qid: str) -> bool:
-        if qid not in ok:
-            ok[qid] = rule.queue_ok(qid)
-        return ok[qid]
-
-    def usable(victim: Victim) -> bool:
-        return (
-            usable_queue(victim.wl.queue_id)
-            and victim.wl.id not in evicted
-            and rule.victim_ok(victim)
-        )
-
-    best: tuple[tuple[float, int, int], list[Victim]] | None = None
-    seen: set[int] = set()
-    stream: Iterable[Victim] = candidates.ordered
-    if rule.selective():
-        stream = heapq.merge(
-            *(vs for qid, vs in sorted(candidates.by_queue.items()) if usable_queue(qid)),
-            key=_cost,
-        )
-    for victim in stream:
-        if best is not None and (victim.cost[0], 1) >= best[0][:2]:
-            break  # every unseen node's plan costs at least this victim
-        if not usable(victim):
+    ok = rule.allowed()
+    if ok is None:
+        ok = {qid: rule.queue_ok(qid) for qid in candidates.by_queue}
+    # Walk only the accepted queues' victims, merged in cost order: most queues are
+    # turned away, and skipping their victims one by one would dominate the search.
+    streams = [candidates.by_queue[q] for q in sorted(ok) if ok[q] and q in candidates.by_queue]
+    progress: dict[int, _NodePlan | None] = {}
+    budget = MAX_WALK
+    for victim in heapq.merge(*streams, key=_cost):
+        if victim.wl.id in evicted:
             continue
+        if not rule.victim_ok(victim):
+            continue
+        budget -= 1
+        if budget < 0:
+            break
         for order in victim.nodes:
-            node = ctx.state.nodes[order]
-            if order in seen or node.pool != pool or not node.schedulable:
-                continue
-            seen.add(order)
-            found = _node_batch(node, models, need, candidates.per_node[order], usable, ctx)
-            if found is not None:
-                cost = (sum(v.cost[0] for v in found), len(found), order)
-                if best is None or cost < best[0]:
-                    best = (cost, found)
-    return [] if best is None else best[1]
+            if order not in progress:
+                progress[order] = _NodePlan.start(ctx.state.nodes[order], pool, models, need)
+            plan = progress[order]
+            if plan is not None and plan.add(ctx, victim, need):
+                return plan.chosen
+    return []
 
 
-def _node_batch(
-    node: NodeState,
-    models: list[str],
-    need: int,
-    victims: list[Victim],
-    usable: Callable[[Victim], bool],
-    ctx: Context,
-) -> list[Victim] | None:
-    """The cheapest usable victims on a node whose eviction leaves `need` free devices."""
-    free = {m: node.free_by_model.get(m, 0) for m in models}
-    if need == 0 or max(free.values(), default=0) >= need:
-        return None  # room is there already; what blocks is not this node's GPUs
-    chosen: list[Victim] = []
-    gone: set[str] = set()
-    for victim in victims:
-        if not usable(victim):
-            continue
-        chosen.append(victim)
-        gone.add(victim.wl.id)
-        for gpu in _devices_on(ctx, victim.wl.id, node):
-            if gpu.model in free and _all_holders_gone(gpu, gone):
-                free[gpu.model] += 1
-        if max(free.values()) >= need:
-            return chosen
-    return None
+@dataclass(slots=True, eq=False)
+class _NodePlan:
+    """Victims credited to one node so far and the devices they would free there."""
+
+    node: NodeState
+    free: dict[str, int]
+    chosen: list[Victim] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def start(node: NodeState, pool: str, models: list[str], need: int) -> _NodePlan | None:
+        if node.pool != pool or not node.schedulable or need == 0:
+            return None
+        free = {m: node.free_by_model.get(m, 0) for m in models}
+        if not free or max(free.values()) >= need:
+            return None  # room is there already; what blocks is not this node's GPUs
+        return _NodePlan(node, free)
+
+    def add(self, ctx: Context, victim: Victim, need: int) -> bool:
+        """Credit a victim; True once the node would have `need` free devices."""
+        self.chosen.append(victim)
+        self.gone.add(victim.wl.id)
+        for gpu in _devices_on(ctx, victim.wl.id, self.node):
+            if gpu.model in self.free and _all_holders_gone(gpu, self.gone):
+                self.free[gpu.model] += 1
+        return max(self.free.values()) >= need
 
 
 def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:
