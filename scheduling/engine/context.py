@@ -52,6 +52,8 @@ class Context:
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     parents: set[str] = field(default_factory=set)
+    total_memo: dict[str, tuple[float, float]] = field(default_factory=dict)
+    victim_index: object = None  # actions.victims.preemptible() builds it on first use
     searches_left: int = 0  # eviction-plan searches this cycle may still run
 
     def __post_init__(self) -> None:
@@ -145,6 +147,15 @@ class Context:
         if found is None:
             excess = self.ledger.get(queue_id, pool) - self.fair.get((queue_id, pool, GPU), 0.0)
             found = memo[queue_id] = excess if excess > EPS else 0.0
+        return found
+
+    def totals(self, queue_id: str) -> tuple[float, float]:
+        """Fair share and deserved quota of GPUs summed over pools (fixed for the cycle)."""
+        found = self.total_memo.get(queue_id)
+        if found is None:
+            fair = sum(self.fair_share(queue_id, pool) for pool in self.pools)
+            deserved = sum(self.deserved(queue_id, pool) for pool in self.pools)
+            found = self.total_memo[queue_id] = (fair, deserved)
         return found
 
     def is_leaf(self, queue_id: str) -> bool:

@@ -21,6 +21,7 @@ from scheduling.engine.placement import Placer
 from scheduling.engine.state import ClusterState, PodSlot
 from scheduling.engine.statement import Ledger, Statement, slot_placement
 from scheduling.engine.types import (
+    RESOURCES,
     Admission,
     CycleResult,
     Eviction,
@@ -88,7 +89,7 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
             continue
         cpu = math.inf if node.cpu is None else node.cpu
         memory = math.inf if node.memory_mib is None else float(node.memory_mib)
-        for resource, amount in zip(Resource, (len(node.gpus), cpu, memory), strict=True):
+        for resource, amount in zip(RESOURCES, (len(node.gpus), cpu, memory), strict=True):
             key = (node.pool, resource)
             capacity[key] = capacity.get(key, 0.0) + amount
     for pool in ctx.pools:
@@ -97,7 +98,7 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
     demand: dict[Key, float] = {k: v for k, v in ctx.ledger.alloc.items() if k[0] in ctx.queues}
     for wl in ctx.pending():
         for pool in ctx.pools_for(wl):
-            for resource, amount in zip(Resource, ctx.need(wl, pool), strict=True):
+            for resource, amount in zip(RESOURCES, ctx.need(wl, pool), strict=True):
                 key = (wl.queue_id, pool, resource)
                 demand[key] = demand.get(key, 0.0) + amount
     usage: dict[tuple[str, str], float] = {}

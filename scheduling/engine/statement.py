@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduling.engine.state import UNITS, ClusterState, PodSlot
-from scheduling.engine.types import EvictionReason, PodPlacement, Queue, Resource, Workload
+from scheduling.engine.types import (
+    RESOURCES,
+    EvictionReason,
+    PodPlacement,
+    Queue,
+    Resource,
+    Workload,
+)
 
 AllocKey = tuple[str, str, Resource]  # (queue id, pool, resource)
 
@@ -72,7 +79,7 @@ class Ledger:
         for slot in slots:
             amounts = slot_amounts(slot)
             for qid in self.chain(queue_id):
-                for resource, amount in zip(Resource, amounts, strict=True):
+                for resource, amount in zip(RESOURCES, amounts, strict=True):
                     key = (qid, slot.node.pool, resource)
                     self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount
         if log:

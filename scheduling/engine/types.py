@@ -23,6 +23,9 @@ class Resource(enum.StrEnum):
     MEMORY = "memory"  # MiB of host memory
 
 
+RESOURCES: tuple[Resource, ...] = tuple(Resource)  # iterating the enum itself is slow
+
+
 class PlacementStrategy(enum.StrEnum):
     """How pods are spread over the nodes of a pool."""
 

@@ -15,16 +15,13 @@ import math
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
-from scheduling.engine.types import Resource, Workload
+from scheduling.engine.types import Workload
 
 
 def starvation_key(ctx: Context, queue_id: str) -> tuple[bool, float, float, str]:
     """Sort key of a queue: under-deserved first, then least allocated against fair share."""
-    alloc = fair = deserved = 0.0
-    for pool in ctx.pools:
-        alloc += ctx.ledger.get(queue_id, pool, Resource.GPU)
-        fair += ctx.fair_share(queue_id, pool)
-        deserved += ctx.deserved(queue_id, pool)
+    alloc = sum(ctx.ledger.get(queue_id, pool) for pool in ctx.pools)
+    fair, deserved = ctx.totals(queue_id)
     at_quota = alloc >= deserved - EPS
     # With no fair share, an idle queue is as starved as can be and a busy one is not.
     idle_ratio = 0.0 if alloc <= EPS else math.inf

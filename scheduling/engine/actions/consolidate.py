@@ -20,10 +20,10 @@ def consolidate(ctx: Context) -> None:
     """Try a move plan for workloads that failed on fragmentation, most starved first."""
     if not ctx.config.consolidate or ctx.config.max_consolidation_moves <= 0:
         return
-    index = VictimIndex(ctx, lambda wl: _movable(ctx, wl))
-    if not index.by_queue:
-        return
     waiting = [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed]
+    if not waiting:
+        return
+    index = VictimIndex(ctx, lambda wl: _movable(ctx, wl))
     waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
     attempts = 0
     for wl in waiting:

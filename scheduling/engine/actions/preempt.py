@@ -14,6 +14,7 @@ from scheduling.engine.actions.victims import (
     VictimIndex,
     VictimRule,
     make_room,
+    preemptible,
 )
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
@@ -26,7 +27,7 @@ def preempt(ctx: Context) -> None:
     """Let each pending workload evict lower-priority work of its own project."""
     if not ctx.config.preempt:
         return
-    index = VictimIndex(ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl))
+    index = preemptible(ctx)
     if not index.by_queue:
         return
     failures = Failures()

@@ -14,7 +14,7 @@ level: for queues in different departments the departments are compared too.
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import starvation_key
-from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room
+from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room, preemptible
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.types import EvictionReason, Workload
@@ -46,7 +46,7 @@ def reclaim(ctx: Context) -> None:
     """Let starved queues' pending workloads evict over-share work of other queues."""
     if not ctx.config.reclaim:
         return
-    index = VictimIndex(ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl))
+    index = preemptible(ctx)
     if not index.by_queue:
         return
     failures = Failures()

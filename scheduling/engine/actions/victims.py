@@ -131,6 +131,15 @@ class VictimIndex:
         return self._pools[pool]
 
 
+def preemptible(ctx: Context) -> VictimIndex:
+    """Preemptible running work past its minimum runtime, indexed once per cycle."""
+    if not isinstance(ctx.victim_index, VictimIndex):
+        ctx.victim_index = VictimIndex(
+            ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl)
+        )
+    return ctx.victim_index
+
+
 def make_room(
     ctx: Context,
     wl: Workload,
