@@ -43,6 +43,7 @@ class PassResult:
     created: int = 0
     deleted: int = 0
     transitions: list[str] = field(default_factory=list)
+    finished: int = 0  # workloads that left ADMITTED/RUNNING in this pass
     released: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -57,7 +58,7 @@ def cluster_reconcile(cluster: Cluster, *, backend: Backend | None = None) -> Pa
     pods are deleted and their GPUs released without waiting for the next beat tick."""
     backend = backend or get_backend(cluster)
     result = reconcile_pass(cluster, backend)
-    if result.reachable and result.transitions:
+    if result.reachable and result.finished:
         second = reconcile_pass(cluster, backend)
         result.created += second.created
         result.deleted += second.deleted
@@ -88,10 +89,13 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         return result
     result.created, result.deleted = len(report.created), len(report.deleted)
     result.errors += report.errors
-    _record_statuses(allocations, report)
-    _release_finished(by_workload, report, result)
-    _apply_phases(by_workload, report, result)
-    cluster_mark_contacted(cluster, "; ".join(report.errors))
+    # One transaction for what was observed: readers never see half a pass, and on
+    # SQLite a thousand transitions cost one commit, not a thousand.
+    with transaction.atomic():
+        _record_statuses(allocations, report)
+        _release_finished(by_workload, report, result)
+        _apply_phases(by_workload, report, result)
+        cluster_mark_contacted(cluster, "; ".join(report.errors))
     return result
 
 
@@ -136,6 +140,7 @@ def _requeue_lost(
                 workload, S.PREEMPTED, reason="PodLost", message=f"Pods vanished on {names}."
             )
             result.transitions.append(f"{workload.pk}:preempted")
+            result.finished += 1
 
 
 def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) -> None:
@@ -175,12 +180,14 @@ def _apply_phases(
         if workload.state not in ACTIVE_STATES:
             continue
         statuses = [report.statuses.get(_name(a)) for a in allocations]
-        moved = _workload_from_phases(workload, [s for s in statuses if s is not None])
-        if moved:
+        seen = [s for s in statuses if s is not None]
+        if _workload_from_phases(workload, seen, len(allocations)):
             result.transitions.append(f"{workload.pk}:{workload.state}")
+            if workload.state not in ACTIVE_STATES:
+                result.finished += 1
 
 
-def _workload_from_phases(workload: Workload, statuses: list[PodStatus]) -> bool:
+def _workload_from_phases(workload: Workload, statuses: list[PodStatus], expected: int) -> bool:
     """Failed if any pod failed; succeeded when all did; running when all run."""
     failed = [s for s in statuses if s.phase == PodPhase.FAILED]
     if failed:
@@ -190,7 +197,7 @@ def _workload_from_phases(workload: Workload, statuses: list[PodStatus]) -> bool
             workload, S.FAILED, reason="PodFailed", message=message, exit_code=first.exit_code
         )
         return True
-    if not statuses or len(statuses) < workload.allocations.count():
+    if not statuses or len(statuses) < expected:
         return False
     if all(s.phase == PodPhase.SUCCEEDED for s in statuses):
         workload_transition(workload, S.SUCCEEDED, reason="Completed", exit_code=0)

@@ -17,6 +17,7 @@ import copy
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -43,6 +44,17 @@ def status_body(code: int, reason: str, message: str) -> dict:
         "message": message,
         "reason": reason,
         "code": code,
+    }
+
+
+def kubeconfig_for(url: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        "current-context": "fake",
     }
 
 
@@ -119,14 +131,7 @@ class FakeApiServer:
         return f"http://{host}:{port}"
 
     def kubeconfig(self) -> dict:
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            "current-context": "fake",
-        }
+        return kubeconfig_for(self.url)
 
     # --- test helpers ----------------------------------------------------------------------------
     def inject(
@@ -537,3 +542,18 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def main() -> None:
+    """`python -m tests.clusters.fake_apiserver NODES GPUS`: serve in its own process (so
+    a benchmark's client does not share a GIL with it), print the URL, stop at EOF."""
+    nodes, gpus = int(sys.argv[1]), int(sys.argv[2])
+    with FakeApiServer() as api:
+        for i in range(nodes):
+            api.add_node(f"bench-{i}", gpus=gpus, labels={"gpupool.io/node-pool": "bench"})
+        print(api.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Reconcile N admitted pods into a Kubernetes API server and report pods per second.
+
+Against the in-process fake API server of the test suite, or the cluster named by
+GPUPOOL_TEST_KUBECONFIG. Every database row it makes is rolled back at the end; on a
+real cluster, the pods it created are deleted again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.models import Backend, Cluster, Gpu, Node
+from clusters.reconcile import cluster_reconcile
+from portal.models import Department, Project, User
+from scheduling.models import PodAllocation, Workload, WorkloadState
+
+GPUS_PER_NODE = 8
+
+
+class Rollback(Exception):
+    pass
+
+
+class Command(BaseCommand):
+    help = "Reconcile N admitted pods into the test API server and print pods per second."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--pods", type=int, default=1000)
+        parser.add_argument("--workers", type=int, default=16)
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with ExitStack() as stack:
+            kubeconfig, node_names = self._api_server(stack, options["pods"])
+            result: dict[str, Any] = {}
+            try:
+                with transaction.atomic():
+                    result = self._bench(kubeconfig, node_names, options)
+                    raise Rollback
+            except Rollback:
+                pass
+        if options["json"]:
+            self.stdout.write(json.dumps(result))
+        else:
+            for key, value in result.items():
+                self.stdout.write(f"{key}: {value}")
+
+    def _api_server(self, stack: ExitStack, pods: int) -> tuple[dict, list[str]]:
+        real = os.environ.get("GPUPOOL_TEST_KUBECONFIG")
+        if real:
+            return yaml.safe_load(Path(real).read_text()), []
+        # The fake runs in its own process, as an API server would: it must not compete
+        # with the reconciling threads for this interpreter's GIL.
+        nodes = -(-pods // GPUS_PER_NODE)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.clusters.fake_apiserver", str(nodes), str(GPUS_PER_NODE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        stack.callback(server.wait, 10)
+        stack.callback(server.stdin.close)
+        url = server.stdout.readline().strip()
+        from tests.clusters.fake_apiserver import kubeconfig_for  # noqa: PLC0415 - test-only
+
+        return kubeconfig_for(url), [f"bench-{i}" for i in range(nodes)]
+
+    def _bench(self, kubeconfig: dict, node_names: list[str], options: dict) -> dict[str, Any]:
+        cluster = Cluster.objects.create(
+            name=f"bench-{os.getpid()}",
+            backend=Backend.KUBERNETES,
+            config={"workers": options["workers"], "grace_period_s": 0},
+        )
+        backend = _TimedBackend(cluster, kubeconfig=kubeconfig)
+        if not node_names:  # a real cluster: spread over its nodes
+            node_names = [n.name for n in backend.list_inventory()]
+        _admit(cluster, node_names, options["pods"])
+        started = time.perf_counter()
+        first = cluster_reconcile(cluster, backend=backend)
+        elapsed = time.perf_counter() - started
+        started = time.perf_counter()
+        second = cluster_reconcile(
+            cluster, backend=KubernetesBackend(cluster, kubeconfig=kubeconfig)
+        )
+        idle = time.perf_counter() - started
+        Workload.objects.filter(allocations__node__cluster=cluster).update(
+            state=WorkloadState.STOPPED
+        )
+        cleanup = cluster_reconcile(
+            cluster, backend=KubernetesBackend(cluster, kubeconfig=kubeconfig)
+        )
+        return {
+            "pods": options["pods"],
+            "created": first.created,
+            "errors": len(first.errors),
+            "seconds": round(elapsed, 3),
+            "pods_per_s": round(options["pods"] / elapsed, 1),
+            "api_seconds": round(backend.seconds, 3),
+            "api_pods_per_s": round(options["pods"] / backend.seconds, 1),
+            "second_pass_created": second.created,
+            "second_pass_seconds": round(idle, 3),
+            "deleted_after": cleanup.deleted,
+            "workers": options["workers"],
+            "api_server": "GPUPOOL_TEST_KUBECONFIG"
+            if os.environ.get("GPUPOOL_TEST_KUBECONFIG")
+            else "fake",
+        }
+
+
+class _TimedBackend(KubernetesBackend):
+    """Times the cluster side of the first pass (listing, creating) apart from the database."""
+
+    seconds = 0.0
+
+    def reconcile(self, desired: list, *, grace_period_s: int) -> Any:
+        started = time.perf_counter()
+        try:
+            return super().reconcile(desired, grace_period_s=grace_period_s)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def _admit(cluster: Cluster, node_names: list[str], pods: int) -> None:
+    user = User.objects.create(username=f"bench-{os.getpid()}")
+    department = Department.objects.create(name=f"bench-{os.getpid()}")
+    project = Project.objects.create(department=department, name="bench", namespace="gp-bench")
+    nodes = Node.objects.bulk_create(Node(cluster=cluster, name=name) for name in node_names)
+    Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, model="bench") for node in nodes for i in range(GPUS_PER_NODE)
+    )
+    workloads = Workload.objects.bulk_create(
+        Workload(
+            project=project,
+            submitted_by=user,
+            kind="training",
+            name=f"w{i}",
+            image="busybox:1.36",
+            command=["sleep", "3600"],
+            gpus=1,
+            state=WorkloadState.ADMITTED,
+        )
+        for i in range(pods)
+    )
+    PodAllocation.objects.bulk_create(
+        PodAllocation(
+            workload=w,
+            pod_index=0,
+            node=nodes[i // GPUS_PER_NODE % len(nodes)],
+            gpu_indices=[i % GPUS_PER_NODE],
+        )
+        for i, w in enumerate(workloads)
+    )
