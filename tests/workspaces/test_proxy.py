@@ -1,0 +1,142 @@
+"""The ASGI proxy in front of workspace tools: who passes, and what reaches Jupyter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from portal.asgi import django_application
+from tests import factories as f
+from tests.workspaces.helpers import free_port, jupyter_server, make_running_workspace
+from workspaces.proxy import WorkspaceProxy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _session_cookie(client, user) -> bytes:
+    client.logout()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}; csrftoken=x".encode()
+
+
+def _scope(kind: str, path: str, cookie: bytes | None) -> dict:
+    headers = [(b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
+    scope = {
+        "type": kind,
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": headers,
+        "scheme": "http" if kind == "http" else "ws",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 5000),
+        "asgi": {"version": "3.0"},
+        "root_path": "",
+        "subprotocols": [],
+    }
+    if kind == "http":
+        scope.update(method="GET", http_version="1.1")
+    return scope
+
+
+async def _serve(scope: dict, receive, send) -> None:
+    """One request through the real ASGI stack (proxy + Django); a fresh proxy per event
+    loop, as its HTTP client belongs to the loop that made it."""
+    app = WorkspaceProxy(django_application)
+    try:
+        await app(scope, receive, send)
+    finally:
+        if app.client is not None:
+            await app.client.aclose()
+
+
+def call_http(path: str, cookie: bytes | None = None) -> tuple[int, dict, bytes]:
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(_serve(_scope("http", path, cookie), receive, send))
+    start = sent[0]
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def websocket_handshake(path: str, cookie: bytes | None) -> dict:
+    """The server's first answer to a WebSocket connect: accept, or close (HTTP 403)."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(_serve(_scope("websocket", path, cookie), receive, send))
+    return sent[0]
+
+
+@pytest.fixture
+def lab(org):
+    # Nothing listens on the endpoint until a test starts Jupyter there.
+    endpoint = f"127.0.0.1:{free_port()}"
+    return make_running_workspace(owner=org.researcher, project=org.project_a, endpoint=endpoint)
+
+
+def test_a_user_of_another_project_gets_403_for_pages_and_websockets(client, org, lab):
+    cookie = _session_cookie(client, org.outsider)
+    status, _, body = call_http(f"/workspaces/{lab.workload_id}/lab/tree", cookie)
+    assert status == 403 and b"Only the owner" in body
+    ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
+    assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
+
+
+def test_an_anonymous_visitor_is_sent_to_the_login_page(lab):
+    status, headers, _ = call_http(f"/workspaces/{lab.workload_id}/lab/tree")
+    assert status == 302
+    assert headers["location"] == f"/accounts/login/?next=/workspaces/{lab.workload_id}/lab/tree"
+
+
+def test_project_members_pass_only_when_the_owner_shares_the_workspace(client, org, lab):
+    colleague = f.make_user("carl")
+    f.make_membership(colleague, role=f.Role.RESEARCHER, project=org.project_a)
+    cookie = _session_cookie(client, colleague)
+    path = f"/workspaces/{lab.workload_id}/lab/api/status"
+    assert call_http(path, cookie)[0] == 403
+    lab.shared_with_project = True
+    lab.save()
+    # Let through, to a tool that is not listening yet: the proxy says so.
+    assert call_http(path, cookie)[0] == 502
+    # Department and platform admins are not members: a tool is its owner's shell.
+    assert call_http(path, _session_cookie(client, org.dept_admin))[0] == 403
+
+
+def test_a_workspace_that_is_not_running_answers_503(client, org, lab):
+    lab.workload.state = "stopped"
+    lab.workload.save()
+    status, _, body = call_http(
+        f"/workspaces/{lab.workload_id}/lab/", _session_cookie(client, org.researcher)
+    )
+    assert status == 503 and b"not running" in body
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_owner_reaches_jupyter_with_the_token_added_by_the_proxy(client, org, lab, tmp_path):
+    cookie = _session_cookie(client, org.researcher)
+    with jupyter_server(lab.workload_id, tmp_path) as server:
+        lab.workload.allocations.update(endpoint=server.endpoint)
+        lab.token = server.token
+        lab.save()
+        status, headers, body = call_http(f"/workspaces/{lab.workload_id}/lab/api/status", cookie)
+        assert status == 200, body
+        assert headers["content-type"].startswith("application/json")
+        assert b'"kernels": 0' in body
+        # Without the proxy's token Jupyter refuses: the browser could not do this alone.
+        lab.token = "wrong"
+        lab.save()
+        assert call_http(f"/workspaces/{lab.workload_id}/lab/api/status", cookie)[0] == 403
