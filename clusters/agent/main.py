@@ -86,7 +86,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--buffer", type=int, default=100_000, help="samples kept while away")
     parser.add_argument("--ticks", type=int, default=None, help="stop after this many samples")
+    parser.add_argument(
+        "--direct",
+        metavar="CLUSTER/NODE",
+        default=env("GPUPOOL_AGENT_DIRECT", ""),
+        help="write into the portal's database as this node (no HTTP, no token)",
+    )
     return parser.parse_args(argv)
+
+
+def direct_shipper(node: str, capacity: int) -> Shipper:
+    """Django is only loaded in direct mode: an HTTP agent on a GPU node needs none of it."""
+    import django  # noqa: PLC0415
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    django.setup()
+    from clusters.agent.direct import DirectShipper, node_id_for  # noqa: PLC0415
+
+    return DirectShipper("(database)", "", capacity=capacity, node_id=node_id_for(node))
 
 
 def main(argv: list[str] | None = None, nvml: Any = None) -> int:
@@ -98,10 +115,13 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
     except NoGpu as exc:
         print(f"gpupool agent: no GPU to watch ({exc}); exiting.")
         return 0
-    if not token:
+    if args.direct:
+        shipper = direct_shipper(args.direct, args.buffer)
+    elif token:
+        shipper = Shipper(args.portal.rstrip("/"), token, capacity=args.buffer)
+    else:
         print("gpupool agent: no node token (--token, --token-file or GPUPOOL_AGENT_TOKEN)")
         return 2
-    shipper = Shipper(args.portal.rstrip("/"), token, capacity=args.buffer)
     log.info("watching %d GPUs, posting to %s", len(sampler.handles), shipper.portal)
     try:
         Agent(sampler, shipper, interval_s=args.interval).run(args.ticks)

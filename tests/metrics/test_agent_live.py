@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.agent.main import Agent
+from clusters.agent.main import Agent, main
 from clusters.agent.nvml import Sampler
 from clusters.agent.shipper import Shipper
 from clusters.metrics.models import GpuProcessSample, GpuSample
@@ -38,3 +38,20 @@ def test_the_agent_posts_readings_that_the_portal_stores_under_its_node(live_ser
     assert len(rows) == 4
     process = GpuProcessSample.objects.first()
     assert (process.pid, process.used_mib, process.workload_id) == (4242, 57344, work.pk)
+
+
+@pytest.mark.django_db
+def test_in_direct_mode_the_agent_writes_to_the_database_as_its_node(capsys):
+    pool = f.make_pool("a100")
+    node = make_node(pool, name="local")
+    code = main(["--direct", "sim/local", "--ticks", "2", "--interval", "0"], nvml=FakeNvml())
+    assert code == 0
+    assert sorted(GpuSample.objects.values_list("node_id", "gpu_index", "util_pct")) == [
+        (node.pk, 0, 97.0), (node.pk, 0, 97.0), (node.pk, 1, 0.0), (node.pk, 1, 0.0)
+    ]  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_direct_mode_refuses_a_node_the_portal_does_not_know():
+    with pytest.raises(SystemExit, match="no single node called 'sim/ghost'"):
+        main(["--direct", "sim/ghost", "--ticks", "1"], nvml=FakeNvml())
