@@ -89,7 +89,6 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
 
 def _workload_spec(request: LaunchRequest, token: str) -> dict[str, Any]:
     env = {**request.env, "JUPYTER_TOKEN": token, "WORKSPACE_BIND_HOST": _bind_host(request)}
-    spec: dict[str, Any] = {"ports": [{"name": "http", "port": request.environment.port}]}
     return {
         "image": request.environment.image,
         "command": list(request.environment.command),
@@ -102,7 +101,7 @@ def _workload_spec(request: LaunchRequest, token: str) -> dict[str, Any]:
         "node_pools": [request.node_pool.name] if request.node_pool else [],
         "priority_class": PriorityClass.BUILD,
         "preemptible": False,
-        "spec": spec,
+        "ports": [{"name": "http", "port": request.environment.port}],
     }
 
 

@@ -1,0 +1,135 @@
+"""Launching a workspace: the form, the workload it submits, and the pages around it."""
+
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+
+import pytest
+
+from portal.models import AuditLog
+from scheduling.models import PriorityClass, Workload, WorkloadPolicy
+from tests.workspaces.helpers import make_running_workspace
+from workspaces.models import Environment, Workspace, WorkspaceTemplate
+from workspaces.services import LaunchRequest, workspace_launch
+
+
+@pytest.fixture
+def jupyterlab(db):
+    return Environment.objects.create(
+        name="JupyterLab",
+        image="quay.io/jupyter/minimal-notebook",
+        command=[sys.executable, "-m", "jupyter", "lab"],
+        default_cpu=Decimal("2"),
+        default_memory_mib=8192,
+    )
+
+
+def _form(environment, **extra) -> dict:
+    data = {
+        "project": "",
+        "environment": environment.pk,
+        "name": "my-lab",
+        "gpu_request": "whole",
+        "gpus": "0",
+        "gpu_memory_gib": "0",
+        "cpu": "1",
+        "memory_gib": "2",
+        "env": "",
+    }
+    data.update(extra)
+    return data
+
+
+def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hidden(
+    client_as, org, jupyterlab
+):
+    client = client_as(org.researcher)
+    response = client.post(
+        "/workspaces/new/",
+        _form(jupyterlab, project=org.project_a.pk, env="WANDB_MODE=offline", data_volume="/d"),
+    )
+    workspace = Workspace.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/workspaces/{workspace.workload_id}/"
+    workload = workspace.workload
+    assert (workload.kind, workload.state, workload.preemptible) == ("workspace", "pending", False)
+    assert workload.priority_class == PriorityClass.BUILD
+    assert workload.spec["ports"] == [{"name": "http", "port": 8888}]
+    assert workload.memory_mib == 2048 and workload.submitted_by == org.researcher
+    assert workload.env["WANDB_MODE"] == "offline"
+    assert workload.env["JUPYTER_TOKEN"] == workspace.token and len(workspace.token) >= 32
+    assert workload.command == [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+        f"--ServerApp.base_url=/workspaces/{workload.id}/lab/",
+        "--IdentityProvider.token=$(JUPYTER_TOKEN)", "--ServerApp.port=$(GPUPOOL_PORT)",
+        "--ServerApp.ip=$(WORKSPACE_BIND_HOST)", "--ServerApp.root_dir=/d",
+    ]  # fmt: skip
+    assert workload.env["WORKSPACE_BIND_HOST"] == "127.0.0.1"  # no Kubernetes cluster here
+    assert AuditLog.objects.filter(action="workspace_launch", actor=org.researcher).exists()
+    page = client.get(response["Location"])
+    assert page.status_code == 200 and b"my-lab" in page.content
+    assert workspace.token.encode() not in page.content
+    status = client.get(f"/workspaces/{workload.id}/status/")
+    assert workspace.token.encode() not in status.content
+
+
+def test_the_form_shows_the_environment_cards_and_the_project_policy(client_as, org, jupyterlab):
+    WorkloadPolicy.objects.create(project=org.project_a, max_gpus_per_workload=Decimal("1"))
+    page = client_as(org.researcher).get("/workspaces/new/")
+    assert page.status_code == 200
+    assert b'name="environment"' in page.content and b"JupyterLab" in page.content
+    assert b"at most 1 GPUs per workload" in page.content
+
+
+def test_the_form_refuses_more_gpus_than_the_project_policy_allows(client_as, org, jupyterlab):
+    WorkloadPolicy.objects.create(project=org.project_a, max_gpus_per_workload=Decimal("1"))
+    response = client_as(org.researcher).post(
+        "/workspaces/new/", _form(jupyterlab, project=org.project_a.pk, gpus="2")
+    )
+    assert response.status_code == 200
+    assert "max GPUs per workload" in " ".join(response.context["form"].errors["gpus"])
+    assert not Workload.objects.exists()
+
+
+def test_a_template_fixes_the_environment_and_the_resources(org, jupyterlab):
+    template = WorkspaceTemplate.objects.create(
+        project=org.project_a, name="big", environment=jupyterlab,
+        cpu=Decimal("4"), memory_mib=16384, node_pool=org.pool,
+    )  # fmt: skip
+    from workspaces.forms import LaunchForm
+
+    form = LaunchForm(
+        {**_form(jupyterlab, project=org.project_a.pk), "environment": "", "template": template.pk},
+        projects=org.project_a.department.projects.all(),
+    )
+    assert form.is_valid(), form.errors
+    request = form.launch_request()
+    assert (request.environment, request.cpu, request.memory_mib) == (jupyterlab, 4, 16384)
+    assert request.node_pool == org.pool
+
+
+@pytest.mark.parametrize(
+    ("persona", "page_status", "keep_status"),
+    [("researcher", 200, 302), ("dept_admin", 200, 302), ("outsider", 404, 404)],
+)
+def test_workspace_pages_answer_each_persona(client_as, org, persona, page_status, keep_status):
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    client = client_as(getattr(org, persona))
+    assert client.get(f"/workspaces/{workspace.workload_id}/").status_code == page_status
+    assert client.get(f"/workspaces/{workspace.workload_id}/status/").status_code == page_status
+    keep = client.post(f"/workspaces/{workspace.workload_id}/keep-running/")
+    assert keep.status_code == keep_status
+    listed = client.get("/workspaces/")
+    assert (b"lab" in listed.content) == (page_status == 200)
+
+
+def test_only_researchers_of_the_project_may_launch_there(org, jupyterlab):
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        workspace_launch(
+            actor=org.outsider,
+            project=org.project_a,
+            request=LaunchRequest(name="x", environment=jupyterlab),
+        )
