@@ -193,7 +193,6 @@ class Context:
 
     def admit(self, wl: Workload, pool: str, slots: list[PodSlot]) -> None:
         self.stmt.record_admission(wl, slots)
-        self.reasons.pop(wl.id, None)
 
     def min_runtime_passed(self, wl: Workload) -> bool:
         """Whether a started workload has run long enough to be preempted."""

@@ -1,0 +1,229 @@
+"""Reclaim, preempt, consolidate and stale gangs: who is evicted, why, and for whom."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from scheduling.engine.types import (
+    EvictionReason,
+    PodPlacement,
+    PodRequest,
+    SchedulerConfig,
+    Workload,
+)
+from tests.engine.builders import (
+    cycles,
+    dept,
+    evicted,
+    job,
+    nodes,
+    placed,
+    project,
+    run,
+    running,
+    snapshot,
+)
+
+NOW = 1000.0
+
+
+def _borrowing_p2(count: int = 4, gpus: int = 1, **kw: object) -> list[Workload]:
+    """p2 running `count` jobs on n0, started 100 s apart (the last one most recently)."""
+    return [
+        running(
+            job(f"b{i}", "p2", gpus=gpus, **kw),
+            "n0",
+            range(i * gpus, (i + 1) * gpus),
+            started=100.0 * i,
+        )
+        for i in range(count)
+    ]
+
+
+def _two_projects(p1: float = 2, p2: float = 2) -> list:
+    return [dept(), project("p1", deserved=p1), project("p2", deserved=p2)]
+
+
+def test_a_project_under_its_deserved_quota_takes_gpus_back_from_a_borrower() -> None:
+    snap = snapshot(nodes(1, gpus=4), _two_projects(), [*_borrowing_p2(), job("mine", "p1")])
+    result = run(snap, now=NOW)
+    assert placed(result) == {"mine": [("n0", (3,))]}
+    (eviction,) = result.evictions
+    assert (eviction.workload_id, eviction.reason, eviction.beneficiary) == (
+        "b3",
+        EvictionReason.RECLAIM,
+        "mine",
+    )
+
+
+def test_reclaim_prefers_the_victim_that_loses_the_least_work() -> None:
+    # b1 checkpointed a moment ago: evicting it loses almost nothing.
+    victims = _borrowing_p2()
+    victims[1] = replace(victims[1], last_checkpoint_time=NOW - 1)
+    snap = snapshot(nodes(1, gpus=4), _two_projects(), [*victims, job("mine", "p1")])
+    assert evicted(run(snap, now=NOW)) == {"b1": "reclaim"}
+
+
+def test_with_equal_loss_reclaim_takes_the_lowest_priority_first() -> None:
+    victims = [replace(v, started_at=0.0, priority=10) for v in _borrowing_p2()]
+    victims[2] = replace(victims[2], priority=1)
+    snap = snapshot(nodes(1, gpus=4), _two_projects(), [*victims, job("mine", "p1")])
+    assert evicted(run(snap, now=NOW)) == {"b2": "reclaim"}
+
+
+def test_reclaim_never_pushes_the_victim_below_its_own_fair_share() -> None:
+    # p2 deserves 1 and holds two 2-GPU jobs; taking both would leave it with 0.
+    snap = snapshot(
+        nodes(1, gpus=4),
+        _two_projects(p1=3, p2=1),
+        [*_borrowing_p2(count=2, gpus=2), *(job(f"m{i}", "p1", t=i) for i in range(3))],
+    )
+    result = run(snap, now=NOW)
+    assert evicted(result) == {"b1": "reclaim"}
+    assert sorted(placed(result)) == ["m0", "m1"]
+    assert "m2" in result.pending_reasons
+
+
+def test_reclaim_never_evicts_non_preemptible_work() -> None:
+    snap = snapshot(
+        nodes(1, gpus=4), _two_projects(), [*_borrowing_p2(preemptible=False), job("mine", "p1")]
+    )
+    result = run(snap, now=NOW)
+    assert result.evictions == ()
+    assert result.pending_reasons["mine"] == "needs 1 GPUs in pool a; 0 are free"
+
+
+def test_a_project_already_at_its_deserved_quota_does_not_reclaim() -> None:
+    mine = running(job("held", "p1", gpus=2), "n1", [0, 1])
+    snap = snapshot(
+        nodes(1, gpus=4) + nodes(1, gpus=2, start=1),
+        _two_projects(),
+        [*_borrowing_p2(), mine, job("more", "p1")],
+    )
+    assert run(snap, now=NOW).evictions == ()
+
+
+def test_reclaim_does_not_flip_flop_over_fifty_cycles() -> None:
+    # Both projects always want more than the cluster; p1 starts with everything. After
+    # reclaim settles, nobody is evicted again and no pair ever reclaims back and forth.
+    work = [running(job(f"p1-r{i}", "p1"), "n0", [i], started=0.0) for i in range(8)]
+    work += [job(f"p1-w{i}", "p1", t=i) for i in range(8)]
+    work += [job(f"p2-w{i}", "p2", t=i) for i in range(12)]
+    snap = snapshot(nodes(1, gpus=8), _two_projects(p1=4, p2=4), work)
+    steps = cycles(snap, 50, SchedulerConfig(), start=NOW)
+    by_cycle = [len(result.evictions) for _, result in steps]
+    directions = Counter()
+    for before, result in steps:
+        queue_of = {wl.id: wl.queue_id for wl in before.workloads}
+        for e in result.evictions:
+            directions[(queue_of[e.workload_id], queue_of[e.beneficiary])] += 1
+    assert by_cycle[0] == 4
+    assert sum(by_cycle[1:]) == 0
+    assert set(directions) == {("p1", "p2")}
+    final = steps[-1][0]
+    held = Counter(wl.queue_id for wl in final.workloads if wl.placement)
+    assert held == {"p1": 4, "p2": 4}
+
+
+def test_a_higher_priority_job_preempts_lower_priority_work_of_its_own_project() -> None:
+    low = [running(job(f"low{i}", "p1", priority=1), "n0", [i], started=10.0 * i) for i in range(2)]
+    snap = snapshot(
+        nodes(1, gpus=2),
+        [dept(), project("p1", deserved=2)],
+        [*low, job("urgent", "p1", priority=100)],
+    )
+    result = run(snap, now=NOW)
+    assert placed(result) == {"urgent": [("n0", (1,))]}
+    assert [(e.workload_id, e.reason, e.beneficiary) for e in result.evictions] == [
+        ("low1", EvictionReason.PREEMPT, "urgent")
+    ]
+
+
+def test_preemption_stays_inside_the_project() -> None:
+    other = [running(job(f"o{i}", "p2", priority=1), "n0", [i]) for i in range(2)]
+    snap = snapshot(
+        nodes(1, gpus=2), _two_projects(p1=0, p2=2), [*other, job("urgent", "p1", priority=100)]
+    )
+    assert run(snap, now=NOW).evictions == ()
+
+
+def test_equal_priority_never_preempts() -> None:
+    low = [running(job(f"l{i}", "p1", priority=5), "n0", [i]) for i in range(2)]
+    snap = snapshot(
+        nodes(1, gpus=2), [dept(), project("p1", deserved=2)], [*low, job("same", "p1", priority=5)]
+    )
+    assert run(snap, now=NOW).evictions == ()
+
+
+def test_a_minimum_runtime_protects_a_freshly_started_job() -> None:
+    fresh = running(
+        job("fresh", "p1", priority=1, priority_class="train"), "n0", [0], started=NOW - 30
+    )
+    snap = snapshot(
+        nodes(1, gpus=1),
+        [dept(), project("p1", deserved=1)],
+        [fresh, job("urgent", "p1", priority=100)],
+    )
+    protected = SchedulerConfig(min_runtime_s={"train": 60.0})
+    assert run(snap, protected, now=NOW).evictions == ()
+    assert evicted(run(snap, SchedulerConfig(min_runtime_s={"train": 20.0}), now=NOW)) == {
+        "fresh": "preempt"
+    }
+
+
+def test_consolidation_moves_a_job_to_free_a_whole_node() -> None:
+    # 2 free GPUs on each node, and a 4-GPU job waiting: move one 2-GPU job over.
+    work = [
+        running(job("x", "p1", gpus=2), "n0", [0, 1], started=500.0),
+        running(job("y", "p1", gpus=2), "n1", [0, 1], started=900.0),
+        job("big", "p1", gpus=4),
+    ]
+    snap = snapshot(nodes(2, gpus=4), [dept(), project("p1", deserved=8)], work)
+    result = run(snap, now=NOW)
+    assert evicted(result) == {"y": "consolidate"}
+    assert placed(result) == {"big": [("n1", (0, 1, 2, 3))], "y": [("n0", (2, 3))]}
+
+
+def test_consolidation_does_nothing_unless_every_moved_job_finds_a_new_place() -> None:
+    # Either job could leave its node for the big one, but neither fits next to the other:
+    # each takes 6 of a node's 8 CPU cores.
+    heavy = (PodRequest(gpus=2, cpu=6.0),)
+    work = [
+        running(Workload("x", "p1", heavy), "n0", [0, 1]),
+        running(Workload("y", "p1", heavy), "n1", [0, 1]),
+        job("big", "p1", gpus=4),
+    ]
+    cluster = tuple(replace(n, cpu=8.0) for n in nodes(2, gpus=4))
+    snap = snapshot(cluster, [dept(), project("p1", deserved=8)], work)
+    result = run(snap, now=NOW)
+    assert result.evictions == ()
+    assert result.admissions == ()
+    assert result.pending_reasons["big"] == (
+        "needs 4 GPUs on one node; largest free block in pool a is 2"
+    )
+
+
+def _gang(degraded_since: float | None) -> Workload:
+    pods = (PodRequest(gpus=1),) * 4
+    placement = tuple(PodPlacement(i, "n0", gpus=(i,)) for i in range(3))
+    return Workload(
+        "gang", "p1", pods, placement=placement, started_at=0.0, degraded_since=degraded_since
+    )
+
+
+def test_a_gang_short_of_its_minimum_past_the_grace_period_is_evicted() -> None:
+    snap = snapshot(
+        nodes(1, gpus=4), [dept(), project("p1", deserved=4)], [_gang(degraded_since=NOW - 301)]
+    )
+    result = run(snap, SchedulerConfig(stale_gang_grace_s=300), now=NOW)
+    (eviction,) = result.evictions
+    assert (eviction.workload_id, eviction.reason) == ("gang", EvictionReason.STALE_GANG)
+    assert eviction.detail == "3 of 4 pods running for 300 s or more"
+
+
+def test_a_gang_short_of_its_minimum_within_the_grace_period_is_left_alone() -> None:
+    snap = snapshot(
+        nodes(1, gpus=4), [dept(), project("p1", deserved=4)], [_gang(degraded_since=NOW - 100)]
+    )
+    assert run(snap, SchedulerConfig(stale_gang_grace_s=300), now=NOW).evictions == ()
