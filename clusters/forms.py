@@ -1,0 +1,64 @@
+"""HTML forms of the clusters pages."""
+
+from __future__ import annotations
+
+from django import forms
+
+from clusters.models import Backend
+
+DESCRIPTION_HELP = (
+    "Simulated clusters only: YAML or JSON with node groups and nodes, e.g. "
+    "groups: [{prefix: a100, count: 4, gpus: 8, gpu_model: A100, "
+    "labels: {gpupool.io/node-pool: a100}, spread: {gpupool.io/rack: [r1, r2]}}]"
+)
+
+
+def _read_upload(upload: forms.Field | None) -> str:
+    if not upload:
+        return ""
+    return upload.read().decode("utf-8", "replace")
+
+
+class ClusterForm(forms.Form):
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and dashes.")
+    backend = forms.ChoiceField(choices=Backend.choices)
+    kubeconfig = forms.FileField(
+        required=False,
+        label="Kubeconfig",
+        help_text="Kubernetes only. Stored encrypted and never shown again; "
+        "leave empty to keep the current one.",
+    )
+    node_pool_label = forms.CharField(
+        max_length=253,
+        initial="gpupool.io/node-pool",
+        help_text="The node label naming node pools.",
+    )
+    topology_labels = forms.CharField(
+        required=False,
+        max_length=1000,
+        help_text="Node labels naming topology levels, widest first, comma-separated, "
+        "e.g. topology.kubernetes.io/zone, gpupool.io/rack.",
+    )
+    description = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 8}), help_text=DESCRIPTION_HELP
+    )
+    description_file = forms.FileField(required=False, label="…or upload the description")
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: object, editing: bool = False, **kwargs: object):
+        super().__init__(*args, **kwargs)
+        if editing:
+            self.fields["backend"].disabled = True  # a cluster's backend is what it is
+        else:
+            del self.fields["enabled"]
+
+    def clean_topology_labels(self) -> list[str]:
+        raw = self.cleaned_data.get("topology_labels") or ""
+        return [part.strip() for part in raw.split(",") if part.strip()]
+
+    def service_fields(self) -> dict[str, object]:
+        data = dict(self.cleaned_data)
+        data["kubeconfig"] = _read_upload(data.pop("kubeconfig", None))
+        uploaded = _read_upload(data.pop("description_file", None))
+        data["description"] = uploaded or data.get("description", "")
+        return data

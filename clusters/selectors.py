@@ -1,0 +1,108 @@
+"""Reads of the clusters app: cluster health and the per-GPU allocation picture of nodes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, QuerySet
+
+from clusters.models import Cluster, Node
+from portal.permissions import visible_projects
+from scheduling.models import PodAllocation
+
+
+def cluster_list() -> QuerySet[Cluster]:
+    return Cluster.objects.annotate(
+        node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__gpus", distinct=True)
+    ).prefetch_related("node_pools")
+
+
+@dataclass(slots=True)
+class GpuUse:
+    """Who holds one GPU: one workload whole, or several workloads by fraction."""
+
+    index: int
+    model: str
+    memory_mib: int
+    whole: dict[str, Any] | None = None
+    shares: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def shared_total(self) -> Decimal:
+        return sum((s["share"] for s in self.shares), Decimal(0))
+
+    @property
+    def free(self) -> bool:
+        return self.whole is None and not self.shares
+
+
+@dataclass(slots=True)
+class NodeRow:
+    node: Node
+    gpus: list[GpuUse]
+
+    @property
+    def used(self) -> int:
+        return sum(1 for g in self.gpus if not g.free)
+
+
+def node_rows(
+    user: Any, *, cluster_id: int | None = None, pool_id: int | None = None
+) -> list[NodeRow]:
+    """Nodes with each GPU's holders. Workloads of projects the user may not see are shown
+    as "another project", so that the picture of free and used GPUs stays complete."""
+    nodes = Node.objects.select_related("cluster", "pool").prefetch_related("gpus")
+    if cluster_id:
+        nodes = nodes.filter(cluster_id=cluster_id)
+    if pool_id:
+        nodes = nodes.filter(pool_id=pool_id)
+    nodes = list(nodes)
+    holders = _holders(user, [n.pk for n in nodes])
+    rows = []
+    for node in nodes:
+        gpus = [GpuUse(g.index, g.model, g.memory_mib) for g in node.gpus.all()]
+        by_index = {g.index: g for g in gpus}
+        for allocation, label in holders.get(node.pk, []):
+            _place(by_index, allocation, label)
+        rows.append(NodeRow(node, gpus))
+    return rows
+
+
+def _holders(user: Any, node_ids: list[int]) -> dict[int, list[tuple[PodAllocation, dict]]]:
+    visible = set(visible_projects(user).values_list("pk", flat=True))
+    allocations = PodAllocation.objects.filter(node_id__in=node_ids).select_related(
+        "workload", "workload__project"
+    )
+    out: dict[int, list[tuple[PodAllocation, dict]]] = defaultdict(list)
+    for allocation in allocations:
+        workload = allocation.workload
+        seen = workload.project_id in visible
+        label = {
+            "workload_id": workload.pk if seen else None,
+            "name": f"{workload.project.name}/{workload.name}" if seen else "another project",
+            "pod": allocation.pod_index,
+            "phase": allocation.phase or workload.state,
+        }
+        out[allocation.node_id].append((allocation, label))
+    return out
+
+
+def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) -> None:
+    if allocation.shared_gpu_index is not None:
+        gpu = by_index.get(allocation.shared_gpu_index)
+        if gpu is not None:
+            gpu.shares.append(
+                {
+                    **label,
+                    "share": allocation.gpu_share or Decimal(0),
+                    "memory_mib": allocation.gpu_memory_mib,
+                }
+            )
+        return
+    for index in allocation.gpu_indices or []:
+        gpu = by_index.get(int(index))
+        if gpu is not None:
+            gpu.whole = label

@@ -1,0 +1,148 @@
+"""Writes of the clusters app: registering and changing clusters, testing connections.
+
+Each admin change writes an audit row in its transaction; kubeconfigs are encrypted before
+they touch the database and never appear in the audit log or on a page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from django.db import transaction
+
+from clusters.backends import BackendError, get_backend
+from clusters.backends.simulated import description_parse
+from clusters.crypto import KubeconfigKeyMissing, kubeconfig_encrypt
+from clusters.models import Backend, Cluster
+from clusters.reconcile import cluster_mark_contacted, cluster_mark_unreachable
+from clusters.tasks import sync_inventory
+from portal.audit import audit_log, snapshot
+from portal.errors import ValidationFailed
+from portal.models import k8s_name_validator
+
+AUDITED = ["name", "backend", "node_pool_label", "topology_labels", "config", "enabled"]
+
+
+def _kubeconfig_token(text: str) -> str:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationFailed({"kubeconfig": [f"Not valid YAML: {exc}"]}) from None
+    if not isinstance(data, dict) or not data.get("clusters") or not data.get("contexts"):
+        raise ValidationFailed(
+            {"kubeconfig": ["Not a kubeconfig: it needs clusters and contexts."]}
+        )
+    try:
+        return kubeconfig_encrypt(text)
+    except KubeconfigKeyMissing as exc:
+        raise ValidationFailed({"kubeconfig": [str(exc)]}) from None
+
+
+def _config_for(backend: str, description: str, current: dict[str, Any]) -> dict[str, Any]:
+    if backend == Backend.SIMULATED:
+        if not description.strip() and current:
+            return current
+        return description_parse(description)
+    if description.strip():
+        raise ValidationFailed({"description": ["Only simulated clusters take a description."]})
+    return current
+
+
+def _check_name(name: str, cluster: Cluster | None) -> None:
+    try:
+        k8s_name_validator(name)
+    except Exception as exc:  # Django's ValidationError: its messages are for people
+        raise ValidationFailed({"name": list(getattr(exc, "messages", [str(exc)]))}) from None
+    taken = Cluster.objects.filter(name=name).exclude(pk=getattr(cluster, "pk", None)).exists()
+    if taken:
+        raise ValidationFailed({"name": [f"A cluster named {name} exists already."]})
+
+
+def cluster_register(
+    *,
+    actor: Any,
+    name: str,
+    backend: str,
+    kubeconfig: str = "",
+    node_pool_label: str = "gpupool.io/node-pool",
+    topology_labels: list[str] | None = None,
+    description: str = "",
+) -> Cluster:
+    """Register a cluster and sync its inventory once the row is committed."""
+    _check_name(name, None)
+    if backend not in Backend.values:
+        raise ValidationFailed({"backend": [f"Unknown backend {backend!r}."]})
+    token = ""
+    if backend == Backend.KUBERNETES:
+        if not kubeconfig.strip():
+            raise ValidationFailed({"kubeconfig": ["A Kubernetes cluster needs a kubeconfig."]})
+        token = _kubeconfig_token(kubeconfig)
+    config = _config_for(backend, description, {})
+    with transaction.atomic():
+        cluster = Cluster.objects.create(
+            name=name,
+            backend=backend,
+            kubeconfig_encrypted=token,
+            node_pool_label=node_pool_label or "gpupool.io/node-pool",
+            topology_labels=list(topology_labels or []),
+            config=config,
+        )
+        audit_log(
+            actor=actor, action="cluster_register", obj=cluster, after=snapshot(cluster, AUDITED)
+        )
+        transaction.on_commit(lambda: _sync_soon(cluster.pk))
+    return cluster
+
+
+def cluster_update(
+    *,
+    actor: Any,
+    cluster: Cluster,
+    name: str,
+    kubeconfig: str = "",
+    node_pool_label: str,
+    topology_labels: list[str],
+    description: str = "",
+    enabled: bool = True,
+) -> Cluster:
+    """Change a cluster; an empty kubeconfig or description keeps the stored one."""
+    _check_name(name, cluster)
+    before = snapshot(cluster, AUDITED)
+    changes: dict[str, Any] = {
+        "name": name,
+        "node_pool_label": node_pool_label or "gpupool.io/node-pool",
+        "topology_labels": list(topology_labels),
+        "config": _config_for(cluster.backend, description, cluster.config),
+        "enabled": enabled,
+    }
+    if cluster.backend == Backend.KUBERNETES and kubeconfig.strip():
+        changes["kubeconfig_encrypted"] = _kubeconfig_token(kubeconfig)
+    with transaction.atomic():
+        for field, value in changes.items():
+            setattr(cluster, field, value)
+        cluster.save()
+        after = snapshot(cluster, AUDITED)
+        if "kubeconfig_encrypted" in changes:
+            after["kubeconfig"] = "replaced"  # that it changed, never what it is
+        audit_log(actor=actor, action="cluster_update", obj=cluster, before=before, after=after)
+        transaction.on_commit(lambda: _sync_soon(cluster.pk))
+    return cluster
+
+
+def cluster_test_connection(*, actor: Any, cluster: Cluster) -> tuple[bool, str]:
+    """Ask the cluster for its version and nodes; records the outcome as the cluster's health."""
+    try:
+        message = get_backend(cluster).test_connection()
+    except (BackendError, KubeconfigKeyMissing) as exc:
+        cluster_mark_unreachable(cluster, str(exc))
+        return False, str(exc)
+    except Exception as exc:  # a broken kubeconfig fails inside the client in many ways
+        cluster_mark_unreachable(cluster, f"{type(exc).__name__}: {exc}")
+        return False, f"{type(exc).__name__}: {exc}"
+    cluster_mark_contacted(cluster)
+    return True, message
+
+
+def _sync_soon(cluster_id: int) -> None:
+    sync_inventory.delay(cluster_id)

@@ -1,0 +1,182 @@
+"""Cluster pages for each persona, registration with its audit rows, and the nodes page."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.fernet import Fernet
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from clusters.models import Backend, Cluster, Node
+from portal.models import AuditLog
+from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
+from tests.conftest import PERSONAS
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]
+users: [{name: u, user: {token: s3cret-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+SIMULATED = "groups: [{prefix: sim, count: 2, gpus: 4, labels: {gpupool.io/node-pool: a100}}]"
+ADMIN_PAGES = ["/clusters/", "/clusters/new/"]
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_cluster_pages_are_for_platform_admins_only(org, client_as, persona):
+    cluster = make_cluster("sim", Backend.SIMULATED)
+    client = client_as(getattr(org, persona))
+    expected = 200 if persona == "platform_admin" else 403
+    for url in [*ADMIN_PAGES, f"/clusters/{cluster.pk}/edit/"]:
+        assert client.get(url).status_code == expected, url
+    for url in (f"/clusters/{cluster.pk}/test/", f"/clusters/{cluster.pk}/sync/"):
+        assert client.post(url).status_code == (302 if expected == 200 else 403)
+
+
+def test_anonymous_visitors_are_sent_to_log_in(client):
+    for url in [*ADMIN_PAGES, "/clusters/nodes/"]:
+        response = client.get(url)
+        assert response.status_code == 302 and "/login" in response["Location"]
+
+
+def test_registering_a_simulated_cluster_syncs_its_nodes_and_audits_it(
+    org, client_as, django_capture_on_commit_callbacks
+):
+    client = client_as(org.platform_admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/clusters/new/",
+            {
+                "name": "sim",
+                "backend": "simulated",
+                "node_pool_label": "gpupool.io/node-pool",
+                "topology_labels": "gpupool.io/rack",
+                "description": SIMULATED,
+            },
+        )
+    assert response.status_code == 302
+    cluster = Cluster.objects.get(name="sim")
+    assert cluster.topology_labels == ["gpupool.io/rack"]
+    assert sorted(Node.objects.filter(cluster=cluster).values_list("name", flat=True)) == [
+        "sim-0",
+        "sim-1",
+    ]
+    audit = AuditLog.objects.get(action="cluster_register")
+    assert audit.actor == org.platform_admin and audit.after["backend"] == "simulated"
+    page = client.get("/clusters/").content.decode()
+    assert "sim" in page and "reachable" in page
+
+
+def test_a_bad_description_is_shown_on_its_field(org, client_as):
+    client = client_as(org.platform_admin)
+    response = client.post(
+        "/clusters/new/",
+        {
+            "name": "sim",
+            "backend": "simulated",
+            "description": "groups: []",
+            "node_pool_label": "x",
+        },
+    )
+    assert response.status_code == 200
+    assert response.context["form"].errors["description"] == ["Describe at least one node."]
+    assert not Cluster.objects.exists()
+
+
+def test_kubernetes_registration_is_refused_without_the_encryption_key(org, client_as, settings):
+    settings.GPUPOOL_KUBECONFIG_KEY = ""
+    client = client_as(org.platform_admin)
+    upload = SimpleUploadedFile("config", KUBECONFIG.encode())
+    response = client.post(
+        "/clusters/new/",
+        {
+            "name": "prod",
+            "backend": "kubernetes",
+            "kubeconfig": upload,
+            "node_pool_label": "gpupool.io/node-pool",
+        },
+    )
+    assert response.status_code == 200
+    assert "GPUPOOL_KUBECONFIG_KEY is not set" in response.context["form"].errors["kubeconfig"][0]
+    assert not Cluster.objects.exists()
+
+
+def test_a_kubeconfig_is_stored_encrypted_and_never_shown_or_audited(
+    org, client_as, settings, django_capture_on_commit_callbacks
+):
+    settings.GPUPOOL_KUBECONFIG_KEY = Fernet.generate_key().decode()
+    client = client_as(org.platform_admin)
+    upload = SimpleUploadedFile("config", KUBECONFIG.encode())
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/clusters/new/",
+            {
+                "name": "prod",
+                "backend": "kubernetes",
+                "kubeconfig": upload,
+                "node_pool_label": "gpupool.io/node-pool",
+            },
+        )
+    assert response.status_code == 302
+    cluster = Cluster.objects.get(name="prod")
+    assert "s3cret-token" not in cluster.kubeconfig_encrypted
+    edit = client.get(f"/clusters/{cluster.pk}/edit/").content.decode()
+    assert "s3cret-token" not in edit and "A kubeconfig is stored" in edit
+    assert "s3cret" not in str(list(AuditLog.objects.values("before", "after")))
+    # The sync after registration could not reach 10.0.0.1: the cluster says so.
+    cluster.refresh_from_db()
+    assert cluster.reachable is False and cluster.last_error
+
+
+def test_editing_a_cluster_keeps_its_kubeconfig_and_audits_before_and_after(org, client_as):
+    cluster = make_cluster("loc", Backend.LOCAL)
+    client = client_as(org.platform_admin)
+    response = client.post(
+        f"/clusters/{cluster.pk}/edit/",
+        {"name": "loc", "node_pool_label": "pool", "topology_labels": "zone", "enabled": ""},
+    )
+    assert response.status_code == 302
+    cluster.refresh_from_db()
+    assert (cluster.node_pool_label, cluster.topology_labels, cluster.enabled) == (
+        "pool",
+        ["zone"],
+        False,
+    )
+    audit = AuditLog.objects.get(action="cluster_update")
+    assert audit.before["enabled"] is True and audit.after["enabled"] is False
+
+
+def test_test_connection_reports_success_and_failure(org, client_as, settings):
+    client = client_as(org.platform_admin)
+    local = make_cluster("loc", Backend.LOCAL)
+    response = client.post(f"/clusters/{local.pk}/test/", follow=True)
+    assert "Local machine" in response.content.decode()
+    settings.GPUPOOL_KUBECONFIG_KEY = Fernet.generate_key().decode()
+    broken = make_cluster("k", Backend.KUBERNETES, kubeconfig_encrypted="not-a-token")
+    response = client.post(f"/clusters/{broken.pk}/test/", follow=True)
+    assert "cannot be reached" in response.content.decode()
+    broken.refresh_from_db()
+    assert broken.reachable is False
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_the_nodes_page_shows_gpu_holders_and_hides_names_of_unseen_projects(
+    org, client_as, persona
+):
+    cluster = make_cluster("sim", Backend.SIMULATED)
+    node = make_node(cluster, "n1", gpus=4, pool=org.pool)
+    whole = make_workload(org.project_a, org.researcher, "whole-job")
+    half = make_workload(org.project_b, org.outsider, "half-job")
+    admit(whole, node, pods=[{"gpu_indices": [0, 1]}])
+    admit(half, node, pods=[{"shared_gpu_index": 2, "gpu_share": 0.5}])
+    page = client_as(getattr(org, persona)).get(f"/clusters/nodes/?cluster={cluster.pk}")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "3 of 4 GPUs in use" in text
+    sees_a = persona in ("platform_admin", "dept_admin", "researcher")
+    sees_b = persona in ("platform_admin", "outsider")
+    assert ("ml-vision/whole-job" in text) is sees_a
+    assert ("nlp/half-job" in text) is sees_b
+    assert "another project" in text or (sees_a and sees_b)
+    assert "\u00d70.5" in text  # the multiplication sign
