@@ -144,7 +144,14 @@ def user_invite(
     )
     user.set_unusable_password()
     user.save()
-    audit_log(actor=actor, action="user.invite", obj=user, after=snapshot(user, USER_FIELDS))
+    scope = _scope_department(project, department) if project or department else None
+    audit_log(
+        actor=actor,
+        action="user.invite",
+        obj=user,
+        after=snapshot(user, USER_FIELDS),
+        department=scope,  # so the department's admins find their invitations in the log
+    )
     if project or department:
         membership_add(actor=actor, user=user, role=role, project=project, department=department)
     inviter = actor.get_full_name() or actor.username

@@ -163,3 +163,18 @@ def test_a_deactivated_user_gets_no_reset_link(client, org):
     org.researcher.save()
     client.post("/accounts/password-reset/", {"email": "rita@example.com"})
     assert mail.outbox == []
+
+
+def test_the_audit_log_shows_what_changed_from_before_to_after(client_as, org):
+    table = {org.pool: {"gpus": 3, "gpus_limit": 5}}
+    services.quota_set(actor=org.dept_admin, owner=org.project_a, table=table)
+    page = client_as(org.dept_admin).get("/audit/").content.decode()
+    assert "<code>a100.gpus</code>: 4 → 3" in page
+    assert "<code>a100.gpus_limit</code>: — → 5" in page
+    assert "<code>a100.cpu</code>" not in page
+
+
+def test_a_department_admin_finds_their_invitations_in_the_audit_log(client_as, org):
+    services.user_invite(actor=org.dept_admin, email="nia@example.com", project=org.project_a)
+    page = client_as(org.dept_admin).get("/audit/?action=user.invite").content.decode()
+    assert "nia" in page
