@@ -10,7 +10,7 @@ from django.utils import timezone
 from clusters.backends import NodeInfo, PodPhase
 from clusters.backends.simulated import SimulatedBackend, description_parse
 from clusters.inventory import inventory_store, inventory_sync
-from clusters.models import Backend, Gpu, Node, NodePool, SimulatedPod
+from clusters.models import Backend, Cluster, Gpu, Node, NodePool, SimulatedPod
 from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
 from scheduling.lifecycle import workload_transition
@@ -180,3 +180,26 @@ def test_simulated_gpus_report_synthetic_utilization_through_the_metrics_path(si
     total = GpuSample.objects.count()
     cluster_reconcile(sim)  # within the sample interval: no second batch
     assert GpuSample.objects.count() == total == 34
+
+
+def test_the_demo_seed_makes_a_simulated_and_a_local_cluster_and_is_idempotent(pool):
+    from io import StringIO
+
+    from clusters import demo
+
+    out = StringIO()
+    demo.seed(out)
+    demo.seed(out)
+    assert sorted(Cluster.objects.values_list("name", "backend")) == [
+        ("local", "local"),
+        ("sim", "simulated"),
+    ]
+    sim_nodes = Node.objects.filter(cluster__name="sim")
+    assert sim_nodes.count() == 4 and Gpu.objects.filter(node__in=sim_nodes).count() == 32
+    assert {tuple(n.topology.items()) for n in sim_nodes} == {
+        (("rack", "rack-1"),),
+        (("rack", "rack-2"),),
+    }
+    assert set(sim_nodes.values_list("pool__name", flat=True)) == {"a100"}
+    assert Node.objects.filter(cluster__name="local", pool__name="local").count() == 1
+    assert "Cluster sim (simulated): 4 nodes, 32 GPUs." in out.getvalue()

@@ -1,0 +1,62 @@
+"""Demo clusters: a simulated one (4 nodes x 8 A100 in pool a100, two racks) and this machine.
+
+Idempotent: clusters are fetched by name, and inventory sync matches nodes by name.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from clusters.backends import BackendError
+from clusters.inventory import inventory_sync
+from clusters.models import Backend, Cluster
+
+POOL_LABEL = "gpupool.io/node-pool"
+RACK_LABEL = "gpupool.io/rack"
+SIMULATED = {
+    "groups": [
+        {
+            "prefix": "dgx",
+            "count": 4,
+            "gpus": 8,
+            "gpu_model": "NVIDIA A100-SXM4-80GB",
+            "gpu_memory_mib": 81920,
+            "cpu_cores": 128,
+            "memory_mib": 1024 * 1024,
+            "labels": {POOL_LABEL: "a100"},
+            "spread": {RACK_LABEL: ["rack-1", "rack-2"]},
+        }
+    ],
+    "stop_delay_s": 2,
+    "sample_interval_s": 10,
+}
+
+
+def seed(stdout: TextIO) -> None:
+    simulated, _ = Cluster.objects.get_or_create(
+        name="sim",
+        defaults={
+            "backend": Backend.SIMULATED,
+            "node_pool_label": POOL_LABEL,
+            "topology_labels": [RACK_LABEL],
+            "config": SIMULATED,
+        },
+    )
+    local, _ = Cluster.objects.get_or_create(
+        name="local",
+        defaults={
+            "backend": Backend.LOCAL,
+            "node_pool_label": POOL_LABEL,
+            "config": {"pool": "local", "grace_period_s": 10},
+        },
+    )
+    for cluster in (simulated, local):
+        try:
+            result = inventory_sync(cluster)
+        except BackendError as exc:
+            stdout.write(f"Cluster {cluster.name}: inventory failed: {exc}\n")
+            continue
+        stdout.write(
+            f"Cluster {cluster.name} ({cluster.backend}): {result.nodes} nodes, "
+            f"{result.gpus} GPUs.\n"
+        )
