@@ -1,3 +1,14 @@
-from django.urls import path  # noqa: F401
+"""The clusters app's REST endpoints, under /api/v1/."""
 
-urlpatterns: list = []
+from __future__ import annotations
+
+from django.urls import path
+
+from clusters import api
+
+urlpatterns = [
+    path("clusters/", api.ClusterListView.as_view(), name="api-clusters"),
+    path("clusters/<int:pk>/", api.ClusterDetailView.as_view(), name="api-cluster"),
+    path("clusters/<int:pk>/test/", api.ClusterTestView.as_view(), name="api-cluster-test"),
+    path("nodes/", api.NodeListView.as_view(), name="api-nodes"),
+]

@@ -1,0 +1,99 @@
+"""REST endpoints of the clusters app: clusters and their health (platform admins), nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clusters import selectors, services
+from clusters.models import Backend, Cluster
+from portal.api import call, valid
+from portal.permissions import is_platform_admin
+
+
+class ClusterSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(max_length=63)
+    backend = serializers.ChoiceField(choices=Backend.choices)
+    kubeconfig = serializers.CharField(write_only=True, required=False, allow_blank=True)
+    node_pool_label = serializers.CharField(max_length=253, default="gpupool.io/node-pool")
+    topology_labels = serializers.ListField(child=serializers.CharField(), default=list)
+    description = serializers.CharField(write_only=True, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(read_only=True)
+    reachable = serializers.BooleanField(read_only=True)
+    last_contact_at = serializers.DateTimeField(read_only=True)
+    last_error = serializers.CharField(read_only=True)
+
+
+def _platform_admin(request: Request) -> None:
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform administrators manage clusters.")
+
+
+class ClusterListView(APIView):
+    def get(self, request: Request) -> Response:
+        _platform_admin(request)
+        return Response(ClusterSerializer(Cluster.objects.all(), many=True).data)
+
+    def post(self, request: Request) -> Response:
+        _platform_admin(request)
+        data = valid(ClusterSerializer, request.data)
+        cluster = call(services.cluster_register, actor=request.user, **data)
+        return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
+
+
+class ClusterDetailView(APIView):
+    def get(self, request: Request, pk: int) -> Response:
+        _platform_admin(request)
+        return Response(ClusterSerializer(get_object_or_404(Cluster, pk=pk)).data)
+
+
+class ClusterTestView(APIView):
+    def post(self, request: Request, pk: int) -> Response:
+        _platform_admin(request)
+        cluster = get_object_or_404(Cluster, pk=pk)
+        ok, message = services.cluster_test_connection(actor=request.user, cluster=cluster)
+        return Response({"ok": ok, "message": message})
+
+
+def _gpu(gpu: selectors.GpuUse) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "model": gpu.model,
+        "memory_mib": gpu.memory_mib,
+        "whole": gpu.whole,
+        "shares": [{**s, "share": str(s["share"])} for s in gpu.shares],
+    }
+
+
+class NodeListView(APIView):
+    """Every node with its GPUs and their holders; unseen projects' workloads are masked."""
+
+    def get(self, request: Request) -> Response:
+        cluster = request.query_params.get("cluster")
+        pool = request.query_params.get("pool")
+        rows = selectors.node_rows(
+            request.user,
+            cluster_id=int(cluster) if cluster and cluster.isdigit() else None,
+            pool_id=int(pool) if pool and pool.isdigit() else None,
+        )
+        return Response(
+            [
+                {
+                    "id": row.node.pk,
+                    "name": row.node.name,
+                    "cluster": row.node.cluster.name,
+                    "pool": row.node.pool.name if row.node.pool else None,
+                    "topology": row.node.topology,
+                    "schedulable": row.node.schedulable,
+                    "gpus": [_gpu(g) for g in row.gpus],
+                }
+                for row in rows
+            ]
+        )

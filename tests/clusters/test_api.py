@@ -1,0 +1,67 @@
+"""The clusters REST API for each persona."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.models import Backend, Cluster
+from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
+from tests.conftest import PERSONAS
+
+SIMULATED = "nodes: [{name: n0, gpus: 2, labels: {gpupool.io/node-pool: a100}}]"
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_platform_admins_list_and_register_clusters(org, client_as, persona):
+    make_cluster("loc", Backend.LOCAL)
+    client = client_as(getattr(org, persona))
+    listed = client.get("/api/v1/clusters/")
+    created = client.post(
+        "/api/v1/clusters/",
+        {"name": "sim", "backend": "simulated", "description": SIMULATED},
+        content_type="application/json",
+    )
+    if persona == "platform_admin":
+        assert listed.status_code == 200 and listed.json()[0]["name"] == "loc"
+        assert "kubeconfig" not in listed.json()[0]
+        assert created.status_code == 201 and created.json()["backend"] == "simulated"
+    else:
+        assert (listed.status_code, created.status_code) == (403, 403)
+        assert not Cluster.objects.filter(name="sim").exists()
+
+
+def test_refused_input_is_a_400_on_the_field(org, client_as):
+    response = client_as(org.platform_admin).post(
+        "/api/v1/clusters/",
+        {"name": "k", "backend": "kubernetes"},
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert response.json() == {"kubeconfig": ["A Kubernetes cluster needs a kubeconfig."]}
+
+
+def test_test_connection_answers_ok_and_a_message(org, client_as):
+    cluster = make_cluster("loc", Backend.LOCAL)
+    response = client_as(org.platform_admin).post(f"/api/v1/clusters/{cluster.pk}/test/")
+    assert response.status_code == 200
+    assert response.json()["ok"] is True and "Local machine" in response.json()["message"]
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_nodes_list_gpu_holders_masking_projects_the_caller_cannot_see(org, client_as, persona):
+    cluster = make_cluster("sim", Backend.SIMULATED)
+    node = make_node(cluster, "n1", gpus=2, pool=org.pool)
+    admit(make_workload(org.project_a, org.researcher, "job"), node, pods=[{"gpu_indices": [1]}])
+    response = client_as(getattr(org, persona)).get(f"/api/v1/nodes/?cluster={cluster.pk}")
+    assert response.status_code == 200
+    [row] = response.json()
+    assert (row["name"], row["pool"], row["gpus"][0]["whole"]) == ("n1", "a100", None)
+    holder = row["gpus"][1]["whole"]
+    if persona == "outsider":
+        assert holder["name"] == "another project" and holder["workload_id"] is None
+    else:
+        assert holder["name"] == "ml-vision/job"
+
+
+def test_anonymous_callers_are_refused(client):
+    assert client.get("/api/v1/nodes/").status_code in (401, 403)
