@@ -1,7 +1,7 @@
 """A separate process for the two-cycles-at-once test on a file SQLite database.
 
     python -m tests.scheduling.cycle_worker setup          # migrate, 8 GPUs, 8 one-GPU jobs
-    python -m tests.scheduling.cycle_worker run START_AT    # run one slow cycle at START_AT
+    python -m tests.scheduling.cycle_worker run DIR N       # N processes start one slow cycle
     python -m tests.scheduling.cycle_worker check           # print what was handed out
 
 GPUPOOL_VAR_DIR points every process at the same database file; each prints one JSON line.
@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -38,7 +39,7 @@ def setup() -> dict:
     return {"ok": True}
 
 
-def run(start_at: float) -> dict:
+def run(barrier: str, parties: int) -> dict:
     import scheduling.cycle
 
     real = scheduling.cycle.schedule
@@ -48,16 +49,31 @@ def run(start_at: float) -> dict:
         return real(*args, **kwargs)
 
     scheduling.cycle.schedule = slow
-    time.sleep(max(0.0, start_at - time.time()))
+    _barrier(Path(barrier), parties)
     result = scheduling.cycle.cycle_run()
     return {"ran": result is not None, "admitted": result.admitted if result else 0}
+
+
+def _barrier(folder: Path, parties: int, timeout: float = 60.0) -> None:
+    """Start together: each process, once loaded, marks itself and waits for the others."""
+    folder.mkdir(exist_ok=True)
+    (folder / str(os.getpid())).touch()
+    deadline = time.monotonic() + timeout
+    while len(list(folder.iterdir())) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other cycle process never started")
+        time.sleep(0.005)
 
 
 def check() -> dict:
     from scheduling.models import CycleRun, PodAllocation
 
     devices = [[a.node_id, int(i)] for a in PodAllocation.objects.all() for i in a.gpu_indices]
-    return {"devices": devices, "cycles": CycleRun.objects.count()}
+    cycles = [
+        [run.started_at.timestamp(), run.started_at.timestamp() + run.duration_ms / 1000]
+        for run in CycleRun.objects.order_by("started_at")
+    ]
+    return {"devices": devices, "cycles": cycles}
 
 
 def main() -> None:
@@ -75,7 +91,7 @@ def main() -> None:
     if command == "setup":
         out = setup()
     elif command == "run":
-        out = run(float(sys.argv[2]))
+        out = run(sys.argv[2], int(sys.argv[3]))
     else:
         out = check()
     print(json.dumps(out))
