@@ -6,6 +6,7 @@ Statement, so everything they try can be undone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from scheduling.engine.fairshare import EPS, Key
@@ -47,8 +48,6 @@ class Context:
     shape_ids: dict[ShapeKey, int] = field(default_factory=dict)
     needs: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
-    memo: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    memo_version: int = -1
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     parents: set[str] = field(default_factory=set)
@@ -133,22 +132,6 @@ class Context:
     def fair_share(self, queue_id: str, pool: str) -> float:
         return self.fair.get((queue_id, pool, Resource.GPU), 0.0)
 
-    def version_memo(self, name: str, pool: str) -> dict[str, float]:
-        """A scratch dict for figures derived from allocations, emptied when they change."""
-        if self.memo_version != self.ledger.version:
-            self.memo.clear()
-            self.memo_version = self.ledger.version
-        return self.memo.setdefault((name, pool), {})
-
-    def over_share(self, queue_id: str, pool: str) -> float:
-        """GPUs the queue holds above its fair share in the pool (0 when at or below)."""
-        memo = self.version_memo("over_share", pool)
-        found = memo.get(queue_id)
-        if found is None:
-            excess = self.ledger.get(queue_id, pool) - self.fair.get((queue_id, pool, GPU), 0.0)
-            found = memo[queue_id] = excess if excess > EPS else 0.0
-        return found
-
     def totals(self, queue_id: str) -> tuple[float, float]:
         """Fair share and deserved quota of GPUs summed over pools (fixed for the cycle)."""
         found = self.total_memo.get(queue_id)
@@ -162,15 +145,17 @@ class Context:
         return queue_id not in self.parents
 
     def donors(self, pool: str) -> dict[str, float]:
-        """Queues holding more than their fair share of GPUs in the pool, with the excess."""
+        """Queues holding more than their fair share of GPUs in the pool, each with what it
+        may give up: down to its fair share rounded down to whole GPUs (see reclaim)."""
         version, found = self.donor_memo.get(pool, (-1, {}))
         if version != self.ledger.version:
             alloc, fair = self.ledger.alloc, self.fair
             found = {}
             for qid in self.queue_ids:
-                excess = alloc.get((qid, pool, GPU), 0.0) - fair.get((qid, pool, GPU), 0.0)
-                if excess > EPS:
-                    found[qid] = excess
+                held = alloc.get((qid, pool, GPU), 0.0)
+                share = fair.get((qid, pool, GPU), 0.0)
+                if held > share + EPS:
+                    found[qid] = held - math.floor(share + EPS)
             self.donor_memo[pool] = (self.ledger.version, found)
         return found
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
+
 from scheduling.engine.types import (
     EvictionReason,
     PodPlacement,
     PodRequest,
+    Resource,
     SchedulerConfig,
     Workload,
 )
@@ -227,3 +230,21 @@ def test_a_gang_short_of_its_minimum_within_the_grace_period_is_left_alone() -> 
         nodes(1, gpus=4), [dept(), project("p1", deserved=4)], [_gang(degraded_since=NOW - 100)]
     )
     assert run(snap, SchedulerConfig(stale_gang_grace_s=300), now=NOW).evictions == ()
+
+
+def test_reclaim_reaches_the_deserved_quota_when_fair_shares_are_not_whole_gpus() -> None:
+    # 5 GPUs, deserved 2 / 1 / 1: the spare GPU splits into thirds, so p2 and p3 have fair
+    # shares of 1.33 while holding 2 each. p1 still gets its 2 deserved GPUs.
+    queues = [
+        project("p1", None, deserved=2),
+        project("p2", None, deserved=1),
+        project("p3", None, deserved=1),
+    ]
+    held = [running(job(f"p2-{i}", "p2"), "n0", [i]) for i in range(2)]
+    held += [running(job(f"p3-{i}", "p3"), "n0", [2 + i]) for i in range(2)]
+    held += [running(job("p1-0", "p1"), "n0", [4])]
+    more = [job(f"{q}-w{i}", q, t=i) for q in ("p1", "p2", "p3") for i in range(3)]
+    result = run(snapshot(nodes(1, gpus=5), queues, [*held, *more]), now=NOW)
+    assert result.fair_shares[("p2", "a", Resource.GPU)] == pytest.approx(4 / 3)
+    assert len(result.evictions) == 1
+    assert list(placed(result)) == ["p1-w0"]

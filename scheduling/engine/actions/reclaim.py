@@ -1,14 +1,17 @@
 """Reclaim: a queue below its deserved quota takes GPUs back from queues above theirs.
 
-Why this never flip-flops: a queue reclaims only while its allocation after admission
-stays within its own fair share (and its deserved quota), and a victim is taken only
-while its queue stays at or above its fair share after the eviction. So after a
-reclaim the reclaimer holds at most its fair share and cannot be a victim (victims sit
-above theirs), and the victim holds at least its fair share, so it cannot reclaim
-(a reclaimer must end at or below its share with a positive request, starting below
-it). Fair shares depend only on quotas and demand, not on who holds the GPUs, so the
-next cycle sees the same shares and the pair stays put. The same holds level by
-level: for queues in different departments the departments are compared too.
+The rules: a queue reclaims only while its allocation after admission stays within its
+deserved quota and its fair share; a victim's queue must hold more than its fair share,
+and keeps at least that share rounded down to whole GPUs. (Shares are rarely whole
+numbers while pods hold whole GPUs: insisting on the exact share would leave, say, a
+queue deserving 2 of 5 GPUs stuck at 1 while two others sit at 2 with shares of 1.33.)
+Queues in different departments compare their departments the same way.
+
+Why this never flip-flops: after a reclaim the reclaimer holds at most its fair share,
+so it is never a victim later (victims hold more than theirs). The victim may reclaim
+in turn only from queues above their share, which the former reclaimer is not. Every
+reclaim lowers what queues hold above their fair shares, and fair shares depend only on
+quotas and demand, not on who holds the GPUs, so reclaims die out instead of cycling.
 """
 
 from __future__ import annotations
@@ -141,5 +144,5 @@ class ReclaimRule(Rule):
 
     def victim_ok(self, victim: Victim) -> bool:
         freed = victim.gpus.get(self.pool, 0.0) - EPS
-        donors = self.ctx.donors(self.pool)
+        donors = self.ctx.donors(self.pool)  # what each may give up, down to its floor
         return all(donors.get(qid, 0.0) >= freed for qid in self._their_side(victim.wl.queue_id))
