@@ -1,0 +1,82 @@
+"""Celery entry points: ids in, single flight per cluster, unreachable clusters marked."""
+
+from __future__ import annotations
+
+from django.core.cache import cache
+
+from clusters import tasks
+from clusters.backends.simulated import description_parse
+from clusters.models import Backend, Node, SimulatedPod
+from tests.clusters.conftest import admit, make_cluster, make_workload
+
+DESCRIPTION = "nodes: [{name: n0, gpus: 4, labels: {gpupool.io/node-pool: a100}}]"
+
+
+def sim(name: str, **extra):
+    return make_cluster(name, Backend.SIMULATED, config=description_parse(DESCRIPTION), **extra)
+
+
+def test_sync_inventory_and_reconcile_cluster_take_ids(org):
+    cluster = sim("one")
+    assert tasks.sync_inventory(cluster.pk) == {"nodes": 1, "gpus": 4, "vanished": 0}
+    workload = make_workload(org.project_a, org.researcher, "job")
+    admit(workload, Node.objects.get(cluster=cluster), pods=[{"gpu_indices": [0]}])
+    assert tasks.reconcile_cluster(cluster.pk) == {"created": 1, "deleted": 0, "errors": []}
+    assert tasks.reconcile_cluster(cluster.pk) == {"created": 0, "deleted": 0, "errors": []}
+
+
+def test_a_reconcile_already_running_for_the_cluster_is_not_started_twice(org):
+    cluster = sim("one")
+    tasks.sync_inventory(cluster.pk)
+    admit(make_workload(org.project_a, org.researcher, "job"), Node.objects.get())
+    cache.add(f"gpupool:reconcile:{cluster.pk}", "1", 60)  # another worker holds it
+    assert tasks.reconcile_cluster(cluster.pk) is None
+    assert SimulatedPod.objects.count() == 0
+    cache.delete(f"gpupool:reconcile:{cluster.pk}")
+    tasks.reconcile_cluster(cluster.pk)
+    assert SimulatedPod.objects.count() == 1
+
+
+def test_disabled_and_missing_clusters_are_skipped(db):
+    cluster = sim("off", enabled=False)
+    assert tasks.reconcile_cluster(cluster.pk) is None
+    assert tasks.sync_inventory(cluster.pk) is None
+    assert tasks.reconcile_cluster(99999) is None
+
+
+def test_reconcile_all_reconciles_each_cluster_and_leaves_the_others_pods_alone(
+    org, django_capture_on_commit_callbacks
+):
+    first, second = sim("first"), sim("second")
+    for cluster in (first, second):
+        tasks.sync_inventory(cluster.pk)
+    on_first = make_workload(org.project_a, org.researcher, "a")
+    on_second = make_workload(org.project_a, org.researcher, "b")
+    admit(on_first, Node.objects.get(cluster=first), pods=[{"gpu_indices": [0]}])
+    admit(on_second, Node.objects.get(cluster=second), pods=[{"gpu_indices": [0]}])
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.reconcile_all()
+    pods = sorted(SimulatedPod.objects.values_list("cluster__name", "workload_id"))
+    assert pods == [("first", on_first.pk), ("second", on_second.pk)]
+
+
+def test_an_unreachable_cluster_is_marked_by_inventory_sync(db, settings):
+    from cryptography.fernet import Fernet
+
+    from clusters.crypto import kubeconfig_encrypt
+
+    settings.GPUPOOL_KUBECONFIG_KEY = Fernet.generate_key().decode()
+    config = (
+        "apiVersion: v1\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    cluster = make_cluster(
+        "gone",
+        Backend.KUBERNETES,
+        kubeconfig_encrypted=kubeconfig_encrypt(config),
+        config={"retries": 2, "backoff_s": 0.01, "timeout_s": 0.5, "connect_timeout_s": 0.5},
+    )
+    assert tasks.sync_inventory(cluster.pk) is None
+    cluster.refresh_from_db()
+    assert cluster.reachable is False and "gone" in cluster.last_error
