@@ -28,10 +28,13 @@ def start(name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
 
 
 def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    # SIGTERM to each main process only: Celery's worker stops its own pool children
+    # (signalling the whole group makes them log spurious errors). Celery needs several
+    # seconds to stop on a busy machine, so allow 30 before killing what is left.
     for proc in procs.values():
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
     for name, proc in procs.items():
         try:
             proc.wait(max(0.1, deadline - time.monotonic()))
