@@ -135,7 +135,8 @@ class ClusterState:
             self.by_id[node.id] = state
 
     def _load_running(self, workloads: tuple[Workload, ...]) -> None:
-        for wl in workloads:
+        # By id, so that sums of shares come out bit-identical whatever the input order.
+        for wl in sorted(workloads, key=lambda w: w.id):
             if wl.placement is None:
                 continue
             slots = []

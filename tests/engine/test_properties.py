@@ -1,0 +1,253 @@
+"""Invariants over random snapshots (hypothesis).
+
+Each snapshot comes from a random cluster and random queues; its running work is placed
+by the engine itself from a random first batch (so it is a state the engine could have
+reached), then more random work arrives.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import schedule
+from scheduling.engine.apply import apply_result
+from scheduling.engine.state import UNITS
+from scheduling.engine.types import (
+    CycleResult,
+    EvictionReason,
+    Gpu,
+    Node,
+    PodRequest,
+    Queue,
+    Quota,
+    Resource,
+    SchedulerConfig,
+    Snapshot,
+    TopologyConstraint,
+    TopologyMode,
+    Workload,
+)
+
+G = Resource.GPU
+NOW = 10_000.0
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _nodes(rng: random.Random) -> tuple[Node, ...]:
+    found = []
+    for i in range(rng.randint(1, 6)):
+        pool = rng.choice(("a", "b"))
+        gpus = tuple(
+            Gpu(j, rng.choice(("A100", "H100")), 40960) for j in range(rng.choice((1, 2, 4, 8)))
+        )
+        found.append(
+            Node(
+                f"n{i}",
+                pool,
+                gpus,
+                topology={"rack": f"r{i % 3}"},
+                cpu=rng.choice((None, 64.0)),
+                memory_mib=None,
+            )
+        )
+    return tuple(found)
+
+
+def _queues(rng: random.Random, whole_gpus_only: bool) -> tuple[Queue, ...]:
+    queues = []
+    departments = 1 if whole_gpus_only else rng.randint(1, 2)
+    for d in range(departments):
+        dept_id = None if whole_gpus_only else f"d{d}"
+        if dept_id:
+            queues.append(Queue(dept_id, None, {}))
+        for p in range(rng.randint(1, 3)):
+            quotas = {}
+            for pool in ("a", "b"):
+                limit = None if whole_gpus_only or rng.random() < 0.7 else rng.randint(1, 12)
+                allowed = whole_gpus_only or rng.random() < 0.8
+                quotas[(pool, G)] = Quota(rng.randint(0, 4), limit, rng.choice((1.0, 2.0)), allowed)
+            queues.append(Queue(f"q{d}{p}", dept_id, quotas))
+    return tuple(queues)
+
+
+def _pods(rng: random.Random, whole_gpus_only: bool) -> tuple[PodRequest, ...]:
+    if whole_gpus_only:
+        return (PodRequest(gpus=1),)
+    kind = rng.random()
+    if kind < 0.25:
+        return (PodRequest(gpu_fraction=rng.choice((0.25, 0.5, 0.3))),)
+    if kind < 0.35:
+        return (PodRequest(gpu_memory_mib=rng.choice((8192, 20480))),)
+    return (PodRequest(gpus=rng.choice((1, 1, 2, 4)), cpu=rng.choice((0.0, 8.0))),) * rng.choice(
+        (1, 1, 2, 3)
+    )
+
+
+def _workload(rng: random.Random, i: int, queues: list[str], whole_gpus_only: bool) -> Workload:
+    pods = _pods(rng, whole_gpus_only)
+    topology = None
+    if len(pods) > 1 and rng.random() < 0.3:
+        topology = TopologyConstraint("rack", rng.choice(tuple(TopologyMode)))
+    return Workload(
+        id=f"w{i:03d}",
+        queue_id=rng.choice(queues),
+        pods=pods,
+        priority=rng.choice((0, 5, 10)),
+        preemptible=whole_gpus_only or rng.random() < 0.7,
+        submit_time=rng.uniform(0, NOW),
+        pools=() if whole_gpus_only else rng.choice(((), ("a",), ("b", "a"))),
+        gpu_models=() if whole_gpus_only or rng.random() < 0.8 else ("H100",),
+        topology=topology,
+        last_checkpoint_time=rng.choice((None, NOW - 100)),
+    )
+
+
+def random_snapshot(seed: int, whole_gpus_only: bool = False) -> Snapshot:
+    rng = random.Random(seed)
+    nodes = _nodes(rng)
+    if whole_gpus_only:
+        nodes = tuple(replace(n, pool="a", cpu=None) for n in nodes)
+    queues = _queues(rng, whole_gpus_only)
+    leaves = [q.id for q in queues if q.parent_id is not None or whole_gpus_only]
+    first = [_workload(rng, i, leaves, whole_gpus_only) for i in range(rng.randint(0, 15))]
+    seed_snap = Snapshot(("a", "b"), nodes, queues, tuple(first))
+    placed = apply_result(seed_snap, schedule(seed_snap, SchedulerConfig(), NOW - 600), NOW - 600)
+    running = [w for w in placed.workloads if w.placement is not None]
+    more = [_workload(rng, 100 + i, leaves, whole_gpus_only) for i in range(rng.randint(0, 20))]
+    return replace(placed, workloads=tuple(running + more))
+
+
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def _check_no_overcommit(snap: Snapshot) -> None:
+    whole: dict[tuple[str, int], list[str]] = defaultdict(list)
+    shares: dict[tuple[str, int], float] = defaultdict(float)
+    memory: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, float] = defaultdict(float)
+    for wl in snap.workloads:
+        for p in wl.placement or ():
+            cpu[p.node_id] += wl.pods[p.pod].cpu
+            for index in p.gpus:
+                whole[(p.node_id, index)].append(wl.id)
+            if p.shared_gpu is not None:
+                shares[(p.node_id, p.shared_gpu)] += p.share
+                memory[(p.node_id, p.shared_gpu)] += p.gpu_memory_mib
+    devices = {(n.id, g.index): g for n in snap.nodes for g in n.gpus}
+    for key, owners in whole.items():
+        assert key in devices and len(owners) == 1, (key, owners)
+        assert key not in shares, f"{key} is held whole and shared"
+    for key, total in shares.items():
+        assert total <= 1 + 1 / UNITS, (key, total)
+        assert memory[key] <= devices[key].memory_mib, (key, memory[key])
+    for node in snap.nodes:
+        if node.cpu is not None:
+            assert cpu[node.id] <= node.cpu + 1e-9
+
+
+@FAST
+@given(seeds)
+def test_no_gpu_is_ever_over_committed(seed: int) -> None:
+    snap = random_snapshot(seed)
+    after = apply_result(snap, schedule(snap, SchedulerConfig(), NOW), NOW)
+    _check_no_overcommit(after)
+
+
+@FAST
+@given(seeds)
+def test_gangs_start_whole_and_only_pending_work_is_admitted(seed: int) -> None:
+    snap = random_snapshot(seed)
+    result = schedule(snap, SchedulerConfig(), NOW)
+    by_id = {wl.id: wl for wl in snap.workloads}
+    moved = {e.workload_id for e in result.evictions if e.reason is EvictionReason.CONSOLIDATE}
+    for admission in result.admissions:
+        wl = by_id[admission.workload_id]
+        assert wl.placement is None or wl.id in moved
+        pods = [p.pod for p in admission.pods]
+        assert len(set(pods)) == len(pods) >= wl.gang_min
+        assert {a.node_id for a in admission.pods} <= {n.id for n in snap.nodes}
+    waiting = {wl.id for wl in snap.workloads if wl.placement is None}
+    admitted = {a.workload_id for a in result.admissions}
+    assert set(result.pending_reasons) == (waiting - admitted) | (
+        {e.workload_id for e in result.evictions} - admitted
+    )
+
+
+@FAST
+@given(seeds)
+def test_non_preemptible_work_is_never_evicted(seed: int) -> None:
+    snap = random_snapshot(seed)
+    result = schedule(snap, SchedulerConfig(), NOW)
+    by_id = {wl.id: wl for wl in snap.workloads}
+    for eviction in result.evictions:
+        if eviction.reason is not EvictionReason.STALE_GANG:
+            assert by_id[eviction.workload_id].preemptible
+
+
+@FAST
+@given(seeds)
+def test_the_same_input_in_any_order_gives_the_same_decisions(seed: int) -> None:
+    snap = random_snapshot(seed)
+    shuffled = list(snap.workloads), list(snap.nodes), list(snap.queues)
+    rng = random.Random(seed)
+    for items in shuffled:
+        rng.shuffle(items)
+    other = replace(
+        snap, workloads=tuple(shuffled[0]), nodes=tuple(shuffled[1]), queues=tuple(shuffled[2])
+    )
+    first = schedule(snap, SchedulerConfig(), NOW)
+    assert schedule(snap, SchedulerConfig(), NOW) == first
+    assert schedule(other, SchedulerConfig(), NOW) == first
+
+
+@FAST
+@given(seeds)
+def test_deserved_quota_is_honoured_when_demand_and_capacity_exist(seed: int) -> None:
+    # One pool, one-GPU jobs, everything preemptible, deserved quotas within capacity:
+    # after one cycle every queue that still waits holds at least its deserved GPUs.
+    snap = random_snapshot(seed, whole_gpus_only=True)
+    capacity = sum(len(n.gpus) for n in snap.nodes)
+    if sum(q.quotas[("a", G)].deserved for q in snap.queues) > capacity:
+        snap = replace(
+            snap, queues=tuple(replace(q, quotas={("a", G): Quota(0)}) for q in snap.queues)
+        )
+    after = apply_result(snap, schedule(snap, SchedulerConfig(), NOW), NOW)
+    held = Counter(wl.queue_id for wl in after.workloads if wl.placement)
+    waiting = {wl.queue_id for wl in after.workloads if wl.placement is None}
+    for q in snap.queues:
+        if q.id in waiting:
+            assert held[q.id] >= q.quotas[("a", G)].deserved, (q.id, held, q.quotas)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seeds)
+def test_reclaim_settles_and_never_cycles_over_fifty_cycles(seed: int) -> None:
+    snap = random_snapshot(seed)
+    directions: set[tuple[str, str]] = set()
+    reclaims_per_cycle = []
+    now = NOW
+    for _ in range(50):
+        result = schedule(snap, SchedulerConfig(), now)
+        queue_of = {wl.id: wl.queue_id for wl in snap.workloads}
+        reclaims = [e for e in result.evictions if e.reason is EvictionReason.RECLAIM]
+        reclaims_per_cycle.append(len(reclaims))
+        for e in reclaims:
+            directions.add((queue_of[e.workload_id], queue_of[e.beneficiary or ""]))
+        snap = apply_result(snap, result, now)
+        _check_no_overcommit(snap)
+        now += 60
+    assert not any((b, a) in directions for a, b in directions), directions
+    assert sum(reclaims_per_cycle[25:]) == 0, reclaims_per_cycle
+
+
+def test_the_random_snapshots_are_not_trivial() -> None:
+    # Guard against a generator that stops exercising the engine.
+    results = [schedule(random_snapshot(s), SchedulerConfig(), NOW) for s in range(30)]
+    assert sum(len(r.admissions) for r in results) > 30
+    assert sum(len(r.evictions) for r in results) > 0
+    assert isinstance(results[0], CycleResult)
