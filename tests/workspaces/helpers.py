@@ -192,3 +192,48 @@ def make_running_workspace(
         workload=workload, pod_index=0, node=node, endpoint=endpoint, phase="Running"
     )
     return Workspace.objects.create(workload=workload, token=token, shared_with_project=shared)
+
+
+def local_cluster(pool_name: str = "a100") -> Cluster:
+    """This machine as a one-node cluster in the org's pool, its inventory synced."""
+    from clusters.tasks import sync_inventory
+
+    cluster = Cluster.objects.create(
+        name="this-machine", backend=Backend.LOCAL, config={"pool": pool_name, "node_name": "here"}
+    )
+    sync_inventory(cluster.id)
+    return cluster
+
+
+def drive_until_running(workload_id: int, cluster: Cluster, timeout: float = 120) -> Workload:
+    """What a worker and beat would do: cycles and reconciliations until the pod runs."""
+    from clusters.tasks import reconcile_cluster
+    from scheduling.tasks import run_cycle
+
+    def step() -> Workload | None:
+        run_cycle()
+        reconcile_cluster(cluster.id)
+        workload = Workload.objects.get(pk=workload_id)
+        assert workload.state not in ("failed", "stopped", "succeeded"), workload.message
+        return workload if workload.state == WorkloadState.RUNNING else None
+
+    return wait_until(step, timeout, f"workload {workload_id} to run", interval=1)
+
+
+def stop_and_reap(workload_id: int, cluster: Cluster) -> None:
+    """Stop the workload and let reconciliation delete its process; kill what is left."""
+    from clusters.tasks import reconcile_cluster
+    from scheduling.lifecycle import workload_transition
+
+    workload = Workload.objects.get(pk=workload_id)
+    pids = [int(a.backend_ref.split(":")[0]) for a in workload.allocations.all() if a.backend_ref]
+    if workload.state in (WorkloadState.PENDING, WorkloadState.ADMITTED, WorkloadState.RUNNING):
+        workload_transition(workload, WorkloadState.STOPPED, reason="TestOver")
+    with contextlib.suppress(AssertionError):
+        wait_until(
+            lambda: reconcile_cluster(cluster.id) is not None
+            and not PodAllocation.objects.filter(workload_id=workload_id).exists(),
+            40, "the pod to be deleted", interval=1,
+        )  # fmt: skip
+    for pid in pids:
+        kill_group(pid)
