@@ -50,6 +50,7 @@ class Context:
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
+    waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)
     total_memo: dict[str, tuple[float, float]] = field(default_factory=dict)
     victim_index: object = None  # actions.victims.preemptible() builds it on first use
@@ -59,6 +60,9 @@ class Context:
         # Only quotas with a limit or without borrowing can block an admission; most
         # have neither, so admission checks skip them without a lookup.
         self.queue_ids = sorted(self.queues)
+        self.waiting = sorted(
+            (wl for wl in self.workloads.values() if wl.placement is None), key=pending_key
+        )
         self.searches_left = self.config.max_victim_searches
         self.parents = {q.parent_id for q in self.queues.values() if q.parent_id is not None}
         for q in self.queues.values():
@@ -85,12 +89,8 @@ class Context:
 
     def pending(self) -> list[Workload]:
         """Workloads without a placement and not admitted yet, by priority then age."""
-        waiting = [
-            wl
-            for wl in self.workloads.values()
-            if wl.placement is None and wl.id not in self.stmt.admitted
-        ]
-        return sorted(waiting, key=pending_key)
+        admitted = self.stmt.admitted
+        return [wl for wl in self.waiting if wl.id not in admitted]
 
     def gpu_need(self, wl: Workload, pool: str) -> float:
         """GPUs the workload counts against quota in a pool (fractions included)."""
@@ -101,8 +101,10 @@ class Context:
         key = (wl.id, pool)
         found = self.needs.get(key)
         if found is None:
-            models = self.state.models_for(pool, wl.gpu_models)
-            memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
+            memory = 0
+            if any(pod.gpu_memory_mib for pod in wl.pods):
+                models = self.state.models_for(pool, wl.gpu_models)
+                memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
             found = (
                 sum(pod_gpus(pod, memory) for pod in wl.pods),
                 sum(p.cpu for p in wl.pods),

@@ -32,6 +32,8 @@ def preempt(ctx: Context) -> None:
         return
     failures = Failures()
     for wl in ctx.pending():
+        if ctx.searches_left <= 0:
+            return
         if wl.queue_id not in index.by_queue:
             continue
         for pool in ctx.pools_for(wl):

@@ -56,6 +56,8 @@ def reclaim(ctx: Context) -> None:
     waiting = ctx.pending()
     waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
     for wl in waiting:
+        if ctx.searches_left <= 0:
+            return
         for pool in ctx.pools_for(wl):
             if _try_reclaim(ctx, wl, pool, index, failures):
                 break
@@ -65,8 +67,10 @@ def _try_reclaim(
     ctx: Context, wl: Workload, pool: str, index: VictimIndex, failures: Failures
 ) -> bool:
     need = ctx.gpu_need(wl, pool)
+    if not _may_reclaim(ctx, wl, pool):
+        return False
     key = (wl.queue_id, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
-    if failures.known(key, wl, need) or not _may_reclaim(ctx, wl, pool):
+    if failures.known(key, wl, need):
         return False
     if ctx.quota_block(wl, pool) is not None:
         return False
