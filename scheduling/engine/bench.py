@@ -190,10 +190,12 @@ def _timed(fn: Callable[[], object], repeat: int) -> tuple[list[float], list[flo
     return sorted(wall), sorted(cpu)
 
 
-def run(name: str, repeat: int) -> dict[str, object]:
+def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
     snapshot = build_snapshot(name)
     now = 1_000_000.0
     config = SchedulerConfig()
+    if searches is not None:
+        config = replace(config, max_victim_searches=searches)
     result = schedule(snapshot, config, now)
     cycles, cpu = _timed(lambda: schedule(snapshot, config, now), repeat)
     floor = min(_timed(lambda: floor_pass(snapshot), 5)[0])
@@ -213,6 +215,7 @@ def run(name: str, repeat: int) -> dict[str, object]:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "admitted": len(result.admissions),
         "evicted": len(result.evictions),
+        "max_victim_searches": config.max_victim_searches,
         "repeat": repeat,
     }
 
@@ -222,8 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="scale")
     parser.add_argument("--repeat", type=int, default=5, help="timed cycles (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--max-victim-searches",
+        type=int,
+        default=None,
+        help="override the per-cycle budget of eviction-plan searches",
+    )
     args = parser.parse_args(argv)
-    figures = run(args.scenario, args.repeat)
+    figures = run(args.scenario, args.repeat, args.max_victim_searches)
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
