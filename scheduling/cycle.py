@@ -23,7 +23,7 @@ from clusters.models import NodePool
 from scheduling import adapters
 from scheduling.engine import schedule
 from scheduling.engine import types as t
-from scheduling.lifecycle import workload_transition
+from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import cycle_lock
 from scheduling.models import ACTIVE_STATES, CycleRun, PodAllocation, Workload, WorkloadState
 from scheduling.sweep_states import sweeps_update
@@ -122,15 +122,17 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
     clusters, evicted = evictions_apply(read, result.evictions)
     blocked = read.held_devices | evicted
     waiting: dict[str, str] = {}
+    admissions = []
     for admission in result.admissions:
         why = _blocked_by(read, admission, blocked, result)
         if why:
             waiting[admission.workload_id] = why
-            continue
-        clusters |= admission_apply(read, admission)
-        run.admitted += 1
+        else:
+            admissions.append(admission)
+    clusters |= admissions_apply(read, admissions)
     reasons = {**result.pending_reasons, **read.throttled, **waiting}
     reasons_save(read, reasons)
+    run.admitted = len(admissions)
     run.workloads = len(read.snapshot.workloads)
     run.nodes = len(read.snapshot.nodes)
     run.evicted = len(result.evictions)
@@ -185,31 +187,39 @@ def _blocked_by(
     return ""
 
 
-def admission_apply(read: adapters.SnapshotRead, admission: t.Admission) -> set[int]:
-    wl = read.workloads[admission.workload_id]
+def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:
+    """Pod allocations and ADMITTED transitions for all admissions, in a few batched
+    statements (a first cycle may admit thousands)."""
     PodAllocation.objects.bulk_create(
-        PodAllocation(
-            workload=wl,
-            pod_index=pod.pod,
-            node_id=int(pod.node_id),
-            gpu_indices=list(pod.gpus),
-            shared_gpu_index=pod.shared_gpu,
-            gpu_share=pod.share if pod.shared_gpu is not None else None,
-            gpu_memory_mib=pod.gpu_memory_mib,
+        (
+            PodAllocation(
+                workload_id=int(admission.workload_id),
+                pod_index=pod.pod,
+                node_id=int(pod.node_id),
+                gpu_indices=list(pod.gpus),
+                shared_gpu_index=pod.shared_gpu,
+                gpu_share=pod.share if pod.shared_gpu is not None else None,
+                gpu_memory_mib=pod.gpu_memory_mib,
+            )
+            for admission in admissions
+            for pod in admission.pods
+        ),
+        batch_size=500,
+    )
+    moves = []
+    clusters: set[int] = set()
+    for admission in admissions:
+        nodes = [read.nodes[pod.node_id] for pod in admission.pods]
+        names = ", ".join(sorted({node.name for node in nodes}))
+        pool = nodes[0].pool.name if nodes else "-"
+        fields = {"pending_reason": "", "cluster_id": nodes[0].cluster_id if nodes else None}
+        moves.append(
+            (read.workloads[admission.workload_id], f"Placed in pool {pool} on {names}.", fields)
         )
-        for pod in admission.pods
-    )
-    nodes = sorted({read.nodes[pod.node_id].name for pod in admission.pods})
-    pool = read.nodes[admission.pods[0].node_id].pool.name if admission.pods else "-"
-    workload_transition(
-        wl,
-        WorkloadState.ADMITTED,
-        reason="Admitted",
-        message=f"Placed in pool {pool} on {', '.join(nodes)}.",
-        pending_reason="",
-        cluster_id=read.nodes[admission.pods[0].node_id].cluster_id if admission.pods else None,
-    )
-    return {read.nodes[pod.node_id].cluster_id for pod in admission.pods}
+        clusters |= {node.cluster_id for node in nodes}
+    if moves:
+        workloads_transition(moves, WorkloadState.ADMITTED, reason="Admitted")
+    return clusters
 
 
 def reasons_save(read: adapters.SnapshotRead, reasons: dict[str, str]) -> None:

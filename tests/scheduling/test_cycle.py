@@ -46,6 +46,7 @@ def test_an_admission_writes_pod_allocations_and_an_admitted_event(org, cluster,
         (0, "a100-node-0", [0, 1])
     ]
     assert wl.events.last().message == "Placed in pool a100 on a100-node-0."
+    assert wl.cluster.name == "sim"  # kept for its logs after the pods are gone
     assert (run.ok, run.admitted, run.evicted, run.workloads, run.nodes) == (True, 1, 0, 1, 2)
 
 
