@@ -87,3 +87,18 @@ def test_gpupool_beats_static_when_one_team_is_idle() -> None:
     _, static = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "static", EXACT)
     _, shared = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "gpupool", EXACT)
     assert (static["jct_s"]["mean"], shared["jct_s"]["mean"]) == (150.0, 100.0)
+
+
+def test_time_based_fairness_gets_hourly_usage_records_from_the_replay() -> None:
+    config = SchedulerConfig(fairness_half_life_s=3600.0)
+    jobs = [job("a1", 0, 7200, 2, "a"), job("b1", 0, 1800, 1, "b")]
+    factory = policy_factory("gpupool", config)
+    sim = Simulation(cluster(1, 4), jobs, quotas(a=2, b=2), factory, EXACT).run()
+    records = sim.policy.usage.records(sim.now)
+    assert [(r.queue_id, r.pool, r.start, r.end, r.gpu_seconds) for r in records] == [
+        # 2 GPUs for 2 hours: 3600 GPU-s seen at the cycle at 1800 (b's end), then 10800
+        # over [1800, 7200) spread evenly: 3600 more in the first hour, 7200 in the second.
+        ("a", "p", 0.0, 3600.0, 7200.0),
+        ("a", "p", 3600.0, 7200.0, 7200.0),
+        ("b", "p", 0.0, 3600.0, 1800.0),
+    ]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from scheduling.engine.cycle import schedule
 from scheduling.engine.sim.specs import QuotaSpec, TeamQuota
 from scheduling.engine.sim.state import NodeState
+from scheduling.engine.sim.usage import UsageHistory
 from scheduling.engine.types import (
     CycleResult,
     Gpu,
@@ -27,6 +28,7 @@ from scheduling.engine.types import (
     Resource,
     SchedulerConfig,
     Snapshot,
+    UsageRecord,
     Workload,
 )
 
@@ -160,6 +162,8 @@ class EnginePolicy:
         self._nodes: dict[str, tuple[int, Node]] = {}
         self._workloads: dict[str, tuple[tuple, Workload]] = {}
         self.cycle_seconds = 0.0
+        half_life = config.fairness_half_life_s
+        self.usage = UsageHistory(half_life) if half_life else None
 
     def snapshot(self, sim: Simulation, now: float) -> Snapshot:
         """The replay's state now, reusing unchanged nodes and workloads."""
@@ -173,7 +177,11 @@ class EnginePolicy:
         interval = sim.config.checkpoint_interval
         workloads = [self._workload(run, now, interval) for run in sim.running.values()]
         workloads.extend(self._workload(run, now, interval) for run in sim.pending_in_order())
-        return Snapshot(self.pools, tuple(nodes), self.queues, tuple(workloads))
+        history: tuple[UsageRecord, ...] = ()
+        if self.usage is not None:
+            self.usage.advance(sim, now)
+            history = self.usage.records(now)
+        return Snapshot(self.pools, tuple(nodes), self.queues, tuple(workloads), history)
 
     def _workload(self, run: JobRun, now: float, interval: float) -> Workload:
         running = run.run_start is not None

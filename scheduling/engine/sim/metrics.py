@@ -86,6 +86,7 @@ class Recorder:
         self.entitled: dict[str, float] = {}
         self.allocated_window = 0.0  # GPU-seconds inside the window, all teams
         self.allocated_total = 0.0
+        self.held_total: dict[str, float] = {}  # GPU-seconds per team over the whole run
         self.last = 0.0
         self._share: dict[str, float] | None = None
 
@@ -110,7 +111,10 @@ class Recorder:
                 self.allocated_window += gpus * inside
             for team, gpus in share.items():
                 self.entitled[team] = self.entitled.get(team, 0.0) + gpus * inside
-        self.allocated_total += sum(self.allocated.values()) * (time - self.last)
+        elapsed = time - self.last
+        for team, gpus in self.allocated.items():
+            self.held_total[team] = self.held_total.get(team, 0.0) + gpus * elapsed
+        self.allocated_total += sum(self.allocated.values()) * elapsed
         self.last = time
 
     def finish(self, time: float) -> None:
