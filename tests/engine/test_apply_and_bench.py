@@ -1,0 +1,120 @@
+"""apply_result chains cycles; the benchmark entry point prints what it promises."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from scheduling.engine import bench
+from scheduling.engine.apply import apply_result, remove_workloads
+from scheduling.engine.types import (
+    Admission,
+    CycleResult,
+    Eviction,
+    EvictionReason,
+    Gpu,
+    GpuShare,
+    PodPlacement,
+    Resource,
+    SchedulerConfig,
+    UsageRecord,
+)
+from tests.engine.builders import dept, frac, job, nodes, project, run, running, snapshot
+
+
+def test_admissions_become_placements_and_device_holders() -> None:
+    snap = snapshot(
+        nodes(1, gpus=2),
+        [dept(), project("p1", deserved=2)],
+        [job("w", "p1"), frac("f", "p1", 0.5)],
+    )
+    result = CycleResult(
+        admissions=(
+            Admission("w", (PodPlacement(0, "n0", gpus=(0,)),)),
+            Admission("f", (PodPlacement(0, "n0", shared_gpu=1, share=0.5, gpu_memory_mib=20480),)),
+        )
+    )
+    after = apply_result(snap, result, now=42.0)
+    by_id = {wl.id: wl for wl in after.workloads}
+    assert by_id["w"].placement == (PodPlacement(0, "n0", gpus=(0,)),)
+    assert by_id["w"].started_at == 42.0
+    assert after.nodes[0].gpus == (
+        Gpu(0, "A100", 40960, whole_by="w"),
+        Gpu(1, "A100", 40960, shares=(GpuShare("f", 0.5, 20480),)),
+    )
+
+
+def test_an_evicted_workload_goes_back_to_pending_and_frees_its_devices() -> None:
+    snap = snapshot(
+        nodes(1, gpus=1),
+        [dept(), project("p1", deserved=1)],
+        [running(job("w", "p1", last_checkpoint_time=5.0), "n0", [0], started=1.0)],
+    )
+    after = apply_result(snap, CycleResult(evictions=(Eviction("w", EvictionReason.PREEMPT),)), 9)
+    (wl,) = after.workloads
+    assert (wl.placement, wl.started_at, wl.last_checkpoint_time) == (None, None, 5.0)
+    assert after.nodes[0].gpus[0].whole_by is None
+
+
+def test_removing_finished_work_frees_its_devices_but_not_foreign_ones() -> None:
+    cluster = nodes(1, gpus=2)
+    foreign = (
+        cluster[0].__class__(
+            **{
+                **{
+                    f: getattr(cluster[0], f)
+                    for f in (
+                        "id",
+                        "pool",
+                        "cluster",
+                        "labels",
+                        "topology",
+                        "schedulable",
+                        "cpu",
+                        "memory_mib",
+                    )
+                },
+                "gpus": (cluster[0].gpus[0], Gpu(1, "A100", 40960, whole_by="not-ours")),
+            }
+        ),
+    )
+    snap = snapshot(
+        foreign, [dept(), project("p1", deserved=2)], [running(job("done", "p1"), "n0", [0])]
+    )
+    after = remove_workloads(snap, {"done"})
+    assert after.workloads == ()
+    assert [g.whole_by for g in after.nodes[0].gpus] == [None, "not-ours"]
+
+
+def test_time_based_fairness_gives_the_spare_gpus_to_the_project_that_used_less() -> None:
+    queues = [dept(), project("p1", deserved=1), project("p2", deserved=1)]
+    work = [job(f"{q}-{i}", q, t=i) for q in ("p1", "p2") for i in range(6)]
+    snap = snapshot(nodes(1, gpus=6), queues, work)
+    history = (UsageRecord("p1", "a", 0.0, 3600.0, 6 * 3600.0),)
+    snap = replace(snap, usage_history=history)
+    config = SchedulerConfig(fairness_half_life_s=3600.0)
+    plain, weighted = run(snap), run(snap, config, now=3600.0)
+    g = Resource.GPU
+    assert plain.fair_shares[("p1", "a", g)] == plain.fair_shares[("p2", "a", g)] == 3
+    assert weighted.fair_shares[("p1", "a", g)] < weighted.fair_shares[("p2", "a", g)]
+    held = {q: sum(a.workload_id.startswith(q) for a in weighted.admissions) for q in ("p1", "p2")}
+    assert held["p1"] < held["p2"]
+
+
+def test_the_small_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--scenario", "scale-small", "--repeat", "1", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["nodes"], figures["gpus"], figures["queues"]) == (100, 800, 22)
+    assert (figures["running"], figures["pending"]) == (500, 1000)
+    for key in (
+        "cycle_ms_median",
+        "cycle_ms_p90",
+        "cycle_cpu_ms_median",
+        "floor_ms",
+        "peak_rss_mb",
+    ):
+        assert figures[key] > 0
+    assert figures["admitted"] > 0
+    assert figures["evicted"] >= 0
