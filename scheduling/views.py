@@ -191,6 +191,8 @@ def pod_logs(workload: Workload, tail_lines: int = 500) -> tuple[list[tuple[int,
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
     rows, order = selectors.queue_order(request.user)
+    for _, wl in order:
+        wl.gpus_text = selectors.gpus_requested(wl)
     context = {"rows": rows, "order": order, "cycle": selectors.last_cycle()}
     return render(request, "scheduling/queue.html", context)
 
