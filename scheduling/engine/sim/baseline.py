@@ -39,7 +39,9 @@ def _needed_gpus(jobs: list[TraceJob], gpus_per_node: int) -> int:
     return need
 
 
-def private_nodes(team: str, quotas: QuotaSpec, shared: list[NodeSpec], jobs: list[TraceJob]):
+def private_nodes(
+    team: str, quotas: QuotaSpec, shared: list[NodeSpec], jobs: list[TraceJob]
+) -> tuple[list[NodeSpec], bool]:
     """Nodes shaped like the shared pool's, holding the team's deserved GPUs per pool."""
     nodes: list[NodeSpec] = []
     grown = False

@@ -73,7 +73,9 @@ def _quota(quota: TeamQuota, borrowing: bool) -> Quota:
     )
 
 
-def _sum_quotas(totals: dict[str, list[TeamQuota]], borrowing: bool):
+def _sum_quotas(
+    totals: dict[str, list[TeamQuota]], borrowing: bool
+) -> dict[tuple[str, Resource], Quota]:
     result = {}
     for pool, quotas in totals.items():
         limits = [q.limit for q in quotas]

@@ -10,9 +10,9 @@ quota first, the rest split by over-quota weight, never past its demand or limit
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from scheduling.engine.sim.specs import QuotaSpec
+from scheduling.engine.sim.specs import QuotaSpec, TeamQuota
 
 EPSILON = 1e-9
 
@@ -128,7 +128,7 @@ class Recorder:
         return self._share
 
 
-def _limit_sum(quotas) -> float | None:
+def _limit_sum(quotas: Iterable[TeamQuota]) -> float | None:
     limits = [q.limit for q in quotas]
     if not limits or any(limit is None for limit in limits):
         return None

@@ -8,6 +8,7 @@ later jobs of the same cycle see the GPUs earlier ones took.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from scheduling.engine.sim.state import EPSILON, ClusterState, NodeState
 from scheduling.engine.sim.trace import TraceJob
@@ -67,7 +68,9 @@ def candidate_nodes(cluster: ClusterState, job: TraceJob) -> list[NodeState]:
     return [node for node in cluster.nodes if node.spec.gpu_model in job.gpu_models]
 
 
-def _place_whole(overlay: Overlay, nodes: list[NodeState], job: TraceJob, pod: int):
+def _place_whole(
+    overlay: Overlay, nodes: list[NodeState], job: TraceJob, pod: int
+) -> PodPlacement | None:
     """Best fit: the node left with the fewest free devices that still holds the pod."""
     need = int(job.gpus_per_pod)
     best: tuple[int, list[int], NodeState] | None = None
@@ -84,7 +87,9 @@ def _place_whole(overlay: Overlay, nodes: list[NodeState], job: TraceJob, pod: i
     return PodPlacement(pod=pod, node_id=best[2].spec.name, gpus=tuple(best[1][:need]))
 
 
-def _place_fraction(overlay: Overlay, nodes: list[NodeState], job: TraceJob, pod: int):
+def _place_fraction(
+    overlay: Overlay, nodes: list[NodeState], job: TraceJob, pod: int
+) -> PodPlacement | None:
     """Pack onto the fullest shared device that still fits; open a new one only if none."""
     share = job.gpus_per_pod
     best: tuple[float, str, int] | None = None
@@ -132,7 +137,7 @@ def place_job(overlay: Overlay, job: TraceJob) -> tuple[PodPlacement, ...] | Non
     return tuple(placed)
 
 
-def _save(overlay: Overlay) -> tuple:
+def _save(overlay: Overlay) -> tuple[Any, ...]:
     return (
         {k: set(v) for k, v in overlay.taken.items()},
         dict(overlay.shared),

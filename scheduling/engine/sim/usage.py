@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 class UsageHistory:
     """GPU-seconds per (team, pool, bucket), added cycle by cycle."""
 
-    def __init__(self, half_life_s: float, bucket_s: float = 3600.0, keep_half_lives=10):
+    def __init__(
+        self, half_life_s: float, bucket_s: float = 3600.0, keep_half_lives: int = 10
+    ) -> None:
         self.bucket_s = bucket_s
         self.horizon_s = half_life_s * keep_half_lives
         self.buckets: dict[tuple[str, str, int], float] = {}
