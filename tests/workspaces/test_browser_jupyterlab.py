@@ -1,0 +1,182 @@
+"""The researcher's daily path in a real browser, against a real uvicorn server process:
+launch JupyterLab from the form, open it through the proxy, run a cell; a stranger gets 403.
+
+The server runs in another process, so it must see this test's database: the PostgreSQL
+test database (run under tests/services.py). The cycle and reconciliation run in this
+process through their tasks, as a worker would run them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.db import connection
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from tests.factories import PASSWORD
+from tests.workspaces.helpers import (
+    drive_until_running,
+    free_port,
+    kill_group,
+    local_cluster,
+    stop_and_reap,
+    wait_until,
+)
+from workspaces.models import Environment, Workspace
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.services,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(900),
+]
+LAB_TIMEOUT_MS = 240_000  # JupyterLab's first load on two busy cores
+
+
+def _test_database_url() -> str:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+@pytest.fixture
+def asgi_server(tmp_path):
+    """uvicorn serving portal.asgi (Django + the workspace proxy) on a free port."""
+    if connection.vendor != "postgresql" or "DATABASE_URL" not in os.environ:
+        pytest.skip(
+            "the server process needs the PostgreSQL test database: run under tests.services"
+        )
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": _test_database_url(),
+        "GPUPOOL_VAR_DIR": str(tmp_path / "server-var"),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    log = (tmp_path / "uvicorn.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "portal.asgi:application",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url, proc, tmp_path), 90, "uvicorn to answer")
+        yield url
+    finally:
+        kill_group(proc.pid)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _answers(url: str, proc: subprocess.Popen, tmp_path) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError((tmp_path / "uvicorn.log").read_text()[-3000:])
+    try:
+        return httpx.get(f"{url}/accounts/login/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _log_in(context, url: str, username: str):
+    tab = context.new_page()
+    tab.goto(f"{url}/accounts/login/")
+    tab.fill("#id_username", username)
+    tab.fill("#id_password", PASSWORD)
+    tab.click("button[type=submit]")
+    tab.wait_for_url(re.compile(r"^(?!.*login).*$"))
+    return tab
+
+
+def _cookie_header(context) -> str:
+    return "; ".join(f"{c['name']}={c['value']}" for c in context.cookies())
+
+
+def _server_passwords(*users) -> None:
+    """The tests hash with MD5 for speed; the server process only knows the real hashers."""
+    hasher = PBKDF2PasswordHasher()
+    for user in users:
+        user.password = hasher.encode(PASSWORD, hasher.salt())
+        user.save(update_fields=["password"])
+
+
+@pytest.fixture(autouse=True)
+def _local_pods(settings, tmp_path):
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+
+
+def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(org, chromium, asgi_server):
+    _server_passwords(org.researcher, org.outsider)
+    cluster = local_cluster()
+    Environment.objects.create(
+        name="JupyterLab", image="quay.io/jupyter/minimal-notebook",
+        command=[sys.executable, "-m", "jupyter", "lab"], description="Python 3 notebooks",
+    )  # fmt: skip
+    rita = chromium.new_context()
+    rita.set_default_timeout(30_000)
+    page = _log_in(rita, asgi_server, "rita")
+    page.goto(f"{asgi_server}/workspaces/new/")
+    page.select_option("#id_project", label="ml-vision")
+    page.click("label.env-card:has-text('JupyterLab')")
+    page.fill("#id_name", "my-lab")
+    page.click("button:has-text('Launch')")
+    page.wait_for_url(re.compile(r"/workspaces/\d+/$"))
+    workspace_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    try:
+        drive_until_running(workspace_id, cluster)
+        # The page polls its status; the button appears once Jupyter answers.
+        page.wait_for_selector("#open-lab", timeout=LAB_TIMEOUT_MS)
+        assert "Running" in page.inner_text("#workspace-state")
+        with rita.expect_page() as opened:
+            page.click("#open-lab")
+        lab = opened.value
+        lab.set_default_timeout(LAB_TIMEOUT_MS)
+        lab.wait_for_url(re.compile(rf"^{asgi_server}/workspaces/{workspace_id}/lab/"))
+        _run_print_in_a_new_notebook(lab)
+        token = Workspace.objects.get(pk=workspace_id).token
+        assert token not in lab.content() and token not in page.content()
+        _a_stranger_gets_403(chromium, asgi_server, workspace_id, lab, rita)
+    finally:
+        rita.close()
+        stop_and_reap(workspace_id, cluster)
+
+
+def _run_print_in_a_new_notebook(lab) -> None:
+    lab.click(".jp-LauncherCard[data-category='Notebook']")
+    editor = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.click()
+    lab.keyboard.type("print(6*7)")
+    lab.keyboard.press("Shift+Enter")
+    output = lab.locator(".jp-OutputArea-output", has_text="42").first
+    output.wait_for()
+    assert output.inner_text().strip() == "42"
+
+
+def _a_stranger_gets_403(chromium, url: str, workspace_id: int, lab, rita) -> None:
+    kernels = lab.request.get(f"{url}/workspaces/{workspace_id}/lab/api/kernels").json()
+    channels = f"/workspaces/{workspace_id}/lab/api/kernels/{kernels[0]['id']}/channels"
+    ws_url = url.replace("http://", "ws://") + channels
+    # The owner's session opens the kernel's WebSocket through the proxy...
+    with connect(ws_url, additional_headers={"Cookie": _cookie_header(rita)}) as ws:
+        assert ws.protocol.state.name == "OPEN"
+    otto = chromium.new_context()
+    try:
+        tab = _log_in(otto, url, "otto")
+        response = tab.goto(f"{url}/workspaces/{workspace_id}/lab/tree")
+        assert response.status == 403
+        assert "Only the owner" in tab.content()
+        # ...another project's researcher gets 403 on the same handshake.
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url, additional_headers={"Cookie": _cookie_header(otto)})
+        assert refused.value.response.status_code == 403
+    finally:
+        otto.close()
