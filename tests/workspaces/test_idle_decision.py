@@ -1,0 +1,50 @@
+"""The idle rules alone: no database, no Jupyter."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from workspaces.culling import idle_decision
+from workspaces.jupyter import JupyterActivity
+from workspaces.models import IdlePolicy
+
+NOON = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+POLICY = IdlePolicy(warn_after_min=30, stop_after_min=60)
+
+
+def decide(*, idle_min: float, busy: int = 0, gpu_busy: bool = False, warned: bool = False,
+           active_since: datetime | None = None, answers: bool = True) -> str:  # fmt: skip
+    activity = JupyterActivity(NOON - timedelta(minutes=idle_min), kernels=1, busy_kernels=busy)
+    return idle_decision(
+        now=NOON, policy=POLICY, activity=activity if answers else None,
+        active_since=active_since or NOON - timedelta(days=1), gpu_busy=gpu_busy, warned=warned,
+    ).action  # fmt: skip
+
+
+def test_a_recently_used_workspace_is_kept():
+    assert decide(idle_min=29) == "keep"
+
+
+def test_an_idle_workspace_is_warned_once_after_the_warning_window():
+    assert decide(idle_min=30) == "warn"
+    assert decide(idle_min=45, warned=True) == "keep"
+
+
+def test_an_idle_workspace_is_stopped_after_the_stop_window():
+    assert decide(idle_min=60, warned=True) == "stop"
+
+
+def test_a_busy_kernel_is_never_culled_however_long_the_silence():
+    assert decide(idle_min=10_000, busy=1) == "keep"
+
+
+def test_busy_gpus_keep_a_workspace_without_jupyter_activity():
+    assert decide(idle_min=10_000, gpu_busy=True) == "keep"
+
+
+def test_the_idle_clock_starts_at_the_latest_keep_running_click():
+    assert decide(idle_min=10_000, active_since=NOON - timedelta(minutes=5)) == "keep"
+
+
+def test_a_workspace_whose_jupyter_does_not_answer_is_left_alone():
+    assert decide(idle_min=10_000, answers=False) == "skip"
