@@ -7,11 +7,16 @@ numbers while pods hold whole GPUs: insisting on the exact share would leave, sa
 queue deserving 2 of 5 GPUs stuck at 1 while two others sit at 2 with shares of 1.33.)
 Queues in different departments compare their departments the same way.
 
-Why this never flip-flops: after a reclaim the reclaimer holds at most its fair share,
-so it is never a victim later (victims hold more than theirs). The victim may reclaim
-in turn only from queues above their share, which the former reclaimer is not. Every
-reclaim lowers what queues hold above their fair shares, and fair shares depend only on
-quotas and demand, not on who holds the GPUs, so reclaims die out instead of cycling.
+Why this never flip-flops, pool by pool: after a reclaim the reclaimer holds at most its
+fair share, so it is never a victim later (victims hold more than theirs). The victim
+may reclaim in turn only from queues above their share, which the former reclaimer is
+not. Every reclaim lowers what queues hold above their fair shares, and fair shares
+depend on quotas and demand, not on who holds the GPUs, so reclaims die out instead of
+cycling. (A pending workload counts as demand in every pool it may use, a running one
+in its own pool, so an eviction can shift shares in the victim's other pools: the same
+two queues may then reclaim from each other in different pools, each under its
+deserved quota there, but never back and forth in one pool.) Tests: the 50-cycle
+scenario in test_evictions.py and the random-snapshot property in test_properties.py.
 """
 
 from __future__ import annotations
