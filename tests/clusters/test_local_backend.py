@@ -17,6 +17,7 @@ from scheduling.models import WorkloadState
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 
 PY = sys.executable
+HAS_DRIVER = Path("/proc/driver/nvidia").exists()
 
 
 def wait_until(predicate, timeout: float = 10.0):
@@ -53,7 +54,8 @@ def test_inventory_is_one_node_with_the_pool_label_and_no_gpus_without_a_driver(
     assert node.name == "here"
     assert node.labels == {"gpupool.io/node-pool": "local"}
     assert node.cpu_cores >= 1 and node.memory_mib > 0
-    assert node.gpus == ()  # this machine has no NVIDIA driver
+    if not HAS_DRIVER:
+        assert node.gpus == ()
 
 
 def test_a_pod_runs_to_completion_with_its_environment_and_logs(backend):
@@ -173,3 +175,35 @@ def test_reconcile_stops_a_stopped_workload_and_releases_it(org):
     cluster_reconcile(cluster)
     assert workload.allocations.count() == 0
     assert LocalBackend(cluster).pod_statuses() == {}
+
+
+def test_gpus_are_read_from_nvml_when_a_driver_answers(monkeypatch):
+    """No GPU on this machine: NVML's answers are stood in for by a module of the same shape."""
+    import types
+
+    from clusters.backends.localgpus import local_gpus
+
+    calls = []
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3" if h == 0 else "NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=81559 * 1024 * 1024),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    gpus = local_gpus()
+    assert [(g.index, g.model, g.memory_mib, g.uuid) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", 81559, "GPU-0"),
+        (1, "NVIDIA H100 80GB HBM3", 81559, "GPU-1"),
+    ]
+    assert calls == ["init", "shutdown"]
+
+
+@pytest.mark.skipif(HAS_DRIVER, reason="this machine has an NVIDIA driver")
+def test_without_a_driver_the_machine_is_cpu_only():
+    from clusters.backends.localgpus import local_gpus
+
+    assert local_gpus() == []  # nvidia-ml-py is installed; nvmlInit fails without a driver
