@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from clusters.backends import pod_name
 from clusters.metrics.models import GpuSample
 from clusters.models import Backend
 from portal.models import Membership, Project
@@ -100,8 +101,10 @@ def workspace_upstream(workspace: Workspace) -> str | None:
     if allocation.endpoint:
         return allocation.endpoint
     if allocation.node.cluster.backend == Backend.KUBERNETES:
+        # The backend names a pod's Service after the pod.
         port = workload.spec.get("ports", [{}])[0].get("port", 8888)
-        return f"{workload.name}.{workload.project.namespace}.svc.cluster.local:{port}"
+        service = pod_name(workload.id, allocation.pod_index)
+        return f"{service}.{workload.project.namespace}.svc:{port}"
     return None
 
 

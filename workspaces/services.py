@@ -116,7 +116,11 @@ def _bind_host(request: LaunchRequest) -> str:
 
 
 def tool_command(environment: Environment, workspace_id: int, data_volume: str) -> list[str]:
-    """The tool's command line; `$(VAR)`s are expanded by the backend from the pod's env."""
+    """The tool's command line; `$(VAR)`s are expanded by the backend from the pod's env.
+
+    Jupyter reads its token from JUPYTER_TOKEN in its environment: never on the command
+    line, where `ps` and the backends' logs would show it.
+    """
     base_url = f"/workspaces/{workspace_id}/lab/"
     if data_volume.startswith("/"):
         root_dir = data_volume
@@ -131,7 +135,6 @@ def tool_command(environment: Environment, workspace_id: int, data_volume: str) 
         "--no-browser",
         "--allow-root",
         f"--ServerApp.base_url={base_url}",
-        "--IdentityProvider.token=$(JUPYTER_TOKEN)",
         "--ServerApp.port=$(GPUPOOL_PORT)",
         "--ServerApp.ip=$(WORKSPACE_BIND_HOST)",
         f"--ServerApp.root_dir={root_dir}",

@@ -59,10 +59,11 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
     assert workload.memory_mib == 2048 and workload.submitted_by == org.researcher
     assert workload.env["WANDB_MODE"] == "offline"
     assert workload.env["JUPYTER_TOKEN"] == workspace.token and len(workspace.token) >= 32
+    assert not any(workspace.token in part for part in workload.command)
     assert workload.command == [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
         f"--ServerApp.base_url=/workspaces/{workload.id}/lab/",
-        "--IdentityProvider.token=$(JUPYTER_TOKEN)", "--ServerApp.port=$(GPUPOOL_PORT)",
+        "--ServerApp.port=$(GPUPOOL_PORT)",
         "--ServerApp.ip=$(WORKSPACE_BIND_HOST)", "--ServerApp.root_dir=/d",
     ]  # fmt: skip
     assert workload.env["WORKSPACE_BIND_HOST"] == "127.0.0.1"  # no Kubernetes cluster here
