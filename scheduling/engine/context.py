@@ -46,7 +46,7 @@ class Context:
     shape_failures: dict[tuple[str, int], str] = field(default_factory=dict)
     shapes: dict[str, int] = field(default_factory=dict)
     shape_ids: dict[ShapeKey, int] = field(default_factory=dict)
-    needs: dict[tuple[str, str], tuple[float, float, float]] = field(default_factory=dict)
+    needs: dict[object, tuple[float, float, float]] = field(default_factory=dict)
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
@@ -98,18 +98,24 @@ class Context:
 
     def need(self, wl: Workload, pool: str) -> tuple[float, float, float]:
         """GPU, CPU and memory the workload's pods ask for in a pool (cached)."""
-        key = (wl.id, pool)
-        found = self.needs.get(key)
+        found = self.needs.get(wl.id) or self.needs.get((wl.id, pool))
         if found is None:
-            memory = 0
-            if any(pod.gpu_memory_mib for pod in wl.pods):
+            pods = wl.pods
+            memory, key = 0, wl.id  # the same in every pool unless a pod asks GPU memory
+            if any(pod.gpu_memory_mib for pod in pods):
                 models = self.state.models_for(pool, wl.gpu_models)
                 memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
-            found = (
-                sum(pod_gpus(pod, memory) for pod in wl.pods),
-                sum(p.cpu for p in wl.pods),
-                float(sum(p.memory_mib for p in wl.pods)),
-            )
+                key = (wl.id, pool)
+            if all(pod is pods[0] for pod in pods):  # (pod,) * n: count one pod n times
+                one = pods[0]
+                n = len(pods)
+                found = (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))
+            else:
+                found = (
+                    sum(pod_gpus(pod, memory) for pod in pods),
+                    sum(p.cpu for p in pods),
+                    float(sum(p.memory_mib for p in pods)),
+                )
             self.needs[key] = found
         return found
 

@@ -45,13 +45,18 @@ class ShapeKey:
     """Workloads with the same key fit or fail alike on the same free capacity."""
 
     pods: tuple[PodRequest, ...]
+    count: int  # pods holds one pod repeated `count` times, or all pods with count 0
     gang_min: int
     models: tuple[str, ...]
     topology: object
 
     @staticmethod
     def of(wl: Workload) -> ShapeKey:
-        return ShapeKey(wl.pods, wl.gang_min, wl.gpu_models, wl.topology)
+        pods = wl.pods
+        # A gang is usually one pod repeated: hash it once instead of once per pod.
+        if pods and all(pod is pods[0] for pod in pods):
+            return ShapeKey(pods[:1], len(pods), wl.gang_min, wl.gpu_models, wl.topology)
+        return ShapeKey(pods, 0, wl.gang_min, wl.gpu_models, wl.topology)
 
 
 @dataclass(slots=True, eq=False)
