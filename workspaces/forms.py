@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from decimal import Decimal
 from typing import Any
 
@@ -120,3 +121,62 @@ class LaunchForm(forms.Form):
             target = name if name in self.fields else None
             for message in messages:
                 self.add_error(target, message)
+
+
+class EnvironmentForm(forms.ModelForm):
+    command_line = forms.CharField(
+        label="Command",
+        help_text="The tool's executable and fixed arguments, e.g. 'jupyter lab'. The portal "
+        "adds the base URL, port and address.",
+    )
+
+    class Meta:
+        model = Environment
+        fields = ["name", "description", "image", "tool_kind", "port", "default_gpus",
+                  "default_cpu", "default_memory_mib", "enabled"]  # fmt: skip
+        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["command_line"].initial = shlex.join(self.instance.command)
+
+    def clean_command_line(self) -> list[str]:
+        try:
+            words = shlex.split(self.cleaned_data["command_line"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"Cannot split into words: {exc}.") from exc
+        if not words:
+            raise forms.ValidationError("Give the tool's command.")
+        return words
+
+    def save(self, commit: bool = True) -> Environment:
+        self.instance.command = self.cleaned_data["command_line"]
+        return super().save(commit=commit)
+
+
+class TemplateForm(forms.ModelForm):
+    class Meta:
+        model = WorkspaceTemplate
+        fields = ["project", "name", "environment", "gpu_request", "gpus", "gpu_memory_mib",
+                  "cpu", "memory_mib", "node_pool"]  # fmt: skip
+
+    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = projects
+        self.fields["environment"].queryset = Environment.objects.filter(enabled=True)
+        self.fields["gpu_request"] = forms.ChoiceField(choices=GpuRequestKind.choices)
+
+
+class IdlePolicyForm(forms.Form):
+    scope = forms.ChoiceField(help_text="Where it applies: a project's policy wins over its "
+                              "department's, which wins over the platform's.")  # fmt: skip
+    warn_after_min = forms.IntegerField(label="Warn after (idle minutes)", min_value=1)
+    stop_after_min = forms.IntegerField(label="Stop after (idle minutes)", min_value=1)
+    gpu_util_threshold_pct = forms.IntegerField(
+        label="GPU utilisation under (%)", min_value=0, max_value=100, initial=5
+    )
+
+    def __init__(self, *args: Any, scopes: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["scope"].choices = scopes

@@ -14,11 +14,16 @@ from django.utils import timezone
 from clusters.models import Backend, Cluster, NodePool
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
-from portal.models import Project
-from portal.permissions import can_submit_to_project
+from portal.models import Department, Project
+from portal.permissions import (
+    can_admin_department,
+    can_admin_project,
+    can_submit_to_project,
+    is_platform_admin,
+)
 from scheduling.models import PriorityClass, WorkloadKind
 from scheduling.services import workload_stop, workload_submit
-from workspaces.models import Environment, IdleState, Workspace
+from workspaces.models import Environment, IdlePolicy, IdleState, Workspace, WorkspaceTemplate
 from workspaces.selectors import can_manage_workspace
 
 # On Kubernetes the data volume (a PVC) is mounted here and is the notebook directory.
@@ -189,3 +194,83 @@ def workspace_stop(*, actor: Any, workspace: Workspace) -> None:
     if not can_manage_workspace(actor, workspace):
         raise PermissionDenied("You may not stop this workspace.")
     workload_stop(actor=actor, workload=workspace.workload)
+
+
+# --- Administration: environments, project templates, idle policies ----------------------------
+def environment_save(*, actor: Any, environment: Environment) -> Environment:
+    """Create or change an environment (from a validated form's instance)."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform administrators define environments.")
+    with transaction.atomic():
+        old = Environment.objects.filter(pk=environment.pk).first() if environment.pk else None
+        environment.save()
+        audit_log(
+            actor=actor, action="environment_save", obj=environment,
+            before=snapshot(old) if old else None, after=snapshot(environment),
+        )  # fmt: skip
+    return environment
+
+
+def template_save(*, actor: Any, template: WorkspaceTemplate) -> WorkspaceTemplate:
+    if not can_admin_project(actor, template.project):
+        raise PermissionDenied("Only the project's administrators manage its templates.")
+    with transaction.atomic():
+        old = WorkspaceTemplate.objects.filter(pk=template.pk).first() if template.pk else None
+        template.save()
+        audit_log(
+            actor=actor, action="workspace_template_save", obj=template,
+            before=snapshot(old) if old else None, after=snapshot(template),
+            department=template.project.department,
+        )  # fmt: skip
+    return template
+
+
+def idle_policy_set(
+    *,
+    actor: Any,
+    project: Project | None = None,
+    department: Department | None = None,
+    warn_after_min: int,
+    stop_after_min: int,
+    gpu_util_threshold_pct: int,
+) -> IdlePolicy:
+    """Set the idle policy of a project, a department, or (neither) the whole platform."""
+    _check_policy_scope(actor, project, department)
+    errors: dict[str, list[str]] = {}
+    if warn_after_min > stop_after_min:
+        errors["warn_after_min"] = ["Warn before stopping: at most the stop time."]
+    if not 0 <= gpu_util_threshold_pct <= 100:
+        errors["gpu_util_threshold_pct"] = ["A percentage from 0 to 100."]
+    if errors:
+        raise ValidationFailed(errors)
+    values = {
+        "warn_after_min": warn_after_min,
+        "stop_after_min": stop_after_min,
+        "gpu_util_threshold_pct": gpu_util_threshold_pct,
+    }
+    with transaction.atomic():
+        policy = IdlePolicy.objects.filter(project=project, department=department).first()
+        before = snapshot(policy) if policy else None
+        policy = policy or IdlePolicy(project=project, department=department)
+        for name, value in values.items():
+            setattr(policy, name, value)
+        policy.save()
+        audit_log(
+            actor=actor, action="idle_policy_set", obj=policy, before=before,
+            after=snapshot(policy),
+            department=department or (project.department if project else None),
+        )  # fmt: skip
+    return policy
+
+
+def _check_policy_scope(actor: Any, project: Project | None, department: Department | None) -> None:
+    if project is not None and department is not None:
+        raise ValidationFailed("A policy belongs to a project or a department, not both.")
+    if project is not None:
+        allowed = can_admin_project(actor, project)
+    elif department is not None:
+        allowed = can_admin_department(actor, department)
+    else:
+        allowed = is_platform_admin(actor)
+    if not allowed:
+        raise PermissionDenied("You may not set the idle policy here.")
