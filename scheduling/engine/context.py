@@ -106,7 +106,7 @@ class Context:
                 models = self.state.models_for(pool, wl.gpu_models)
                 memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
                 key = (wl.id, pool)
-            if all(pod is pods[0] for pod in pods):  # (pod,) * n: count one pod n times
+            if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
                 one = pods[0]
                 n = len(pods)
                 found = (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))

@@ -194,7 +194,7 @@ class Placer:
                     return None
                 continue
             slots.append(slot)
-        return slots
+        return slots if slots and len(slots) >= wl.gang_min else None
 
     # -- pods -----------------------------------------------------------------------
 

@@ -151,3 +151,17 @@ def test_a_big_pod_waits_for_a_node_with_a_block_that_large() -> None:
         result.pending_reasons["big"]
         == "needs 3 GPUs on one node; largest free block in pool a is 2"
     )
+
+
+def test_a_workload_whose_minimum_exceeds_its_pods_is_explained_not_placed() -> None:
+    snap = snapshot(
+        nodes(1),
+        [dept(), project("p1", deserved=8)],
+        [job("odd", "p1", pods=2, min_pods=3), job("empty", "p1", pods=0)],
+    )
+    result = run(snap)
+    assert result.admissions == ()
+    assert result.pending_reasons == {
+        "empty": "asks for 0 pods but needs 0 to start",
+        "odd": "asks for 2 pods but needs 3 to start",
+    }

@@ -51,6 +51,9 @@ def allocate(ctx: Context) -> None:
 
 def try_admit(ctx: Context, wl: Workload) -> bool:
     """Place the workload in its first pool that has quota and room; record why not."""
+    if not wl.pods or wl.gang_min > len(wl.pods):
+        ctx.reasons[wl.id] = f"asks for {len(wl.pods)} pods but needs {wl.gang_min} to start"
+        return False
     reasons = []
     shape = ctx.shape_of(wl)
     for pool in ctx.pools_for(wl):
