@@ -57,7 +57,7 @@ class SnapshotRead:
     snapshot: t.Snapshot
     workloads: dict[str, Workload]
     nodes: dict[str, Node]
-    held_elsewhere: set[str] = field(default_factory=set)  # workload ids releasing GPUs
+    held_elsewhere: set[str] = field(default_factory=set)  # ids releasing GPUs (reachable)
     held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
     throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
 
@@ -70,6 +70,7 @@ def read_snapshot() -> SnapshotRead:
         )
     )
     nodes = _nodes()
+    node_by_id = {node.pk: node for node in nodes}
     holders = {a.workload_id: a.workload for a in allocations}
     managed = {wid: wl for wid, wl in holders.items() if wl.state in ACTIVE_STATES}
     pending, throttled, waiting = _pending_workloads()
@@ -86,11 +87,18 @@ def read_snapshot() -> SnapshotRead:
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
     releasing = [a for a in allocations if a.workload_id not in managed]
+    # Pods on an unreachable (or disabled) cluster may never confirm they are gone; they
+    # keep their GPUs, but must not hold back evictions everywhere else.
+    settling = {
+        str(a.workload_id)
+        for a in releasing
+        if (node := node_by_id.get(a.node_id)) is not None and node.cluster.reachable
+    }
     return SnapshotRead(
         snapshot=snapshot,
         workloads={str(wl.pk): wl for wl in [*managed.values(), *waiting]},
         nodes={str(node.pk): node for node in nodes},
-        held_elsewhere={str(a.workload_id) for a in releasing},
+        held_elsewhere=settling,
         held_devices=_devices(releasing),
         throttled=throttled,
     )

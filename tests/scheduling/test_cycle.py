@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from clusters.models import Cluster
 from portal.models import DepartmentQuota
 from scheduling.cycle import cycle_run
 from scheduling.lifecycle import workload_pods_released, workload_transition
@@ -186,3 +187,24 @@ def test_the_cycle_reads_the_database_in_a_fixed_number_of_queries(
     with django_assert_max_num_queries(25):
         run = cycle_run()
     assert (run.workloads, run.admitted, run.pending) == (60, 0, 30)
+
+
+def test_pods_stuck_on_an_unreachable_cluster_do_not_hold_back_reclaim(org, tight, submit):
+    # A stopped job whose pod sits on another cluster, not yet confirmed gone.
+    far = make_nodes(org.pool, 1, 4, cluster_name="far")[0]
+    stuck = submit(org.dept_admin, org.project_a2, "stuck", gpus=4)
+    workload_transition(stuck, S.STOPPED, reason="StoppedByUser")
+    PodAllocation.objects.create(workload=stuck, pod_index=0, node=far, gpu_indices=[0, 1, 2, 3])
+    for name in ("a1", "a2"):
+        submit(org.researcher, org.project_a, name, gpus=4)
+    cycle_run()
+    submit(org.outsider, org.project_b, "owner", gpus=4)
+    # While that cluster answers, its pod is on its way out: no eviction starts meanwhile.
+    cycle_run()
+    states = Workload.objects.filter(name__in=["a1", "a2"]).values_list("state", flat=True)
+    assert sorted(states) == [S.ADMITTED, S.ADMITTED]
+    # Once it stops answering, the pod may never be confirmed: reclaim goes ahead.
+    Cluster.objects.filter(name="far").update(reachable=False)
+    cycle_run()
+    states = Workload.objects.filter(name__in=["a1", "a2"]).values_list("state", flat=True)
+    assert sorted(states) == [S.ADMITTED, S.PREEMPTED]
