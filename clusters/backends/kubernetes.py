@@ -88,7 +88,7 @@ class KubernetesBackend(Backend):
             float(config.get("connect_timeout_s", 3)),
             float(config.get("timeout_s", 10)),
         )
-        self.workers = int(config.get("workers", 16))
+        self.workers = int(config.get("workers", 32))
         self.pin = config.get("pin", "nodeName")
         self.system_namespace = config.get("system_namespace", "gpupool-system")
         self.reservation_image = config.get("reservation_image", "registry.k8s.io/pause:3.10")

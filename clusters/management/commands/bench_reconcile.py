@@ -38,7 +38,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--pods", type=int, default=1000)
-        parser.add_argument("--workers", type=int, default=16)
+        parser.add_argument("--workers", type=int, default=32)
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
