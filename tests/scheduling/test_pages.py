@@ -249,3 +249,9 @@ def test_the_project_page_shows_usage_per_pool(client_as, org, cluster, submit):
     page = client_as(org.researcher).get(f"/projects/{org.project_a.pk}/").content.decode()
     assert 'id="project-usage"' in page
     assert "1 running · 0 pending" in page
+
+
+def test_the_detail_page_includes_the_gpu_utilization_chart(client_as, org, job):
+    page = client_as(org.researcher).get(f"/workloads/{job.pk}/").content.decode()
+    assert "GPU utilization" in page
+    assert "No GPU samples for this workload yet." in page
