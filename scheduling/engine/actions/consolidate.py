@@ -9,7 +9,7 @@ the whole statement is discarded and nothing moves.
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import starvation_key
-from scheduling.engine.actions.victims import Candidates, VictimIndex, VictimRule, make_room
+from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.types import EvictionReason, Workload
 
@@ -20,10 +20,23 @@ def consolidate(ctx: Context) -> None:
     """Try a move plan for workloads that failed on fragmentation, most starved first."""
     if not ctx.config.consolidate or ctx.config.max_consolidation_moves <= 0:
         return
-    waiting = [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed]
+    # Only workloads the pools' free GPUs could hold in total; the free counts only drop
+    # during this phase, so this filter taken once at the start never drops a candidate.
+    free = {
+        pool: ctx.state.free_whole(pool, ctx.state.pool_models.get(pool, [])) for pool in ctx.pools
+    }
+    waiting = [
+        wl
+        for wl in ctx.pending()
+        if wl.id in ctx.capacity_failed
+        and 0
+        < sum(p.gpus for p in wl.pods)
+        <= max(free.get(p, 0) for p in ctx.pools_for(wl) or [""])
+    ]
     if not waiting:
         return
-    index = VictimIndex(ctx, lambda wl: _movable(ctx, wl))
+    index = preemptible(ctx)
+    movable: dict[str, Candidates] = {}
     waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
     attempts = 0
     for wl in waiting:
@@ -33,12 +46,11 @@ def consolidate(ctx: Context) -> None:
             if not _fits_in_total(ctx, wl, pool) or ctx.quota_block(wl, pool) is not None:
                 continue
             attempts += 1
-            if _plan(ctx, wl, pool, index.pool(pool)):
+            if pool not in movable:
+                singles = (v for v in index.pool(pool).ordered if len(v.wl.pods) == 1)
+                movable[pool] = Candidates.of(singles)
+            if _plan(ctx, wl, pool, movable[pool]):
                 break
-
-
-def _movable(ctx: Context, wl: Workload) -> bool:
-    return wl.preemptible and len(wl.pods) == 1 and ctx.min_runtime_passed(wl)
 
 
 def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:

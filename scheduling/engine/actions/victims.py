@@ -59,7 +59,8 @@ class Rule:
         return True
 
     def allowed(self) -> dict[str, bool] | None:
-        """queue_ok for all queues at once (absent = not ok), or None to ask one by one."""
+        """queue_ok for all queues at once (absent = not ok), or None when every queue is
+        acceptable and only victim_ok decides."""
         return None
 
 
@@ -196,14 +197,15 @@ def _cheapest_batch(
     """
     evicted = ctx.stmt.evicted
     ok = rule.allowed()
-    if ok is None:
-        ok = {qid: rule.queue_ok(qid) for qid in candidates.by_queue}
-    # Walk only the accepted queues' victims, merged in cost order: most queues are
-    # turned away, and skipping their victims one by one would dominate the search.
-    streams = [candidates.by_queue[q] for q in sorted(ok) if ok[q] and q in candidates.by_queue]
+    stream: Iterable[Victim] = candidates.ordered
+    if ok is not None:
+        # Walk only the accepted queues' victims, merged in cost order: most queues are
+        # turned away, and skipping their victims one by one would dominate the search.
+        streams = [candidates.by_queue[q] for q in sorted(ok) if ok[q] and q in candidates.by_queue]
+        stream = heapq.merge(*streams, key=_cost)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
-    for victim in heapq.merge(*streams, key=_cost):
+    for victim in stream:
         if victim.wl.id in evicted:
             continue
         if not rule.victim_ok(victim):
