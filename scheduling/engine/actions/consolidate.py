@@ -20,19 +20,7 @@ def consolidate(ctx: Context) -> None:
     """Try a move plan for workloads that failed on fragmentation, most starved first."""
     if not ctx.config.consolidate or ctx.config.max_consolidation_moves <= 0:
         return
-    # Only workloads the pools' free GPUs could hold in total; the free counts only drop
-    # during this phase, so this filter taken once at the start never drops a candidate.
-    free = {
-        pool: ctx.state.free_whole(pool, ctx.state.pool_models.get(pool, [])) for pool in ctx.pools
-    }
-    waiting = [
-        wl
-        for wl in ctx.pending()
-        if wl.id in ctx.capacity_failed
-        and 0
-        < sum(p.gpus for p in wl.pods)
-        <= max(free.get(p, 0) for p in ctx.pools_for(wl) or [""])
-    ]
+    waiting = _candidates(ctx)
     if not waiting:
         return
     index = preemptible(ctx)
@@ -51,6 +39,19 @@ def consolidate(ctx: Context) -> None:
                 movable[pool] = Candidates.of(singles)
             if _plan(ctx, wl, pool, movable[pool]):
                 break
+
+
+def _candidates(ctx: Context) -> list[Workload]:
+    """Workloads that failed on capacity but that the free GPUs of one of their pools
+    could hold in total. Free counts only drop during this phase, so a filter taken once
+    at its start never drops a candidate it would later accept."""
+    free = {p: ctx.state.free_whole(p, ctx.state.pool_models.get(p, [])) for p in ctx.pools}
+
+    def could_fit(wl: Workload) -> bool:
+        whole = sum(p.gpus for p in wl.pods)
+        return 0 < whole <= max((free.get(p, 0) for p in ctx.pools_for(wl)), default=0)
+
+    return [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed and could_fit(wl)]
 
 
 def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:
