@@ -248,3 +248,26 @@ def test_reclaim_reaches_the_deserved_quota_when_fair_shares_are_not_whole_gpus(
     assert result.fair_shares[("p2", "a", Resource.GPU)] == pytest.approx(4 / 3)
     assert len(result.evictions) == 1
     assert list(placed(result)) == ["p1-w0"]
+
+
+def test_with_equal_loss_and_priority_reclaim_takes_the_most_recently_started() -> None:
+    victims = [replace(v, last_checkpoint_time=NOW) for v in _borrowing_p2()]
+    # All checkpointed just now (nothing to lose, same priority): the newest goes.
+    snap = snapshot(nodes(1, gpus=4), _two_projects(), [*victims, job("mine", "p1")])
+    assert evicted(run(snap, now=NOW)) == {"b3": "reclaim"}
+
+
+def test_reclaim_across_departments_keeps_the_other_department_at_its_fair_share() -> None:
+    # d1 deserves 3 of 4 GPUs, d2 deserves 1. Inside d2, p2 deserves nothing and borrows
+    # all 4; p1 in d1 takes back 3, the most d2 can give without dropping below its share.
+    queues = [
+        dept("d1", deserved=3),
+        dept("d2", deserved=1),
+        project("p1", "d1", deserved=3),
+        project("p2", "d2", deserved=0),
+    ]
+    work = [*_borrowing_p2(), *(job(f"m{i}", "p1", t=i) for i in range(4))]
+    result = run(snapshot(nodes(1, gpus=4), queues, work), now=NOW)
+    assert result.fair_shares[("d2", "a", Resource.GPU)] == 1
+    assert sorted(evicted(result)) == ["b1", "b2", "b3"]
+    assert sorted(placed(result)) == ["m0", "m1", "m2"]
