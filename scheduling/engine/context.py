@@ -57,14 +57,14 @@ class Context:
     searches_left: int = 0  # eviction-plan searches this cycle may still run
 
     def __post_init__(self) -> None:
-        # Only quotas with a limit or without borrowing can block an admission; most
-        # have neither, so admission checks skip them without a lookup.
         self.queue_ids = sorted(self.queues)
         self.waiting = sorted(
             (wl for wl in self.workloads.values() if wl.placement is None), key=pending_key
         )
         self.searches_left = self.config.max_victim_searches
         self.parents = {q.parent_id for q in self.queues.values() if q.parent_id is not None}
+        # Only quotas with a limit or without borrowing can block an admission; most
+        # have neither, so admission checks skip them without a lookup.
         for q in self.queues.values():
             for (pool, resource), quota in sorted(q.quotas.items()):
                 if quota.limit is not None or not quota.over_quota_allowed:
