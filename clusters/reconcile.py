@@ -77,7 +77,9 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
     try:
         observed = backend.pod_statuses()
         by_workload = _group(allocations)
-        _requeue_lost(by_workload, observed, result)
+        with transaction.atomic():
+            _refresh_states(by_workload)
+            _requeue_lost(by_workload, observed, result)
         desired = pod_specs_for(
             [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster
         )
@@ -92,6 +94,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
     # One transaction for what was observed: readers never see half a pass, and on
     # SQLite a thousand transitions cost one commit, not a thousand.
     with transaction.atomic():
+        _refresh_states(by_workload)
         _record_statuses(allocations, report)
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
@@ -121,6 +124,20 @@ def _group(allocations: Iterable[PodAllocation]) -> dict[int, list[PodAllocation
     for allocation in allocations:
         groups[allocation.workload_id].append(allocation)
     return groups
+
+
+def _refresh_states(by_workload: dict[int, list[PodAllocation]]) -> None:
+    """The cycle or a user may have changed a workload while the cluster was being called
+    (preempted it, stopped it): act on its state in the database now, locked (where the
+    database can) until this transaction ends, never on the copy read at the start."""
+    fresh = Workload.objects.select_for_update().in_bulk(list(by_workload))
+    for workload_id, allocations in list(by_workload.items()):
+        workload = fresh.get(workload_id)
+        if workload is None:  # deleted meanwhile; its pods are orphans the next pass removes
+            del by_workload[workload_id]
+            continue
+        for allocation in allocations:
+            allocation.workload = workload
 
 
 def _requeue_lost(

@@ -203,3 +203,28 @@ def test_the_demo_seed_makes_a_simulated_and_a_local_cluster_and_is_idempotent(p
     assert set(sim_nodes.values_list("pool__name", flat=True)) == {"a100"}
     assert Node.objects.filter(cluster__name="local", pool__name="local").count() == 1
     assert "Cluster sim (simulated): 4 nodes, 32 GPUs." in out.getvalue()
+
+
+def test_a_preemption_made_while_the_cluster_was_being_called_is_not_overwritten(sim, org):
+    """The cycle preempts a workload between the reconcile's read and its write-back: the
+    pod reports Running, yet the workload must stay preempted (and its pod go next pass)."""
+    from clusters.backends.simulated import SimulatedBackend as Sim
+
+    inventory_sync(sim)
+    workload = make_workload(org.project_a, org.researcher, "raced")
+    admit(workload, Node.objects.get(name="a100-0"), pods=[{"gpu_indices": [0]}])
+
+    class Racing(Sim):
+        def reconcile(self, desired, *, grace_period_s):
+            report = super().reconcile(desired, grace_period_s=grace_period_s)
+            fresh = type(workload).objects.get(pk=workload.pk)
+            workload_transition(fresh, WorkloadState.PREEMPTED, reason="Reclaim")
+            return report
+
+    cluster_reconcile(sim, backend=Racing(sim))
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.PREEMPTED
+    cluster_reconcile(sim)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
+    assert SimulatedPod.objects.count() == 0
