@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import watch
 
@@ -345,3 +347,30 @@ def test_list_and_watch_follow_pods_and_an_expired_version_is_gone(kube, setup):
                 backend.api.list_namespaced_pod, "watched", resource_version="1", timeout_seconds=1
             )
         )
+
+
+def test_pod_status_is_read_and_written_with_conflicts_on_stale_versions(kube, setup):  # noqa: F811
+    kube.require_fake()
+    from kubernetes.client.exceptions import ApiException
+
+    cluster, _ = setup
+    api = KubernetesBackend(cluster).api
+    KubernetesBackend(cluster).ensure_namespace("st")
+    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    created = api.create_namespaced_pod("st", body)
+    assert api.read_namespaced_pod_status("p", "st").status.phase == "Pending"
+    api.patch_namespaced_pod_status("p", "st", {"status": {"phase": "Running"}})
+    assert api.read_namespaced_pod("p", "st").status.phase == "Running"
+    stale = {
+        "metadata": {"name": "p", "resourceVersion": created.metadata.resource_version},
+        "status": {"phase": "Failed"},
+    }
+    with pytest.raises(ApiException) as err:
+        api.replace_namespaced_pod_status("p", "st", stale)
+    assert err.value.status == 409
+    with pytest.raises(ApiException) as err:
+        api.create_namespaced_pod("st", body)
+    assert (err.value.status, json.loads(err.value.body)["reason"]) == (409, "AlreadyExists")
+    with pytest.raises(ApiException) as err:
+        api.read_namespaced_pod("nope", "st")
+    assert err.value.status == 404
