@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from scheduling.engine.sim.cli import policy_factory, simulate
+import pytest
+
+from scheduling.engine.sim.cli import engine_config, policy_factory, simulate
 from scheduling.engine.sim.loop import SimConfig, Simulation
 from scheduling.engine.sim.specs import QuotaSpec
-from scheduling.engine.types import CycleResult, SchedulerConfig
+from scheduling.engine.types import CycleResult, PlacementStrategy, SchedulerConfig
 from tests.engine.test_sim_replay import EXACT, cluster, job, quotas
 
 CHECKPOINT_30S = SimConfig(tick=0.0, period=0.0, checkpoint_interval=30.0)
@@ -102,3 +104,11 @@ def test_time_based_fairness_gets_hourly_usage_records_from_the_replay() -> None
         ("a", "p", 3600.0, 7200.0, 7200.0),
         ("b", "p", 0.0, 3600.0, 1800.0),
     ]
+
+
+def test_engine_config_json_sets_known_fields_and_refuses_unknown_ones() -> None:
+    config = engine_config({"min_runtime_s": {"": 600}, "default_placement": "spread"})
+    assert config.min_runtime_s == {"": 600}
+    assert config.default_placement is PlacementStrategy.SPREAD
+    with pytest.raises(ValueError, match="unknown engine config keys: colour"):
+        engine_config({"colour": "blue"})
