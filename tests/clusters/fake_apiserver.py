@@ -90,6 +90,13 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (a timed-out request, a "down" server) are expected."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeApiServer:
     """`with FakeApiServer() as api:` serves on a free loopback port; `api.kubeconfig()`."""
 
@@ -112,7 +119,7 @@ class FakeApiServer:
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
         self.logs: dict[tuple[str, str], str] = {}
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
