@@ -141,12 +141,15 @@ class Context:
         return self.fair.get((queue_id, pool, Resource.GPU), 0.0)
 
     def totals(self, queue_id: str) -> tuple[float, float]:
-        """Fair share and deserved quota of GPUs summed over pools (fixed for the cycle)."""
+        """Fair share and reachable deserved quota of GPUs, summed over pools (fixed for the
+        cycle). Reachable: at most the fair share, so a quota in a pool without GPUs, or
+        beyond what the queue asks for, does not make the queue look starved."""
         found = self.total_memo.get(queue_id)
         if found is None:
-            fair = sum(self.fair_share(queue_id, pool) for pool in self.pools)
-            deserved = sum(self.deserved(queue_id, pool) for pool in self.pools)
-            found = self.total_memo[queue_id] = (fair, deserved)
+            shares = [self.fair_share(queue_id, pool) for pool in self.pools]
+            deserved = [self.deserved(queue_id, pool) for pool in self.pools]
+            reachable = sum(min(d, f) for d, f in zip(deserved, shares, strict=True))
+            found = self.total_memo[queue_id] = (sum(shares), reachable)
         return found
 
     def is_leaf(self, queue_id: str) -> bool:

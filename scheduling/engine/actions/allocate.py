@@ -19,13 +19,13 @@ from scheduling.engine.types import Workload
 
 
 def starvation_key(ctx: Context, queue_id: str) -> tuple[bool, float, float, str]:
-    """Sort key of a queue: under-deserved first, then least allocated against fair share."""
+    """Sort key of a queue: under its (reachable) deserved quota first, then the least
+    allocated against its fair share."""
     alloc = sum(ctx.ledger.get(queue_id, pool) for pool in ctx.pools)
     fair, deserved = ctx.totals(queue_id)
     at_quota = alloc >= deserved - EPS
-    # With no fair share, an idle queue is as starved as can be and a busy one is not.
-    idle_ratio = 0.0 if alloc <= EPS else math.inf
-    ratio = alloc / fair if fair > EPS else idle_ratio
+    # A queue with no fair share comes after every queue that has one.
+    ratio = alloc / fair if fair > EPS else math.inf
     return (at_quota, ratio, alloc, queue_id)
 
 
