@@ -32,6 +32,11 @@ class BackendUnreachable(BackendError):
     """The cluster cannot be reached at all: mark it so, keep its workloads."""
 
 
+class PodSpecInvalid(BackendError):
+    """The cluster will never run this pod as specified (no command, an invalid manifest):
+    the workload fails with this message instead of being retried forever."""
+
+
 class PodPhase(enum.StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
@@ -183,6 +188,15 @@ class Backend(abc.ABC):
             report.created.append(spec.name)
         except BackendUnreachable:
             raise
+        except PodSpecInvalid as exc:
+            report.statuses[spec.name] = PodStatus(
+                name=spec.name,
+                namespace=spec.namespace,
+                workload_id=spec.workload_id,
+                pod_index=spec.pod_index,
+                phase=PodPhase.FAILED,
+                message=f"The pod cannot run: {exc}",
+            )
         except BackendError as exc:
             report.errors.append(f"create {spec.name}: {exc}")
 

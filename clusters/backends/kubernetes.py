@@ -39,6 +39,7 @@ from clusters.backends import (
     NodeInfo,
     PodPhase,
     PodSpec,
+    PodSpecInvalid,
     PodStatus,
     ReconcileReport,
 )
@@ -193,6 +194,8 @@ class KubernetesBackend(Backend):
             if self.pin == "binding":
                 self._bind(spec)
         except ApiException as exc:
+            if exc.status in (400, 422):
+                raise PodSpecInvalid(f"{exc.status} {exc.reason}: {_message(exc)}") from exc
             if exc.status != 409:
                 raise BackendError(f"pod {spec.name}: {exc.status} {exc.reason}") from exc
             created = self._adopt(spec)
@@ -342,6 +345,13 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message", ""))
+    except ValueError:
+        return str(exc.body or "")[:500]
 
 
 def reservation_name(node: str, index: int) -> str:

@@ -29,6 +29,7 @@ from clusters.backends import (
     NodeInfo,
     PodPhase,
     PodSpec,
+    PodSpecInvalid,
     PodStatus,
     expand_vars,
 )
@@ -162,7 +163,7 @@ class LocalBackend(Backend):
         env, endpoint = self._environment(spec, workdir)
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
-            raise BackendError(f"{spec.name} has no command to run locally")
+            raise PodSpecInvalid("it has no command to run on the local machine")
         log_path = workdir / f"pod-{spec.pod_index}.log"
         with log_path.open("ab") as out:
             try:

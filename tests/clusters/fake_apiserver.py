@@ -90,6 +90,21 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def _validate_pod(pod: dict) -> None:
+    """The checks of the real API server that a manifest can fail: 422 Invalid."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        raise ApiError(422, "Invalid", "spec.containers: Required value")
+    for container in containers:
+        for env in container.get("env") or []:
+            if not ENV_NAME.fullmatch(env.get("name", "")):
+                message = f'spec.containers[0].env.name: Invalid value: "{env.get("name")}"'
+                raise ApiError(422, "Invalid", message)
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (a timed-out request, a "down" server) are expected."""
@@ -442,6 +457,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if ns:
                     meta["namespace"] = ns
                 if resource == "pods":
+                    _validate_pod(obj)
                     obj["status"] = {"phase": "Pending"}
                     if obj["spec"].get("nodeName"):
                         self._kubelet_start(obj)

@@ -377,3 +377,15 @@ def test_pod_status_is_read_and_written_with_conflicts_on_stale_versions(kube, s
     with pytest.raises(ApiException) as err:
         api.read_namespaced_pod("nope", "st")
     assert err.value.status == 404
+
+
+def test_a_manifest_the_api_server_rejects_fails_the_workload_with_its_message(kube, setup, org):  # noqa: F811
+    cluster, nodes = setup
+    workload = training(org, "bad-env", env={"NOT A NAME": "x"})
+    admit(workload, nodes[0])
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.FAILED
+    message = workload.events.last().message
+    assert message.startswith("The pod cannot run: 422") and "NOT A NAME" in message
+    assert workload.allocations.count() == 0

@@ -207,3 +207,23 @@ def test_without_a_driver_the_machine_is_cpu_only():
     from clusters.backends.localgpus import local_gpus
 
     assert local_gpus() == []  # nvidia-ml-py is installed; nvmlInit fails without a driver
+
+
+def test_a_workload_without_a_command_fails_with_a_reason_and_frees_its_gpus(org):
+    cluster = make_cluster(config={"node_name": "here"})
+    workload = make_workload(org.project_a, org.researcher, "empty", command=[])
+    admit(workload, make_node(cluster, "here"))
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.FAILED
+    assert workload.events.last().message == (
+        "The pod cannot run: it has no command to run on the local machine"
+    )
+    assert workload.allocations.count() == 0
+
+
+def test_a_command_that_does_not_exist_fails_with_exit_code_127(backend):
+    backend.ensure_pod(spec(command=("/no/such/program",)))
+    wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.FAILED)
+    assert backend.pod_statuses()["gp-1-0"].exit_code == 127
+    assert "cannot run /no/such/program" in backend.pod_logs("gp-1-0", "ns")
