@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduling.engine.fairshare import EPS, Key
 from scheduling.engine.placement import Placer, ShapeKey
@@ -22,6 +23,9 @@ from scheduling.engine.types import (
     Snapshot,
     Workload,
 )
+
+if TYPE_CHECKING:  # the actions import this module; only the type is needed here
+    from scheduling.engine.actions.victims import VictimIndex
 
 UNIT_NAMES = {Resource.GPU: "GPUs", Resource.CPU: "CPU cores", Resource.MEMORY: "MiB of memory"}
 
@@ -53,7 +57,7 @@ class Context:
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)
     total_memo: dict[str, tuple[float, float]] = field(default_factory=dict)
-    victim_index: object = None  # actions.victims.preemptible() builds it on first use
+    victim_index: VictimIndex | None = None  # actions.victims.preemptible() builds it
     searches_left: int = 0  # eviction-plan searches this cycle may still run
 
     def __post_init__(self) -> None:

@@ -134,7 +134,7 @@ class VictimIndex:
 
 def preemptible(ctx: Context) -> VictimIndex:
     """Preemptible running work past its minimum runtime, indexed once per cycle."""
-    if not isinstance(ctx.victim_index, VictimIndex):
+    if ctx.victim_index is None:
         ctx.victim_index = VictimIndex(
             ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl)
         )
