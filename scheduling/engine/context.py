@@ -105,7 +105,8 @@ class Context:
         found = self.needs.get(wl.id) or self.needs.get((wl.id, pool))
         if found is None:
             pods = wl.pods
-            memory, key = 0, wl.id  # the same in every pool unless a pod asks GPU memory
+            memory = 0
+            key: object = wl.id  # the same in every pool unless a pod asks GPU memory
             if any(pod.gpu_memory_mib for pod in pods):
                 models = self.state.models_for(pool, wl.gpu_models)
                 memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0

@@ -90,8 +90,7 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
         cpu = math.inf if node.cpu is None else node.cpu
         memory = math.inf if node.memory_mib is None else float(node.memory_mib)
         for resource, amount in zip(RESOURCES, (len(node.gpus), cpu, memory), strict=True):
-            key = (node.pool, resource)
-            capacity[key] = capacity.get(key, 0.0) + amount
+            capacity[(node.pool, resource)] = capacity.get((node.pool, resource), 0.0) + amount
     for pool in ctx.pools:
         for resource in Resource:
             capacity.setdefault((pool, resource), 0.0)

@@ -259,7 +259,7 @@ class Placer:
                         if best is None or key < best[0]:
                             best = (key, node, model)
             return None if best is None else (best[1], best[2])
-        sizes = set()
+        sizes: set[int] = set()
         for model in models:
             sizes.update(k for k in self.state.whole.get((pool, model), {}) if k >= need)
         for k in sorted(sizes, reverse=spread):

@@ -85,6 +85,13 @@ class PodSlot:
 Group = tuple[str, str]  # (pool, GPU model)
 
 
+def _owner_setter(gpu: GpuState, owner: str | None) -> Callable[[], None]:
+    def set_owner() -> None:
+        gpu.owner = owner
+
+    return set_owner
+
+
 class ClusterState:
     """Nodes, GPUs, who holds what, and indexes of free capacity; undoable mutations.
 
@@ -276,9 +283,9 @@ class ClusterState:
         node = slot.node
         node.cpu_free -= sign * slot.cpu
         node.mem_free -= sign * slot.host_memory
+        owner = wid if sign > 0 else None
         for gpu in slot.gpus:
-            owner = wid if sign > 0 else None
-            self._change_gpu(gpu, lambda g=gpu, o=owner: setattr(g, "owner", o))
+            self._change_gpu(gpu, _owner_setter(gpu, owner))
         if slot.shared is not None:
             self._change_gpu(slot.shared, lambda: self._change_share(wid, slot, sign))
 

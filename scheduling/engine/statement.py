@@ -60,7 +60,9 @@ class Ledger:
         parents = {q.id: q.parent_id for q in queues}
         self.chains: dict[str, tuple[str, ...]] = {}
         for q in queues:
-            chain, current, seen = [], q.id, set()
+            chain: list[str] = []
+            seen: set[str] = set()
+            current: str | None = q.id
             while current is not None and current not in seen and current in parents:
                 seen.add(current)
                 chain.append(current)
@@ -121,4 +123,8 @@ class Statement:
         slots = self.state.release(wl.id)
         self.ledger.add(wl.queue_id, slots, -1)
         self.evicted[wl.id] = EvictionRecord(wl, reason, beneficiary, detail)
-        self.state.log.append(lambda: self.evicted.pop(wl.id))
+
+        def undo() -> None:
+            del self.evicted[wl.id]
+
+        self.state.log.append(undo)
