@@ -200,8 +200,10 @@ class LocalBackend(Backend):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
         env.update({k: str(v) for k, v in spec.env.items()})
         gpus = spec.gpu_indices if spec.shared_gpu_index is None else (spec.shared_gpu_index,)
-        # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only pod.
+        # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only pod. Indices are
+        # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         exit_file = workdir / f".pod-{spec.pod_index}.exit"
         exit_file.unlink(missing_ok=True)
         env["GPUPOOL_EXIT_FILE"] = str(exit_file)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from portal.models import Department, Project, User
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
 GPUS_PER_NODE = 8
+REAL = "GPUPOOL_TEST_KUBECONFIG"
 
 
 class Rollback(Exception):
@@ -58,7 +60,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{key}: {value}")
 
     def _api_server(self, stack: ExitStack, pods: int) -> tuple[dict, list[str]]:
-        real = os.environ.get("GPUPOOL_TEST_KUBECONFIG")
+        real = os.environ.get(REAL)
         if real:
             return yaml.safe_load(Path(real).read_text()), []
         # The fake runs in its own process, as an API server would: it must not compete
@@ -86,7 +88,8 @@ class Command(BaseCommand):
         backend = _TimedBackend(cluster, kubeconfig=kubeconfig)
         if not node_names:  # a real cluster: spread over its nodes
             node_names = [n.name for n in backend.list_inventory()]
-        _admit(cluster, node_names, options["pods"])
+        # Whole GPUs on the fake; on a real cluster CPU-only pods, which any node admits.
+        _admit(cluster, node_names, options["pods"], gpus=not os.environ.get(REAL))
         started = time.perf_counter()
         first = cluster_reconcile(cluster, backend=backend)
         elapsed = time.perf_counter() - started
@@ -113,9 +116,7 @@ class Command(BaseCommand):
             "second_pass_seconds": round(idle, 3),
             "deleted_after": cleanup.deleted,
             "workers": options["workers"],
-            "api_server": "GPUPOOL_TEST_KUBECONFIG"
-            if os.environ.get("GPUPOOL_TEST_KUBECONFIG")
-            else "fake",
+            "api_server": "GPUPOOL_TEST_KUBECONFIG" if os.environ.get(REAL) else "fake",
         }
 
 
@@ -132,7 +133,7 @@ class _TimedBackend(KubernetesBackend):
             self.seconds += time.perf_counter() - started
 
 
-def _admit(cluster: Cluster, node_names: list[str], pods: int) -> None:
+def _admit(cluster: Cluster, node_names: list[str], pods: int, *, gpus: bool) -> None:
     user = User.objects.create(username=f"bench-{os.getpid()}")
     department = Department.objects.create(name=f"bench-{os.getpid()}")
     project = Project.objects.create(department=department, name="bench", namespace="gp-bench")
@@ -141,14 +142,16 @@ def _admit(cluster: Cluster, node_names: list[str], pods: int) -> None:
         Gpu(node=node, index=i, model="bench") for node in nodes for i in range(GPUS_PER_NODE)
     )
     workloads = Workload.objects.bulk_create(
+        # Tiny requests on the pause image: a real test cluster's kubelets admit them all.
         Workload(
             project=project,
             submitted_by=user,
             kind="training",
             name=f"w{i}",
-            image="busybox:1.36",
-            command=["sleep", "3600"],
-            gpus=1,
+            image="registry.k8s.io/pause:3.10",
+            cpu=Decimal("0.01"),
+            memory_mib=16,
+            gpus=1 if gpus else 0,
             state=WorkloadState.ADMITTED,
         )
         for i in range(pods)
@@ -158,7 +161,7 @@ def _admit(cluster: Cluster, node_names: list[str], pods: int) -> None:
             workload=w,
             pod_index=0,
             node=nodes[i // GPUS_PER_NODE % len(nodes)],
-            gpu_indices=[i % GPUS_PER_NODE],
+            gpu_indices=[i % GPUS_PER_NODE] if gpus else [],
         )
         for i, w in enumerate(workloads)
     )
