@@ -51,7 +51,7 @@ def quota(
     return Quota(deserved=deserved, limit=limit, over_quota_weight=weight, **kw)
 
 
-def project(qid: str, dept: str = "dept", pool: str = "a", **kw: object) -> Queue:
+def project(qid: str, dept: str | None = "dept", pool: str = "a", **kw: object) -> Queue:
     """A project with a GPU quota in one pool: project("p", deserved=4, limit=8)."""
     return Queue(qid, dept, {(pool, Resource.GPU): quota(**kw)})  # type: ignore[arg-type]
 

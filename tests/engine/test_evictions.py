@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from scheduling.engine.types import (
     EvictionReason,
     PodPlacement,
     PodRequest,
+    Queue,
     Resource,
     SchedulerConfig,
     Workload,
@@ -31,7 +33,7 @@ from tests.engine.builders import (
 NOW = 1000.0
 
 
-def _borrowing_p2(count: int = 4, gpus: int = 1, **kw: object) -> list[Workload]:
+def _borrowing_p2(count: int = 4, gpus: int = 1, **kw: Any) -> list[Workload]:
     """p2 running `count` jobs on n0, started 100 s apart (the last one most recently)."""
     return [
         running(
@@ -44,7 +46,7 @@ def _borrowing_p2(count: int = 4, gpus: int = 1, **kw: object) -> list[Workload]
     ]
 
 
-def _two_projects(p1: float = 2, p2: float = 2) -> list:
+def _two_projects(p1: float = 2, p2: float = 2) -> list[Queue]:
     return [dept(), project("p1", deserved=p1), project("p2", deserved=p2)]
 
 
@@ -116,11 +118,11 @@ def test_reclaim_does_not_flip_flop_over_fifty_cycles() -> None:
     snap = snapshot(nodes(1, gpus=8), _two_projects(p1=4, p2=4), work)
     steps = cycles(snap, 50, SchedulerConfig(), start=NOW)
     by_cycle = [len(result.evictions) for _, result in steps]
-    directions = Counter()
+    directions: Counter[tuple[str, str]] = Counter()
     for before, result in steps:
         queue_of = {wl.id: wl.queue_id for wl in before.workloads}
         for e in result.evictions:
-            directions[(queue_of[e.workload_id], queue_of[e.beneficiary])] += 1
+            directions[(queue_of[e.workload_id], queue_of[e.beneficiary or ""])] += 1
     assert by_cycle[0] == 4
     assert sum(by_cycle[1:]) == 0
     assert set(directions) == {("p1", "p2")}

@@ -9,6 +9,7 @@ from scheduling.engine.state import UNITS
 from scheduling.engine.types import (
     Gpu,
     GpuShare,
+    Node,
     PlacementStrategy,
     PodPlacement,
     PodRequest,
@@ -125,7 +126,7 @@ def test_a_gang_with_a_minimum_starts_with_the_pods_that_fit() -> None:
     assert [p.pod for p in admission.pods] == [0, 1]
 
 
-def _two_racks() -> tuple:
+def _two_racks() -> tuple[Node, ...]:
     # Racks stripe by node number: n0, n2 in r0; n1, n3 in r1.
     return nodes(4, gpus=8, racks=2)
 
