@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.test import Client
 
 from clusters.metrics import bench
 from clusters.metrics.models import GpuSample
-from clusters.metrics.services import samples_ingest
+from clusters.metrics.services import node_token_issue, samples_ingest
 from clusters.models import Cluster, Gpu, Node
 
 CLUSTER = "bench-ingest"
@@ -96,6 +97,7 @@ class Command(BaseCommand):
             samples_ingest(batch)
             durations.append(time.perf_counter() - t0)
         elapsed = time.perf_counter() - began
+        api_rate = self.measure_api(nodes[0], batches[: max(1, len(batches) // 4)])
         stored = GpuSample.objects.filter(node_id__in=[n.pk for n in nodes]).count()
         return {
             "samples_per_s": round(options["samples"] / elapsed, 1),
@@ -103,6 +105,20 @@ class Command(BaseCommand):
             "batch": options["batch"],
             "seconds": round(elapsed, 3),
             "batch_ms_median": round(statistics.median(durations) * 1000, 2),
+            "api_samples_per_s": api_rate,
             "stored": stored,
             "database": bench.connection.vendor,
         }
+
+    def measure_api(self, node: Node, batches: list[list[dict]]) -> float:
+        """The same batches through POST /api/v1/metrics: JSON, token check, DRF, ingestion."""
+        _, token = node_token_issue(actor=None, node=node)
+        client = Client()
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+        bodies = [json.dumps({"samples": batch}) for batch in batches]
+        began = time.perf_counter()
+        for body in bodies:
+            response = client.post("/api/v1/metrics", body, "application/json", **auth)
+            if response.status_code != 201:
+                raise CommandError(f"the API answered {response.status_code}: {response.content!r}")
+        return round(sum(map(len, batches)) / (time.perf_counter() - began), 1)
