@@ -112,3 +112,17 @@ def test_engine_config_json_sets_known_fields_and_refuses_unknown_ones() -> None
     assert config.default_placement is PlacementStrategy.SPREAD
     with pytest.raises(ValueError, match="unknown engine config keys: colour"):
         engine_config({"colour": "blue"})
+
+
+def test_gpupool_beats_fifo_on_the_worst_teams_extra_queueing_when_one_team_hogs() -> None:
+    # a fills the cluster at 0; b comes back for its quota at 50. Alone on 2 GPUs, b would
+    # not wait at all, and a's last two jobs would wait 1000 s (mean 500).
+    jobs = [job(f"a{i}", 0, 1000, 1, "a") for i in range(4)]
+    jobs += [job("b1", 50, 100, 1, "b"), job("b2", 50, 100, 1, "b")]
+    _, fifo = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "fifo", CHECKPOINT_30S)
+    _, shared = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "gpupool", CHECKPOINT_30S)
+    # fifo: b waits for a's jobs to end at 1000.
+    assert (fifo["worst_team"], fifo["worst_team_extra_queueing_s"]) == ("b", 950.0)
+    # gpupool: b reclaims at once; a's two evicted jobs wait 100 s (mean 50 over 4 jobs).
+    assert (shared["worst_team"], shared["worst_team_extra_queueing_s"]) == ("b", 0.0)
+    assert shared["teams"]["a"]["extra_queueing_s"] == 50.0 - 500.0
