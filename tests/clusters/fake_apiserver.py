@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 CORE = "/api/v1"
+GPU = "nvidia.com/gpu"
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
@@ -134,6 +135,7 @@ class FakeApiServer:
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
         self.logs: dict[tuple[str, str], str] = {}
+        self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -262,11 +264,32 @@ class FakeApiServer:
 
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
+        self.devices.pop((ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         self._event(rv, resource, "DELETED", obj)
         return obj
+
+    def _allocate_devices(self, pod: dict) -> bool:
+        """The device plugin: the lowest free GPUs of the node, whatever GPUPool had in
+        mind; like a container that runs nvidia-smi, the pod's log names their UUIDs."""
+        node = pod["spec"]["nodeName"]
+        wanted = sum(
+            int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+            for c in pod["spec"]["containers"]
+        )
+        if not wanted:
+            return True
+        total = int(self.objects["nodes"][("", node)]["status"]["allocatable"].get(GPU, 0))
+        used = {i for (n, devices) in self.devices.values() if n == node for i in devices}
+        free = [i for i in range(total) if i not in used]
+        if len(free) < wanted:
+            return False
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self.devices[key] = (node, free[:wanted])
+        self.logs[key] = "".join(f"GPU-{node}-{i}\n" for i in free[:wanted])
+        return True
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
         self.events.append((rv, resource, kind, copy.deepcopy(obj)))
@@ -399,7 +422,22 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, self._get(resource, ns, name)
             if method == "DELETE":
                 return self._delete_item(resource, ns, name, query, body or {})
+            if method == "PATCH":
+                return self._patch_metadata(resource, ns, name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
+
+        def _patch_metadata(self, resource: str, ns: str, name: str, body: dict):
+            """A merge patch of labels and annotations (all GPUPool patches)."""
+            with api.lock:
+                obj = self._get(resource, ns, name, copy_=False)
+                for field in ("labels", "annotations"):
+                    patch = (body.get("metadata") or {}).get(field)
+                    if patch:
+                        current = obj["metadata"].setdefault(field, {})
+                        current.update({k: v for k, v in patch.items() if v is not None})
+                        for k in [k for k, v in patch.items() if v is None]:
+                            current.pop(k, None)
+                return 200, copy.deepcopy(api._store(resource, ns, obj, "MODIFIED"))
 
         def _pod_sub(self, method: str, ns: str, name: str, sub: str, *, query: dict, body: Any):
             with api.lock:
@@ -471,6 +509,13 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _kubelet_start(self, pod: dict) -> None:
             node = pod["spec"]["nodeName"]
             if ("", node) not in api.objects["nodes"] or not api.auto_run:
+                return
+            if not api._allocate_devices(pod):
+                pod["status"] = {
+                    "phase": "Failed",
+                    "reason": "UnexpectedAdmissionError",
+                    "message": f"Allocate failed: not enough {GPU} on {node}",
+                }
                 return
             pod["status"] = {
                 "phase": "Running",

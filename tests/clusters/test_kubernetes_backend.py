@@ -264,31 +264,62 @@ def test_an_unreachable_cluster_is_marked_and_its_workloads_kept_until_it_is_bac
     assert len(fake.pods()) == 1
 
 
-def test_fractions_share_one_reservation_pod_per_gpu(kube, setup, org):  # noqa: F811
+def test_fractions_share_one_reservation_pod_per_gpu_on_the_device_it_holds(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
-    cluster, nodes = setup
+    cluster, _ = setup
     node = Node.objects.get(name="gpu-a")
-    node.gpus.filter(index=3).update(uuid="GPU-1234")
+    whole = training(org, "whole")
     first = training(org, "half-a", gpu_request="fraction", gpus="0.5")
     second = training(org, "half-b", gpu_request="fraction", gpus="0.5")
+    admit(whole, node, pods=[{"gpu_indices": [0, 1]}])
     admit(first, node, pods=[{"shared_gpu_index": 3, "gpu_share": 0.5}])
     admit(second, node, pods=[{"shared_gpu_index": 3, "gpu_share": 0.5}])
     cluster_reconcile(cluster)
-    reservations = [
+    # Pass 1 starts the reservation; the shared pods wait until its device is known.
+    [reservation] = [
         p for p in fake.pods() if p["metadata"]["labels"]["gpupool.io/role"] == "reservation"
     ]
-    assert [p["metadata"]["name"] for p in reservations] == ["gp-reserve-gpu-a-3"]
-    assert reservations[0]["spec"]["containers"][0]["resources"]["limits"] == {
-        "nvidia.com/gpu": "1"
-    }
-    shared = fake.pod("gp-ml-vision", f"gp-{first.pk}-0")["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in shared["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-1234" and env["GPUPOOL_GPU_FRACTION"] == "0.5"
-    assert "nvidia.com/gpu" not in shared["resources"]["limits"]
+    assert reservation["metadata"]["name"] == "gp-reserve-gpu-a-3"
+    assert reservation["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert fake.pod("gp-ml-vision", f"gp-{first.pk}-0") is None
+    cluster_reconcile(cluster)
+    # The device plugin handed out devices in the order pods came: the reservation got
+    # device 0, not the index 3 the cycle numbered; the shared pods follow the device.
+    annotations = fake.pod("gpupool-system", "gp-reserve-gpu-a-3")["metadata"]["annotations"]
+    assert annotations["gpupool.io/gpu-uuid"] == "GPU-gpu-a-0"
     for workload in (first, second):
+        shared = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in shared["env"]}
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-gpu-a-0"
+        assert env["GPUPOOL_GPU_FRACTION"] == "0.5"
+        assert "nvidia.com/gpu" not in shared["resources"]["limits"]
+    logs_read = sum(1 for m, p in fake.requests if p.endswith("gp-reserve-gpu-a-3/log"))
+    cluster_reconcile(cluster)
+    assert sum(1 for m, p in fake.requests if p.endswith("gp-reserve-gpu-a-3/log")) == logs_read
+    for workload in (whole, first, second):
         workload_transition(workload, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
+    cluster_reconcile(cluster)  # the reservation goes once no shared pod is left
     assert fake.pods() == []
+
+
+def test_a_reservation_is_kept_while_a_shared_pod_is_still_shutting_down(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, _ = setup
+    node = Node.objects.get(name="gpu-b")
+    shared = training(org, "slow-half", gpu_request="fraction", gpus="0.5")
+    admit(shared, node, pods=[{"shared_gpu_index": 0, "gpu_share": 0.5}])
+    cluster_reconcile(cluster)
+    cluster_reconcile(cluster)
+    fake.deferred_delete = True
+    workload_transition(shared, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    cluster_reconcile(cluster)
+    assert fake.pod("gpupool-system", "gp-reserve-gpu-b-0") is not None
+    fake.complete_deletions()
+    cluster_reconcile(cluster)
+    assert fake.pods() == []
+    assert shared.allocations.count() == 0
 
 
 def test_workloads_with_ports_get_a_service_and_an_endpoint(kube, setup, org):  # noqa: F811

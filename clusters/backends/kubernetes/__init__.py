@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import urllib3
@@ -32,47 +32,30 @@ from kubernetes.client.exceptions import ApiException
 from clusters.backends import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    TERMINAL_PHASES,
     Backend,
     BackendError,
     BackendUnreachable,
-    GpuInfo,
     NodeInfo,
-    PodPhase,
     PodSpec,
     PodSpecInvalid,
     PodStatus,
     ReconcileReport,
 )
+from clusters.backends.kubernetes.manifests import (
+    ROLE,
+    node_info,
+    pod_manifest,
+    pod_status,
+    service_manifest,
+)
+from clusters.backends.kubernetes.reservations import Reservations
 from clusters.crypto import kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-ROLE = "gpupool.io/role"
-GPU_RESOURCE = "nvidia.com/gpu"
 RETRYABLE = {429, 500, 502, 503, 504}
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-
-
-def _quantity_mib(value: str) -> int:
-    units = {
-        "Ki": 1 / 1024,
-        "Mi": 1,
-        "Gi": 1024,
-        "Ti": 1024**2,
-        "k": 1e3 / 2**20,
-        "M": 1e6 / 2**20,
-        "G": 1e9 / 2**20,
-    }
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", str(value))
-    if not match:
-        return 0
-    number, unit = match.groups()
-    return int(float(number) * units.get(unit, 1 / 2**20))
-
-
-def _cpu(value: str) -> float:
-    value = str(value)
-    return float(value[:-1]) / 1000 if value.endswith("m") else float(value or 0)
 
 
 class KubernetesBackend(Backend):
@@ -82,6 +65,7 @@ class KubernetesBackend(Backend):
         self._api: k8s.CoreV1Api | None = None
         self._namespaces: set[str] = set()
         self._listed: list[dict] | None = None
+        self.reservations = Reservations(self)
         config = cluster.config or {}
         self.attempts = int(config.get("retries", 4))
         self.backoff_s = float(config.get("backoff_s", 0.2))
@@ -92,7 +76,7 @@ class KubernetesBackend(Backend):
         self.workers = int(config.get("workers", 32))
         self.pin = config.get("pin", "nodeName")
         self.system_namespace = config.get("system_namespace", "gpupool-system")
-        self.reservation_image = config.get("reservation_image", "registry.k8s.io/pause:3.10")
+        self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
 
     # --- plumbing ----------------------------------------------------------------------------
     @property
@@ -150,7 +134,7 @@ class KubernetesBackend(Backend):
             items = self._json(self.api.list_node)["items"]
         except ApiException as exc:
             raise BackendUnreachable(f"cannot list nodes: {exc.status} {exc.reason}") from exc
-        return [_node_info(item) for item in items]
+        return [node_info(item) for item in items]
 
     # --- pods --------------------------------------------------------------------------------
     def _managed_pods(self) -> list[dict]:
@@ -165,7 +149,7 @@ class KubernetesBackend(Backend):
         # Kept for the reconcile that usually follows at once: one list per pass, not two.
         self._listed = self._managed_pods()
         return {
-            pod["metadata"]["name"]: _status(pod)
+            pod["metadata"]["name"]: pod_status(pod)
             for pod in self._listed
             if pod["metadata"]["labels"].get(ROLE) == "workload"
         }
@@ -201,7 +185,7 @@ class KubernetesBackend(Backend):
             created = self._adopt(spec)
         if spec.ports:
             self._ensure_service(spec)
-        return _status(created)
+        return pod_status(created)
 
     def _bind(self, spec: PodSpec) -> None:
         body = {
@@ -248,16 +232,17 @@ class KubernetesBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating:
             return False  # asked already; the kubelet is giving it its grace period
-        self._delete_quietly(self.api.delete_namespaced_service, status.name, status.namespace)
-        gone = self._delete_quietly(
+        self.delete_quietly(self.api.delete_namespaced_service, status.name, status.namespace)
+        gone = self.delete_quietly(
             self.api.delete_namespaced_pod,
             status.name,
             status.namespace,
             grace_period_seconds=grace_period_s,
         )
-        return gone or status.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+        # A finished pod holds no GPU any more, even while the kubelet cleans it up.
+        return gone or status.phase in TERMINAL_PHASES
 
-    def _delete_quietly(self, fn: Callable[..., Any], name: str, ns: str, **kwargs: Any) -> bool:
+    def delete_quietly(self, fn: Callable[..., Any], name: str, ns: str, **kwargs: Any) -> bool:
         """Delete; True when the object is gone now."""
         try:
             answer = self._json(fn, name, ns, **kwargs)
@@ -285,66 +270,41 @@ class KubernetesBackend(Backend):
 
     # --- reconcile ---------------------------------------------------------------------------
     def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
-        """1. list managed pods; 2. namespaces; 3. deletes and creates on a thread pool;
-        4. reservation pods follow the shared GPUs still in use."""
+        """1. list managed pods; 2. delete those nobody wants; 3. reservation pods for the
+        shared GPUs in use; 4. create what is missing (shared pods once their device is
+        known). Deletes and creates run on a thread pool: reconcile is latency-bound."""
         pods = self._listed if self._listed is not None else self._managed_pods()
         self._listed = None
         report = ReconcileReport(
             statuses={
-                p["metadata"]["name"]: _status(p)
+                p["metadata"]["name"]: pod_status(p)
                 for p in pods
                 if p["metadata"]["labels"].get(ROLE) == "workload"
             }
         )
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
-        missing = [s for s in desired if s.name not in report.statuses]
-        for namespace, project in sorted({(s.namespace, s.project) for s in missing}):
-            self.ensure_namespace(namespace, project)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(pool.map(lambda s: self._delete_into(report, s, grace_period_s), doomed))
+            devices = self.reservations.sync(pods, desired, report)
+            missing = [
+                ready
+                for spec in desired
+                if spec.name not in report.statuses
+                and (ready := _on_device(spec, devices)) is not None
+            ]
+            for namespace, project in sorted({(s.namespace, s.project) for s in missing}):
+                self.ensure_namespace(namespace, project)
             list(pool.map(lambda s: self._create_into(report, s), missing))
-        self._reconcile_reservations(pods, desired, report)
         return report
 
-    def _reconcile_reservations(
-        self, pods: list[dict], desired: list[PodSpec], report: ReconcileReport
-    ) -> None:
-        held = {
-            p["metadata"]["name"]: p
-            for p in pods
-            if p["metadata"]["labels"].get(ROLE) == "reservation"
-        }
-        shared = {
-            (s.node_name, s.shared_gpu_index): s for s in desired if s.shared_gpu_index is not None
-        }
-        wanted = {reservation_name(node, index): (node, index) for node, index in shared}
-        try:
-            if wanted:
-                self.ensure_namespace(self.system_namespace)
-            for name, (node, index) in sorted(wanted.items()):
-                if name not in held:
-                    self._create_reservation(name, node, index)
-            for name, pod in held.items():
-                if name not in wanted:
-                    self._delete_quietly(
-                        self.api.delete_namespaced_pod,
-                        name,
-                        pod["metadata"]["namespace"],
-                        grace_period_seconds=0,
-                    )
-        except (ApiException, BackendError) as exc:
-            report.errors.append(f"reservation pods: {exc}")
 
-    def _create_reservation(self, name: str, node: str, index: int) -> None:
-        body = reservation_manifest(name, node, index, self.reservation_image)
-        try:
-            self.call(
-                self.api.create_namespaced_pod, self.system_namespace, body, _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+def _on_device(spec: PodSpec, devices: dict[tuple[str, int], str]) -> PodSpec | None:
+    """A shared pod points at the device its reservation holds; None until that is known."""
+    if spec.shared_gpu_index is None:
+        return spec
+    device = devices.get((spec.node_name, spec.shared_gpu_index))
+    return None if device is None else replace(spec, shared_gpu_uuid=device)
 
 
 def _message(exc: ApiException) -> str:
@@ -352,154 +312,3 @@ def _message(exc: ApiException) -> str:
         return str(json.loads(exc.body or "{}").get("message", ""))
     except ValueError:
         return str(exc.body or "")[:500]
-
-
-def reservation_name(node: str, index: int) -> str:
-    return f"gp-reserve-{node}-{index}"[:253]
-
-
-def _labels(spec: PodSpec) -> dict[str, str]:
-    return {
-        MANAGED_BY_LABEL: MANAGED_BY,
-        ROLE: "workload",
-        "gpupool.io/pod": spec.name,
-        "gpupool.io/workload-id": str(spec.workload_id),
-        "gpupool.io/pod-index": str(spec.pod_index),
-        "gpupool.io/project": spec.project[:63],
-        "gpupool.io/workload": spec.workload_name[:63],
-        "gpupool.io/kind": spec.kind,
-    }
-
-
-def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
-    env = dict(spec.env)
-    limits: dict[str, str] = {"memory": f"{spec.memory_mib}Mi"}
-    if spec.gpu_indices:
-        limits[GPU_RESOURCE] = str(len(spec.gpu_indices))
-    elif spec.shared_gpu_index is not None:
-        # The reservation pod holds the device; this pod only points at it.
-        env["NVIDIA_VISIBLE_DEVICES"] = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
-    else:
-        env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a CPU-only pod sees no GPU
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": spec.image or "busybox:1.36",
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": {
-            "requests": {"cpu": str(spec.cpu), "memory": f"{spec.memory_mib}Mi"},
-            "limits": limits,
-        },
-        "ports": [{"name": p.name[:15], "containerPort": p.port} for p in spec.ports],
-    }
-    if spec.command:
-        container["command"] = list(spec.command)
-    if spec.args:
-        container["args"] = list(spec.args)
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [container],
-        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-    }
-    if pin_with_node_name:
-        pod_spec["nodeName"] = spec.node_name
-    else:
-        pod_spec["schedulerName"] = "gpupool"  # no default scheduler races our Binding
-    annotations = {
-        "gpupool.io/node": spec.node_name,
-        "gpupool.io/gpu-indices": ",".join(map(str, spec.gpu_indices)),
-    }
-    if spec.shared_gpu_index is not None:
-        annotations["gpupool.io/shared-gpu"] = f"{spec.shared_gpu_index}:{spec.gpu_share}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": spec.name, "labels": _labels(spec), "annotations": annotations},
-        "spec": pod_spec,
-    }
-
-
-def service_manifest(spec: PodSpec) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": spec.name, "labels": _labels(spec)},
-        "spec": {
-            "selector": {"gpupool.io/pod": spec.name},
-            "ports": [
-                {"name": p.name[:15], "port": p.port, "targetPort": p.port} for p in spec.ports
-            ],
-        },
-    }
-
-
-def reservation_manifest(name: str, node: str, index: int, image: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {
-                MANAGED_BY_LABEL: MANAGED_BY,
-                ROLE: "reservation",
-                "gpupool.io/gpu-index": str(index),
-            },
-            "annotations": {"gpupool.io/node": node},
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Always",
-            "priorityClassName": "system-node-critical",
-            "containers": [
-                {"name": "hold", "image": image, "resources": {"limits": {GPU_RESOURCE: "1"}}}
-            ],
-            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-
-
-def _node_info(item: dict) -> NodeInfo:
-    meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
-    labels = meta.get("labels") or {}
-    allocatable = status.get("allocatable") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    count = int(allocatable.get(GPU_RESOURCE, 0) or 0)
-    model = labels.get("nvidia.com/gpu.product", "")
-    memory = int(labels.get("nvidia.com/gpu.memory", 0) or 0)
-    return NodeInfo(
-        name=meta["name"],
-        labels=labels,
-        cpu_cores=_cpu(allocatable.get("cpu", "0")),
-        memory_mib=_quantity_mib(allocatable.get("memory", "0")),
-        schedulable=ready and not spec.get("unschedulable", False),
-        gpus=tuple(GpuInfo(index=i, model=model, memory_mib=memory) for i in range(count)),
-    )
-
-
-def _status(pod: dict) -> PodStatus:
-    meta, status = pod["metadata"], pod.get("status") or {}
-    labels = meta.get("labels") or {}
-    phase = status.get("phase") or "Pending"
-    result = PodStatus(
-        name=meta["name"],
-        namespace=meta.get("namespace", ""),
-        workload_id=int(labels.get("gpupool.io/workload-id", 0)),
-        pod_index=int(labels.get("gpupool.io/pod-index", 0)),
-        phase=PodPhase(phase) if phase in PodPhase.__members__.values() else PodPhase.UNKNOWN,
-        backend_ref=meta.get("uid", ""),
-        node_name=(pod.get("spec") or {}).get("nodeName", ""),
-        terminating=bool(meta.get("deletionTimestamp")),
-    )
-    for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            result.exit_code = terminated.get("exitCode")
-            result.message = terminated.get("message") or terminated.get("reason") or ""
-    if status.get("message"):
-        result.message = status["message"]
-    ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
-    if ports:
-        result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
-    return result

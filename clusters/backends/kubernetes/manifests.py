@@ -1,0 +1,205 @@
+"""Kubernetes objects as GPUPool writes them, and as it reads nodes and pods back."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from clusters.backends import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    GpuInfo,
+    NodeInfo,
+    PodPhase,
+    PodSpec,
+    PodStatus,
+)
+
+ROLE = "gpupool.io/role"
+GPU_RESOURCE = "nvidia.com/gpu"
+# The reservation pod prints the UUID of the GPU the device plugin gave it, then holds it.
+# nvidia-smi is mounted into the container by the NVIDIA container toolkit ("utility").
+RESERVATION_COMMAND = [
+    "sh",
+    "-c",
+    "nvidia-smi --query-gpu=uuid --format=csv,noheader; exec sleep infinity",
+]
+
+
+def quantity_mib(value: str) -> int:
+    units = {
+        "Ki": 1 / 1024,
+        "Mi": 1,
+        "Gi": 1024,
+        "Ti": 1024**2,
+        "k": 1e3 / 2**20,
+        "M": 1e6 / 2**20,
+        "G": 1e9 / 2**20,
+    }
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", str(value))
+    if not match:
+        return 0
+    number, unit = match.groups()
+    return int(float(number) * units.get(unit, 1 / 2**20))
+
+
+def cpu_cores(value: str) -> float:
+    value = str(value)
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value or 0)
+
+
+def reservation_name(node: str, index: int) -> str:
+    return f"gp-reserve-{node}-{index}"[:253]
+
+
+def _labels(spec: PodSpec) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        ROLE: "workload",
+        "gpupool.io/pod": spec.name,
+        "gpupool.io/workload-id": str(spec.workload_id),
+        "gpupool.io/pod-index": str(spec.pod_index),
+        "gpupool.io/project": spec.project[:63],
+        "gpupool.io/workload": spec.workload_name[:63],
+        "gpupool.io/kind": spec.kind,
+    }
+
+
+def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
+    env = dict(spec.env)
+    limits: dict[str, str] = {"memory": f"{spec.memory_mib}Mi"}
+    if spec.gpu_indices:
+        limits[GPU_RESOURCE] = str(len(spec.gpu_indices))
+    elif spec.shared_gpu_index is not None:
+        # The reservation pod holds the device; this pod only points at it.
+        env["NVIDIA_VISIBLE_DEVICES"] = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
+    else:
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a CPU-only pod sees no GPU
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": spec.image or "busybox:1.36",
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {
+            "requests": {"cpu": str(spec.cpu), "memory": f"{spec.memory_mib}Mi"},
+            "limits": limits,
+        },
+        "ports": [{"name": p.name[:15], "containerPort": p.port} for p in spec.ports],
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if pin_with_node_name:
+        pod_spec["nodeName"] = spec.node_name
+    else:
+        pod_spec["schedulerName"] = "gpupool"  # no default scheduler races our Binding
+    annotations = {
+        "gpupool.io/node": spec.node_name,
+        "gpupool.io/gpu-indices": ",".join(map(str, spec.gpu_indices)),
+    }
+    if spec.shared_gpu_index is not None:
+        annotations["gpupool.io/shared-gpu"] = f"{spec.shared_gpu_index}:{spec.gpu_share}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": spec.name, "labels": _labels(spec), "annotations": annotations},
+        "spec": pod_spec,
+    }
+
+
+def service_manifest(spec: PodSpec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": spec.name, "labels": _labels(spec)},
+        "spec": {
+            "selector": {"gpupool.io/pod": spec.name},
+            "ports": [
+                {"name": p.name[:15], "port": p.port, "targetPort": p.port} for p in spec.ports
+            ],
+        },
+    }
+
+
+def reservation_manifest(node: str, index: int, image: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": reservation_name(node, index),
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                ROLE: "reservation",
+                "gpupool.io/gpu-index": str(index),
+            },
+            "annotations": {"gpupool.io/node": node},
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": image,
+                    "command": RESERVATION_COMMAND,
+                    "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}],
+                    "resources": {"limits": {GPU_RESOURCE: "1"}},
+                }
+            ],
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def node_info(item: dict) -> NodeInfo:
+    meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
+    labels = meta.get("labels") or {}
+    allocatable = status.get("allocatable") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    count = int(allocatable.get(GPU_RESOURCE, 0) or 0)
+    model = labels.get("nvidia.com/gpu.product", "")
+    memory = int(labels.get("nvidia.com/gpu.memory", 0) or 0)
+    return NodeInfo(
+        name=meta["name"],
+        labels=labels,
+        cpu_cores=cpu_cores(allocatable.get("cpu", "0")),
+        memory_mib=quantity_mib(allocatable.get("memory", "0")),
+        schedulable=ready and not spec.get("unschedulable", False),
+        gpus=tuple(GpuInfo(index=i, model=model, memory_mib=memory) for i in range(count)),
+    )
+
+
+def pod_status(pod: dict) -> PodStatus:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    phase = status.get("phase") or "Pending"
+    result = PodStatus(
+        name=meta["name"],
+        namespace=meta.get("namespace", ""),
+        workload_id=int(labels.get("gpupool.io/workload-id", 0)),
+        pod_index=int(labels.get("gpupool.io/pod-index", 0)),
+        phase=PodPhase(phase) if phase in PodPhase.__members__.values() else PodPhase.UNKNOWN,
+        backend_ref=meta.get("uid", ""),
+        node_name=(pod.get("spec") or {}).get("nodeName", ""),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            result.exit_code = terminated.get("exitCode")
+            result.message = terminated.get("message") or terminated.get("reason") or ""
+    if status.get("message"):
+        result.message = status["message"]
+    ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
+    if ports:
+        result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
+    return result
