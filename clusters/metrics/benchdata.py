@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from clusters.metrics.ingest import copy_rows
 from clusters.metrics.models import PoolUsage, ProjectUsage, WorkloadUsage
@@ -107,31 +107,32 @@ def pool_rows(pools: list[int], gpus_per_pool: int, now: dt.datetime, seed: int 
     return rows
 
 
+def _insert(table: type, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """COPY on PostgreSQL (the benchmark's database); bulk_create elsewhere (its smoke test)."""
+    if connection.vendor == "postgresql":
+        copy_rows(table._meta.db_table, columns, rows)
+        return
+    table.objects.bulk_create([table(**dict(zip(columns, r, strict=True))) for r in rows], 2000)
+
+
 def build_usage(projects: list[Project], nodes: list[Node], gpus: int, now: dt.datetime) -> int:
     pools = sorted({n.pool_id for n in nodes})
     per_pool = gpus * len(nodes) // len(pools)
     project_rows, workload_rows = usage_rows(projects, pools, now)
+    project_keys = ("project_id", "department_id", "pool_id", "quota_s")
+    workload_keys = (
+        "workload_id",
+        "project_id",
+        "department_id",
+        "user_id",
+        "pool_id",
+        "gpu_model",
+    )
     with transaction.atomic():
-        copy_rows(
-            ProjectUsage._meta.db_table,
-            (*USAGE, "project_id", "department_id", "pool_id", "quota_s"),
-            project_rows,
-        )
-        copy_rows(
-            WorkloadUsage._meta.db_table,
-            (
-                *USAGE,
-                "workload_id",
-                "project_id",
-                "department_id",
-                "user_id",
-                "pool_id",
-                "gpu_model",
-            ),
-            workload_rows,
-        )
-        copy_rows(PoolUsage._meta.db_table, (*USAGE, "pool_id", "cluster_id", "capacity_s"),
-                  pool_rows(pools, per_pool, now))  # fmt: skip
+        _insert(ProjectUsage, (*USAGE, *project_keys), project_rows)
+        _insert(WorkloadUsage, (*USAGE, *workload_keys), workload_rows)
+        pool_keys = ("pool_id", "cluster_id", "capacity_s")
+        _insert(PoolUsage, (*USAGE, *pool_keys), pool_rows(pools, per_pool, now))
     return len(project_rows) + len(workload_rows)
 
 
