@@ -130,7 +130,8 @@ def _refresh_states(by_workload: dict[int, list[PodAllocation]]) -> None:
     """The cycle or a user may have changed a workload while the cluster was being called
     (preempted it, stopped it): act on its state in the database now, locked (where the
     database can) until this transaction ends, never on the copy read at the start."""
-    fresh = Workload.objects.select_for_update().in_bulk(list(by_workload))
+    rows = Workload.objects.select_related("project").select_for_update(of=("self",))
+    fresh = rows.in_bulk(list(by_workload))
     for workload_id, allocations in list(by_workload.items()):
         workload = fresh.get(workload_id)
         if workload is None:  # deleted meanwhile; its pods are orphans the next pass removes
@@ -143,21 +144,28 @@ def _refresh_states(by_workload: dict[int, list[PodAllocation]]) -> None:
 def _requeue_lost(
     by_workload: dict[int, list[PodAllocation]], observed: dict[str, PodStatus], result: PassResult
 ) -> None:
-    """A pod created before (it has a backend_ref) that the cluster no longer lists was
-    lost with its node: preempt the workload so that it is requeued, never recreated
-    silently on a node that may be gone."""
+    """A pod created before that the cluster no longer lists, or that its node pushed out
+    (evicted, node lost), was lost with its node: preempt the workload so that it is
+    requeued, never recreated silently on a node that may be gone."""
     for allocations in by_workload.values():
         workload = allocations[0].workload
         if workload.state not in ACTIVE_STATES:
             continue
-        lost = [a for a in allocations if a.backend_ref and _name(a) not in observed]
+        lost = [a for a in allocations if _lost(a, observed.get(_name(a)))]
         if lost:
-            names = ", ".join(f"{a.node.name}" for a in lost)
+            names = ", ".join(sorted({a.node.name for a in lost}))
             workload_transition(
-                workload, S.PREEMPTED, reason="PodLost", message=f"Pods vanished on {names}."
+                workload, S.PREEMPTED, reason="PodLost", message=f"Pods lost on {names}."
             )
             result.transitions.append(f"{workload.pk}:preempted")
             result.finished += 1
+
+
+def _lost(allocation: PodAllocation, status: PodStatus | None) -> bool:
+    """Created before (it has a backend_ref) and now gone, or pushed out by its node."""
+    if status is None:
+        return bool(allocation.backend_ref)
+    return status.lost
 
 
 def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) -> None:

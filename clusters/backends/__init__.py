@@ -117,6 +117,8 @@ class PodStatus:
     backend_ref: str = ""
     node_name: str = ""
     terminating: bool = False
+    # Failed for the node's reasons, not its own (evicted, node lost): requeue, not fail.
+    lost: bool = False
 
 
 @dataclass(slots=True)

@@ -420,3 +420,20 @@ def test_a_manifest_the_api_server_rejects_fails_the_workload_with_its_message(k
     message = workload.events.last().message
     assert message.startswith("The pod cannot run: 422") and "NOT A NAME" in message
     assert workload.allocations.count() == 0
+
+
+def test_a_pod_evicted_by_its_node_requeues_the_workload_instead_of_failing_it(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(org, "evicted")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    with fake.lock:
+        stored = fake.objects["pods"][("gp-ml-vision", pod["metadata"]["name"])]
+        stored["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (S.PENDING, 1)
+    assert workload.events.filter(reason="PodLost").exists()
+    assert fake.pods() == []

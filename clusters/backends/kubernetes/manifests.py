@@ -17,6 +17,17 @@ from clusters.backends import (
 
 ROLE = "gpupool.io/role"
 GPU_RESOURCE = "nvidia.com/gpu"
+# A pod that failed for one of these reasons was pushed out by its node (kubelet eviction,
+# node shutdown or loss, device allocation), not by its own code.
+NODE_REASONS = {
+    "Evicted",
+    "NodeLost",
+    "Shutdown",
+    "Terminated",
+    "NodeShutdown",
+    "UnexpectedAdmissionError",
+    "OutOfnvidia.com/gpu",
+}
 # The reservation pod prints the UUID of the GPU the device plugin gave it, then holds it.
 # nvidia-smi is mounted into the container by the NVIDIA container toolkit ("utility").
 RESERVATION_COMMAND = [
@@ -199,6 +210,7 @@ def pod_status(pod: dict) -> PodStatus:
             result.message = terminated.get("message") or terminated.get("reason") or ""
     if status.get("message"):
         result.message = status["message"]
+    result.lost = result.phase == PodPhase.FAILED and status.get("reason") in NODE_REASONS
     ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
     if ports:
         result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
