@@ -65,6 +65,13 @@ def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[int]:
     return chain
 
 
+def ref_key(backend_ref: str) -> str:
+    """The local backend writes "<pid>:<start time>" (the start time guards against pid reuse
+    on its side); a process is matched on the pid. Kubernetes writes the pod UID as it is."""
+    pid, sep, _ = backend_ref.partition(":")
+    return pid if sep and pid.isdigit() else backend_ref
+
+
 class ProcessMap:
     """Resolves pids to owners against the pods the portal placed on this node."""
 
@@ -74,7 +81,7 @@ class ProcessMap:
 
     def update(self, pods: list[dict]) -> None:
         self.by_ref = {
-            str(p["backend_ref"]): Owner(p["workload_id"], p.get("pod_index"))
+            ref_key(str(p["backend_ref"])): Owner(p["workload_id"], p.get("pod_index"))
             for p in pods
             if p.get("backend_ref")
         }

@@ -47,7 +47,8 @@ def test_a_process_is_mapped_through_its_environment_then_its_ancestors(tmp_path
     try:
         child = _wait_for_child(pod.pid)
         procmap = ProcessMap()
-        procmap.update([{"workload_id": 8, "pod_index": 0, "backend_ref": str(pod.pid)}])
+        # The local backend's backend_ref is "<pid>:<start time>".
+        procmap.update([{"workload_id": 8, "pod_index": 0, "backend_ref": f"{pod.pid}:1234.5"}])
         assert procmap.owner(tagged.pid) == Owner(31, 2)
         assert procmap.owner(child) == Owner(8, 0)
         assert procmap.owner(os.getpid()) is None
@@ -74,9 +75,18 @@ def _wait_for_child(pid: int) -> int:
         "12:memory:/kubepods/burstable/pod0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b/91ab\n",
     ],
 )
-def test_the_pod_uid_is_read_from_cgroup_v1_and_v2_paths(cgroup):
+def test_the_pod_uid_is_read_from_cgroup_v1_and_v2_paths(cgroup, tmp_path):
     assert pod_uid_from_cgroup(cgroup) == "0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b"
     assert pod_uid_from_cgroup("0::/user.slice/session-3.scope\n") is None
+    # A recorded /proc for pid 900 inside that pod, matched on the UID the kubernetes backend
+    # records as backend_ref.
+    (tmp_path / "900").mkdir()
+    (tmp_path / "900" / "cgroup").write_text(cgroup)
+    (tmp_path / "900" / "stat").write_text("900 (python) S 1 900 900 0")
+    procmap = ProcessMap(proc=tmp_path)
+    uid = "0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b"
+    procmap.update([{"workload_id": 12, "pod_index": 3, "backend_ref": uid}])
+    assert procmap.owner(900) == Owner(12, 3)
 
 
 def test_samples_carry_the_workload_of_the_gpus_largest_process():

@@ -21,7 +21,7 @@ def test_the_agent_posts_readings_that_the_portal_stores_under_its_node(live_ser
     project = f.make_project(f.make_department("vision"), "ml-vision")
     work = make_workload(project, f.make_user("rita"))
     allocation = allocate(work, node, [0], at=T0)
-    allocation.backend_ref = "4242"  # the local backend records the pod's pid
+    allocation.backend_ref = "4242:1234.5"  # the local backend: "<pid>:<start time>"
     allocation.save()
     _, token = node_token_issue(actor=None, node=node)
 
