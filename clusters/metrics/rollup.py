@@ -202,27 +202,58 @@ def minute_rows(window: Window) -> dict[type, list]:
     """Every minute-resolution row of the window, not yet saved."""
     per_workload = workload_sums(window)
     per_project = apply_over_quota(per_workload, quotas())
-    m = Resolution.MINUTE
-    rows: dict[type, list] = {table: [] for table in USAGE_TABLES}
-    for (wid, project, dept, user, pool, model, minute), s in per_workload.items():
-        rows[WorkloadUsage].append(WorkloadUsage(
-            resolution=m, bucket=minute, workload_id=wid, project_id=project,
-            department_id=dept, user_id=user, pool_id=pool, gpu_model=model,
-            allocated_s=s.allocated_s, used_s=s.used_s, idle_s=s.idle_s,
-            over_quota_s=s.over_quota_s,
-        ))  # fmt: skip
     pools: dict[tuple, Sums] = defaultdict(Sums)
-    for (project, dept, pool, minute), (s, deserved) in per_project.items():
-        pools[(pool, minute)].add(s)
-        rows[ProjectUsage].append(ProjectUsage(
-            resolution=m, bucket=minute, project_id=project, department_id=dept, pool_id=pool,
-            allocated_s=s.allocated_s, used_s=s.used_s, idle_s=s.idle_s,
-            over_quota_s=s.over_quota_s, quota_s=deserved,
-        ))  # fmt: skip
-    rows[PoolUsage] = pool_rows(window, pools)
-    rows[GpuUsage] = [
+    for (_, _, pool, minute), (sums, _) in per_project.items():
+        pools[(pool, minute)].add(sums)
+    return {
+        WorkloadUsage: workload_rows(per_workload),
+        ProjectUsage: project_rows(per_project),
+        PoolUsage: pool_rows(window, pools),
+        GpuUsage: gpu_rows(window),
+    }
+
+
+def _sums_fields(s: Sums) -> dict[str, float]:
+    return {"allocated_s": s.allocated_s, "used_s": s.used_s, "idle_s": s.idle_s,
+            "over_quota_s": s.over_quota_s}  # fmt: skip
+
+
+def workload_rows(per_workload: dict[WorkloadKey, Sums]) -> list[WorkloadUsage]:
+    return [
+        WorkloadUsage(
+            resolution=Resolution.MINUTE,
+            bucket=minute,
+            workload_id=wid,
+            project_id=project,
+            department_id=dept,
+            user_id=user,
+            pool_id=pool,
+            gpu_model=model,
+            **_sums_fields(s),
+        )
+        for (wid, project, dept, user, pool, model, minute), s in per_workload.items()
+    ]
+
+
+def project_rows(per_project: dict[tuple, tuple[Sums, float]]) -> list[ProjectUsage]:
+    return [
+        ProjectUsage(
+            resolution=Resolution.MINUTE,
+            bucket=minute,
+            project_id=project,
+            department_id=dept,
+            pool_id=pool,
+            quota_s=deserved,
+            **_sums_fields(s),
+        )
+        for (project, dept, pool, minute), (s, deserved) in per_project.items()
+    ]
+
+
+def gpu_rows(window: Window) -> list[GpuUsage]:
+    return [
         GpuUsage(
-            resolution=m,
+            resolution=Resolution.MINUTE,
             bucket=minute,
             node_id=node,
             gpu_index=gpu,
@@ -235,7 +266,6 @@ def minute_rows(window: Window) -> dict[type, list]:
         for (node, gpu, minute), st in window.stats.items()
         if window.start <= minute < window.end
     ]
-    return rows
 
 
 def pool_rows(window: Window, pools: dict[tuple, Sums]) -> list[PoolUsage]:
@@ -290,9 +320,12 @@ def rollup_minutes(now: dt.datetime | None = None) -> int:
             return 0
         idle_minutes = conf.get("GPUPOOL_METRICS_IDLE_MINUTES")
         window = Window(
-            start, end, gpu_minutes(start - (idle_minutes - 1) * MINUTE, end),
-            conf.get("GPUPOOL_METRICS_IDLE_PCT"), idle_minutes,
-        )  # fmt: skip
+            start,
+            end,
+            gpu_minutes(start - (idle_minutes - 1) * MINUTE, end),
+            conf.get("GPUPOOL_METRICS_IDLE_PCT"),
+            idle_minutes,
+        )
         replace_rows(Resolution.MINUTE, start, end, minute_rows(window))
         mark.done_until = end
         mark.save(update_fields=["done_until"])
