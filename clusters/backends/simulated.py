@@ -12,6 +12,7 @@ them like a real cluster's:
     nodes:
       - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
     stop_delay_s: 0        # how long a stopped pod takes to go away
+    down_nodes: [t4-0]     # nodes that failed: they vanish, and their pods with them
     sample_interval_s: 10  # synthetic GPU samples at most this often
 
 A pod runs for its workload's spec.duration_s (none: until stopped), then succeeds.
@@ -105,16 +106,19 @@ class SimulatedBackend(Backend):
         return f"Simulated cluster: {len(nodes)} nodes, {gpus} GPUs"
 
     def list_inventory(self) -> list[NodeInfo]:
-        return description_nodes(self.cluster.config)
+        return [n for n in description_nodes(self.cluster.config) if n.name not in self.down]
+
+    @property
+    def down(self) -> set[str]:
+        """Nodes listed in `down_nodes` have failed: gone, with every pod on them."""
+        return set(self.cluster.config.get("down_nodes") or [])
 
     def pod_statuses(self) -> dict[str, PodStatus]:
         now = timezone.now()
         stop_delay = timedelta(seconds=float(self.cluster.config.get("stop_delay_s", 0)))
-        gone = SimulatedPod.objects.filter(
-            cluster=self.cluster, deleting_since__lte=now - stop_delay
-        )
-        gone.delete()
         pods = SimulatedPod.objects.filter(cluster=self.cluster)
+        pods.filter(deleting_since__lte=now - stop_delay).delete()
+        pods.filter(node_name__in=self.down).delete()
         return {pod.name: _status(pod, now) for pod in pods}
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:

@@ -228,3 +228,18 @@ def test_a_preemption_made_while_the_cluster_was_being_called_is_not_overwritten
     workload.refresh_from_db()
     assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
     assert SimulatedPod.objects.count() == 0
+
+
+def test_a_simulated_node_going_down_requeues_its_work_and_leaves_the_inventory(sim, org):
+    inventory_sync(sim)
+    workload = make_workload(org.project_a, org.researcher, "unlucky")
+    admit(workload, Node.objects.get(name="a100-3"), pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(sim)
+    sim.config["down_nodes"] = ["a100-3"]
+    sim.save()
+    cluster_reconcile(sim)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
+    assert workload.events.get(reason="PodLost").message == "Pods lost on a100-3."
+    inventory_sync(sim)
+    assert Node.objects.get(name="a100-3").schedulable is False
