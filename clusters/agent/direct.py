@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
 from clusters.agent.shipper import Shipper
 from clusters.metrics.services import samples_ingest
@@ -39,7 +39,10 @@ class DirectShipper(Shipper):
     node_id: int = 0
 
     def _post(self, batch: list[dict[str, Any]]) -> int | None:
-        close_old_connections()
+        # A long-lived process must drop a connection the database closed (a restart), as
+        # Django does around each request; never inside a transaction someone else holds.
+        if not connection.in_atomic_block:
+            close_old_connections()
         try:
             samples_ingest([{**s, "node_id": self.node_id} for s in batch])
         except ValidationFailed as exc:
