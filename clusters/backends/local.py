@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
 # Popen objects of processes this worker started, so that they are reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# How long a record written just before a spawn may lack its process before it is dropped.
+SPAWN_GRACE_S = 10
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -122,7 +125,7 @@ class LocalBackend(Backend):
     def pod_statuses(self) -> dict[str, PodStatus]:
         statuses = {}
         for path in sorted(self.state_dir.glob("*.json")):
-            record = self._read(path)
+            record = self._resolve(self._read(path))
             if record is not None:
                 statuses[record["name"]] = self._status(record)
         return statuses
@@ -138,6 +141,8 @@ class LocalBackend(Backend):
             node_name=self.node_name,
             terminating=bool(record.get("terminating_since")),
         )
+        if record["pid"] is None:
+            return status  # being started: Pending
         if _alive(record["pid"], record["start_time"]):
             status.phase = PodPhase.RUNNING
             return status
@@ -152,10 +157,29 @@ class LocalBackend(Backend):
         return status
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
-        record = self._read(self._record_path(spec.name))
+        record = self._resolve(self._read(self._record_path(spec.name)))
         if record is not None:
             return self._status(record)
         return self._status(self._spawn(spec))
+
+    def _resolve(self, record: dict | None) -> dict | None:
+        """A record without a pid was written just before a spawn that a crash interrupted:
+        find the process by the token in its environment, so it is never started twice.
+        No such process and no exit code after a while: it never started; forget it."""
+        if record is None or record["pid"] is not None:
+            return record
+        pid = _find_by_token(record["token"])
+        if pid is not None:
+            record.update(pid=pid, start_time=_proc_start_time(pid) or "gone")
+        elif _read_exit_code(Path(record["exit_file"])) is not None:
+            record.update(pid=0, start_time="gone")  # it ran, and finished
+        elif time.time() - record["written_at"] > SPAWN_GRACE_S:
+            self._record_path(record["name"]).unlink(missing_ok=True)
+            return None
+        else:
+            return record  # being spawned by another worker right now
+        self._write(record)
+        return record
 
     def _spawn(self, spec: PodSpec) -> dict:
         """Start the pod's process: 1. environment and ports, 2. command, 3. record it."""
@@ -165,6 +189,22 @@ class LocalBackend(Backend):
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
         log_path = workdir / f"pod-{spec.pod_index}.log"
+        record = {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "workload_id": spec.workload_id,
+            "pod_index": spec.pod_index,
+            "pid": None,
+            "start_time": None,
+            "token": env["GPUPOOL_POD_TOKEN"],
+            "written_at": time.time(),
+            "exit_file": env["GPUPOOL_EXIT_FILE"],
+            "log": str(log_path),
+            "endpoint": endpoint,
+            "command": command,
+            "terminating_since": None,
+        }
+        self._write(record)  # first: a crash between spawn and record must not lose it
         with log_path.open("ab") as out:
             try:
                 proc = subprocess.Popen(
@@ -177,21 +217,10 @@ class LocalBackend(Backend):
                     start_new_session=True,  # its own process group: stop signals reach all
                 )
             except OSError as exc:
+                self._record_path(spec.name).unlink(missing_ok=True)
                 raise BackendError(f"cannot start {shlex.join(command)}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
-        record = {
-            "name": spec.name,
-            "namespace": spec.namespace,
-            "workload_id": spec.workload_id,
-            "pod_index": spec.pod_index,
-            "pid": proc.pid,
-            "start_time": _proc_start_time(proc.pid) or "gone",
-            "exit_file": env["GPUPOOL_EXIT_FILE"],
-            "log": str(log_path),
-            "endpoint": endpoint,
-            "command": command,
-            "terminating_since": None,
-        }
+        record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
         log.info("started %s as pid %s: %s", spec.name, proc.pid, shlex.join(command))
         return record
@@ -207,6 +236,7 @@ class LocalBackend(Backend):
         exit_file = workdir / f".pod-{spec.pod_index}.exit"
         exit_file.unlink(missing_ok=True)
         env["GPUPOOL_EXIT_FILE"] = str(exit_file)
+        env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
         endpoint = ""
         for number, port in enumerate(spec.ports):
             host_port = _free_port()
@@ -219,9 +249,11 @@ class LocalBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         """SIGTERM the process group, SIGKILL it once the grace period is over."""
         path = self._record_path(status.name)
-        record = self._read(path)
+        record = self._resolve(self._read(path))
         if record is None:
             return True
+        if record["pid"] is None:
+            return False  # still being started: stop it on the next pass
         pid, start = record["pid"], record["start_time"]
         if _alive(pid, start):
             if not record.get("terminating_since"):
@@ -240,6 +272,21 @@ class LocalBackend(Backend):
         _, workload_id, pod_index = name.rsplit("-", 2)
         log_path = Path(settings.VAR_DIR) / "workloads" / workload_id / f"pod-{pod_index}.log"
         return _tail(log_path, tail_lines)
+
+
+def _find_by_token(token: str) -> int | None:
+    """The session leader (the wrapper) whose environment carries this pod's token."""
+    needle = f"GPUPOOL_POD_TOKEN={token}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            found = needle in (entry / "environ").read_bytes().split(b"\0")
+            if found and os.getsid(int(entry.name)) == int(entry.name):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

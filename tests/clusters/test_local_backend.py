@@ -227,3 +227,72 @@ def test_a_command_that_does_not_exist_fails_with_exit_code_127(backend):
     wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.FAILED)
     assert backend.pod_statuses()["gp-1-0"].exit_code == 127
     assert "cannot run /no/such/program" in backend.pod_logs("gp-1-0", "ns")
+
+
+def test_a_spawn_interrupted_by_a_crash_is_found_by_its_token_not_started_twice(
+    backend, monkeypatch
+):
+    import json
+    import subprocess
+
+    from clusters.backends.local import WRAPPER
+
+    # What a worker that died right after starting the process left behind: a record
+    # without a pid, and the process itself carrying the record's token.
+    exit_file = backend.workload_dir(1) / ".pod-0.exit"
+    record = {
+        "name": "gp-1-0",
+        "namespace": "ns",
+        "workload_id": 1,
+        "pod_index": 0,
+        "pid": None,
+        "start_time": None,
+        "token": "tok-123",
+        "written_at": time.time(),
+        "exit_file": str(exit_file),
+        "log": "",
+        "endpoint": "",
+        "command": [],
+        "terminating_since": None,
+    }
+    (backend.state_dir / "gp-1-0.json").write_text(json.dumps(record))
+    orphan = subprocess.Popen(
+        [PY, "-I", WRAPPER, str(exit_file), PY, "-c", "import time; time.sleep(30)"],
+        env={"GPUPOOL_POD_TOKEN": "tok-123", "PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: local_backend._find_by_token("tok-123") == orphan.pid)
+        monkeypatch.setattr(local_backend, "_CHILDREN", {})
+        status = backend.ensure_pod(spec(command=(PY, "-c", "import time; time.sleep(30)")))
+        assert status.phase == PodPhase.RUNNING
+        assert status.backend_ref.startswith(f"{orphan.pid}:")
+        assert backend.delete_pod(status, grace_period_s=5)
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def test_a_record_whose_spawn_never_happened_is_dropped_and_the_pod_started(backend):
+    import json
+
+    stale = {
+        "name": "gp-1-0",
+        "namespace": "ns",
+        "workload_id": 1,
+        "pod_index": 0,
+        "pid": None,
+        "start_time": None,
+        "token": "never",
+        "written_at": time.time() - 60,
+        "exit_file": "/nonexistent",
+        "log": "",
+        "endpoint": "",
+        "command": [],
+        "terminating_since": None,
+    }
+    (backend.state_dir / "gp-1-0.json").write_text(json.dumps(stale))
+    assert backend.pod_statuses() == {}
+    status = backend.ensure_pod(spec())
+    assert status.backend_ref and not status.backend_ref.startswith("None")
+    wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.SUCCEEDED)
