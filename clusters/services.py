@@ -14,6 +14,7 @@ from django.db import transaction
 from clusters.backends import BackendError, get_backend
 from clusters.backends.simulated import description_parse
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_encrypt
+from clusters.inventory import SyncResult, inventory_sync
 from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_mark_contacted, cluster_mark_unreachable
 from clusters.tasks import sync_inventory
@@ -73,6 +74,10 @@ def cluster_register(
     _check_name(name, None)
     if backend not in Backend.values:
         raise ValidationFailed({"backend": [f"Unknown backend {backend!r}."]})
+    local = Cluster.objects.filter(backend=Backend.LOCAL).first()
+    if backend == Backend.LOCAL and local is not None:
+        # Two local clusters would offer the same machine's GPUs twice.
+        raise ValidationFailed({"backend": [f"This machine is registered already: {local}."]})
     token = ""
     if backend == Backend.KUBERNETES:
         if not kubeconfig.strip():
@@ -142,6 +147,15 @@ def cluster_test_connection(*, actor: Any, cluster: Cluster) -> tuple[bool, str]
         return False, f"{type(exc).__name__}: {exc}"
     cluster_mark_contacted(cluster)
     return True, message
+
+
+def cluster_sync_inventory(*, actor: Any, cluster: Cluster) -> SyncResult:
+    """Sync now, on an admin's request (raises BackendUnreachable); audited with its counts."""
+    result = inventory_sync(cluster)
+    with transaction.atomic():
+        counts = {"nodes": result.nodes, "gpus": result.gpus, "vanished": result.vanished}
+        audit_log(actor=actor, action="cluster_sync_inventory", obj=cluster, after=counts)
+    return result
 
 
 def _sync_soon(cluster_id: int) -> None:

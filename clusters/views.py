@@ -12,7 +12,6 @@ from django.views.decorators.http import require_POST
 from clusters import selectors, services
 from clusters.backends import BackendUnreachable
 from clusters.forms import ClusterForm
-from clusters.inventory import inventory_sync
 from clusters.models import Backend, Cluster, NodePool
 from clusters.reconcile import cluster_mark_unreachable
 from portal.errors import ValidationFailed
@@ -92,7 +91,7 @@ def cluster_test(request: HttpRequest, pk: int) -> HttpResponse:
 def cluster_sync(request: HttpRequest, pk: int) -> HttpResponse:
     cluster = get_object_or_404(Cluster, pk=pk)
     try:
-        result = inventory_sync(cluster)
+        result = services.cluster_sync_inventory(actor=request.user, cluster=cluster)
     except BackendUnreachable as exc:
         cluster_mark_unreachable(cluster, str(exc))
         messages.error(request, f"{cluster.name} cannot be reached: {exc}")

@@ -180,3 +180,23 @@ def test_the_nodes_page_shows_gpu_holders_and_hides_names_of_unseen_projects(
     assert ("nlp/half-job" in text) is sees_b
     assert "another project" in text or (sees_a and sees_b)
     assert "\u00d70.5" in text  # the multiplication sign
+
+
+def test_a_second_local_cluster_is_refused(org, client_as):
+    make_cluster("here", Backend.LOCAL)
+    response = client_as(org.platform_admin).post(
+        "/clusters/new/", {"name": "again", "backend": "local", "node_pool_label": "p"}
+    )
+    assert response.context["form"].errors["backend"] == [
+        "This machine is registered already: here."
+    ]
+
+
+def test_a_manual_sync_is_audited_with_its_counts(org, client_as):
+    from clusters.backends.simulated import description_parse
+
+    cluster = make_cluster("sim", Backend.SIMULATED, config=description_parse(SIMULATED))
+    client_as(org.platform_admin).post(f"/clusters/{cluster.pk}/sync/")
+    audit = AuditLog.objects.get(action="cluster_sync_inventory")
+    assert audit.after == {"nodes": 2, "gpus": 8, "vanished": 0}
+    assert audit.actor == org.platform_admin
