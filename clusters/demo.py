@@ -56,7 +56,6 @@ def seed(stdout: TextIO) -> None:
         except BackendError as exc:
             stdout.write(f"Cluster {cluster.name}: inventory failed: {exc}\n")
             continue
-        stdout.write(
-            f"Cluster {cluster.name} ({cluster.backend}): {result.nodes} nodes, "
-            f"{result.gpus} GPUs.\n"
-        )
+        nodes = f"{result.nodes} node{'s' if result.nodes != 1 else ''}"
+        gpus = f"{result.gpus} GPU{'s' if result.gpus != 1 else ''}"
+        stdout.write(f"Cluster {cluster.name} ({cluster.backend}): {nodes}, {gpus}.\n")
