@@ -146,7 +146,16 @@ def rows_for(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple], list[tuple
             ) from None
         except (ValueError, TypeError, OverflowError) as exc:
             raise ValidationFailed({"samples": [f"sample {position}: {exc}"]}) from None
+    check_nodes_exist({row[1] for row in rows})
     return rows, procs
+
+
+def check_nodes_exist(node_ids: set[int]) -> None:
+    """Samples carry plain node ids (no foreign key, for COPY speed): check them once a batch."""
+    known = set(Node.objects.filter(pk__in=node_ids).values_list("pk", flat=True))
+    unknown = sorted(node_ids - known)
+    if unknown:
+        raise ValidationFailed({"samples": [f"unknown node id(s): {unknown[:10]}"]})
 
 
 def copy_rows(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:

@@ -89,3 +89,10 @@ def test_a_naive_datetime_is_refused_rather_than_guessed(pool):
 
 def test_an_empty_batch_stores_nothing():
     assert samples_ingest([]) == 0
+
+
+def test_samples_for_a_node_the_portal_does_not_know_are_refused(pool):
+    node = make_node(pool)
+    with pytest.raises(ValidationFailed, match=r"unknown node id\(s\): \[" + str(node.pk + 1)):
+        samples_ingest([sample(node, 0, T0, 1), {**sample(node, 0, T0, 1), "node_id": node.pk + 1}])
+    assert GpuSample.objects.count() == 0
