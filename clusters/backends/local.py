@@ -137,7 +137,8 @@ class LocalBackend(Backend):
             workload_id=record["workload_id"],
             pod_index=record["pod_index"],
             endpoint=record.get("endpoint", ""),
-            backend_ref=f"{record['pid']}:{record['start_time']}",
+            # Empty while the process is being started: nothing to find again yet.
+            backend_ref="" if record["pid"] is None else f"{record['pid']}:{record['start_time']}",
             node_name=self.node_name,
             terminating=bool(record.get("terminating_since")),
         )
