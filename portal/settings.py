@@ -121,13 +121,16 @@ else:
     _queue_dir = VAR_DIR / "celery" / "queue"
     _processed_dir = VAR_DIR / "celery" / "processed"
     _results_dir = VAR_DIR / "celery" / "results"
-    for _folder in (_queue_dir, _processed_dir, _results_dir):
+    _control_dir = VAR_DIR / "celery" / "control"
+    for _folder in (_queue_dir, _processed_dir, _results_dir, _control_dir):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
         "processed_folder": str(_processed_dir),
+        # Broadcasts (worker remote control); kombu's default is ./control in the cwd.
+        "control_folder": str(_control_dir),
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = f"file://{_results_dir}"
