@@ -12,6 +12,7 @@ urlpatterns = [
     path("policies/", views.policies, name="workload_policies"),
     path("policies/<str:scope>/<int:pk>/", views.policy_edit, name="workload_policy_edit"),
     path("<int:pk>/", views.workload_detail, name="workload_detail"),
+    path("<int:pk>/status/", views.workload_status, name="workload_status"),
     path("<int:pk>/stop/", views.workload_stop, name="workload_stop"),
     path("<int:pk>/delete/", views.workload_delete, name="workload_delete"),
     path("<int:pk>/clone/", views.workload_clone, name="workload_clone"),

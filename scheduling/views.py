@@ -114,20 +114,32 @@ def workload_clone(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "scheduling/workload_form.html", context)
 
 
-@login_required
-def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    workload = visible_workload(request, pk)
-    allocations = workload.allocations.select_related("node__cluster", "node__pool")
-    context = {
+def _live_context(workload: Workload) -> dict[str, Any]:
+    return {
         "wl": workload,
         "row": selectors.workload_row(workload),
         "events": workload.events.all(),
-        "allocations": allocations,
+        "allocations": workload.allocations.select_related("node__cluster", "node__pool"),
+    }
+
+
+@login_required
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = visible_workload(request, pk)
+    context = {
+        **_live_context(workload),
         "trials": workload.children.order_by("pk") if workload.kind == WorkloadKind.HPO else [],
         "can_act": can_submit_to_project(request.user, workload.project),
         "clonable": workload.kind in FORM_KINDS,
     }
     return render(request, "scheduling/workload_detail.html", context)
+
+
+@login_required
+def workload_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The changing part of the workload page (state, allocation, events) for polling."""
+    workload = visible_workload(request, pk)
+    return render(request, "scheduling/_workload_live.html", _live_context(workload))
 
 
 @login_required

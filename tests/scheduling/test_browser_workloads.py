@@ -44,3 +44,21 @@ def test_a_researcher_submits_training_and_sorts_the_list(live_server, page, org
     page.wait_for_url(lambda url: url.endswith("sort=-gpus"))
     names = page.locator("#workloads tbody tr td:first-child a").all_text_contents()
     assert names == ["big", "small"]
+
+
+def test_the_workload_page_follows_its_state_without_a_reload(
+    live_server, page, org, cluster, submit
+):
+    from scheduling.cycle import cycle_run
+
+    wl = submit(org.researcher, org.project_a, "watched", gpus=2)
+    log_in(page, live_server, "rita")
+    page.goto(f"{live_server.url}/workloads/{wl.pk}/")
+    assert page.text_content("#workload-state") == "pending"
+    page.evaluate("window.__notReloaded = true")
+    cycle_run()
+    page.wait_for_function(
+        "document.getElementById('workload-state').textContent === 'admitted'", timeout=15_000
+    )
+    assert "Placed in pool a100" in page.text_content("#workload-live")
+    assert page.evaluate("window.__notReloaded") is True

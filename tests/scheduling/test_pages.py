@@ -255,3 +255,18 @@ def test_the_detail_page_includes_the_gpu_utilization_chart(client_as, org, job)
     page = client_as(org.researcher).get(f"/workloads/{job.pk}/").content.decode()
     assert "GPU utilization" in page
     assert "No GPU samples for this workload yet." in page
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("platform_admin", 200), ("dept_admin", 200), ("researcher", 200), ("outsider", 404)],
+)
+def test_the_live_status_fragment_per_persona(client_as, org, cluster, job, persona, status):
+    cycle_run()
+    response = client_as(getattr(org, persona)).get(f"/workloads/{job.pk}/status/")
+    assert response.status_code == status
+    if status == 200:
+        text = response.content.decode()
+        assert 'id="workload-state">admitted<' in text
+        assert "GPUs allocated: 2" in text and "a100-node-0" in text
+        assert "<html" not in text  # a fragment, not a page
