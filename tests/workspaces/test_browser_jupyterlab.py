@@ -39,7 +39,9 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(900),
 ]
-LAB_TIMEOUT_MS = 240_000  # JupyterLab's first load on two busy cores
+LAB_TIMEOUT_MS = int(
+    os.environ.get("LAB_TIMEOUT_MS", "240000")
+)  # JupyterLab's first load on two busy cores
 
 
 def _test_database_url() -> str:
@@ -114,7 +116,9 @@ def _local_pods(settings, tmp_path):
     settings.VAR_DIR.mkdir()
 
 
-def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(org, chromium, asgi_server):
+def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(
+    org, chromium, asgi_server, settings
+):
     _server_passwords(org.researcher, org.outsider)
     cluster = local_cluster()
     Environment.objects.create(
@@ -141,7 +145,13 @@ def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(org, chr
         lab = opened.value
         lab.set_default_timeout(LAB_TIMEOUT_MS)
         lab.wait_for_url(re.compile(rf"^{asgi_server}/workspaces/{workspace_id}/lab/"))
-        _run_print_in_a_new_notebook(lab)
+        try:
+            _run_print_in_a_new_notebook(lab)
+        except Exception:
+            lab.screenshot(path=str(settings.VAR_DIR / "lab.png"))
+            log = settings.VAR_DIR / "workloads" / str(workspace_id) / "pod-0.log"
+            print(log.read_text()[-6000:], f"screenshot: {settings.VAR_DIR / 'lab.png'}")
+            raise
         token = Workspace.objects.get(pk=workspace_id).token
         assert token not in lab.content() and token not in page.content()
         _a_stranger_gets_403(chromium, asgi_server, workspace_id, lab, rita)
@@ -152,6 +162,8 @@ def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(org, chr
 
 def _run_print_in_a_new_notebook(lab) -> None:
     lab.click(".jp-LauncherCard[data-category='Notebook']")
+    # A cell run before the kernel's session exists is silently dropped: wait for it.
+    lab.get_by_text("Python 3 (ipykernel) | Idle").wait_for()
     editor = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
     editor.click()
     lab.keyboard.type("print(6*7)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -40,6 +41,13 @@ def _scope(kind: str, path: str, cookie: bytes | None) -> dict:
     return scope
 
 
+def _run(coroutine) -> None:
+    """asyncio.run in a thread of its own: Playwright's sync API may already run an event
+    loop in the test's thread (the browser tests share one)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coroutine).result()
+
+
 async def _serve(scope: dict, receive, send) -> None:
     """One request through the real ASGI stack (proxy + Django); a fresh proxy per event
     loop, as its HTTP client belongs to the loop that made it."""
@@ -60,7 +68,7 @@ def call_http(path: str, cookie: bytes | None = None) -> tuple[int, dict, bytes]
     async def send(message: dict) -> None:
         sent.append(message)
 
-    asyncio.run(_serve(_scope("http", path, cookie), receive, send))
+    _run(_serve(_scope("http", path, cookie), receive, send))
     start = sent[0]
     headers = {k.decode(): v.decode() for k, v in start["headers"]}
     return start["status"], headers, b"".join(m.get("body", b"") for m in sent[1:])
@@ -76,7 +84,7 @@ def websocket_handshake(path: str, cookie: bytes | None) -> dict:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    asyncio.run(_serve(_scope("websocket", path, cookie), receive, send))
+    _run(_serve(_scope("websocket", path, cookie), receive, send))
     return sent[0]
 
 
