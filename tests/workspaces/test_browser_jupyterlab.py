@@ -39,9 +39,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(900),
 ]
-LAB_TIMEOUT_MS = int(
-    os.environ.get("LAB_TIMEOUT_MS", "240000")
-)  # JupyterLab's first load on two busy cores
+# JupyterLab's first load on two busy cores can take minutes.
+LAB_TIMEOUT_MS = int(os.environ.get("LAB_TIMEOUT_MS", "240000"))
 
 
 def _test_database_url() -> str:
