@@ -8,7 +8,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TextIO
 
-from workspaces.models import Environment, IdlePolicy, ToolKind
+from clusters.models import NodePool
+from portal.models import Project
+from workspaces.models import Environment, IdlePolicy, ToolKind, WorkspaceTemplate
 
 
 def _jupyter_executable() -> str:
@@ -35,5 +37,20 @@ def seed(stdout: TextIO) -> None:
     IdlePolicy.objects.get_or_create(
         department=None, project=None, defaults={"warn_after_min": 60, "stop_after_min": 120}
     )
+    _templates(environment)
     verb = "Created" if created else "Kept"
     stdout.write(f"{verb} workspace environment {environment.name}.\n")
+
+
+def _templates(environment: Environment) -> None:
+    """A one-click CPU notebook on this machine (the demo's local pool) for each project."""
+    pool = NodePool.objects.filter(name="local").first()
+    if pool is None:
+        return
+    for project in Project.objects.all():
+        WorkspaceTemplate.objects.get_or_create(
+            project=project,
+            name="CPU notebook on this machine",
+            defaults={"environment": environment, "cpu": Decimal("1"), "memory_mib": 4096,
+                      "node_pool": pool},
+        )  # fmt: skip
