@@ -1,0 +1,48 @@
+"""What the workspace page shows: the idle warning with its button, and no way in for
+people the tool is not shared with."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from tests.workspaces.helpers import make_running_workspace
+from workspaces.models import IdlePolicy, IdleState
+
+
+def _warned(org):
+    IdlePolicy.objects.create(project=org.project_a, warn_after_min=10, stop_after_min=30)
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    workspace.idle_state, workspace.warned_at = IdleState.WARNED, timezone.now()
+    workspace.save()
+    return workspace
+
+
+def test_the_owner_sees_the_idle_warning_with_a_keep_running_button(client_as, org):
+    workspace = _warned(org)
+    page = client_as(org.researcher).get(f"/workspaces/{workspace.workload_id}/").content.decode()
+    assert "will be stopped after 30 idle minutes" in page
+    assert f'action="/workspaces/{workspace.workload_id}/keep-running/"' in page
+
+
+def test_a_viewer_of_the_project_sees_the_warning_but_cannot_open_or_keep_it(client_as, org):
+    from tests import factories as f
+
+    viewer = f.make_user("vera")
+    f.make_membership(viewer, role=f.Role.VIEWER, project=org.project_a)
+    workspace = _warned(org)
+    page = client_as(viewer).get(f"/workspaces/{workspace.workload_id}/").content.decode()
+    assert "will be stopped" in page
+    assert "keep-running" not in page and 'id="open-lab"' not in page
+    assert "Only the owner" in page
+    refused = client_as(viewer).post(f"/workspaces/{workspace.workload_id}/keep-running/")
+    assert refused.status_code == 403
+
+
+def test_a_pending_workspace_shows_why_it_waits(client_as, org):
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    workload = workspace.workload
+    workload.state, workload.pending_reason = "pending", "Project ml-vision is at its GPU limit."
+    workload.save()
+    workload.allocations.all().delete()
+    page = client_as(org.researcher).get(f"/workspaces/{workspace.workload_id}/status/")
+    assert "at its GPU limit" in page.content.decode()
