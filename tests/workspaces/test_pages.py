@@ -46,3 +46,24 @@ def test_a_pending_workspace_shows_why_it_waits(client_as, org):
     workload.allocations.all().delete()
     page = client_as(org.researcher).get(f"/workspaces/{workspace.workload_id}/status/")
     assert "at its GPU limit" in page.content.decode()
+
+
+def test_gpu_samples_over_the_threshold_in_the_window_count_as_use(org):
+    from datetime import timedelta
+
+    from clusters.metrics.models import GpuSample
+    from workspaces.culling import gpu_busy
+
+    policy = IdlePolicy.objects.create(project=org.project_a, warn_after_min=10, stop_after_min=30)
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    now = timezone.now()
+
+    def sample(minutes_ago: int, util: float) -> None:
+        GpuSample.objects.create(ts=now - timedelta(minutes=minutes_ago), node_id=1, gpu_index=0,
+                                 util_pct=util, workload_id=workspace.workload_id)  # fmt: skip
+
+    sample(minutes_ago=2, util=3)  # under the 5 % threshold
+    sample(minutes_ago=20, util=90)  # busy, but before the window
+    assert not gpu_busy(workspace, now=now, policy=policy)
+    sample(minutes_ago=5, util=40)
+    assert gpu_busy(workspace, now=now, policy=policy)
