@@ -70,7 +70,9 @@ def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: 
         close_old_connections()
 
 
-authorize = sync_to_async(authorize_sync)
+# Not thread-sensitive: Django runs its sync views on one shared thread, and a slow page
+# must not stall every request of every open JupyterLab behind it.
+authorize = sync_to_async(authorize_sync, thread_sensitive=False)
 
 
 def refusal_page(access: Access) -> str:
