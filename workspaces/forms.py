@@ -27,7 +27,9 @@ class LaunchForm(forms.Form):
         queryset=None, required=False, empty_label="None: choose below"
     )
     name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'.")
-    gpu_request = forms.ChoiceField(choices=GpuRequestKind.choices, initial="whole")
+    gpu_request = forms.ChoiceField(
+        label="GPU request", choices=GpuRequestKind.choices, initial="whole"
+    )
     gpus = forms.DecimalField(
         label="GPUs",
         min_value=0,
@@ -59,7 +61,10 @@ class LaunchForm(forms.Form):
     def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["project"].queryset = projects
-        self.fields["environment"].queryset = Environment.objects.filter(enabled=True)
+        environments = Environment.objects.filter(enabled=True)
+        self.fields["environment"].queryset = environments
+        if len(environments) == 1:  # nothing to choose: preselect it
+            self.fields["environment"].initial = environments[0].pk
         self.fields["template"].queryset = WorkspaceTemplate.objects.filter(
             project__in=projects
         ).select_related("project", "environment")
