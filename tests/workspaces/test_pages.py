@@ -67,3 +67,19 @@ def test_gpu_samples_over_the_threshold_in_the_window_count_as_use(org):
     assert not gpu_busy(workspace, now=now, policy=policy)
     sample(minutes_ago=5, util=40)
     assert gpu_busy(workspace, now=now, policy=policy)
+
+
+def test_the_beat_task_checks_running_workspaces_once_at_a_time(org, settings):
+    from django.core.cache import cache
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    from workspaces.tasks import LOCK, cull_idle_workspaces
+
+    make_running_workspace(owner=org.researcher, project=org.project_a)  # no policy: skipped
+    cache.delete(LOCK)
+    assert cull_idle_workspaces.delay().get() == {"skip": 1}
+    cache.add(LOCK, 1)
+    try:
+        assert cull_idle_workspaces.delay().get() is None  # another run holds the lock
+    finally:
+        cache.delete(LOCK)
