@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_connections():
+    """The ASGI stack reads the database from executor threads the test cannot reach; with
+    persistent connections (CONN_MAX_AGE on PostgreSQL) they would outlive the test and keep
+    the test database from being dropped. Close each at the end of its request instead."""
+    settings_dict = connections["default"].settings_dict
+    previous = settings_dict.get("CONN_MAX_AGE", 0)
+    settings_dict["CONN_MAX_AGE"] = 0
+    yield
+    settings_dict["CONN_MAX_AGE"] = previous
