@@ -192,9 +192,8 @@ def _release_finished(
             continue
         if any(_name(a) in report.statuses for a in allocations):
             continue  # still shutting down: its GPUs stay taken
-        workload_pods_released(workload)
+        workload_pods_released(workload)  # also asks for a cycle: GPUs came free
         result.released += 1
-        _request_cycle()
 
 
 def _apply_phases(
@@ -234,13 +233,6 @@ def _workload_from_phases(workload: Workload, statuses: list[PodStatus], expecte
     return False
 
 
-def _request_cycle() -> None:
-    """Freed GPUs may let pending work in: ask the scheduling cycle to run soon."""
-    try:
-        from scheduling.tasks import request_cycle  # noqa: PLC0415 - may not exist yet
-    except ImportError:
-        return
-    transaction.on_commit(request_cycle)
 
 
 def cluster_mark_unreachable(cluster: Cluster, error: str) -> None:

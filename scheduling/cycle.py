@@ -87,11 +87,9 @@ def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:
 
 def reconcile_later(cluster_ids: set[int]) -> None:
     """Ask the clusters app to make each cluster match the database (when it can)."""
-    try:
-        # Imported late: clusters.tasks imports the scheduling models and lifecycle.
-        from clusters.tasks import reconcile_cluster  # noqa: PLC0415
-    except ImportError:  # the clusters app has no reconciliation in this build
-        return
+    # Imported late: clusters.tasks imports the scheduling models and lifecycle.
+    from clusters.tasks import reconcile_cluster  # noqa: PLC0415
+
     for cluster_id in sorted(cluster_ids):
         reconcile_cluster.delay(cluster_id)
 

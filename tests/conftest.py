@@ -21,10 +21,11 @@ def _fast_and_local(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     # Unit tests run tasks in-process; end-to-end tests start real workers and turn this off.
+    # The app reads Django settings under the CELERY_ namespace, so the key carries it too.
     previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
     yield
-    celery_app.conf.task_always_eager = previous
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = previous
 
 
 @pytest.fixture

@@ -8,18 +8,7 @@ import pytest
 from django.core.cache import cache
 
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
-from portal.celery import app as celery_app
 from scheduling.models import PodAllocation, Workload, WorkloadState
-
-
-@pytest.fixture(autouse=True)
-def _eager_tasks():
-    """Run Celery tasks in-process. The root fixture sets `task_always_eager`, but with the
-    CELERY settings namespace the prefixed key wins on lookup, so set that one."""
-    previous = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
-    yield
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = previous
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     # No broker here: the cycle is run by hand below.
-    app.conf.task_always_eager = False
+    app.conf.CELERY_TASK_ALWAYS_EAGER = False
     tasks.request_cycle = services.request_cycle = lambda: None
     nodes, projects, per_project = (int(a) for a in sys.argv[1:4])
     pool = f.make_pool("a100")

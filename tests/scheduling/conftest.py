@@ -29,6 +29,21 @@ def make_nodes(pool, count: int, gpus: int = 4, *, cluster_name: str = "sim", **
     return nodes
 
 
+@pytest.fixture(autouse=True)
+def _cycles_run_by_hand(request, monkeypatch):
+    """Scheduling tests drive cycles and reconciliation themselves, step by step, so the
+    cycle and reconcile that services ask for on commit are not run in-process here.
+    End-to-end tests (marked `services`) hand those tasks to a real worker instead."""
+    if request.node.get_closest_marker("services"):
+        return
+    from clusters.tasks import reconcile_cluster
+    from scheduling.tasks import run_cycle
+
+    for task in (run_cycle, reconcile_cluster):
+        monkeypatch.setattr(task, "delay", lambda *args, **kwargs: None)
+        monkeypatch.setattr(task, "apply_async", lambda *args, **kwargs: None)
+
+
 @pytest.fixture
 def cluster(org):
     """Two nodes of four A100s each in pool a100 (8 GPUs; departments deserve 8 each)."""

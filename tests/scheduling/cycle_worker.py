@@ -82,7 +82,7 @@ def main() -> None:
     # The worker processes must not try to reach a broker: requests for cycles are no-ops.
     from portal.celery import app
 
-    app.conf.task_always_eager = False
+    app.conf.CELERY_TASK_ALWAYS_EAGER = False
     django.setup()
     from scheduling import tasks
 

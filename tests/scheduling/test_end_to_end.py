@@ -75,7 +75,7 @@ def worker(tmp_path):
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     # This process sends tasks to that worker instead of running them in place.
-    celery_app.conf.task_always_eager = False
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = False
     try:
         yield process
     finally:
