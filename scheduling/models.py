@@ -197,6 +197,13 @@ class WorkloadPolicy(models.Model):
         blank=True,
         help_text="Priority classes whose workloads may be preempted; empty = inherit.",
     )
+    termination_grace_s = models.PositiveIntegerField(
+        "termination grace period (s)",
+        null=True,
+        blank=True,
+        help_text="Time between SIGTERM and SIGKILL when a workload is preempted or stopped, "
+        "so training can checkpoint; empty = inherit (the cluster's default).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -233,6 +240,8 @@ class CycleRun(models.Model):
     ok = models.BooleanField(default=True)
     error = models.TextField(blank=True)
     shares = models.JSONField(default=list, blank=True)
+    # Pending workload ids in the order the engine considered them this cycle.
+    pending_order = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
