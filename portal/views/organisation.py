@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -12,8 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from clusters.models import NodePool
 from portal import selectors, services
-from portal.errors import ValidationFailed
-from portal.forms import DepartmentForm, NodePoolForm, ProjectForm, QuotaTableForm, show_errors
+from portal.forms import DepartmentForm, NodePoolForm, ProjectForm, QuotaTableForm
 from portal.models import Department, Project
 from portal.permissions import (
     admin_required,
@@ -23,7 +21,7 @@ from portal.permissions import (
     platform_admin_required,
     visible_projects,
 )
-from portal.views.common import optional_template, posted
+from portal.views.common import confirmed, form_saved, optional_template, posted
 
 
 @login_required
@@ -53,15 +51,14 @@ def department_list(request: HttpRequest) -> HttpResponse:
 @platform_admin_required
 def department_create(request: HttpRequest) -> HttpResponse:
     form = DepartmentForm(posted(request))
-    if form.is_valid():
-        try:
-            department = services.department_create(actor=request.user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Department {department.name} created; set its quotas.")
-            return redirect("department_edit", pk=department.pk)
-    return render(request, "portal/department_form.html", {"form": form})
+    done = form_saved(
+        request,
+        form,
+        lambda: services.department_create(actor=request.user, **form.cleaned_data),
+        message=lambda department: f"Department {department.name} created; set its quotas.",
+        then=lambda department: redirect("department_edit", pk=department.pk),
+    )
+    return done or render(request, "portal/department_form.html", {"form": form})
 
 
 def _department(request: HttpRequest, pk: int) -> Department:
@@ -85,45 +82,51 @@ def _department_page(request: HttpRequest, department: Department, **forms: Any)
 def department_edit(request: HttpRequest, pk: int) -> HttpResponse:
     department = _department(request, pk)
     form = DepartmentForm(posted(request))
-    if not form.is_valid():
-        return _department_page(request, department, form=form if form.is_bound else None)
-    try:
-        services.department_update(actor=request.user, department=department, **form.cleaned_data)
-    except ValidationFailed as exc:
-        show_errors(form, exc)
-        return _department_page(request, department, form=form)
-    messages.success(request, f"Department {department.name} saved.")
-    return redirect("department_edit", pk=department.pk)
+    done = form_saved(
+        request,
+        form,
+        lambda: services.department_update(
+            actor=request.user, department=department, **form.cleaned_data
+        ),
+        message=lambda saved: f"Department {saved.name} saved.",
+        then=lambda saved: redirect("department_edit", pk=saved.pk),
+    )
+    return done or _department_page(request, department, form=form if form.is_bound else None)
 
 
 @platform_admin_required
 def department_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     department = _department(request, pk)
     quota_form = QuotaTableForm(selectors.quota_table(department), posted(request))
-    if request.method == "POST" and quota_form.is_valid():
-        try:
-            services.quota_set(actor=request.user, owner=department, table=quota_form.table())
-        except ValidationFailed as exc:
-            quota_form.show_errors(exc)
-        else:
-            messages.success(request, f"Quotas of {department.name} saved.")
-            return redirect("department_edit", pk=department.pk)
-    return _department_page(request, department, quota_form=quota_form)
+    done = _quotas_saved(
+        request, quota_form, department, redirect("department_edit", pk=department.pk)
+    )
+    return done or _department_page(request, department, quota_form=quota_form)
+
+
+def _quotas_saved(
+    request: HttpRequest, quota_form: QuotaTableForm, owner: Department | Project, then: Any
+) -> HttpResponse | None:
+    return form_saved(
+        request,
+        quota_form,
+        lambda: services.quota_set(actor=request.user, owner=owner, table=quota_form.table()),
+        message=lambda _: f"Quotas of {owner.name} saved.",
+        then=lambda _: then,
+        show=QuotaTableForm.show_errors,
+    )
 
 
 @platform_admin_required
 def department_delete(request: HttpRequest, pk: int) -> HttpResponse:
     department = _department(request, pk)
-    if request.method == "POST":
-        try:
-            services.department_delete(actor=request.user, department=department)
-        except ValidationFailed as exc:
-            messages.error(request, " ".join(exc.errors.get("__all__", [str(exc)])))
-            return redirect("department_edit", pk=department.pk)
-        messages.success(request, f"Department {department.name} deleted.")
-        return redirect("department_list")
-    return render(
-        request, "portal/confirm_delete.html", {"object": department, "kind": "department"}
+    return confirmed(
+        request,
+        ("portal/confirm_delete.html", {"object": department, "kind": "department"}),
+        lambda: services.department_delete(actor=request.user, department=department),
+        message=f"Department {department.name} deleted.",
+        then=redirect("department_list"),
+        back=redirect("department_edit", pk=department.pk),
     )
 
 
@@ -169,15 +172,14 @@ def project_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def project_create(request: HttpRequest) -> HttpResponse:
     initial = {"department": request.GET.get("department")}
     form = ProjectForm(posted(request), user=request.user, initial=initial)
-    if form.is_valid():
-        try:
-            project = services.project_create(actor=request.user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Project {project.name} created; set its quotas.")
-            return redirect("project_quotas", pk=project.pk)
-    return render(request, "portal/project_form.html", {"form": form})
+    done = form_saved(
+        request,
+        form,
+        lambda: services.project_create(actor=request.user, **form.cleaned_data),
+        message=lambda project: f"Project {project.name} created; set its quotas.",
+        then=lambda project: redirect("project_quotas", pk=project.pk),
+    )
+    return done or render(request, "portal/project_form.html", {"form": form})
 
 
 @login_required
@@ -185,30 +187,28 @@ def project_edit(request: HttpRequest, pk: int) -> HttpResponse:
     project = _admin_project(request, pk)
     initial = {f: getattr(project, f) for f in ("department", "name", "namespace", "description")}
     form = ProjectForm(posted(request), user=request.user, editing=True, initial=initial)
-    if form.is_valid():
-        values = {k: v for k, v in form.cleaned_data.items() if k != "department"}
-        try:
-            services.project_update(actor=request.user, project=project, **values)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Project {project.name} saved.")
-            return redirect("project_detail", pk=project.pk)
-    return render(request, "portal/project_form.html", {"form": form, "project": project})
+    done = form_saved(
+        request,
+        form,
+        # A project stays in its department: the form shows it but the service never moves it.
+        lambda: services.project_update(
+            actor=request.user,
+            project=project,
+            **{k: v for k, v in form.cleaned_data.items() if k != "department"},
+        ),
+        message=lambda saved: f"Project {saved.name} saved.",
+        then=lambda saved: redirect("project_detail", pk=saved.pk),
+    )
+    return done or render(request, "portal/project_form.html", {"form": form, "project": project})
 
 
 @login_required
 def project_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     project = _admin_project(request, pk)
     quota_form = QuotaTableForm(selectors.quota_table(project), posted(request))
-    if request.method == "POST" and quota_form.is_valid():
-        try:
-            services.quota_set(actor=request.user, owner=project, table=quota_form.table())
-        except ValidationFailed as exc:
-            quota_form.show_errors(exc)
-        else:
-            messages.success(request, f"Quotas of {project.name} saved.")
-            return redirect("project_detail", pk=project.pk)
+    done = _quotas_saved(request, quota_form, project, redirect("project_detail", pk=project.pk))
+    if done:
+        return done
     parent = selectors.quota_table(project.department)
     context = {"project": project, "quota_form": quota_form, "department_rows": parent}
     return render(request, "portal/project_quotas.html", context)
@@ -217,15 +217,14 @@ def project_quotas(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def project_delete(request: HttpRequest, pk: int) -> HttpResponse:
     project = _admin_project(request, pk)
-    if request.method == "POST":
-        try:
-            services.project_delete(actor=request.user, project=project)
-        except ValidationFailed as exc:
-            messages.error(request, " ".join(exc.errors.get("__all__", [str(exc)])))
-            return redirect("project_detail", pk=project.pk)
-        messages.success(request, f"Project {project.name} deleted.")
-        return redirect("project_list")
-    return render(request, "portal/confirm_delete.html", {"object": project, "kind": "project"})
+    return confirmed(
+        request,
+        ("portal/confirm_delete.html", {"object": project, "kind": "project"}),
+        lambda: services.project_delete(actor=request.user, project=project),
+        message=f"Project {project.name} deleted.",
+        then=redirect("project_list"),
+        back=redirect("project_detail", pk=project.pk),
+    )
 
 
 # --- Node pools -------------------------------------------------------------------------------
@@ -243,15 +242,17 @@ def node_pool_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     pool = get_object_or_404(NodePool, pk=pk) if pk else None
     initial = {f: getattr(pool, f) for f in services.organisation.POOL_FIELDS} if pool else {}
     form = NodePoolForm(posted(request), initial=initial)
-    if form.is_valid():
-        try:
-            if pool:
-                services.node_pool_update(actor=request.user, pool=pool, **form.cleaned_data)
-            else:
-                pool = services.node_pool_create(actor=request.user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Node pool {pool.name} saved.")
-            return redirect("node_pool_list")
-    return render(request, "portal/node_pool_form.html", {"form": form, "pool": pool})
+
+    def save() -> NodePool:
+        if pool:
+            return services.node_pool_update(actor=request.user, pool=pool, **form.cleaned_data)
+        return services.node_pool_create(actor=request.user, **form.cleaned_data)
+
+    done = form_saved(
+        request,
+        form,
+        save,
+        message=lambda saved: f"Node pool {saved.name} saved.",
+        then=lambda _: redirect("node_pool_list"),
+    )
+    return done or render(request, "portal/node_pool_form.html", {"form": form, "pool": pool})

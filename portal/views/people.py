@@ -10,17 +10,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal import selectors, services
-from portal.errors import ValidationFailed
 from portal.forms import (
     AuditFilterForm,
     InviteForm,
     MembershipForm,
     UserEditForm,
-    show_errors,
 )
 from portal.models import User
 from portal.permissions import admin_required, is_platform_admin
-from portal.views.common import posted
+from portal.views.common import confirmed, form_saved, posted
 
 AUDIT_PAGE_SIZE = 50
 
@@ -35,15 +33,14 @@ def user_list(request: HttpRequest) -> HttpResponse:
 def user_invite(request: HttpRequest) -> HttpResponse:
     platform = is_platform_admin(request.user)
     form = InviteForm(posted(request), user=request.user, platform=platform)
-    if form.is_valid():
-        try:
-            user = services.user_invite(actor=request.user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Invitation sent to {user.email}.")
-            return redirect("user_edit", pk=user.pk)
-    return render(request, "portal/user_invite.html", {"form": form})
+    done = form_saved(
+        request,
+        form,
+        lambda: services.user_invite(actor=request.user, **form.cleaned_data),
+        message=lambda user: f"Invitation sent to {user.email}.",
+        then=lambda user: redirect("user_edit", pk=user.pk),
+    )
+    return done or render(request, "portal/user_invite.html", {"form": form})
 
 
 def _managed_user(request: HttpRequest, pk: int) -> User:
@@ -70,15 +67,14 @@ def _user_page(request: HttpRequest, user: User, **forms: object) -> HttpRespons
 def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
     user = _managed_user(request, pk)
     form = UserEditForm(posted(request), platform=is_platform_admin(request.user))
-    if not form.is_valid():
-        return _user_page(request, user, form=form if form.is_bound else None)
-    try:
-        services.user_update(actor=request.user, user=user, **form.cleaned_data)
-    except ValidationFailed as exc:
-        show_errors(form, exc)
-        return _user_page(request, user, form=form)
-    messages.success(request, f"{user.username} saved.")
-    return redirect("user_edit", pk=user.pk)
+    done = form_saved(
+        request,
+        form,
+        lambda: services.user_update(actor=request.user, user=user, **form.cleaned_data),
+        message=lambda saved: f"{saved.username} saved.",
+        then=lambda saved: redirect("user_edit", pk=saved.pk),
+    )
+    return done or _user_page(request, user, form=form if form.is_bound else None)
 
 
 @admin_required
@@ -86,15 +82,14 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
 def membership_add(request: HttpRequest, pk: int) -> HttpResponse:
     user = get_object_or_404(selectors.user_list_for_admin(request.user), pk=pk)
     form = MembershipForm(request.POST, user=request.user)
-    if form.is_valid():
-        try:
-            services.membership_add(actor=request.user, user=user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            show_errors(form, exc)
-        else:
-            messages.success(request, f"Membership added to {user.username}.")
-            return redirect("user_edit", pk=user.pk)
-    return _user_page(request, user, membership_form=form)
+    done = form_saved(
+        request,
+        form,
+        lambda: services.membership_add(actor=request.user, user=user, **form.cleaned_data),
+        message=lambda _: f"Membership added to {user.username}.",
+        then=lambda _: redirect("user_edit", pk=user.pk),
+    )
+    return done or _user_page(request, user, membership_form=form)
 
 
 @admin_required
@@ -112,15 +107,14 @@ def membership_remove(request: HttpRequest, pk: int, membership_pk: int) -> Http
 @admin_required
 def user_deactivate(request: HttpRequest, pk: int) -> HttpResponse:
     user = _managed_user(request, pk)
-    if request.method != "POST":
-        return render(request, "portal/user_deactivate.html", {"person": user})
-    try:
-        services.user_deactivate(actor=request.user, user=user)
-    except ValidationFailed as exc:
-        messages.error(request, str(exc))
-        return redirect("user_edit", pk=user.pk)
-    messages.success(request, f"{user.username} can no longer sign in.")
-    return redirect("user_list")
+    return confirmed(
+        request,
+        ("portal/user_deactivate.html", {"person": user}),
+        lambda: services.user_deactivate(actor=request.user, user=user),
+        message=f"{user.username} can no longer sign in.",
+        then=redirect("user_list"),
+        back=redirect("user_edit", pk=user.pk),
+    )
 
 
 @admin_required

@@ -178,3 +178,23 @@ def test_a_department_admin_finds_their_invitations_in_the_audit_log(client_as, 
     services.user_invite(actor=org.dept_admin, email="nia@example.com", project=org.project_a)
     page = client_as(org.dept_admin).get("/audit/?action=user.invite").content.decode()
     assert "nia" in page
+
+
+def test_an_admin_deactivating_themselves_is_told_why_in_a_plain_sentence(client_as, org):
+    response = client_as(org.platform_admin).post(
+        f"/users/{org.platform_admin.pk}/deactivate/", follow=True
+    )
+    page = response.content.decode()
+    assert "You cannot deactivate yourself." in page and "__all__" not in page
+    assert User.objects.get(pk=org.platform_admin.pk).is_active
+
+
+def test_a_refused_department_delete_flashes_the_reason_and_goes_back_to_the_department(
+    client_as, org
+):
+    client = client_as(org.platform_admin)
+    response = client.post(f"/departments/{org.dept_a.pk}/delete/")
+    assert response["Location"] == f"/departments/{org.dept_a.pk}/"
+    page = client.get(response["Location"]).content.decode()
+    assert "still has projects" in page
+    assert Department.objects.filter(pk=org.dept_a.pk).exists()
