@@ -14,7 +14,7 @@ from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import K8S_NAME_RE, Department, Project
 from portal.permissions import can_admin_department, is_platform_admin
-from portal.services.common import raise_if, require
+from portal.services.common import create_audited, raise_if, require, save_audited
 from scheduling.models import Workload
 
 # Work in these states holds or is about to hold GPUs: its project may not disappear.
@@ -52,16 +52,9 @@ def department_update(
 ) -> Department:
     require(can_admin_department(actor, department), "You do not administer this department.")
     raise_if(_department_errors(name, exclude_id=department.pk))
-    before = snapshot(department)
-    department.name, department.description = name.strip(), description
-    department.save()
-    audit_log(
-        actor=actor,
-        action="department.update",
-        obj=department,
-        before=before,
-        after=snapshot(department),
-        department=department,
+    changes = {"name": name.strip(), "description": description}
+    save_audited(
+        department, changes, actor=actor, action="department.update", department=department
     )
     return department
 
@@ -111,17 +104,11 @@ def project_create(
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
     raise_if(_project_errors(name, namespace, exclude_id=None))
-    project = Project.objects.create(
-        department=department, name=name, namespace=namespace, description=description
+    values = {"department": department, "name": name, "namespace": namespace}
+    values["description"] = description
+    return create_audited(
+        Project, values, actor=actor, action="project.create", department=department
     )
-    audit_log(
-        actor=actor,
-        action="project.create",
-        obj=project,
-        after=snapshot(project),
-        department=department,
-    )
-    return project
 
 
 @transaction.atomic
@@ -132,16 +119,9 @@ def project_update(
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
     raise_if(_project_errors(name, namespace, exclude_id=project.pk))
-    before = snapshot(project)
-    project.name, project.namespace, project.description = name, namespace, description
-    project.save()
-    audit_log(
-        actor=actor,
-        action="project.update",
-        obj=project,
-        before=before,
-        after=snapshot(project),
-        department=project.department,
+    changes = {"name": name, "namespace": namespace, "description": description}
+    save_audited(
+        project, changes, actor=actor, action="project.update", department=project.department
     )
     return project
 
@@ -198,9 +178,7 @@ def node_pool_create(*, actor: Any, **values: Any) -> NodePool:
     require(is_platform_admin(actor), "Only platform administrators manage node pools.")
     values = {k: v for k, v in values.items() if k in POOL_FIELDS}
     raise_if(_node_pool_errors(values, exclude_id=None))
-    pool = NodePool.objects.create(**values)
-    audit_log(actor=actor, action="node_pool.create", obj=pool, after=snapshot(pool))
-    return pool
+    return create_audited(NodePool, values, actor=actor, action="node_pool.create")
 
 
 @transaction.atomic
@@ -210,9 +188,5 @@ def node_pool_update(*, actor: Any, pool: NodePool, **values: Any) -> NodePool:
         k: v for k, v in values.items() if k in POOL_FIELDS
     }
     raise_if(_node_pool_errors(merged, exclude_id=pool.pk))
-    before = snapshot(pool)
-    for field, value in merged.items():
-        setattr(pool, field, value)
-    pool.save()
-    audit_log(actor=actor, action="node_pool.update", obj=pool, before=before, after=snapshot(pool))
+    save_audited(pool, merged, actor=actor, action="node_pool.update")
     return pool

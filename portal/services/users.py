@@ -23,7 +23,7 @@ from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import Department, Membership, Project, Role, User
 from portal.permissions import administered_department_ids, can_admin_department
-from portal.services.common import raise_if, require
+from portal.services.common import create_audited, raise_if, require, save_audited
 
 USER_FIELDS = ["username", "email", "first_name", "last_name", "is_active", "is_platform_admin"]
 
@@ -43,7 +43,7 @@ def can_manage_user(actor: Any, user: User) -> bool:
 
 
 def _memberships(user: User) -> list[Membership]:
-    return list(user.memberships.select_related("project"))
+    return list(user.memberships.select_related("department", "project__department"))
 
 
 def _scope_department(project: Project | None, department: Department | None) -> Department:
@@ -178,17 +178,10 @@ def membership_add(
     if existing.exists():
         where = (project or department).name  # type: ignore[union-attr]
         raise ValidationFailed({"role": [f"{user.username} is already a member of {where}."]})
-    membership = Membership.objects.create(
-        user=user, role=role, project=project, department=department
+    values = {"user": user, "role": role, "project": project, "department": department}
+    return create_audited(
+        Membership, values, actor=actor, action="membership.add", department=scope
     )
-    audit_log(
-        actor=actor,
-        action="membership.add",
-        obj=membership,
-        after=snapshot(membership),
-        department=scope,
-    )
-    return membership
 
 
 @transaction.atomic
@@ -223,18 +216,14 @@ def user_update(
         raise ValidationFailed({"email": [f"{email} already has an account."]})
     if is_platform_admin is False and user.pk == actor.pk:
         raise ValidationFailed({"is_platform_admin": ["You cannot remove your own admin rights."]})
-    before = snapshot(user, USER_FIELDS)
-    user.first_name, user.last_name, user.email = first_name.strip(), last_name.strip(), email
+    changes: dict[str, Any] = {
+        "first_name": first_name.strip(),
+        "last_name": last_name.strip(),
+        "email": email,
+    }
     if is_platform_admin is not None:
-        user.is_platform_admin = is_platform_admin
-    user.save()
-    audit_log(
-        actor=actor,
-        action="user.update",
-        obj=user,
-        before=before,
-        after=snapshot(user, USER_FIELDS),
-    )
+        changes["is_platform_admin"] = is_platform_admin
+    save_audited(user, changes, actor=actor, action="user.update", fields=USER_FIELDS)
     return user
 
 
@@ -244,16 +233,14 @@ def user_deactivate(*, actor: Any, user: User) -> User:
     require(can_manage_user(actor, user), "You may not deactivate this user.")
     if user.pk == actor.pk:
         raise ValidationFailed("You cannot deactivate yourself.")
-    before = snapshot(user, USER_FIELDS)
-    user.is_active = False
-    user.save(update_fields=["is_active"])
     departments = {m.department or m.project.department for m in _memberships(user)}
-    audit_log(
+    save_audited(
+        user,
+        {"is_active": False},
         actor=actor,
         action="user.deactivate",
-        obj=user,
-        before=before,
-        after=snapshot(user, USER_FIELDS),
         department=departments.pop() if len(departments) == 1 else None,
+        fields=USER_FIELDS,
+        update_fields=["is_active"],
     )
     return user
