@@ -151,67 +151,115 @@ class MeView(APIView):
         return Response(MeSerializer(request.user).data)
 
 
-class DepartmentListView(APIView):
+class ListCreateView(APIView):
+    """GET the rows the caller may see; POST one through the create service."""
+
+    serializer: type[serializers.ModelSerializer]
+
+    def rows(self, request: Request) -> Any:
+        raise NotImplementedError
+
+    def create(self, actor: Any, data: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
     def get(self, request: Request) -> Response:
-        departments = selectors.department_list_for_user(request.user)
-        return Response(DepartmentSerializer(departments, many=True).data)
+        return Response(self.serializer(self.rows(request), many=True).data)
 
     def post(self, request: Request) -> Response:
-        data = valid(DepartmentSerializer, request.data)
-        department = call(services.department_create, actor=request.user, **data)
-        return Response(DepartmentSerializer(department).data, status=status.HTTP_201_CREATED)
+        data = valid(self.serializer, request.data)
+        created = call(self.create, actor=request.user, data=data)
+        return Response(self.serializer(created).data, status=status.HTTP_201_CREATED)
+
+
+class DetailView(APIView):
+    """GET one row; PATCH some of `fields` (the rest keep their values) through a service."""
+
+    serializer: type[serializers.ModelSerializer]
+    fields: tuple[str, ...]
+
+    def object(self, request: Request, pk: int) -> Any:
+        raise NotImplementedError
+
+    def update(self, actor: Any, obj: Any, values: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(self.serializer(self.object(request, pk)).data)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        obj = self.object(request, pk)
+        data = valid(self.serializer, request.data, instance=obj, partial=True)
+        # Fields outside `fields` (a project's department) are never changed here.
+        values = {f: getattr(obj, f) for f in self.fields} | {
+            k: v for k, v in data.items() if k in self.fields
+        }
+        call(self.update, actor=request.user, obj=obj, values=values)
+        return Response(self.serializer(obj).data)
+
+
+class DetailDeleteView(DetailView):
+    def remove(self, actor: Any, obj: Any) -> None:
+        raise NotImplementedError
+
+    def delete(self, request: Request, pk: int) -> Response:
+        call(self.remove, actor=request.user, obj=self.object(request, pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 def _department(request: Request, pk: int) -> Department:
     return get_object_or_404(selectors.department_list_for_user(request.user), pk=pk)
 
 
-class DepartmentDetailView(APIView):
-    def get(self, request: Request, pk: int) -> Response:
-        return Response(DepartmentSerializer(_department(request, pk)).data)
-
-    def patch(self, request: Request, pk: int) -> Response:
-        department = _department(request, pk)
-        data = valid(DepartmentSerializer, request.data, instance=department, partial=True)
-        values = {"name": department.name, "description": department.description} | data
-        call(services.department_update, actor=request.user, department=department, **values)
-        return Response(DepartmentSerializer(department).data)
-
-    def delete(self, request: Request, pk: int) -> Response:
-        call(services.department_delete, actor=request.user, department=_department(request, pk))
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class ProjectListView(APIView):
-    def get(self, request: Request) -> Response:
-        projects = selectors.project_list_for_user(request.user)
-        return Response(ProjectSerializer(projects, many=True).data)
-
-    def post(self, request: Request) -> Response:
-        data = valid(ProjectSerializer, request.data)
-        project = call(services.project_create, actor=request.user, **data)
-        return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
-
-
 def _project(request: Request, pk: int) -> Project:
     return get_object_or_404(visible_projects(request.user).select_related("department"), pk=pk)
 
 
-class ProjectDetailView(APIView):
-    def get(self, request: Request, pk: int) -> Response:
-        return Response(ProjectSerializer(_project(request, pk)).data)
+class DepartmentListView(ListCreateView):
+    serializer = DepartmentSerializer
 
-    def patch(self, request: Request, pk: int) -> Response:
-        project = _project(request, pk)
-        data = valid(ProjectSerializer, request.data, instance=project, partial=True)
-        data.pop("department", None)  # a project stays in its department
-        values = {f: getattr(project, f) for f in ("name", "namespace", "description")} | data
-        call(services.project_update, actor=request.user, project=project, **values)
-        return Response(ProjectSerializer(project).data)
+    def rows(self, request: Request) -> Any:
+        return selectors.department_list_for_user(request.user)
 
-    def delete(self, request: Request, pk: int) -> Response:
-        call(services.project_delete, actor=request.user, project=_project(request, pk))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+    def create(self, actor: Any, data: dict[str, Any]) -> Department:
+        return services.department_create(actor=actor, **data)
+
+
+class DepartmentDetailView(DetailDeleteView):
+    serializer = DepartmentSerializer
+    fields = ("name", "description")
+
+    def object(self, request: Request, pk: int) -> Department:
+        return _department(request, pk)
+
+    def update(self, actor: Any, obj: Department, values: dict[str, Any]) -> Department:
+        return services.department_update(actor=actor, department=obj, **values)
+
+    def remove(self, actor: Any, obj: Department) -> None:
+        services.department_delete(actor=actor, department=obj)
+
+
+class ProjectListView(ListCreateView):
+    serializer = ProjectSerializer
+
+    def rows(self, request: Request) -> Any:
+        return selectors.project_list_for_user(request.user)
+
+    def create(self, actor: Any, data: dict[str, Any]) -> Project:
+        return services.project_create(actor=actor, **data)
+
+
+class ProjectDetailView(DetailDeleteView):
+    serializer = ProjectSerializer
+    fields = ("name", "namespace", "description")  # a project stays in its department
+
+    def object(self, request: Request, pk: int) -> Project:
+        return _project(request, pk)
+
+    def update(self, actor: Any, obj: Project, values: dict[str, Any]) -> Project:
+        return services.project_update(actor=actor, project=obj, **values)
+
+    def remove(self, actor: Any, obj: Project) -> None:
+        services.project_delete(actor=actor, project=obj)
 
 
 class QuotaView(APIView):
@@ -245,22 +293,22 @@ class ProjectQuotaView(QuotaView):
         return _project(request, pk)
 
 
-class NodePoolListView(APIView):
-    def get(self, request: Request) -> Response:
-        return Response(NodePoolSerializer(NodePool.objects.all(), many=True).data)
+class NodePoolListView(ListCreateView):
+    serializer = NodePoolSerializer
 
-    def post(self, request: Request) -> Response:
-        data = valid(NodePoolSerializer, request.data)
-        pool = call(services.node_pool_create, actor=request.user, **data)
-        return Response(NodePoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+    def rows(self, request: Request) -> Any:
+        return NodePool.objects.all()
+
+    def create(self, actor: Any, data: dict[str, Any]) -> NodePool:
+        return services.node_pool_create(actor=actor, **data)
 
 
-class NodePoolDetailView(APIView):
-    def get(self, request: Request, pk: int) -> Response:
-        return Response(NodePoolSerializer(get_object_or_404(NodePool, pk=pk)).data)
+class NodePoolDetailView(DetailView):
+    serializer = NodePoolSerializer
+    fields = services.organisation.POOL_FIELDS
 
-    def patch(self, request: Request, pk: int) -> Response:
-        pool = get_object_or_404(NodePool, pk=pk)
-        data = valid(NodePoolSerializer, request.data, instance=pool, partial=True)
-        call(services.node_pool_update, actor=request.user, pool=pool, **data)
-        return Response(NodePoolSerializer(pool).data)
+    def object(self, request: Request, pk: int) -> NodePool:
+        return get_object_or_404(NodePool, pk=pk)
+
+    def update(self, actor: Any, obj: NodePool, values: dict[str, Any]) -> NodePool:
+        return services.node_pool_update(actor=actor, pool=obj, **values)

@@ -205,3 +205,27 @@ def test_a_duplicate_department_name_is_a_400_with_the_services_message(api, org
     response = api(org.platform_admin).post("/api/v1/departments/", {"name": "Vision"})
     assert response.status_code == 400
     assert response.json() == {"name": ["A department named Vision exists already."]}
+
+
+def test_patching_a_node_pool_changes_only_the_fields_sent_and_it_cannot_be_deleted(api, org):
+    client = api(org.platform_admin)
+    url = f"/api/v1/node-pools/{org.pool.pk}/"
+    before = client.get(url).json()
+    response = client.patch(url, {"placement": "spread"}, format="json")
+    assert response.status_code == 200
+    assert response.json() == before | {"placement": "spread"}
+    assert client.delete(url).status_code == 405
+    assert AuditLog.objects.filter(action="node_pool.update").count() == 1
+
+
+def test_a_department_admin_may_not_patch_a_node_pool(api, org):
+    url = f"/api/v1/node-pools/{org.pool.pk}/"
+    assert api(org.dept_admin).patch(url, {"placement": "spread"}, format="json").status_code == 403
+
+
+def test_patching_a_department_keeps_the_name_when_only_the_description_is_sent(api, org):
+    url = f"/api/v1/departments/{org.dept_a.pk}/"
+    response = api(org.platform_admin).patch(url, {"description": "eyes"}, format="json")
+    assert response.status_code == 200
+    assert (response.json()["name"], response.json()["description"]) == ("vision", "eyes")
+    assert api(org.platform_admin).delete(url).status_code == 400  # it still has projects
