@@ -128,6 +128,9 @@ class SimulatedPod(models.Model):
     started_at = models.DateTimeField()
     duration_s = models.FloatField(null=True, blank=True)
     deleting_since = models.DateTimeField(null=True, blank=True)
+    # Seconds from deleting_since until the pod is gone: the cluster's stop delay, or the
+    # pod's grace period if shorter. None: the stop delay (pods stopped before this field).
+    stop_after_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster_id", "name"]

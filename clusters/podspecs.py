@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from clusters.backends import PodSpec, PortSpec, pod_name
+from clusters.backends import PodSpec, PortSpec, VolumeSpec, pod_name
 from clusters.models import Gpu
 
 if TYPE_CHECKING:
@@ -33,7 +33,25 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     return env
 
 
-def pod_spec(allocation: PodAllocation, uuids: dict[tuple[int, int], str] | None = None) -> PodSpec:
+def pod_volumes(spec: dict[str, Any]) -> tuple[VolumeSpec, ...]:
+    """Volumes a workload asks for in its spec (a workspace's data volume, or any other
+    workload's): {"name", "claim", "mount_path", "read_only"}."""
+    return tuple(
+        VolumeSpec(
+            name=str(v.get("name") or f"vol{i}"),
+            claim=str(v["claim"]),
+            mount_path=str(v["mount_path"]),
+            read_only=bool(v.get("read_only", False)),
+        )
+        for i, v in enumerate(spec.get("volumes") or [])
+    )
+
+
+def pod_spec(
+    allocation: PodAllocation,
+    uuids: dict[tuple[int, int], str] | None = None,
+    graces: dict[int, int] | None = None,
+) -> PodSpec:
     workload = allocation.workload
     uuids = uuids or {}
     node_id = allocation.node_id
@@ -68,11 +86,16 @@ def pod_spec(allocation: PodAllocation, uuids: dict[tuple[int, int], str] | None
         checkpoint_dir=workload.checkpoint_dir,
         restart_count=workload.restart_count,
         duration_s=float(duration) if duration is not None else None,
+        termination_grace_s=(graces or {}).get(workload.pk),
+        volumes=pod_volumes(workload.spec or {}),
         backend_ref=allocation.backend_ref,
     )
 
 
-def pod_specs_for(allocations: list[PodAllocation], cluster: Cluster) -> list[PodSpec]:
+def pod_specs_for(
+    allocations: list[PodAllocation], cluster: Cluster, graces: dict[int, int] | None = None
+) -> list[PodSpec]:
+    """`graces`: workload id -> the grace period its policy sets (clusters.reconcile)."""
     node_ids = {a.node_id for a in allocations}
     uuids = {
         (node_id, index): uuid
@@ -80,4 +103,4 @@ def pod_specs_for(allocations: list[PodAllocation], cluster: Cluster) -> list[Po
             "node_id", "index", "uuid"
         )
     }
-    return [pod_spec(a, uuids) for a in allocations]
+    return [pod_spec(a, uuids, graces) for a in allocations]

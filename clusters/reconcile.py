@@ -29,6 +29,7 @@ from clusters.models import Cluster
 from clusters.podspecs import pod_specs_for
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
+from scheduling.policies import termination_grace_periods
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -49,8 +50,21 @@ class PassResult:
 
 
 def grace_period_s(cluster: Cluster) -> int:
+    """The cluster's default time from SIGTERM to SIGKILL; a policy may set its own."""
     default = getattr(settings, "GPUPOOL_POD_GRACE_PERIOD_S", 30)
     return int(cluster.config.get("grace_period_s", default))
+
+
+def workload_grace_periods(allocations: Iterable[PodAllocation]) -> dict[int, int]:
+    """Workload id -> its policy's grace period (project, else department), for the
+    workloads whose policy sets one; the rest get the cluster's `grace_period_s`."""
+    projects = {a.workload.project_id: a.workload.project for a in allocations}
+    by_project = termination_grace_periods(projects.values())
+    return {
+        a.workload_id: by_project[a.workload.project_id]
+        for a in allocations
+        if a.workload.project_id in by_project
+    }
 
 
 def cluster_reconcile(cluster: Cluster, *, backend: Backend | None = None) -> PassResult:
@@ -80,10 +94,13 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         with transaction.atomic():
             _refresh_states(by_workload)
             _requeue_lost(by_workload, observed, result)
+        graces = workload_grace_periods(allocations)
         desired = pod_specs_for(
-            [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster
+            [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster, graces
         )
-        report = backend.reconcile(desired, grace_period_s=grace_period_s(cluster))
+        report = backend.reconcile(
+            desired, grace_period_s=grace_period_s(cluster), grace_periods=graces
+        )
     except BackendUnreachable as exc:
         cluster_mark_unreachable(cluster, str(exc))
         result.reachable = False
@@ -231,8 +248,6 @@ def _workload_from_phases(workload: Workload, statuses: list[PodStatus], expecte
         workload_transition(workload, S.RUNNING, reason="Started", message="All pods run.")
         return True
     return False
-
-
 
 
 def cluster_mark_unreachable(cluster: Cluster, error: str) -> None:

@@ -202,6 +202,7 @@ class PolicySerializer(serializers.Serializer):
     preemptible_classes = serializers.ListField(
         child=serializers.CharField(), allow_null=True, required=False
     )
+    termination_grace_s = serializers.IntegerField(min_value=0, allow_null=True, required=False)
 
 
 def _policy_data(policy: WorkloadPolicy) -> dict[str, Any]:

@@ -190,6 +190,14 @@ class PolicyForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Classes that may be preempted. None ticked = inherit (train only).",
     )
+    termination_grace_s = forms.IntegerField(
+        label="Termination grace period (s)",
+        required=False,
+        min_value=0,
+        max_value=86_400,
+        help_text="Time from SIGTERM to SIGKILL when a workload is preempted or stopped, so "
+        "training can checkpoint. Empty = inherit (the cluster's default, usually 30 s).",
+    )
 
     def values(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)

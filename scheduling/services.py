@@ -31,6 +31,8 @@ from scheduling.policies import apply_defaults, effective_policy, policy_errors
 from scheduling.specs import clean_spec
 from scheduling.tasks import reconcile_clusters_later, request_cycle
 
+# A day: longer would let one stopped workload hold its GPUs hostage.
+MAX_GRACE_S = 86_400
 AUDIT_FIELDS = ["kind", "name", "image", "gpus", "pods", "priority_class", "preemptible", "state"]
 
 
@@ -220,5 +222,8 @@ def _check_policy(values: dict[str, Any]) -> None:
     cap_gpus = values.get("max_gpus_per_workload")
     if cap_gpus is not None and cap_gpus < 0:
         errors["max_gpus_per_workload"] = ["Enter zero or more GPUs."]
+    grace = values.get("termination_grace_s")
+    if grace is not None and not 0 <= grace <= MAX_GRACE_S:
+        errors["termination_grace_s"] = [f"Enter 0 to {MAX_GRACE_S} seconds."]
     if errors:
         raise ValidationFailed(errors)

@@ -73,6 +73,16 @@ class PortSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeSpec:
+    """A persistent volume claim mounted into the pod (Kubernetes only)."""
+
+    name: str
+    claim: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class PodSpec:
     """One pod the database wants running. `name` is unique in the cluster."""
 
@@ -100,6 +110,11 @@ class PodSpec:
     checkpoint_dir: str = ""
     restart_count: int = 0
     duration_s: float | None = None
+    # Seconds from SIGTERM to SIGKILL when the cluster itself stops the pod (a drain);
+    # None: the cluster's default.
+    termination_grace_s: int | None = None
+    # Data volumes: {"name", "claim" (a PVC on Kubernetes), "mount_path"}.
+    volumes: tuple[VolumeSpec, ...] = ()
     # What the backend recorded last time (a pid and start time, a pod uid).
     backend_ref: str = ""
 
@@ -168,17 +183,26 @@ class Backend(abc.ABC):
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         """The pod's recent stdout and stderr."""
 
-    def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
+    def reconcile(
+        self,
+        desired: list[PodSpec],
+        *,
+        grace_period_s: int,
+        grace_periods: Mapping[int, int] | None = None,
+    ) -> ReconcileReport:
         """Make the cluster hold exactly `desired`: create what is missing, delete the rest.
 
-        Pods that finished (Succeeded/Failed) but are still desired are left alone so that
-        their exit codes can be read; they are never created twice.
+        A pod is deleted with its workload's grace period (`grace_periods`, by workload id,
+        from its policy), else `grace_period_s`. Pods that finished (Succeeded/Failed) but
+        are still desired are left alone so that their exit codes can be read; they are
+        never created twice.
         """
         report = ReconcileReport(statuses=self.pod_statuses())
         wanted = {spec.name: spec for spec in desired}
         for name, status in list(report.statuses.items()):
             if name not in wanted:
-                self._delete_into(report, status, grace_period_s)
+                grace = grace_for(status, grace_period_s, grace_periods)
+                self._delete_into(report, status, grace)
         for spec in desired:
             if spec.name not in report.statuses:
                 self._create_into(report, spec)
@@ -215,6 +239,11 @@ class Backend(abc.ABC):
             report.deleted.append(status.name)
         else:
             status.terminating = True
+
+
+def grace_for(status: PodStatus, default: int, per_workload: Mapping[int, int] | None) -> int:
+    """The pod's grace period: its workload's (policy) when known, else the cluster's."""
+    return (per_workload or {}).get(status.workload_id, default)
 
 
 def get_backend(cluster: Cluster) -> Backend:

@@ -11,7 +11,7 @@ them like a real cluster's:
          spread: {gpupool.io/rack: [rack-1, rack-2]}}
     nodes:
       - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
-    stop_delay_s: 0        # how long a stopped pod takes to go away
+    stop_delay_s: 0        # how long a stopped pod takes to go away (at most its grace period)
     down_nodes: [t4-0]     # nodes that failed: they vanish, and their pods with them
     sample_interval_s: 10  # synthetic GPU samples at most this often
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -117,7 +118,12 @@ class SimulatedBackend(Backend):
         now = timezone.now()
         stop_delay = timedelta(seconds=float(self.cluster.config.get("stop_delay_s", 0)))
         pods = SimulatedPod.objects.filter(cluster=self.cluster)
-        pods.filter(deleting_since__lte=now - stop_delay).delete()
+        gone = [
+            pod.pk
+            for pod in pods.filter(deleting_since__isnull=False)
+            if now >= pod.deleting_since + _stop_time(pod, stop_delay)
+        ]
+        pods.filter(pk__in=gone).delete()
         pods.filter(node_name__in=self.down).delete()
         return {pod.name: _status(pod, now) for pod in pods}
 
@@ -132,13 +138,16 @@ class SimulatedBackend(Backend):
         return _status(pod, timezone.now())
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        """The simulated program takes `stop_delay_s` to exit on SIGTERM; the grace period
+        cuts that short (SIGKILL), in the same virtual seconds."""
         now = timezone.now()
-        SimulatedPod.objects.filter(
-            cluster=self.cluster, name=status.name, deleting_since__isnull=True
-        ).update(deleting_since=now)
-        if float(self.cluster.config.get("stop_delay_s", 0)) <= 0:
+        stop_s = min(float(self.cluster.config.get("stop_delay_s", 0)), grace_period_s)
+        if stop_s <= 0:
             SimulatedPod.objects.filter(cluster=self.cluster, name=status.name).delete()
             return True
+        SimulatedPod.objects.filter(
+            cluster=self.cluster, name=status.name, deleting_since__isnull=True
+        ).update(deleting_since=now, stop_after_s=stop_s)
         return False
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
@@ -149,8 +158,16 @@ class SimulatedBackend(Backend):
             f"[simulated] {name} started on {pod.node_name} at {pod.started_at:%Y-%m-%d %H:%M:%S}"
         )
 
-    def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
-        report = super().reconcile(desired, grace_period_s=grace_period_s)
+    def reconcile(
+        self,
+        desired: list[PodSpec],
+        *,
+        grace_period_s: int,
+        grace_periods: Mapping[int, int] | None = None,
+    ) -> ReconcileReport:
+        report = super().reconcile(
+            desired, grace_period_s=grace_period_s, grace_periods=grace_periods
+        )
         self._emit_samples(report)
         return report
 
@@ -212,6 +229,12 @@ def _sample(cluster: Any, node: str, gpu: GpuInfo, status: PodStatus | None, now
         pod_index=status.pod_index,
     )
     return sample
+
+
+def _stop_time(pod: SimulatedPod, stop_delay: timedelta) -> timedelta:
+    if pod.stop_after_s is None:
+        return stop_delay
+    return timedelta(seconds=pod.stop_after_s)
 
 
 def _pod_fields(spec: PodSpec) -> dict[str, Any]:

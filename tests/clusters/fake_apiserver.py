@@ -94,16 +94,42 @@ def _matches(selector: str | None, labels: dict) -> bool:
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
 
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def _validate_pod(pod: dict) -> None:
     """The checks of the real API server that a manifest can fail: 422 Invalid."""
-    containers = (pod.get("spec") or {}).get("containers") or []
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
     if not containers:
         raise ApiError(422, "Invalid", "spec.containers: Required value")
+    if (spec.get("terminationGracePeriodSeconds") or 0) < 0:
+        raise ApiError(422, "Invalid", "spec.terminationGracePeriodSeconds: must be >= 0")
+    volumes = _validate_volumes(spec.get("volumes") or [])
     for container in containers:
         for env in container.get("env") or []:
             if not ENV_NAME.fullmatch(env.get("name", "")):
                 message = f'spec.containers[0].env.name: Invalid value: "{env.get("name")}"'
                 raise ApiError(422, "Invalid", message)
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") not in volumes:
+                message = f'spec.containers[0].volumeMounts.name: Not found: "{mount.get("name")}"'
+                raise ApiError(422, "Invalid", message)
+            if not str(mount.get("mountPath", "")).startswith("/"):
+                raise ApiError(422, "Invalid", "spec.containers[0].volumeMounts.mountPath")
+
+
+def _validate_volumes(volumes: list[dict]) -> set[str]:
+    names = set()
+    for volume in volumes:
+        name = volume.get("name", "")
+        if not DNS_LABEL.fullmatch(name) or name in names:
+            raise ApiError(422, "Invalid", f'spec.volumes.name: Invalid value: "{name}"')
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if "persistentVolumeClaim" in volume and not claim:
+            raise ApiError(422, "Invalid", "spec.volumes.persistentVolumeClaim.claimName")
+        names.add(name)
+    return names
 
 
 class _Server(ThreadingHTTPServer):

@@ -14,7 +14,7 @@ from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 from clusters.models import Node
 from clusters.reconcile import cluster_reconcile
 from scheduling.lifecycle import workload_transition
-from scheduling.models import WorkloadState
+from scheduling.models import PodAllocation, WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 
@@ -437,3 +437,86 @@ def test_a_pod_evicted_by_its_node_requeues_the_workload_instead_of_failing_it(k
     assert (workload.state, workload.restart_count) == (S.PENDING, 1)
     assert workload.events.filter(reason="PodLost").exists()
     assert fake.pods() == []
+
+
+def test_stopped_pods_are_deleted_with_their_policy_grace_period_else_the_clusters(
+    kube,  # noqa: F811
+    setup,
+    org,
+):
+    fake = kube.require_fake()
+    fake.deferred_delete = True
+    cluster, nodes = setup
+    cluster.config["grace_period_s"] = 45
+    cluster.save()
+    WorkloadPolicy.objects.create(department=org.dept_a, termination_grace_s=120)
+    WorkloadPolicy.objects.create(project=org.project_a, termination_grace_s=7)
+    own = training(org, "own-policy")
+    inherited = make_workload(org.project_a2, org.researcher, "dept-policy", command=["sleep"])
+    default = make_workload(org.project_b, org.outsider, "no-policy", command=["sleep"])
+    for index, workload in enumerate((own, inherited, default)):
+        admit(workload, nodes[0], pods=[{"gpu_indices": [index]}])
+    cluster_reconcile(cluster)
+    manifests = {w.name: fake.pod(w.project.namespace, f"gp-{w.pk}-0") for w in (own, default)}
+    assert manifests["own-policy"]["spec"]["terminationGracePeriodSeconds"] == 7
+    assert "terminationGracePeriodSeconds" not in manifests["no-policy"]["spec"]
+    for workload in (own, inherited, default):
+        workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    graces = {
+        w.name: fake.pod(w.project.namespace, f"gp-{w.pk}-0")["metadata"][
+            "deletionGracePeriodSeconds"
+        ]
+        for w in (own, inherited, default)
+    }
+    assert graces == {"own-policy": 7, "dept-policy": 120, "no-policy": 45}
+    fake.complete_deletions()
+    cluster_reconcile(cluster)
+    assert PodAllocation.objects.count() == 0
+
+
+def test_a_workspace_data_volume_is_mounted_at_the_notebook_directory(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    volume = {"name": "data", "claim": "rita-notebooks", "mount_path": "/data"}
+    workspace = training(
+        org,
+        "lab",
+        kind="workspace",
+        spec={"ports": [{"name": "http", "port": 8888}], "volumes": [volume]},
+    )
+    datasets = {"name": "datasets", "claim": "imagenet", "mount_path": "/datasets"}
+    job = training(org, "reader", spec={"volumes": [{**datasets, "read_only": True}]})
+    admit(workspace, nodes[0])
+    admit(job, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workspace.pk}-0")["spec"]
+    assert pod["volumes"] == [
+        {
+            "name": "data",
+            "persistentVolumeClaim": {"claimName": "rita-notebooks", "readOnly": False},
+        }
+    ]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "data", "mountPath": "/data", "readOnly": False}
+    ]
+    reader = fake.pod("gp-ml-vision", f"gp-{job.pk}-0")["spec"]
+    assert reader["volumes"][0]["persistentVolumeClaim"] == {
+        "claimName": "imagenet",
+        "readOnly": True,
+    }
+    assert reader["containers"][0]["volumeMounts"][0]["mountPath"] == "/datasets"
+    workspace.refresh_from_db()
+    assert workspace.state == S.RUNNING
+
+
+def test_a_volume_the_api_server_refuses_fails_the_workload_with_its_message(kube, setup, org):  # noqa: F811
+    kube.require_fake()
+    cluster, nodes = setup
+    bad = {"name": "Not_A_Label", "claim": "c", "mount_path": "/x"}
+    workload = training(org, "bad-volume", spec={"volumes": [bad]})
+    admit(workload, nodes[0])
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.FAILED
+    assert 'spec.volumes.name: Invalid value: "Not_A_Label"' in workload.events.last().message

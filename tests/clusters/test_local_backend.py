@@ -13,7 +13,7 @@ from clusters.backends import local as local_backend
 from clusters.backends.local import LocalBackend
 from clusters.reconcile import cluster_reconcile
 from scheduling.lifecycle import workload_transition
-from scheduling.models import WorkloadState
+from scheduling.models import WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 
 PY = sys.executable
@@ -296,3 +296,36 @@ def test_a_record_whose_spawn_never_happened_is_dropped_and_the_pod_started(back
     status = backend.ensure_pod(spec())
     assert status.backend_ref and not status.backend_ref.startswith("None")
     wait_until(lambda: backend.pod_statuses()["gp-1-0"].phase == PodPhase.SUCCEEDED)
+
+
+def test_a_stopped_pod_gets_its_policy_grace_period_before_sigkill(org):
+    """Cluster default 60 s; project A's policy says 1 s. Both processes log SIGTERM and
+    ignore it: the one under the policy is killed a second later, the other still runs."""
+    WorkloadPolicy.objects.create(project=org.project_a, termination_grace_s=1)
+    cluster = make_cluster(config={"node_name": "here", "grace_period_s": 60})
+    node = make_node(cluster, "here")
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: print('got SIGTERM', flush=True))\n"
+        "print('up', flush=True)\nwhile True: time.sleep(0.1)\n"
+    )
+    short = make_workload(org.project_a, org.researcher, "short", command=[PY, "-c", code])
+    long = make_workload(org.project_b, org.outsider, "long", command=[PY, "-c", code])
+    for workload in (short, long):
+        admit(workload, node)
+    backend = LocalBackend(cluster)
+    cluster_reconcile(cluster)
+    for workload in (short, long):
+        wait_until(lambda w=workload: "up" in backend.pod_logs(f"gp-{w.pk}-0", "ns"))
+        workload_transition(workload, WorkloadState.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)  # SIGTERM to both
+    for workload in (short, long):
+        wait_until(lambda w=workload: "got SIGTERM" in backend.pod_logs(f"gp-{w.pk}-0", "ns"))
+    time.sleep(1.1)
+    cluster_reconcile(cluster)  # past the policy's second: SIGKILL for the short one only
+    assert short.allocations.count() == 0
+    assert long.allocations.get().phase == "Terminating"
+    assert list(backend.pod_statuses()) == [f"gp-{long.pk}-0"]
+    # Clean up the survivor at once: grace 0 is SIGKILL straight after SIGTERM.
+    WorkloadPolicy.objects.create(project=org.project_b, termination_grace_s=0)
+    wait_until(lambda: cluster_reconcile(cluster) and not long.allocations.exists())

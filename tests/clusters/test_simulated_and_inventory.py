@@ -14,7 +14,7 @@ from clusters.models import Backend, Cluster, Gpu, Node, NodePool, SimulatedPod
 from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
 from scheduling.lifecycle import workload_transition
-from scheduling.models import WorkloadState
+from scheduling.models import WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_cluster, make_workload
 
 DESCRIPTION = """
@@ -152,6 +152,34 @@ def test_a_stopped_simulated_workload_frees_its_gpus_after_the_stop_delay(sim, o
     assert workload.allocations.count() == 0
 
 
+def test_a_simulated_pod_stops_within_its_policy_grace_period_in_virtual_seconds(sim, org):
+    """The program takes 30 s to exit; project A's policy kills it after 5, project B's
+    pods take the full stop delay, and a grace of 0 removes a pod at once."""
+    sim.config["stop_delay_s"] = 30
+    sim.save()
+    inventory_sync(sim)
+    WorkloadPolicy.objects.create(project=org.project_a, termination_grace_s=5)
+    WorkloadPolicy.objects.create(project=org.project_a2, termination_grace_s=0)
+    quick = make_workload(org.project_a, org.researcher, "quick")
+    slow = make_workload(org.project_b, org.outsider, "slow")
+    killed = make_workload(org.project_a2, org.researcher, "killed")
+    for index, workload in enumerate((quick, slow, killed)):
+        admit(workload, Node.objects.get(name="a100-1"), pods=[{"gpu_indices": [index]}])
+    cluster_reconcile(sim)
+    for workload in (quick, slow, killed):
+        workload_transition(workload, WorkloadState.STOPPED, reason="Stopped")
+    cluster_reconcile(sim)
+    assert killed.allocations.count() == 0
+    assert [quick.allocations.get().phase, slow.allocations.get().phase] == ["Terminating"] * 2
+    SimulatedPod.objects.update(deleting_since=timezone.now() - timedelta(seconds=6))
+    cluster_reconcile(sim)
+    assert quick.allocations.count() == 0
+    assert slow.allocations.get().phase == "Terminating"
+    SimulatedPod.objects.update(deleting_since=timezone.now() - timedelta(seconds=31))
+    cluster_reconcile(sim)
+    assert slow.allocations.count() == 0
+
+
 def test_simulated_pods_report_running_until_stopped(sim):
     backend = SimulatedBackend(sim)
     from clusters.backends import PodSpec
@@ -215,8 +243,8 @@ def test_a_preemption_made_while_the_cluster_was_being_called_is_not_overwritten
     admit(workload, Node.objects.get(name="a100-0"), pods=[{"gpu_indices": [0]}])
 
     class Racing(Sim):
-        def reconcile(self, desired, *, grace_period_s):
-            report = super().reconcile(desired, grace_period_s=grace_period_s)
+        def reconcile(self, desired, **graces):
+            report = super().reconcile(desired, **graces)
             fresh = type(workload).objects.get(pk=workload.pk)
             workload_transition(fresh, WorkloadState.PREEMPTED, reason="Reclaim")
             return report

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -41,6 +41,7 @@ from clusters.backends import (
     PodSpecInvalid,
     PodStatus,
     ReconcileReport,
+    grace_for,
 )
 from clusters.backends.kubernetes.manifests import (
     ROLE,
@@ -269,10 +270,17 @@ class KubernetesBackend(Backend):
         return response.data.decode("utf-8", "replace")
 
     # --- reconcile ---------------------------------------------------------------------------
-    def reconcile(self, desired: list[PodSpec], *, grace_period_s: int) -> ReconcileReport:
-        """1. list managed pods; 2. delete those nobody wants; 3. reservation pods for the
-        shared GPUs in use; 4. create what is missing (shared pods once their device is
-        known). Deletes and creates run on a thread pool: reconcile is latency-bound."""
+    def reconcile(
+        self,
+        desired: list[PodSpec],
+        *,
+        grace_period_s: int,
+        grace_periods: Mapping[int, int] | None = None,
+    ) -> ReconcileReport:
+        """1. list managed pods; 2. delete those nobody wants, each with its workload's
+        grace period (deleteOptions gracePeriodSeconds); 3. reservation pods for the shared
+        GPUs in use; 4. create what is missing (shared pods once their device is known).
+        Deletes and creates run on a thread pool: reconcile is latency-bound."""
         pods = self._listed if self._listed is not None else self._managed_pods()
         self._listed = None
         report = ReconcileReport(
@@ -285,7 +293,14 @@ class KubernetesBackend(Backend):
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            list(pool.map(lambda s: self._delete_into(report, s, grace_period_s), doomed))
+            list(
+                pool.map(
+                    lambda s: self._delete_into(
+                        report, s, grace_for(s, grace_period_s, grace_periods)
+                    ),
+                    doomed,
+                )
+            )
             devices = self.reservations.sync(pods, desired, report)
             missing = [
                 ready

@@ -105,6 +105,12 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
         "containers": [container],
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
     }
+    if spec.volumes:
+        _mount_volumes(pod_spec, container, spec)
+    if spec.termination_grace_s is not None:
+        # GPUPool passes the grace period on each delete; this one covers deletions it
+        # does not make (a node drain), so a job can still checkpoint.
+        pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
     if pin_with_node_name:
         pod_spec["nodeName"] = spec.node_name
     else:
@@ -121,6 +127,20 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
         "metadata": {"name": spec.name, "labels": _labels(spec), "annotations": annotations},
         "spec": pod_spec,
     }
+
+
+def _mount_volumes(pod_spec: dict[str, Any], container: dict[str, Any], spec: PodSpec) -> None:
+    """Each claim as a pod volume, mounted into the main container at its path."""
+    pod_spec["volumes"] = [
+        {
+            "name": v.name,
+            "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only},
+        }
+        for v in spec.volumes
+    ]
+    container["volumeMounts"] = [
+        {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.volumes
+    ]
 
 
 def service_manifest(spec: PodSpec) -> dict:

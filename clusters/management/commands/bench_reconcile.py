@@ -125,10 +125,10 @@ class _TimedBackend(KubernetesBackend):
 
     seconds = 0.0
 
-    def reconcile(self, desired: list, *, grace_period_s: int) -> Any:
+    def reconcile(self, desired: list, **graces: Any) -> Any:
         started = time.perf_counter()
         try:
-            return super().reconcile(desired, grace_period_s=grace_period_s)
+            return super().reconcile(desired, **graces)
         finally:
             self.seconds += time.perf_counter() - started
 
