@@ -52,7 +52,10 @@ class PoolNow:
     pool_id: int | None
     total: int = 0
     allocated: float = 0.0
+    # Busy GPU-equivalents (sum of utilisation) on GPUs some pod holds, and on the others:
+    # work outside GPUPool or a pod that outlived its allocation shows in the second.
     used: float = 0.0
+    used_unallocated: float = 0.0
 
     @property
     def allocated_pct(self) -> float:
@@ -79,8 +82,16 @@ def samples_between(since: dt.datetime, until: dt.datetime) -> QuerySet[GpuSampl
     return GpuSample.objects.filter(ts__gte=since, ts__lte=until)
 
 
+def held_gpus(allocation: PodAllocation) -> list[int]:
+    """The GPU indices a pod holds on its node, whole or shared."""
+    if allocation.gpu_indices:
+        return [int(index) for index in allocation.gpu_indices]
+    return [] if allocation.shared_gpu_index is None else [allocation.shared_gpu_index]
+
+
 def gpus_now(now: dt.datetime | None = None) -> list[PoolNow]:
-    """Per cluster and node pool: GPUs in total, allocated (by PodAllocation) and busy."""
+    """Per cluster and node pool: GPUs in total, allocated (by PodAllocation) and busy,
+    busy split by whether the GPU is allocated."""
     now = now or timezone.now()
     nodes = {
         n["id"]: n for n in Node.objects.values("id", "cluster__name", "pool_id", "pool__name")
@@ -98,13 +109,19 @@ def gpus_now(now: dt.datetime | None = None) -> list[PoolNow]:
     for node_id, index, mem in Gpu.objects.values_list("node_id", "index", "memory_mib"):
         memory[(node_id, index)] = mem
         row(node_id).total += 1
+    held: set[tuple[int, int]] = set()
     for allocation in PodAllocation.objects.only(
         "node_id", "gpu_indices", "shared_gpu_index", "gpu_share", "gpu_memory_mib"
     ):
         row(allocation.node_id).allocated += allocation_gpus(allocation, memory)
-    for (node_id, _), util in latest_utilisation(now).items():
-        if node_id in nodes:
+        held.update((allocation.node_id, index) for index in held_gpus(allocation))
+    for (node_id, index), util in latest_utilisation(now).items():
+        if node_id not in nodes:
+            continue
+        if (node_id, index) in held:
             row(node_id).used += util
+        else:
+            row(node_id).used_unallocated += util
     return sorted(rows.values(), key=lambda r: (r.cluster, r.pool))
 
 
@@ -183,8 +200,7 @@ def idle_workloads(
         workload__project__in=projects, node_id__in={node for node, _ in idle}
     ).select_related("workload__project", "node")
     for a in allocations:
-        held = a.gpu_indices or ([a.shared_gpu_index] if a.shared_gpu_index is not None else [])
-        for index in held:
+        for index in held_gpus(a):
             if (a.node_id, int(index)) in idle:
                 entry = found.setdefault(a.workload_id, IdleWorkload(a.workload))
                 entry.idle_gpus += 1.0 if a.gpu_indices else float(a.gpu_share or 1)

@@ -35,6 +35,7 @@ def _now_context(request: HttpRequest) -> dict[str, Any]:
             "total": sum(p.total for p in pools),
             "allocated": sum(p.allocated for p in pools),
             "used": sum(p.used for p in pools),
+            "used_unallocated": sum(p.used_unallocated for p in pools),
         },
         "idle": selectors.idle_workloads(projects)[:20],
         "pending": selectors.pending_demand(projects),

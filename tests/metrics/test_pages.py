@@ -85,6 +85,17 @@ def test_the_dashboard_counts_gpus_now_and_lists_idle_workloads_in_scope(live, o
     assert "sleepy" in outsider_view and "ml-vision" not in outsider_view
 
 
+def test_the_dashboard_counts_busy_unallocated_gpus_apart_from_allocated_ones(live, org, client_as):
+    node, _, _ = live
+    now = timezone.now()
+    samples_ingest([sample(node, 3, ts, 80.0) for ts in every(now - dt.timedelta(minutes=1), now)])
+    page = client_as(org.platform_admin).get("/dashboard/fragment/now/").content.decode()
+    assert 'data-metric="used">1.0<' in page  # still only the two allocated GPUs at 50 %
+    assert 'data-metric="used_unallocated">0.8<' in page  # GPU 3: nobody holds it
+    # Utilisation of allocated: 1.0 busy of 3 allocated GPUs, GPU 3's 0.8 not counted in it.
+    assert '<td class="num">33 %</td>' in page
+
+
 def test_the_overview_chart_is_built_from_pool_rollups(live, org, client_as):
     figure = client_as(org.researcher).get("/dashboard/fragment/chart/").json()
     names = [trace["name"] for trace in figure["data"]]
