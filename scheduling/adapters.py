@@ -42,6 +42,12 @@ def epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment else None
 
 
+def pending_order_of(result: t.CycleResult) -> list[int]:
+    """Workload primary keys in the order the engine considered them, for
+    CycleRun.pending_order: the queue page shows this order rather than re-deriving it."""
+    return [int(wid) for wid in result.pending_order]
+
+
 def project_queue(project_id: int) -> str:
     return f"p{project_id}"
 
@@ -285,4 +291,5 @@ def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
         started_at=epoch(wl.admitted_at) if active else None,
         placement=_placement(allocations) if active else None,
         name=f"{wl.project.name}/{wl.name}",
+        restarts=wl.restart_count,
     )

@@ -136,6 +136,7 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
     run.evicted = len(result.evictions)
     run.pending = len(reasons)
     run.shares = shares_of(read, result)
+    run.pending_order = adapters.pending_order_of(result)
     return clusters
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -173,13 +172,13 @@ def _queue_rows(projects: list[Project], shares: list[dict]) -> dict[int, QueueR
 
 
 def queue_order(user: Any) -> tuple[list[QueueRow], list[tuple[int, Workload]]]:
-    """The queues, most starved first, and pending workloads in the order the scheduler
-    will consider them: it takes the most starved queue's best workload (priority, then
-    age), counts it as placed, and picks the most starved queue again."""
+    """The queues, most starved first, and pending workloads in the order the engine
+    considered them in the last cycle (CycleRun.pending_order); workloads it has not seen
+    yet (submitted since) come last, by priority then age."""
     projects = list(Project.objects.select_related("department").order_by("pk"))
     cycle = last_cycle()
     rows = _queue_rows(projects, cycle.shares if cycle else [])
-    pending = (
+    pending = list(
         Workload.objects.filter(state=WorkloadState.PENDING)
         .exclude(kind="hpo")
         .select_related("project", "submitted_by")
@@ -187,38 +186,29 @@ def queue_order(user: Any) -> tuple[list[QueueRow], list[tuple[int, Workload]]]:
     )
     for wl in pending:
         rows[wl.project_id].pending.append(wl)
-    order = _interleave(rows)
+    order = _engine_order(pending, cycle.pending_order if cycle else [])
     visible = set(visible_projects(user).values_list("pk", flat=True))
     shown_rows = sorted(
         (r for r in rows.values() if r.project.pk in visible),
         key=lambda r: _starvation(r.allocated, r.fair_share, r.deserved, r.project.pk),
     )
-    return shown_rows, [(n, wl) for n, wl in order if wl.project_id in visible]
+    shown = [wl for wl in order if wl.project_id in visible]
+    return shown_rows, list(enumerate(shown, start=1))
 
 
 def _starvation(alloc: float, fair: float, deserved: float, pk: int) -> tuple:
-    # Mirrors scheduling.engine.actions.allocate.starvation_key over all pools.
+    # The engine's per-queue key (allocate.starvation_key) over all pools.
     ratio = alloc / fair if fair > 1e-9 else (0.0 if alloc <= 1e-9 else math.inf)
     return (alloc >= deserved - 1e-9, ratio, alloc, pk)
 
 
-def _interleave(rows: dict[int, QueueRow]) -> list[tuple[int, Workload]]:
-    alloc = {pk: row.allocated for pk, row in rows.items()}
-    waiting = {pk: list(reversed(row.pending)) for pk, row in rows.items() if row.pending}
-    heap = [
-        (_starvation(alloc[pk], rows[pk].fair_share, rows[pk].deserved, pk), pk) for pk in waiting
-    ]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, pk = heapq.heappop(heap)
-        wl = waiting[pk].pop()
-        order.append((len(order) + 1, wl))
-        alloc[pk] += float(wl.gpus) * wl.pods
-        if waiting[pk]:
-            key = _starvation(alloc[pk], rows[pk].fair_share, rows[pk].deserved, pk)
-            heapq.heappush(heap, (key, pk))
-    return order
+def _engine_order(pending: list[Workload], stored: list[int]) -> list[Workload]:
+    """Pending workloads (by priority, then age) rearranged into the engine's order;
+    those absent from it keep their place after all the ones it considered."""
+    position = {pk: n for n, pk in enumerate(stored)}
+    last = len(position)
+    # sorted() is stable: the unseen keep the priority-then-age order of the query.
+    return sorted(pending, key=lambda wl: position.get(wl.pk, last))
 
 
 # --- Project usage -----------------------------------------------------------------------

@@ -59,6 +59,7 @@ class Context:
     total_memo: dict[str, tuple[float, float]] = field(default_factory=dict)
     victim_index: VictimIndex | None = None  # actions.victims.preemptible() builds it
     searches_left: int = 0  # eviction-plan searches this cycle may still run
+    considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
 
     def __post_init__(self) -> None:
         self.queue_ids = sorted(self.queues)
@@ -95,6 +96,11 @@ class Context:
         """Workloads without a placement and not admitted yet, by priority then age."""
         admitted = self.stmt.admitted
         return [wl for wl in self.waiting if wl.id not in admitted]
+
+    def consider(self, wl: Workload) -> None:
+        """Note the allocation order: the first time each pending workload gets its turn
+        is what the queue page shows (a dict keeps insertion order)."""
+        self.considered.setdefault(wl.id, None)
 
     def gpu_need(self, wl: Workload, pool: str) -> float:
         """GPUs the workload counts against quota in a pool (fractions included)."""

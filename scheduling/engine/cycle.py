@@ -134,6 +134,7 @@ def _result(ctx: Context) -> CycleResult:
         pending_reasons=dict(sorted(reasons.items())),
         fair_shares=dict(sorted(ctx.fair.items())),
         allocations=allocations,
+        pending_order=tuple(ctx.considered),
     )
 
 

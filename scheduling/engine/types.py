@@ -115,6 +115,7 @@ class Workload:
     placement: tuple[PodPlacement, ...] | None = None
     name: str = ""  # readable name for reasons; falls back to id
     degraded_since: float | None = None  # when a running gang fell below min_pods
+    restarts: int = 0  # times it was evicted and went back to pending (victim cost)
 
     @property
     def running(self) -> bool:
@@ -246,6 +247,7 @@ class SchedulerConfig:
     consolidate: bool = True
     max_consolidation_moves: int = 4
     max_victim_searches: int = 256  # per cycle, shared by consolidate, reclaim, preempt
+    restart_cost_s: float = 600.0  # victim cost of each earlier restart (actions/victims.py)
 
     def strategy_for(self, pool: str) -> PlacementStrategy:
         """The placement strategy configured for a pool."""
@@ -284,3 +286,4 @@ class CycleResult:
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
     fair_shares: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
     allocations: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
+    pending_order: tuple[str, ...] = ()  # workloads pending at the start, as considered

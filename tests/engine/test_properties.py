@@ -7,6 +7,7 @@ reached), then more random work arrives.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -222,6 +223,63 @@ def test_deserved_quota_is_honoured_when_demand_and_capacity_exist(seed: int) ->
     for q in snap.queues:
         if q.id in waiting:
             assert held[q.id] >= q.quotas[("a", G)].deserved, (q.id, held, q.quotas)
+
+
+def reclaim_floor(share: float) -> int:
+    """What a victim's queue keeps after reclaim: its fair share when that is a whole
+    number of GPUs, else the share rounded down (docs/engine.md, "The reclaim floor")."""
+    return math.floor(share + 1e-9)
+
+
+@FAST
+@given(seeds)
+def test_reclaim_leaves_every_victim_queue_at_least_its_fair_share_rounded_down(
+    seed: int,
+) -> None:
+    # Checked at both levels in the pool of each victim, for the queues on the victim's
+    # side of the tree (a department that holds both victim and beneficiary gives
+    # nothing up). Queues that also lost work to preemption or a stale gang are left
+    # out: those evictions answer to other rules.
+    snap = random_snapshot(seed)
+    result = schedule(snap, SchedulerConfig(), NOW)
+    by_id = {wl.id: wl for wl in snap.workloads}
+    parent = {q.id: q.parent_id for q in snap.queues}
+    pool_of = {n.id: n.pool for n in snap.nodes}
+    victims: set[tuple[str, str]] = set()
+    other: set[str] = set()
+    for e in result.evictions:
+        wl = by_id[e.workload_id]
+        chain = _chain(parent, wl.queue_id)
+        if e.reason is EvictionReason.RECLAIM:
+            side = set(chain) - set(_chain(parent, by_id[e.beneficiary or ""].queue_id))
+            victims |= {(q, pool_of[(wl.placement or ())[0].node_id]) for q in side}
+        elif e.reason is not EvictionReason.CONSOLIDATE:
+            other |= set(chain)
+    for qid, pool in victims - {(q, p) for q in other for p in pool_of.values()}:
+        share = result.fair_shares.get((qid, pool, G), 0.0)
+        held = result.allocations.get((qid, pool, G), 0.0)
+        assert held >= reclaim_floor(share) - 1e-9, (qid, pool, held, share)
+
+
+def _chain(parent: dict[str, str | None], queue_id: str) -> list[str]:
+    found = [queue_id]
+    while (up := parent.get(found[-1])) is not None:
+        found.append(up)
+    return found
+
+
+def test_the_reclaim_floor_keeps_whole_shares_and_rounds_down_the_rest() -> None:
+    assert [reclaim_floor(s) for s in (2.0, 2 - 1e-12, 4 / 3, 0.5, 0.0)] == [2, 2, 1, 0, 0]
+
+
+def test_some_random_snapshots_reclaim_so_the_floor_property_is_exercised() -> None:
+    reclaims = [
+        e
+        for s in range(40)
+        for e in schedule(random_snapshot(s), SchedulerConfig(), NOW).evictions
+        if e.reason is EvictionReason.RECLAIM
+    ]
+    assert len(reclaims) > 0
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,10 +1,16 @@
-"""Allocate: place pending workloads, most starved queue first.
+"""Allocate: place pending workloads, most starved queue first, level by level.
 
-Queues are ordered by (at or above deserved quota, allocation ÷ fair share, id), so a
-queue under its deserved quota always goes before one above it. Inside a queue,
-workloads go by priority, then submit time. A shape that did not fit a pool is not
-tried again in this phase: free capacity only shrinks while allocating, so it would
-fail again, and skipping it keeps the phase linear in pending workloads.
+Like the fair share, the order is hierarchical: the most starved department first, then
+its most starved project, then that project's best workload (priority, then submit
+time). Each level orders its queues by (at or above deserved quota, allocation ÷ fair
+share, allocation, id), so a queue under its deserved quota always goes before one above
+it, among departments and among a department's projects. A top-level queue without
+children is its own department. Admitting a workload changes only its project's and its
+department's keys, so each level is a heap and one step costs O(log queues).
+
+A shape that did not fit a pool is not tried again in this phase: free capacity only
+shrinks while allocating, so it would fail again, and skipping it keeps the phase linear
+in pending workloads.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
 from scheduling.engine.types import Workload
 
+StarvationKey = tuple[bool, float, float, str]
 
-def starvation_key(ctx: Context, queue_id: str) -> tuple[bool, float, float, str]:
-    """Sort key of a queue: under its (reachable) deserved quota first, then the least
-    allocated against its fair share."""
+
+def starvation_key(ctx: Context, queue_id: str) -> StarvationKey:
+    """Sort key of one queue among its siblings: under its (reachable) deserved quota
+    first, then the least allocated against its fair share."""
     alloc = sum(ctx.ledger.get(queue_id, pool) for pool in ctx.pools)
     fair, deserved = ctx.totals(queue_id)
     at_quota = alloc >= deserved - EPS
@@ -29,24 +37,49 @@ def starvation_key(ctx: Context, queue_id: str) -> tuple[bool, float, float, str
     return (at_quota, ratio, alloc, queue_id)
 
 
-def allocate(ctx: Context) -> None:
-    """Place pending workloads queue by queue (most starved first), each all-or-nothing.
+def department_of(ctx: Context, queue_id: str) -> str:
+    """The top of the queue's chain: its department, or itself at the top level."""
+    return ctx.ledger.chain(queue_id)[-1]
 
-    1. group pending workloads by queue, each group by priority then age;
-    2. pop the most starved queue, try its next workload in each allowed pool in order;
-    3. put the queue back with its new key while it has workloads left.
+
+def order_key(ctx: Context, queue_id: str) -> tuple[StarvationKey, StarvationKey]:
+    """The hierarchical order as one sort key: department's standing, then project's."""
+    return (starvation_key(ctx, department_of(ctx, queue_id)), starvation_key(ctx, queue_id))
+
+
+def allocate(ctx: Context) -> None:
+    """Place pending workloads, most starved department and project first, each
+    all-or-nothing.
+
+    1. group pending workloads by project (by priority then age) and projects by
+       department, each level in a heap of starvation keys;
+    2. pop the most starved department, its most starved project, and try that
+       project's next workload in each allowed pool in order;
+    3. push the project and the department back with their new keys while they have
+       workloads left.
     """
     by_queue: dict[str, list[Workload]] = {}
     for wl in reversed(ctx.pending()):
         by_queue.setdefault(wl.queue_id, []).append(wl)  # reversed: pop() gives the next
-    heap = [(starvation_key(ctx, qid), qid) for qid in sorted(by_queue)]
-    heapq.heapify(heap)
-    while heap:
-        _, qid = heapq.heappop(heap)
+    inner: dict[str, list[tuple[StarvationKey, str]]] = {}
+    for qid in sorted(by_queue):
+        inner.setdefault(department_of(ctx, qid), []).append((starvation_key(ctx, qid), qid))
+    for heap in inner.values():
+        heapq.heapify(heap)
+    top = [(starvation_key(ctx, dept), dept) for dept in sorted(inner)]
+    heapq.heapify(top)
+    while top:
+        _, dept = heapq.heappop(top)
+        projects = inner[dept]
+        _, qid = heapq.heappop(projects)
         waiting = by_queue[qid]
-        try_admit(ctx, waiting.pop())
+        wl = waiting.pop()
+        ctx.consider(wl)
+        try_admit(ctx, wl)
         if waiting:
-            heapq.heappush(heap, (starvation_key(ctx, qid), qid))
+            heapq.heappush(projects, (starvation_key(ctx, qid), qid))
+        if projects:
+            heapq.heappush(top, (starvation_key(ctx, dept), dept))
 
 
 def try_admit(ctx: Context, wl: Workload) -> bool:

@@ -8,7 +8,7 @@ the whole statement is discarded and nothing moves.
 
 from __future__ import annotations
 
-from scheduling.engine.actions.allocate import starvation_key
+from scheduling.engine.actions.allocate import order_key
 from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.types import EvictionReason, Workload
@@ -25,7 +25,7 @@ def consolidate(ctx: Context) -> None:
         return
     index = preemptible(ctx)
     movable: dict[str, Candidates] = {}
-    waiting.sort(key=lambda wl: (starvation_key(ctx, wl.queue_id), pending_key(wl)))
+    waiting.sort(key=lambda wl: (order_key(ctx, wl.queue_id), pending_key(wl)))
     attempts = 0
     for wl in waiting:
         for pool in ctx.pools_for(wl):

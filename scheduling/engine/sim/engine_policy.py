@@ -141,6 +141,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         last_checkpoint_time=checkpoint,
         started_at=run.run_start,
         placement=run.placement,
+        restarts=run.preemptions,
     )
 
 

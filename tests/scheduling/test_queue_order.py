@@ -1,0 +1,77 @@
+"""The queue page shows the engine's own order (CycleRun.pending_order), not a replay."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from scheduling.cycle import cycle_run
+from scheduling.models import CycleRun
+
+pytestmark = pytest.mark.django_db
+
+
+def _shown(client_as, user) -> list[str]:
+    response = client_as(user).get("/workloads/queue/")
+    assert response.status_code == 200
+    return [wl.name for _, wl in response.context["order"]]
+
+
+def test_a_cycle_stores_the_order_the_engine_considered_pending_work_in(
+    client_as, org, cluster, submit
+):
+    submit(org.researcher, org.project_a, "vision-runs", gpus=4)
+    cycle_run()
+    vision = submit(org.researcher, org.project_a, "vision-waits", gpus=16)
+    detect = submit(org.platform_admin, org.project_a2, "detect-waits", gpus=16)
+    nlp = submit(org.outsider, org.project_b, "nlp-waits", gpus=16)
+    run = cycle_run()
+    # Department language holds nothing, so it goes first; inside vision, ml-detect is
+    # under its deserved quota and ml-vision is at it.
+    assert run.pending_order == [nlp.pk, detect.pk, vision.pk]
+    assert CycleRun.objects.get(pk=run.pk).pending_order == [nlp.pk, detect.pk, vision.pk]
+    assert _shown(client_as, org.platform_admin) == ["nlp-waits", "detect-waits", "vision-waits"]
+
+
+def test_the_page_follows_the_stored_order_even_where_a_replay_would_differ(
+    client_as, org, cluster, submit
+):
+    first = submit(org.researcher, org.project_a, "first", gpus=16)
+    second = submit(org.outsider, org.project_b, "second", gpus=16)
+    third = submit(org.researcher, org.project_a, "third", gpus=16)
+    # An order no starvation replay gives (two of ml-vision's around nlp's, newest first):
+    # the page must show what the engine recorded.
+    CycleRun.objects.create(
+        started_at=timezone.now(), pending_order=[third.pk, second.pk, first.pk]
+    )
+    assert _shown(client_as, org.platform_admin) == ["third", "second", "first"]
+
+
+def test_work_submitted_after_the_last_cycle_goes_last_by_priority_then_age(
+    client_as, org, cluster, submit
+):
+    seen = submit(org.researcher, org.project_a, "seen", gpus=16)
+    CycleRun.objects.create(started_at=timezone.now(), pending_order=[seen.pk])
+    submit(org.researcher, org.project_a, "new-train", gpus=16)
+    submit(org.researcher, org.project_a, "new-build", gpus=1, priority_class="build")
+    submit(org.researcher, org.project_a, "newer-train", gpus=16)
+    assert _shown(client_as, org.platform_admin) == [
+        "seen",
+        "new-build",
+        "new-train",
+        "newer-train",
+    ]
+
+
+def test_workloads_no_longer_pending_drop_out_and_outsiders_see_their_own_only(
+    client_as, org, cluster, submit
+):
+    gone = submit(org.researcher, org.project_a, "gone", gpus=1)
+    mine = submit(org.outsider, org.project_b, "mine", gpus=16)
+    theirs = submit(org.researcher, org.project_a, "theirs", gpus=16)
+    CycleRun.objects.create(started_at=timezone.now(), pending_order=[gone.pk, theirs.pk, mine.pk])
+    gone.state = "running"
+    gone.save(update_fields=["state"])
+    assert _shown(client_as, org.platform_admin) == ["theirs", "mine"]
+    response = client_as(org.outsider).get("/workloads/queue/")
+    assert [(n, wl.name) for n, wl in response.context["order"]] == [(1, "mine")]
