@@ -115,25 +115,35 @@ def _trial_extras(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k in ("duration_s", "ports")}
 
 
-def workload_stop(*, actor: Any, workload: Workload, reason: str = "StoppedByUser") -> Workload:
+def workload_stop(
+    *, actor: Any, workload: Workload, reason: str = "StoppedByUser", message: str = ""
+) -> Workload:
     """Stop a workload (and a sweep's trials). Its GPUs stay held until the cluster
-    confirms its pods are gone; reconciliation then releases them."""
-    if not can_submit_to_project(actor, workload.project):
+    confirms its pods are gone; reconciliation then releases them.
+
+    `actor=None` is the system itself (idle culling, a policy): no permission to check,
+    and the audit row has no actor but says why (`reason`, `message`).
+    """
+    if actor is not None and not can_submit_to_project(actor, workload.project):
         raise PermissionDenied("You may not stop work in this project.")
-    if workload.state in FINISHED_STATES:
-        raise ValidationFailed({"state": [f"{workload.name} has already {workload.state}."]})
     with transaction.atomic():
+        # Locked, then read again: reconciliation may have finished it meanwhile, and a
+        # stop must not overwrite that (reconcile locks the same row).
+        Workload.objects.select_for_update().filter(pk=workload.pk).first()
+        workload.refresh_from_db()
+        if workload.state in FINISHED_STATES:
+            raise ValidationFailed({"state": [f"{workload.name} has already {workload.state}."]})
         before = snapshot(workload, AUDIT_FIELDS)
-        who = getattr(actor, "username", "the platform")
+        text = message or f"By {'the system' if actor is None else actor.username}."
         for trial in workload.children.exclude(state__in=FINISHED_STATES):
-            workload_transition(trial, WorkloadState.STOPPED, reason=reason, message=f"By {who}.")
-        workload_transition(workload, WorkloadState.STOPPED, reason=reason, message=f"By {who}.")
+            workload_transition(trial, WorkloadState.STOPPED, reason=reason, message=text)
+        workload_transition(workload, WorkloadState.STOPPED, reason=reason, message=text)
         audit_log(
             actor=actor,
             action="workload_stop",
             obj=workload,
             before=before,
-            after=snapshot(workload, AUDIT_FIELDS),
+            after={**snapshot(workload, AUDIT_FIELDS), "reason": reason, "message": text},
             department=workload.project.department,
         )
         _after_commit_reconcile(workload)

@@ -2,8 +2,9 @@
 
 A workspace is idle when its GPUs stayed under the policy's utilisation threshold and
 Jupyter saw no kernel, terminal or request activity (`/api/status` last_activity) for the
-policy's window. A busy kernel (a long training cell) is never idle, whatever the clock
-says. Time comes in as `now`, so tests and the beat task decide it, not the wall clock.
+policy's window. A busy or starting kernel (a long training cell, a kernel still coming up)
+is never idle, whatever the clock says. Time comes in as `now`, so tests and the beat
+task decide it, not the wall clock.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.metrics.models import GpuSample
-from clusters.tasks import reconcile_cluster
 from portal.audit import audit_log
-from scheduling.lifecycle import workload_event, workload_transition
+from portal.errors import ValidationFailed
+from scheduling.lifecycle import workload_event
 from scheduling.models import WorkloadState
+from scheduling.services import workload_stop
 from workspaces.jupyter import JupyterActivity, jupyter_activity
 from workspaces.models import IdlePolicy, IdleState, Workspace
 from workspaces.selectors import idle_policy_for
@@ -50,7 +52,7 @@ def idle_decision(
     if activity is None:
         return CullDecision("skip", "Jupyter did not answer; never stop what we cannot see.")
     if activity.busy_kernels:
-        return CullDecision("keep", f"{activity.busy_kernels} kernel(s) busy.")
+        return CullDecision("keep", f"{activity.busy_kernels} kernel(s) busy or starting.")
     if gpu_busy:
         return CullDecision("keep", "Its GPUs are in use.")
     last = max(t for t in (activity.last_activity, active_since) if t is not None)
@@ -132,12 +134,14 @@ def _warn(workspace: Workspace, decision: CullDecision, policy: IdlePolicy, now:
 
 
 def _stop(workspace: Workspace, decision: CullDecision) -> None:
-    """Stopped by the platform (no acting user): the state change, an audit row, then the
-    cluster is told to delete the pod once this commits."""
+    """Stopped by the system (actor None) through the one stop service, so a cull is like
+    any stop: events, audit row with the reason, reconciliation and a cycle on commit."""
     workload = workspace.workload
-    workload_transition(
-        workload, WorkloadState.STOPPED, reason="IdleCulled", message=decision.reason
-    )
+    try:
+        workload_stop(actor=None, workload=workload, reason="IdleCulled", message=decision.reason)
+    except ValidationFailed:  # it finished on its own since it was read: nothing to cull
+        log.info("workspace %s finished before it could be culled", workload.pk)
+        return
     workspace.idle_state = IdleState.CULLED
     audit_log(
         actor=None,
@@ -146,9 +150,6 @@ def _stop(workspace: Workspace, decision: CullDecision) -> None:
         after={"reason": decision.reason},
         department=workload.project.department,
     )
-    cluster_ids = set(workload.allocations.values_list("node__cluster_id", flat=True))
-    for cluster_id in sorted(cluster_ids):
-        transaction.on_commit(lambda cid=cluster_id: reconcile_cluster.delay(cid))
 
 
 def workspaces_cull(*, now: datetime | None = None) -> dict[str, int]:

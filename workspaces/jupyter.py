@@ -13,13 +13,15 @@ from workspaces.models import Workspace
 from workspaces.selectors import workspace_upstream
 
 log = logging.getLogger(__name__)
+# A kernel still starting is in use as much as a busy one: someone just opened it.
+ACTIVE_KERNEL_STATES = frozenset({"busy", "starting"})
 
 
 @dataclass(frozen=True, slots=True)
 class JupyterActivity:
     last_activity: datetime | None
     kernels: int
-    busy_kernels: int
+    busy_kernels: int  # busy or starting: both mean someone is about to use it
 
 
 def tool_url(workspace: Workspace, upstream: str, path: str = "") -> str:
@@ -63,10 +65,15 @@ def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterAc
     except httpx.HTTPError as exc:
         log.warning("workspace %s: Jupyter did not answer: %s", workspace.workload_id, exc)
         return None
-    last = status.json().get("last_activity")
-    states = [kernel.get("execution_state") for kernel in kernels.json()]
+    return activity_from(status.json(), kernels.json())
+
+
+def activity_from(status: dict, kernels: list[dict]) -> JupyterActivity:
+    """Jupyter's answers to /api/status and /api/kernels, as the culling rules read them."""
+    last = status.get("last_activity")
+    states = [kernel.get("execution_state") for kernel in kernels]
     return JupyterActivity(
         last_activity=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
         kernels=len(states),
-        busy_kernels=sum(1 for state in states if state == "busy"),
+        busy_kernels=sum(1 for state in states if state in ACTIVE_KERNEL_STATES),
     )

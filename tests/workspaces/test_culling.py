@@ -37,11 +37,19 @@ def _point_at(workspace, server) -> None:
     workspace.save(update_fields=["token"])
 
 
-def test_a_workspace_with_an_idle_kernel_is_warned_then_stopped(org, tmp_path):
+def test_a_workspace_with_an_idle_kernel_is_warned_then_stopped_by_the_system(
+    org, tmp_path, settings, django_capture_on_commit_callbacks
+):
+    settings.VAR_DIR = tmp_path / "var"  # the reconcile after the stop reads pod records here
     workspace = _running_lab(org, tmp_path)
     with jupyter_server(workspace.workload_id, tmp_path) as server:
         _point_at(workspace, server)
-        start_kernel(server)
+        kernel_id = start_kernel(server)
+        # No client has talked to it yet: Jupyter says "starting", which counts as in use.
+        assert kernel_state(server, kernel_id) == "starting"
+        assert workspaces_cull(now=timezone.now() + timedelta(hours=5)) == {"keep": 1}
+        asyncio.run(_run_once(server, kernel_id))
+        wait_until(lambda: kernel_state(server, kernel_id) == "idle", 30, "an idle kernel")
         now = timezone.now()
 
         assert workspaces_cull(now=now + timedelta(minutes=5)) == {"keep": 1}
@@ -54,14 +62,34 @@ def test_a_workspace_with_an_idle_kernel_is_warned_then_stopped(org, tmp_path):
         warning = workspace.workload.events.get(reason="IdleWarning")
         assert "stopped after 30 idle minutes" in warning.message
 
-        assert workspaces_cull(now=now + timedelta(minutes=31)) == {"stop": 1}
+        with django_capture_on_commit_callbacks(execute=True):
+            assert workspaces_cull(now=now + timedelta(minutes=31)) == {"stop": 1}
     workspace.refresh_from_db()
     workspace.workload.refresh_from_db()
     assert workspace.idle_state == IdleState.CULLED
     assert workspace.workload.state == WorkloadState.STOPPED
-    assert workspace.workload.events.filter(type="stopped", reason="IdleCulled").exists()
+    stopped = workspace.workload.events.get(type="stopped")
+    assert (stopped.reason, stopped.message) == ("IdleCulled", "Idle for 31 minutes.")
     audit = AuditLog.objects.get(action="workspace_cull")
     assert audit.actor is None and audit.object_id == str(workspace.workload_id)
+    stop = AuditLog.objects.get(action="workload_stop")
+    assert (stop.actor, stop.after["reason"], stop.after["state"]) == (
+        None,
+        "IdleCulled",
+        "stopped",
+    )
+    # Like any stop, on commit: reconciliation saw the pod gone and released its allocation.
+    assert not PodAllocation.objects.filter(workload=workspace.workload).exists()
+
+
+async def _run_once(server, kernel_id: str) -> None:
+    """Run an empty cell, as JupyterLab does on opening a notebook: the kernel goes idle."""
+    url = f"ws://{server.endpoint}{server.base_url}api/kernels/{kernel_id}/channels"
+    async with connect(url, additional_headers=server.headers) as ws:
+        await ws.send(execute_request("pass"))
+        async for message in ws:
+            if '"execution_state": "idle"' in message or '"execution_state":"idle"' in message:
+                return
 
 
 async def _keep_kernel_busy(server, kernel_id: str, seconds: int) -> None:

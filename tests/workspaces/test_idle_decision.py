@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from workspaces.culling import idle_decision
-from workspaces.jupyter import JupyterActivity
+from workspaces.jupyter import JupyterActivity, activity_from
 from workspaces.models import IdlePolicy
 
 NOON = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -48,3 +48,31 @@ def test_the_idle_clock_starts_at_the_latest_keep_running_click():
 
 def test_a_workspace_whose_jupyter_does_not_answer_is_left_alone():
     assert decide(idle_min=10_000, answers=False) == "skip"
+
+
+def test_a_starting_kernel_counts_as_active_and_is_never_culled():
+    activity = activity_from(
+        {"last_activity": "2026-11-20T02:00:00.000000Z"},
+        [{"execution_state": "idle"}, {"execution_state": "starting"}],
+    )
+    assert (activity.kernels, activity.busy_kernels) == (2, 1)
+    decision = idle_decision(
+        now=NOON, policy=POLICY, activity=activity, active_since=NOON - timedelta(days=1),
+        gpu_busy=False, warned=True,
+    )  # fmt: skip
+    assert (decision.action, decision.reason) == ("keep", "1 kernel(s) busy or starting.")
+
+
+def test_idle_kernels_and_jupyters_last_activity_are_read_as_such():
+    activity = activity_from(
+        {"last_activity": "2026-11-20T11:20:00Z"}, [{"execution_state": "idle"}]
+    )
+    assert activity == JupyterActivity(NOON - timedelta(minutes=40), kernels=1, busy_kernels=0)
+    assert decide_with(activity) == "warn"
+
+
+def decide_with(activity: JupyterActivity) -> str:
+    return idle_decision(
+        now=NOON, policy=POLICY, activity=activity, active_since=NOON - timedelta(days=1),
+        gpu_busy=False, warned=False,
+    ).action  # fmt: skip
