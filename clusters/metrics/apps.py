@@ -10,7 +10,11 @@ class MetricsConfig(AppConfig):
     verbose_name = "GPU metrics"
 
     def ready(self) -> None:
-        from clusters.metrics import allocations  # noqa: PLC0415 - models load after apps
+        from clusters.metrics import (  # noqa: PLC0415 - models load after apps
+            allocations,
+            quota_history,
+        )
+        from portal.models import DepartmentQuota, ProjectQuota  # noqa: PLC0415 - same reason
         from scheduling.models import PodAllocation  # noqa: PLC0415 - same reason
 
         # Exact admission and release times for usage history (see allocations.py).
@@ -20,3 +24,12 @@ class MetricsConfig(AppConfig):
         post_delete.connect(
             allocations.on_allocation_deleted, sender=PodAllocation, dispatch_uid="metrics-close"
         )
+        # Quota history, so past periods are judged against the quota then in force.
+        for model in (ProjectQuota, DepartmentQuota):
+            name = model.__name__.lower()
+            post_save.connect(
+                quota_history.on_quota_saved, sender=model, dispatch_uid=f"metrics-{name}-saved"
+            )
+            post_delete.connect(
+                quota_history.on_quota_deleted, sender=model, dispatch_uid=f"metrics-{name}-gone"
+            )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 COLOURS = {
@@ -65,17 +64,18 @@ def pool_figure(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
 
 
 def usage_figure(
-    rows: list[dict[str, Any]], quota: float, title: str, start: dt.datetime, end: dt.datetime
+    rows: list[dict[str, Any]], deserved: tuple[list[str], list[float]], title: str
 ) -> dict[str, Any]:
-    """Allocation vs deserved quota vs utilisation for a project or department."""
+    """Allocation vs deserved quota vs utilisation for a project or department; `deserved`
+    is the step line (x, y) of the quota in force over the range."""
     x = _x(rows)
     data = [
         _line("Allocated", x, _round([r["allocated"] for r in rows]), COLOURS["allocated"],
               fill="tozeroy"),
         _line("Used", x, _round([r["used"] for r in rows]), COLOURS["used"], fill="tozeroy"),
         _line("Over quota", x, _round([r["over_quota"] for r in rows]), COLOURS["over"]),
-        _line("Deserved quota", [start.isoformat(), end.isoformat()], [quota, quota],
-              COLOURS["quota"], line={"color": COLOURS["quota"], "dash": "dash"}),
+        _line("Deserved quota", *deserved, COLOURS["quota"],
+              line={"color": COLOURS["quota"], "dash": "dash", "shape": "hv"}),
     ]  # fmt: skip
     return {"data": data, "layout": _layout(title, "GPUs"), "config": CONFIG}
 

@@ -167,6 +167,29 @@ class GpuUsage(models.Model):
         ]
 
 
+class QuotaRecord(models.Model):
+    """A project's or department's deserved GPUs in a node pool from `valid_from` on.
+
+    Quota rows hold only today's value; past over-quota figures and deserved lines need the
+    value in force at the time. Written when a quota changes (signals) and by each roll-up
+    for changes made without signals (bulk updates). Plain ids, so history outlives owners.
+    """
+
+    PROJECT = "project"
+    DEPARTMENT = "department"
+
+    kind = models.CharField(max_length=10, choices=[(PROJECT, PROJECT), (DEPARTMENT, DEPARTMENT)])
+    owner_id = models.BigIntegerField()
+    pool_id = models.BigIntegerField()
+    gpus = models.FloatField()
+    valid_from = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["kind", "owner_id", "pool_id", "valid_from"], name="quota_hist"),
+        ]
+
+
 class RollupMark(models.Model):
     """How far a roll-up has got: everything before done_until is final."""
 

@@ -27,12 +27,13 @@ from clusters.metrics.models import (
     GpuUsage,
     PoolUsage,
     ProjectUsage,
+    QuotaRecord,
     Resolution,
     RollupMark,
     WorkloadUsage,
 )
+from clusters.metrics.quota_history import QuotaTimeline, quota_history_sync, timeline
 from clusters.models import Gpu, NodePool
-from portal.models import ProjectQuota
 
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
@@ -157,26 +158,19 @@ def workload_sums(window: Window) -> dict[WorkloadKey, Sums]:
     return out
 
 
-def quotas() -> dict[tuple[int, int], float]:
-    return {
-        (project_id, pool_id): float(gpus)
-        for project_id, pool_id, gpus in ProjectQuota.objects.values_list(
-            "project_id", "node_pool_id", "gpus"
-        )
-    }
-
-
 def apply_over_quota(
-    per_workload: dict[WorkloadKey, Sums], quota: dict[tuple[int, int], float]
+    per_workload: dict[WorkloadKey, Sums], quota: QuotaTimeline
 ) -> dict[tuple, tuple[Sums, float]]:
-    """Project sums per (project, department, pool, minute) with over-quota GPU-seconds,
-    shared back to the project's workloads in proportion to what each held."""
+    """Project sums per (project, department, pool, minute) with over-quota GPU-seconds
+    against the quota in force at that minute, shared back to the project's workloads in
+    proportion to what each held."""
     projects: dict[tuple, Sums] = defaultdict(Sums)
     for (_, project, dept, _, pool, _, minute), sums in per_workload.items():
         projects[(project, dept, pool, minute)].add(sums)
     out = {}
     for key, sums in projects.items():
-        deserved = quota.get((key[0], key[2]), 0.0) * MINUTE.total_seconds()
+        project, _, pool, minute = key
+        deserved = quota.at((QuotaRecord.PROJECT, project, pool), minute) * MINUTE.total_seconds()
         sums.over_quota_s = max(0.0, sums.allocated_s - deserved)
         out[key] = (sums, deserved)
     for (_, project, dept, _, pool, _, minute), sums in per_workload.items():
@@ -201,7 +195,7 @@ def pool_capacity() -> dict[int | None, tuple[float, int | None]]:
 def minute_rows(window: Window) -> dict[type, list]:
     """Every minute-resolution row of the window, not yet saved."""
     per_workload = workload_sums(window)
-    per_project = apply_over_quota(per_workload, quotas())
+    per_project = apply_over_quota(per_workload, timeline(QuotaRecord.PROJECT))
     pools: dict[tuple, Sums] = defaultdict(Sums)
     for (_, _, pool, minute), (sums, _) in per_project.items():
         pools[(pool, minute)].add(sums)
@@ -311,6 +305,7 @@ def rollup_minutes(now: dt.datetime | None = None) -> int:
     """Roll up the next whole minutes that are final; returns how many minutes were done."""
     now = now or timezone.now()
     allocations_sync(now)
+    quota_history_sync(now)
     limit = floor_minute(now - dt.timedelta(seconds=conf.get("GPUPOOL_METRICS_ROLLUP_LAG_S")))
     with transaction.atomic():
         mark = claim_mark("minute", first_data(now))

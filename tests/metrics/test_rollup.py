@@ -14,12 +14,14 @@ from clusters.metrics.models import (
     GpuUsage,
     PoolUsage,
     ProjectUsage,
+    QuotaRecord,
     Resolution,
     RollupMark,
     WorkloadUsage,
 )
 from clusters.metrics.rollup import rollup_minutes
 from clusters.metrics.services import samples_ingest
+from portal.models import ProjectQuota
 from tests.metrics.helpers import T0, allocate, every, make_node, make_workload, sample
 
 pytestmark = pytest.mark.django_db
@@ -151,3 +153,25 @@ def test_a_gpu_without_samples_is_neither_used_nor_idle(org):
     allocations_sync(T0)
     rollup_minutes(now=T0 + 8 * MIN)
     assert totals(WorkloadUsage, workload_id=work.pk) == (420, 0, 0, 0)
+
+
+def test_over_quota_and_deserved_seconds_use_the_quota_in_force_at_each_minute(scene, org):
+    _, big, _ = scene
+    # ml-detect's quota was 2 GPUs until 10:05 and 3 from then on.
+    QuotaRecord.objects.filter(kind="project", owner_id=org.project_a2.pk).update(
+        valid_from=T0 - 60 * MIN
+    )
+    quota = ProjectQuota.objects.get(project=org.project_a2)
+    quota.gpus = 3
+    quota.save()
+    QuotaRecord.objects.filter(kind="project", owner_id=org.project_a2.pk, gpus=3).update(
+        valid_from=T0 + 5 * MIN
+    )
+    rollup_minutes(now=T0 + 12 * MIN)
+
+    # big holds 3 GPUs: 1 over a quota of 2 for minutes 0..4 (5 x 60 s), none over 3 after.
+    assert totals(WorkloadUsage, workload_id=big.pk) == (1800, 900, 360, 300)
+    deserved = dict(
+        ProjectUsage.objects.filter(project_id=org.project_a2.pk).values_list("bucket", "quota_s")
+    )
+    assert deserved[T0 + 4 * MIN] == 120 and deserved[T0 + 5 * MIN] == 180

@@ -14,12 +14,12 @@ import itertools
 from typing import Any
 
 from django import template
-from django.db.models import Sum
 from django.utils import timezone
 
-from clusters.metrics import charts, selectors
+from clusters.metrics import charts, quota_history, selectors
+from clusters.metrics.models import QuotaRecord
 from clusters.metrics.workload_chart import workload_series
-from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from portal.models import Department, Project
 from portal.permissions import can_admin_department, can_view_project, visible_projects
 
 register = template.Library()
@@ -33,18 +33,16 @@ def _options(context: Any) -> tuple[str, int | None]:
     return selectors.range_key(get.get("chart_range")), int(pool) if pool.isdigit() else None
 
 
-def _usage_chart(context: Any, title: str, quota_qs: Any, **filters: Any) -> dict[str, Any]:
+def _usage_chart(context: Any, title: str, kind: str, owner_id: int) -> dict[str, Any]:
     range_name, pool = _options(context)
-    if pool:
-        filters["pool_id"] = pool
-        quota_qs = quota_qs.filter(node_pool_id=pool)
+    filters = {f"{kind}_id": owner_id} | ({"pool_id": pool} if pool else {})
     now = timezone.now()
     _, rows = selectors.usage_series(range_name, now, **filters)
-    quota = float(quota_qs.aggregate(q=Sum("gpus"))["q"] or 0)
     start = now - selectors.RANGES[range_name][0]
+    deserved = quota_history.deserved_steps(kind, owner_id, start, now, pool_id=pool)
     return {
         "allowed": True,
-        "figure": charts.usage_figure(rows, quota, f"{title}, last {range_name}", start, now),
+        "figure": charts.usage_figure(rows, deserved, f"{title}, last {range_name}"),
         "figure_id": f"usage-chart-{next(_ids)}",
         "ranges": list(selectors.RANGES),
         "range": range_name,
@@ -57,9 +55,8 @@ def _usage_chart(context: Any, title: str, quota_qs: Any, **filters: Any) -> dic
 def project_usage_chart(context: Any, project: Project) -> dict[str, Any]:
     if not can_view_project(context["request"].user, project):
         return {"allowed": False}
-    quotas = ProjectQuota.objects.filter(project=project)
     title = f"{project.name}: allocated, deserved and used GPUs"
-    return _usage_chart(context, title, quotas, project_id=project.pk)
+    return _usage_chart(context, title, QuotaRecord.PROJECT, project.pk)
 
 
 @register.inclusion_tag("metrics/_usage_chart.html", takes_context=True)
@@ -68,9 +65,8 @@ def department_usage_chart(context: Any, department: Department) -> dict[str, An
     member = visible_projects(user).filter(department=department).exists()
     if not (can_admin_department(user, department) or member):
         return {"allowed": False}
-    quotas = DepartmentQuota.objects.filter(department=department)
     title = f"{department.name}: allocated, deserved and used GPUs"
-    return _usage_chart(context, title, quotas, department_id=department.pk)
+    return _usage_chart(context, title, QuotaRecord.DEPARTMENT, department.pk)
 
 
 @register.inclusion_tag("metrics/_workload_chart.html", takes_context=True)
