@@ -7,11 +7,36 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
-from clusters.models import Cluster, Node
+from clusters.models import Backend, Cluster, Node, NodePool
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
+
+# Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
+# cluster only pretends to run them.
+REAL_PROCESS_BACKENDS = (Backend.LOCAL, Backend.KUBERNETES)
+
+
+def _pools_of(backends: tuple[str, ...]) -> QuerySet[NodePool]:
+    """Pools whose cluster, or any of whose nodes' clusters, is enabled and of these kinds."""
+    return (
+        NodePool.objects.filter(
+            Q(cluster__backend__in=backends, cluster__enabled=True)
+            | Q(nodes__cluster__backend__in=backends, nodes__cluster__enabled=True)
+        )
+        .distinct()
+        .order_by("name")
+    )
+
+
+def real_process_pool_names() -> list[str]:
+    """Node pools where a workload's process really runs, by name."""
+    return list(_pools_of(REAL_PROCESS_BACKENDS).values_list("name", flat=True))
+
+
+def simulated_pool_ids() -> set[int]:
+    return set(_pools_of((Backend.SIMULATED,)).values_list("pk", flat=True))
 
 
 def cluster_list() -> QuerySet[Cluster]:

@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from clusters.models import NodePool
+from clusters.selectors import simulated_pool_ids
 from portal.errors import ValidationFailed
 from scheduling.models import GpuRequestKind
 from workspaces.models import Environment, WorkspaceTemplate
@@ -41,7 +42,10 @@ class LaunchForm(forms.Form):
     cpu = forms.DecimalField(label="CPU cores", min_value=0, initial=1, decimal_places=2)
     memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1, initial=4)
     node_pool = forms.ModelChoiceField(
-        queryset=NodePool.objects.all(), required=False, empty_label="Any node pool"
+        queryset=NodePool.objects.all(),
+        required=False,
+        empty_label="Any node pool that runs real processes",
+        help_text="A simulated pool runs nothing: a workspace there never opens.",
     )
     data_volume = forms.CharField(
         required=False,
@@ -68,6 +72,7 @@ class LaunchForm(forms.Form):
         self.fields["template"].queryset = WorkspaceTemplate.objects.filter(
             project__in=projects
         ).select_related("project", "environment")
+        label_simulated_pools(self.fields["node_pool"])
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -128,6 +133,14 @@ class LaunchForm(forms.Form):
                 self.add_error(target, message)
 
 
+def label_simulated_pools(field: forms.ModelChoiceField) -> None:
+    """Name simulated pools as such: a workspace placed there would never open."""
+    simulated = simulated_pool_ids()
+    field.label_from_instance = lambda pool: (  # type: ignore[method-assign]
+        f"{pool.name} (simulated: no process runs)" if pool.pk in simulated else pool.name
+    )
+
+
 class EnvironmentForm(forms.ModelForm):
     command_line = forms.CharField(
         label="Command",
@@ -171,6 +184,7 @@ class TemplateForm(forms.ModelForm):
         self.fields["project"].queryset = projects
         self.fields["environment"].queryset = Environment.objects.filter(enabled=True)
         self.fields["gpu_request"] = forms.ChoiceField(choices=GpuRequestKind.choices)
+        label_simulated_pools(self.fields["node_pool"])
 
 
 class IdlePolicyForm(forms.Form):

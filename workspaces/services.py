@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -9,9 +10,11 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from clusters.models import Backend, Cluster, NodePool
+from clusters.selectors import real_process_pool_names, simulated_pool_ids
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
@@ -28,6 +31,7 @@ from workspaces.selectors import can_manage_workspace
 
 # On Kubernetes the data volume (a PVC) is mounted here and is the notebook directory.
 PVC_MOUNT_PATH = "/data"
+PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 @dataclass
@@ -57,14 +61,16 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
         raise PermissionDenied("You may not launch workspaces in this project.")
     if not request.environment.enabled:
         raise ValidationFailed({"environment": ["This environment is disabled."]})
+    _check_data_volume(request.data_volume)
     token = secrets.token_urlsafe(32)
+    pools = launch_pools(request.node_pool)
     with transaction.atomic():
         workload = workload_submit(
             actor=actor,
             project=project,
             kind=WorkloadKind.WORKSPACE,
             name=request.name,
-            **_workload_spec(request, token),
+            **_workload_spec(request, token, pools),
         )
         # The base URL holds the workload's id, known only now; the cycle that starts the
         # pod runs after this transaction commits, so it sees the final command.
@@ -92,8 +98,35 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
     return workspace
 
 
-def _workload_spec(request: LaunchRequest, token: str) -> dict[str, Any]:
-    env = {**request.env, "JUPYTER_TOKEN": token, "WORKSPACE_BIND_HOST": _bind_host(request)}
+def launch_pools(chosen: NodePool | None) -> list[str]:
+    """The workspace's node-pool preference list. A pool the user picked is honoured, even a
+    simulated one; otherwise only pools where processes really run, since on a simulated
+    pool the tool would "run" without a process and never open. No pools at all: any."""
+    if chosen is not None:
+        return [chosen.name]
+    real = real_process_pool_names()
+    if not real and simulated_pool_ids():
+        raise ValidationFailed(
+            {
+                "node_pool": [
+                    "No node pool here runs real processes, only simulated ones, where the "
+                    "workspace would never open. Pick a simulated pool to launch there anyway."
+                ]
+            }
+        )
+    return real
+
+
+def _check_data_volume(volume: str) -> None:
+    """An absolute directory (local backend) or a PVC name (Kubernetes, a DNS subdomain)."""
+    if volume and not volume.startswith("/") and not PVC_NAME.fullmatch(volume):
+        raise ValidationFailed(
+            {"data_volume": ["Give an absolute directory or a PVC name (lower-case, digits, '-')."]}
+        )
+
+
+def _workload_spec(request: LaunchRequest, token: str, pools: list[str]) -> dict[str, Any]:
+    env = {**request.env, "JUPYTER_TOKEN": token, "WORKSPACE_BIND_HOST": _bind_host(pools)}
     return {
         "image": request.environment.image,
         "command": list(request.environment.command),
@@ -103,19 +136,21 @@ def _workload_spec(request: LaunchRequest, token: str) -> dict[str, Any]:
         "gpu_memory_mib": request.gpu_memory_mib,
         "cpu": request.cpu,
         "memory_mib": request.memory_mib,
-        "node_pools": [request.node_pool.name] if request.node_pool else [],
+        "node_pools": pools,
         "priority_class": PriorityClass.BUILD,
         "preemptible": False,
         "ports": [{"name": "http", "port": request.environment.port}],
     }
 
 
-def _bind_host(request: LaunchRequest) -> str:
+def _bind_host(pools: list[str]) -> str:
     """Loopback when the workspace can only land on the local backend (the proxy is on the
     same machine); all interfaces on Kubernetes, where the Service must reach the pod."""
     clusters = Cluster.objects.filter(enabled=True)
-    if request.node_pool is not None and request.node_pool.cluster_id:
-        clusters = clusters.filter(pk=request.node_pool.cluster_id)
+    if pools:
+        clusters = clusters.filter(
+            Q(node_pools__name__in=pools) | Q(nodes__pool__name__in=pools)
+        ).distinct()
     backends = set(clusters.values_list("backend", flat=True))
     return "127.0.0.1" if backends <= {Backend.LOCAL} else "0.0.0.0"
 
