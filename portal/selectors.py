@@ -50,10 +50,6 @@ class QuotaRow:
     pool: NodePool
     quota: Any
 
-    @property
-    def is_set(self) -> bool:
-        return self.quota is not None
-
 
 def quota_table(owner: Department | Project) -> list[QuotaRow]:
     """Every node pool, with the owner's quota in it (or None)."""
