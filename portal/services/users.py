@@ -110,6 +110,14 @@ def _send_invitation(user_id: int, inviter: str) -> None:
     )
 
 
+def _account_create(**fields: Any) -> User:
+    """An account that cannot sign in until its owner sets a password from the e-mailed link."""
+    user = User(**fields)
+    user.set_unusable_password()
+    user.save()
+    return user
+
+
 @transaction.atomic
 def user_invite(
     *,
@@ -135,15 +143,13 @@ def user_invite(
     if not platform or project or department:
         errors.update(_membership_errors(role, project, department))
     raise_if(errors)
-    user = User(
+    user = _account_create(
         username=username or _username_from(email),
         email=email,
         first_name=first_name.strip(),
         last_name=last_name.strip(),
         is_platform_admin=is_platform_admin,
     )
-    user.set_unusable_password()
-    user.save()
     scope = _scope_department(project, department) if project or department else None
     audit_log(
         actor=actor,
