@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,18 @@ def gpus_now(now: dt.datetime | None = None) -> list[PoolNow]:
     ):
         row(allocation.node_id).allocated += allocation_gpus(allocation, memory)
         held.update((allocation.node_id, index) for index in held_gpus(allocation))
+    _add_busy(now, held, nodes, row)
+    return sorted(rows.values(), key=lambda r: (r.cluster, r.pool))
+
+
+def _add_busy(
+    now: dt.datetime,
+    held: set[tuple[int, int]],
+    nodes: Container[int],
+    row: Callable[[int], PoolNow],
+) -> None:
+    """Add each known node's GPUs' recent utilisation to its pool's row, allocated GPUs
+    apart from the rest."""
     for (node_id, index), util in latest_utilisation(now).items():
         if node_id not in nodes:
             continue
@@ -122,7 +135,6 @@ def gpus_now(now: dt.datetime | None = None) -> list[PoolNow]:
             row(node_id).used += util
         else:
             row(node_id).used_unallocated += util
-    return sorted(rows.values(), key=lambda r: (r.cluster, r.pool))
 
 
 def pool_series(
