@@ -200,3 +200,29 @@ def test_a_manual_sync_is_audited_with_its_counts(org, client_as):
     audit = AuditLog.objects.get(action="cluster_sync_inventory")
     assert audit.after == {"nodes": 2, "gpus": 8, "vanished": 0}
     assert audit.actor == org.platform_admin
+
+
+def test_the_nodes_page_shows_node_and_gpu_memory_in_gib_not_as_bytes(org, client_as):
+    cluster = make_cluster("sim", Backend.SIMULATED)
+    node = make_node(cluster, "dgx-0", gpus=1, pool=org.pool)  # GPUs of 81920 MiB
+    Node.objects.filter(pk=node.pk).update(memory_mib=1024 * 1024)
+    Node.objects.filter(pk=make_node(cluster, "small").pk).update(memory_mib=24064)
+    frac = make_workload(org.project_a, org.researcher, "mem-share")
+    admit(frac, node, pods=[{"shared_gpu_index": 0, "gpu_share": 0.25}])
+    frac.allocations.update(gpu_memory_mib=20480)
+    text = client_as(org.platform_admin).get(f"/clusters/nodes/?cluster={cluster.pk}")
+    text = text.content.decode()
+    assert "8 CPUs, 1 TiB" in text and "8 CPUs, 23.5 GiB" in text
+    assert "A100, 80 GiB" in text and "(20 GiB)" in text
+    assert " MB<" not in text and " KB<" not in text
+
+
+@pytest.mark.parametrize(
+    ("mib", "shown"),
+    [(512, "512 MiB"), (1024, "1 GiB"), (24064, "23.5 GiB"), (81920, "80 GiB"),
+     (1048576, "1 TiB"), (1572864, "1.5 TiB"), (0, "0 MiB"), (None, ""), ("x", "")],
+)  # fmt: skip
+def test_the_mib_filter_picks_the_unit_a_person_reads(mib, shown):
+    from clusters.templatetags.clusters_units import mib as mib_filter
+
+    assert mib_filter(mib) == shown

@@ -83,3 +83,19 @@ def test_the_beat_task_checks_running_workspaces_once_at_a_time(org, settings):
         assert cull_idle_workspaces.delay().get() is None  # another run holds the lock
     finally:
         cache.delete(LOCK)
+
+
+def test_the_workspace_page_shows_memory_in_gib_and_gpu_samples_in_readable_units(client_as, org):
+    from clusters.metrics.models import GpuSample
+    from scheduling.models import Workload
+
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    Workload.objects.filter(pk=workspace.workload_id).update(memory_mib=6144, gpu_memory_mib=20480)
+    GpuSample.objects.create(
+        node_id=workspace.workload.allocations.get().node_id, gpu_index=0, ts=timezone.now(),
+        util_pct=50,
+        mem_used_mib=30720, mem_total_mib=81920, workload_id=workspace.workload_id,
+    )  # fmt: skip
+    page = client_as(org.researcher).get(f"/workspaces/{workspace.workload_id}/").content.decode()
+    assert "20 GiB GPU memory" in page and "6 GiB memory" in page
+    assert "30 GiB / 80 GiB" in page
