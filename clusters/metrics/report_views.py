@@ -16,8 +16,8 @@ from clusters.metrics import charts, reports, services
 from clusters.metrics.forms import GROUP_LABELS, GpuPriceForm, UsageReportForm
 from clusters.metrics.models import GpuPrice, NodeToken
 from clusters.models import Gpu, Node
-from portal.errors import ValidationFailed
 from portal.permissions import is_platform_admin, platform_admin_required, visible_projects
+from portal.views.common import form_saved
 
 
 def _report(request: HttpRequest) -> dict[str, Any]:
@@ -79,15 +79,15 @@ def gpu_prices(request: HttpRequest) -> HttpResponse:
         services.gpu_price_delete(actor=request.user, price=price)
         messages.success(request, f"Removed the price of {price.gpu_model}.")
         return redirect("gpu_prices")
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.gpu_price_set(actor=request.user, **form.cleaned_data)
-        except ValidationFailed as exc:
-            for field, errors in exc.errors.items():
-                form.add_error(None if field == "__all__" else field, errors)
-        else:
-            messages.success(request, f"Saved the price of {form.cleaned_data['gpu_model']}.")
-            return redirect("gpu_prices")
+    done = form_saved(
+        request,
+        form,
+        lambda: services.gpu_price_set(actor=request.user, **form.cleaned_data),
+        message=lambda _: f"Saved the price of {form.cleaned_data['gpu_model']}.",
+        then=lambda _: redirect("gpu_prices"),
+    )
+    if done:
+        return done
     models = sorted(set(Gpu.objects.exclude(model="").values_list("model", flat=True)))
     context = {"form": form, "prices": GpuPrice.objects.all(), "gpu_models": models}
     return render(request, "metrics/gpu_prices.html", context)
