@@ -76,8 +76,17 @@ def _labels(spec: PodSpec) -> dict[str, str]:
     }
 
 
+def port_env(spec: PodSpec) -> dict[str, str]:
+    """The same port variables the local backend sets, so `$(GPUPOOL_PORT)` in a command
+    (a workspace's tool) means the container port here too."""
+    env = {f"GPUPOOL_PORT_{p.name.upper().replace('-', '_')}": str(p.port) for p in spec.ports}
+    if spec.ports:
+        env["GPUPOOL_PORT"] = str(spec.ports[0].port)
+    return env
+
+
 def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
-    env = dict(spec.env)
+    env = {**port_env(spec), **spec.env}
     limits: dict[str, str] = {"memory": f"{spec.memory_mib}Mi"}
     if spec.gpu_indices:
         limits[GPU_RESOURCE] = str(len(spec.gpu_indices))
