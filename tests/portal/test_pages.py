@@ -198,3 +198,13 @@ def test_a_refused_department_delete_flashes_the_reason_and_goes_back_to_the_dep
     page = client.get(response["Location"]).content.decode()
     assert "still has projects" in page
     assert Department.objects.filter(pk=org.dept_a.pk).exists()
+
+
+def test_the_department_and_project_lists_show_each_quota_and_its_cap(client_as, org):
+    ProjectQuota.objects.filter(project=org.project_a).update(gpus_limit=6)
+    client = client_as(org.platform_admin)
+    departments = client.get("/departments/").content.decode()
+    projects = client.get("/projects/").content.decode()
+    assert '<span class="badge">a100: 8</span>' in departments
+    assert '<span class="badge">a100: 4 (max 6)</span>' in projects
+    assert '<span class="badge">a100: 2</span>' in projects
