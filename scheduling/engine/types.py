@@ -233,7 +233,8 @@ class SchedulerConfig:
     below its minimum; fairness_half_life_s turns on time-based fairness (None = off),
     fairness_usage_weight scales how much decayed past usage shrinks an over-quota share.
     max_victim_searches bounds the searches for eviction plans in one cycle, so a burst
-    of starved work is served over a few cycles instead of one long one.
+    of starved work is served over a few cycles instead of one long one. restart_cost_s
+    is what each earlier restart adds to a victim's cost, in seconds of its GPUs' work.
     """
 
     placement: Mapping[str, PlacementStrategy] = field(default_factory=dict)

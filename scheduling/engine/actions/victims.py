@@ -1,21 +1,24 @@
 """Choosing running workloads to evict so that a pending one fits, cheapest first.
 
 A victim's cost is the work it loses: GPU-seconds since its last checkpoint (or its
-start) plus `restart_cost_s` per earlier restart, then its priority, then the most
-recently started goes first.
+start) plus `restart_cost_s` for each earlier restart beyond the first, then its
+priority, then the most recently started goes first.
 
 Why restarts count: a workload that has just resumed from its checkpoint has almost no
 unsaved work, so by unsaved work alone it is always the cheapest victim, and the same
 job is evicted again and again (the 64-node Philly replay evicted some jobs 10-13
-times). Charging `restart_cost_s` GPU-seconds per earlier restart makes the greedy
-choice minimise lost work plus (restart_cost_s / 2) x the sum over jobs of restarts
-squared: the marginal cost of a job's (r+1)-th eviction is r x restart_cost_s more
-than its first, so evictions spread over jobs instead of piling onto one (the same
-convex penalty that spreads load in balancing). The default, 600 s, is of the order of
-what a restart really costs a training job (queueing again, pulling its image, loading
-its checkpoint, warming up); docs/simulator.md has the measured trade-off. It changes
-only the order among the victims the rules allow, never who may be a victim, so the
-reclaim rules (and why they cannot flip-flop) are untouched.
+times). So each restart a workload has had beyond its first adds `restart_cost_s`
+seconds of its GPUs' work to its cost: the greedy choice then minimises lost work plus
+(restart_cost_s / 2) x the sum over jobs of (restarts - 1)+ squared, a convex penalty
+that spreads evictions over jobs instead of piling them onto one (as convex costs
+spread load in balancing). The first restart is free because being sent back once is
+the ordinary price of borrowing idle GPUs; charging it too made the replay evict jobs
+with more unsaved work in place of just-resumed ones, losing more work for fewer
+evictions. The default, 600 s, is of the order of what a restart really costs a
+training job (queueing again, pulling its image, loading its checkpoint, warming up);
+docs/simulator.md has the measurements. It changes only the order among the victims the
+rules allow, never who may be a victim, so the reclaim rules (and why they cannot
+flip-flop) are untouched.
 
 Room is made
 node by node: each round picks the node where the cheapest eligible victims free a
@@ -48,12 +51,12 @@ def victim_cost(
     wl: Workload, gpus: float, now: float, restart_cost_s: float = 0.0
 ) -> tuple[float, int, float, str]:
     """Sort key of a victim: least work lost (unsaved work plus a charge per earlier
-    restart), lowest priority, most recently started."""
+    restart beyond the first), lowest priority, most recently started."""
     started = now if wl.started_at is None else wl.started_at
     since = started
     if wl.last_checkpoint_time is not None:
         since = max(started, wl.last_checkpoint_time)
-    lost = max(now - since, 0.0) + wl.restarts * restart_cost_s
+    lost = max(now - since, 0.0) + max(wl.restarts - 1, 0) * restart_cost_s
     return (gpus * lost, wl.priority, -started, wl.id)
 
 
