@@ -87,6 +87,21 @@ def can_submit_to_project(user: Any, project: Project) -> bool:
     return submittable_projects(user).filter(pk=project.pk).exists()
 
 
+def can_manage_user(actor: Any, user: User) -> bool:
+    """Platform admins manage everyone; a department admin, people wholly inside their
+    departments (so they cannot lock someone out of another department's work)."""
+    if is_platform_admin(actor):
+        return True
+    if is_platform_admin(user) or actor.pk == user.pk:
+        return False
+    mine = administered_department_ids(actor)
+    if not mine:
+        return False
+    memberships = user.memberships.select_related("project")
+    scopes = {m.department_id or m.project.department_id for m in memberships}
+    return bool(scopes) and scopes <= mine
+
+
 def admin_required(view: Callable[..., Any]) -> Callable[..., Any]:
     """Platform or department admins only; anonymous users go to the login page."""
 

@@ -14,6 +14,7 @@ from portal.models import AuditLog, Department, Membership, Project, User
 from portal.permissions import (
     administered_department_ids,
     departments_for_admin,
+    is_admin,
     is_platform_admin,
     visible_projects,
 )
@@ -31,7 +32,7 @@ def project_list_for_user(user: Any) -> QuerySet[Project]:
 
 def department_list_for_user(user: Any) -> QuerySet[Department]:
     """Admins see the departments they administer; others, those of their projects."""
-    if is_platform_admin(user) or administered_department_ids(user):
+    if is_admin(user):
         departments = departments_for_admin(user)
     else:
         departments = Department.objects.filter(projects__in=visible_projects(user)).distinct()

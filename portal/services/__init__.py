@@ -14,7 +14,6 @@ from portal.services.organisation import (
 )
 from portal.services.quotas import quota_set
 from portal.services.users import (
-    can_manage_user,
     membership_add,
     membership_remove,
     set_password_link,
@@ -24,7 +23,6 @@ from portal.services.users import (
 )
 
 __all__ = [
-    "can_manage_user",
     "default_namespace",
     "department_create",
     "department_delete",

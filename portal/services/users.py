@@ -22,24 +22,10 @@ from portal import permissions
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import Department, Membership, Project, Role, User
-from portal.permissions import administered_department_ids, can_admin_department
+from portal.permissions import can_admin_department, can_manage_user
 from portal.services.common import create_audited, raise_if, require, save_audited
 
 USER_FIELDS = ["username", "email", "first_name", "last_name", "is_active", "is_platform_admin"]
-
-
-def can_manage_user(actor: Any, user: User) -> bool:
-    """Platform admins manage everyone; a department admin, people wholly inside their
-    departments (so they cannot lock someone out of another department's work)."""
-    if permissions.is_platform_admin(actor):
-        return True
-    if permissions.is_platform_admin(user) or actor.pk == user.pk:
-        return False
-    mine = administered_department_ids(actor)
-    if not mine:
-        return False
-    scopes = {m.department_id or m.project.department_id for m in _memberships(user)}
-    return bool(scopes) and scopes <= mine
 
 
 def _memberships(user: User) -> list[Membership]:
@@ -136,7 +122,7 @@ def user_invite(
     The mail leaves on commit: a rolled-back invitation sends nothing.
     """
     platform = permissions.is_platform_admin(actor)
-    require(platform or bool(administered_department_ids(actor)), "Only admins invite people.")
+    require(permissions.is_admin(actor), "Only admins invite people.")
     require(platform or not is_platform_admin, "Only platform admins make platform admins.")
     email, username = email.strip().lower(), username.strip()
     errors = _invite_errors(email, username)

@@ -17,7 +17,7 @@ from portal.forms import (
     UserEditForm,
 )
 from portal.models import User
-from portal.permissions import admin_required, is_platform_admin
+from portal.permissions import admin_required, can_manage_user, is_platform_admin
 from portal.views.common import confirmed, form_saved, posted
 
 AUDIT_PAGE_SIZE = 50
@@ -45,7 +45,7 @@ def user_invite(request: HttpRequest) -> HttpResponse:
 
 def _managed_user(request: HttpRequest, pk: int) -> User:
     user = get_object_or_404(selectors.user_list_for_admin(request.user), pk=pk)
-    if not services.can_manage_user(request.user, user):
+    if not can_manage_user(request.user, user):
         raise PermissionDenied("This person also works outside your department.")
     return user
 
