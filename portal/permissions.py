@@ -79,6 +79,14 @@ def can_admin_project(user: Any, project: Project) -> bool:
     return can_admin_department(user, project.department)
 
 
+def can_view_department(user: Any, department: Department) -> bool:
+    """Its admins, and anyone who may look at one of its projects."""
+    return (
+        can_admin_department(user, department)
+        or visible_projects(user).filter(department=department).exists()
+    )
+
+
 def can_view_project(user: Any, project: Project) -> bool:
     return visible_projects(user).filter(pk=project.pk).exists()
 

@@ -20,7 +20,7 @@ from clusters.metrics import charts, quota_history, selectors
 from clusters.metrics.models import QuotaRecord
 from clusters.metrics.workload_chart import workload_series
 from portal.models import Department, Project
-from portal.permissions import can_admin_department, can_view_project, visible_projects
+from portal.permissions import can_view_department, can_view_project
 
 register = template.Library()
 _ids = itertools.count(1)
@@ -61,9 +61,7 @@ def project_usage_chart(context: Any, project: Project) -> dict[str, Any]:
 
 @register.inclusion_tag("metrics/_usage_chart.html", takes_context=True)
 def department_usage_chart(context: Any, department: Department) -> dict[str, Any]:
-    user = context["request"].user
-    member = visible_projects(user).filter(department=department).exists()
-    if not (can_admin_department(user, department) or member):
+    if not can_view_department(context["request"].user, department):
         return {"allowed": False}
     title = f"{department.name}: allocated, deserved and used GPUs"
     return _usage_chart(context, title, QuotaRecord.DEPARTMENT, department.pk)
