@@ -27,6 +27,8 @@ GROUPS = {
     "gpu_model": "gpu_model",
 }
 SUMS = ("allocated_s", "used_s", "idle_s", "over_quota_s")
+# ReportRow's columns that add up across rows (everything but its key and name).
+ADDED = ("allocated_h", "used_h", "idle_h", "over_quota_h", "cost", "unpriced_h")
 
 
 def month_start(day: dt.datetime) -> dt.datetime:
@@ -56,6 +58,10 @@ class ReportRow:
     over_quota_h: float = 0.0
     cost: Decimal = Decimal(0)
     unpriced_h: float = 0.0
+
+    def add(self, other: ReportRow) -> None:
+        for name in ADDED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def utilisation_pct(self) -> float | None:
@@ -94,6 +100,17 @@ def _names(group: str, keys: set[Any]) -> dict[Any, str]:
     return dict(models[group].objects.filter(pk__in=keys).values_list("pk", "name"))
 
 
+def _priced(sums: dict[str, Any], price: Decimal | None) -> ReportRow:
+    """One roll-up sum in GPU-hours, costed at its GPU model's price (or counted unpriced)."""
+    hours = {f"{name[:-2]}_h": sums[name] / 3600 for name in SUMS}
+    row = ReportRow(None, "", **hours)
+    if price is None:
+        row.unpriced_h = row.allocated_h
+    else:
+        row.cost = price * Decimal(str(round(row.allocated_h, 6)))
+    return row
+
+
 def usage_report(
     projects: QuerySet[Project], start: dt.datetime, end: dt.datetime, group: str
 ) -> list[ReportRow]:
@@ -101,17 +118,7 @@ def usage_report(
     prices = {p.gpu_model: p.price_per_hour for p in GpuPrice.objects.all()}
     rows: dict[Any, ReportRow] = defaultdict(lambda: ReportRow(None, ""))
     for r in _sums(projects, start, end, field):
-        row = rows[r[field]]
-        allocated_h = r["allocated_s"] / 3600
-        row.allocated_h += allocated_h
-        row.used_h += r["used_s"] / 3600
-        row.idle_h += r["idle_s"] / 3600
-        row.over_quota_h += r["over_quota_s"] / 3600
-        price = prices.get(r["gpu_model"])
-        if price is None:
-            row.unpriced_h += allocated_h
-        else:
-            row.cost += price * Decimal(str(round(allocated_h, 6)))
+        rows[r[field]].add(_priced(r, prices.get(r["gpu_model"])))
     names = _names(group, set(rows))
     for key, row in rows.items():
         row.key, row.name = key, names.get(key, f"#{key}" if key is not None else "(none)")
@@ -121,10 +128,5 @@ def usage_report(
 def report_total(rows: list[ReportRow]) -> ReportRow:
     total = ReportRow(None, "Total")
     for row in rows:
-        total.allocated_h += row.allocated_h
-        total.used_h += row.used_h
-        total.idle_h += row.idle_h
-        total.over_quota_h += row.over_quota_h
-        total.cost += row.cost
-        total.unpriced_h += row.unpriced_h
+        total.add(row)
     return total
