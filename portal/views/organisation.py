@@ -17,6 +17,7 @@ from portal.permissions import (
     admin_required,
     can_admin_project,
     departments_for_admin,
+    is_admin,
     is_platform_admin,
     platform_admin_required,
     visible_projects,
@@ -29,7 +30,7 @@ def home(request: HttpRequest) -> HttpResponse:
     """Researchers see their projects and quotas; admins everything they administer."""
     projects = selectors.project_list_for_user(request.user)
     context: dict[str, Any] = {"projects": projects, "rows": selectors.quota_overview(projects)}
-    if is_platform_admin(request.user) or departments_for_admin(request.user).exists():
+    if is_admin(request.user):
         context["departments"] = selectors.department_list_for_user(request.user)
         context["pools"] = NodePool.objects.all()
         context["users"] = selectors.user_list_for_admin(request.user).count()
