@@ -92,6 +92,9 @@ def main() -> int:
         return 0
     finally:
         stop_all(procs)
+        # Local pods (a workspace's JupyterLab) are processes of their own that outlive a
+        # worker on purpose; the demo is over, so they stop too.
+        subprocess.run([sys.executable, "manage.py", "local_pods_stop"], cwd=ROOT, check=False)
 
 
 if __name__ == "__main__":

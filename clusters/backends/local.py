@@ -268,6 +268,21 @@ class LocalBackend(Backend):
         path.unlink(missing_ok=True)
         return True
 
+    def stop_all(self, *, grace_period_s: int) -> int:
+        """Stop every pod of this cluster and wait until each is gone: SIGTERM, SIGKILL after
+        the grace period. For shutting the portal down (the demo); a worker restart keeps
+        them instead. With their records gone, the next reconcile requeues their workloads
+        as lost pods, so they start again when the portal does. Returns how many stopped."""
+        pending = self.pod_statuses()
+        count = len(pending)
+        while pending:
+            for name, status in list(pending.items()):
+                if self.delete_pod(status, grace_period_s=grace_period_s):
+                    del pending[name]
+            if pending:
+                time.sleep(0.2)
+        return count
+
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         # Named gp-<workload>-<pod>; the log outlives the pod's record.
         _, workload_id, pod_index = name.rsplit("-", 2)

@@ -329,3 +329,41 @@ def test_a_stopped_pod_gets_its_policy_grace_period_before_sigkill(org):
     # Clean up the survivor at once: grace 0 is SIGKILL straight after SIGTERM.
     WorkloadPolicy.objects.create(project=org.project_b, termination_grace_s=0)
     wait_until(lambda: cluster_reconcile(cluster) and not long.allocations.exists())
+
+
+def test_stopping_all_local_pods_waits_for_each_and_their_workloads_start_again_later(org):
+    """The demo's shutdown: every process goes (one ignores SIGTERM and is killed after
+    the grace period); the next reconcile requeues the workload as a lost pod."""
+    cluster = make_cluster(config={"node_name": "here"})
+    node = make_node(cluster, "here")
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " print('up', flush=True); time.sleep(60)"
+    )
+    workload = make_workload(org.project_a, org.researcher, "lab", command=[PY, "-c", stubborn])
+    admit(workload, node)
+    cluster_reconcile(cluster)
+    backend = LocalBackend(cluster)
+    [status] = backend.pod_statuses().values()
+    pid = int(status.backend_ref.split(":")[0])
+    wait_until(lambda: "up" in backend.pod_logs(status.name, "ns"))
+    started = time.monotonic()
+    assert backend.stop_all(grace_period_s=1) == 1
+    assert 1 <= time.monotonic() - started < 5
+    assert local_backend._proc_start_time(pid) is None  # the process is gone, not a zombie
+    assert backend.pod_statuses() == {}
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
+
+
+def test_the_local_pods_stop_command_stops_the_pods_of_every_local_cluster(backend):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    backend.ensure_pod(spec(command=(PY, "-c", "import time; time.sleep(60)")))
+    out = StringIO()
+    call_command("local_pods_stop", stdout=out)
+    assert out.getvalue() == "Cluster local: stopped 1 local pod(s).\n"
+    assert backend.pod_statuses() == {}
