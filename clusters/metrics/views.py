@@ -12,6 +12,8 @@ from django.utils import timezone
 from clusters.metrics import charts, heatmap, selectors
 from portal.permissions import visible_projects
 
+TOTALS = ("total", "allocated", "used", "used_unallocated")  # PoolNow fields the cards add up
+
 
 def _pool_ids(request: HttpRequest) -> list[int]:
     return [int(v) for v in request.GET.getlist("pool") if v.isdigit()]
@@ -31,12 +33,7 @@ def _now_context(request: HttpRequest) -> dict[str, Any]:
         pools = [p for p in pools if p.pool_id in pool_ids]
     return {
         "pools": pools,
-        "totals": {
-            "total": sum(p.total for p in pools),
-            "allocated": sum(p.allocated for p in pools),
-            "used": sum(p.used for p in pools),
-            "used_unallocated": sum(p.used_unallocated for p in pools),
-        },
+        "totals": {name: sum(getattr(p, name) for p in pools) for name in TOTALS},
         "idle": selectors.idle_workloads(projects)[:20],
         "pending": selectors.pending_demand(projects),
         "updated_at": timezone.now(),
