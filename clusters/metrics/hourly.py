@@ -10,6 +10,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from clusters.metrics.models import (
+    USAGE_SUMS,
     GpuUsage,
     PoolUsage,
     ProjectUsage,
@@ -19,19 +20,18 @@ from clusters.metrics.models import (
 )
 from clusters.metrics.rollup import HOUR, claim_mark, floor_hour, replace_rows
 
-SUMMED = ("allocated_s", "used_s", "idle_s", "over_quota_s")
 KEYS: dict[type, tuple[tuple[str, ...], dict]] = {
     WorkloadUsage: (
         ("workload_id", "project_id", "department_id", "user_id", "pool_id", "gpu_model"),
-        {name: Sum(name) for name in SUMMED},
+        {name: Sum(name) for name in USAGE_SUMS},
     ),
     ProjectUsage: (
         ("project_id", "department_id", "pool_id"),
-        {**{name: Sum(name) for name in SUMMED}, "quota_s": Sum("quota_s")},
+        {**{name: Sum(name) for name in USAGE_SUMS}, "quota_s": Sum("quota_s")},
     ),
     PoolUsage: (
         ("pool_id", "cluster_id"),
-        {**{name: Sum(name) for name in SUMMED}, "capacity_s": Sum("capacity_s")},
+        {**{name: Sum(name) for name in USAGE_SUMS}, "capacity_s": Sum("capacity_s")},
     ),
     GpuUsage: (
         ("node_id", "gpu_index"),

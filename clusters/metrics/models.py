@@ -91,6 +91,10 @@ class Resolution(models.TextChoices):
     HOUR = "hour", "Hour"
 
 
+# The GPU-second columns every usage table sums (roll-ups, reports).
+USAGE_SUMS = ("allocated_s", "used_s", "idle_s", "over_quota_s")
+
+
 class UsageFields(models.Model):
     """GPU-seconds in one bucket. Utilisation = used_s / allocated_s, computed at read time."""
 

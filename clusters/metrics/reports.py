@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
-from clusters.metrics.models import GpuPrice, Resolution, RollupMark, WorkloadUsage
+from clusters.metrics.models import USAGE_SUMS, GpuPrice, Resolution, RollupMark, WorkloadUsage
 from clusters.models import NodePool
 from portal.models import Department, Project, User
 
@@ -26,7 +26,6 @@ GROUPS = {
     "pool": "pool_id",
     "gpu_model": "gpu_model",
 }
-SUMS = ("allocated_s", "used_s", "idle_s", "over_quota_s")
 # ReportRow's columns that add up across rows (everything but its key and name).
 ADDED = ("allocated_h", "used_h", "idle_h", "over_quota_h", "cost", "unpriced_h")
 
@@ -87,7 +86,7 @@ def _sums(projects: QuerySet[Project], start: dt.datetime, end: dt.datetime, fie
                 resolution=resolution, bucket__gte=lo, bucket__lt=hi, project_id__in=project_ids
             )
             .values(field, "gpu_model")
-            .annotate(**{name: Sum(name) for name in SUMS})
+            .annotate(**{name: Sum(name) for name in USAGE_SUMS})
         )
 
 
@@ -102,7 +101,7 @@ def _names(group: str, keys: set[Any]) -> dict[Any, str]:
 
 def _priced(sums: dict[str, Any], price: Decimal | None) -> ReportRow:
     """One roll-up sum in GPU-hours, costed at its GPU model's price (or counted unpriced)."""
-    hours = {f"{name[:-2]}_h": sums[name] / 3600 for name in SUMS}
+    hours = {f"{name[:-2]}_h": sums[name] / 3600 for name in USAGE_SUMS}
     row = ReportRow(None, "", **hours)
     if price is None:
         row.unpriced_h = row.allocated_h

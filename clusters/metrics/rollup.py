@@ -22,6 +22,7 @@ from django.utils import timezone
 from clusters.metrics import conf
 from clusters.metrics.allocations import allocations_sync
 from clusters.metrics.models import (
+    USAGE_SUMS,
     AllocationInterval,
     GpuSample,
     GpuUsage,
@@ -208,8 +209,7 @@ def minute_rows(window: Window) -> dict[type, list]:
 
 
 def _sums_fields(s: Sums) -> dict[str, float]:
-    return {"allocated_s": s.allocated_s, "used_s": s.used_s, "idle_s": s.idle_s,
-            "over_quota_s": s.over_quota_s}  # fmt: skip
+    return {name: getattr(s, name) for name in USAGE_SUMS}
 
 
 def workload_rows(per_workload: dict[WorkloadKey, Sums]) -> list[WorkloadUsage]:
