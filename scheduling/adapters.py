@@ -38,6 +38,12 @@ RESOURCE_FIELDS = (
 )
 
 
+def engine_node_id(pk: int) -> str:
+    """A node's id in the engine: zero-padded, so that the engine's string tie-breaks
+    follow the database order (node 9 before node 10), whatever the ids' lengths."""
+    return f"{pk:012d}"
+
+
 def epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment else None
 
@@ -103,7 +109,7 @@ def read_snapshot() -> SnapshotRead:
     return SnapshotRead(
         snapshot=snapshot,
         workloads={str(wl.pk): wl for wl in [*managed.values(), *waiting]},
-        nodes={str(node.pk): node for node in nodes},
+        nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
         held_devices=_devices(releasing),
         throttled=throttled,
@@ -121,7 +127,7 @@ def _devices(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
     devices = set()
     for alloc in allocations:
         indices = alloc.gpu_indices if alloc.shared_gpu_index is None else [alloc.shared_gpu_index]
-        devices.update((str(alloc.node_id), int(i)) for i in indices)
+        devices.update((engine_node_id(alloc.node_id), int(i)) for i in indices)
     return devices
 
 
@@ -161,7 +167,7 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         for gpu in node.gpu_list
     )
     return t.Node(
-        id=str(node.pk),
+        id=engine_node_id(node.pk),
         pool=node.pool.name,
         gpus=gpus,
         cluster=node.cluster.name,
@@ -259,7 +265,7 @@ def _placement(allocations: list[PodAllocation]) -> tuple[t.PodPlacement, ...]:
     return tuple(
         t.PodPlacement(
             pod=a.pod_index,
-            node_id=str(a.node_id),
+            node_id=engine_node_id(a.node_id),
             gpus=tuple(int(i) for i in a.gpu_indices),
             shared_gpu=a.shared_gpu_index,
             share=float(a.gpu_share or 0),

@@ -96,6 +96,9 @@ def reconcile_later(cluster_ids: set[int]) -> None:
 
 def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
     """Stop active workloads that ran past their max runtime; their clusters' ids."""
+    # Imported here: services -> tasks -> this module.
+    from scheduling.services import workload_stop  # noqa: PLC0415
+
     clusters: set[int] = set()
     active = Workload.objects.filter(
         state__in=ACTIVE_STATES, max_runtime_s__isnull=False, admitted_at__isnull=False
@@ -104,9 +107,10 @@ def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
         since = wl.started_at or wl.admitted_at
         if (now - since).total_seconds() < wl.max_runtime_s:
             continue
-        workload_transition(
-            wl,
-            WorkloadState.STOPPED,
+        # Through the stop service, as any stop: the audit row and the trials of a sweep.
+        workload_stop(
+            actor=None,
+            workload=wl,
             reason="MaxRuntimeExceeded",
             message=f"Stopped after its maximum runtime of {wl.max_runtime_s} s.",
         )
@@ -148,7 +152,7 @@ def evictions_apply(
     for eviction in evictions:
         wl = read.workloads[eviction.workload_id]
         allocations = list(wl.allocations.all())
-        clusters |= {read.nodes[str(a.node_id)].cluster_id for a in allocations}
+        clusters |= {read.nodes[adapters.engine_node_id(a.node_id)].cluster_id for a in allocations}
         devices |= adapters._devices(allocations)
         workload_transition(
             wl,
