@@ -1,9 +1,10 @@
 """A bounded buffer of samples and the HTTP posts that empty it.
 
 Samples leave the buffer only after the portal has accepted them (2xx), so a portal that
-is away loses nothing as long as the buffer holds; when it overflows, the oldest samples
-go first and are counted. A batch the portal rejects as invalid (400) is dropped and
-logged, since sending it again would block everything behind it forever.
+is away, or answers anything else, loses nothing as long as the buffer holds; when it
+overflows, the oldest samples go first and are counted. A batch the portal refuses as
+invalid (400) is split until the bad samples stand alone; those are dropped and logged,
+since sending them again would block everything behind them forever.
 """
 
 from __future__ import annotations
@@ -55,22 +56,36 @@ class Shipper:
             return None
         return response.status_code
 
+    def _deliver(self, batch: list[dict[str, Any]]) -> int:
+        """Post `batch`; how many of its samples, from the start, are settled (accepted, or
+        refused one by one as invalid). A refused batch (400, or 413: too large) is split in
+        halves so that one bad sample costs only itself; any other answer (the portal away,
+        a proxy's 404, a redirect, 401, 429, 5xx) settles nothing and keeps it all."""
+        status = self._post(batch)
+        if status is not None and 200 <= status < 300:
+            self.sent += len(batch)
+            return len(batch)
+        if status in (400, 413):
+            if len(batch) == 1:
+                self.rejected += 1
+                log.error("portal refused a sample (%s); dropped it: %.300s", status, batch[0])
+                return 1
+            half = len(batch) // 2
+            done = self._deliver(batch[:half])
+            return done if done < half else half + self._deliver(batch[half:])
+        if status is not None:
+            log.warning("portal answered %s; %d samples buffered", status, len(self.buffer))
+        return 0
+
     def flush(self) -> bool:
         """Send everything buffered, oldest first. False when the portal is away."""
         while self.buffer:
             batch = [self.buffer[i] for i in range(min(self.batch_size, len(self.buffer)))]
-            status = self._post(batch)
-            if status is None or status >= 500 or status in (401, 403, 429):
-                if status is not None:
-                    log.warning("portal answered %s; %d samples buffered", status, len(self.buffer))
-                return False
-            for _ in batch:
+            done = self._deliver(batch)
+            for _ in range(done):
                 self.buffer.popleft()
-            if status == 400:
-                self.rejected += len(batch)
-                log.error("portal rejected %d samples as invalid; dropped them", len(batch))
-            else:
-                self.sent += len(batch)
+            if done < len(batch):
+                return False
         return True
 
     def pods(self) -> list[dict[str, Any]] | None:

@@ -164,3 +164,50 @@ def test_a_full_buffer_drops_the_oldest_samples_and_counts_them():
     shipper = Shipper("http://127.0.0.1:9", "t", capacity=4)
     shipper.add([{"n": i} for i in range(6)])
     assert [s["n"] for s in shipper.buffer] == [2, 3, 4, 5] and shipper.dropped == 2
+
+
+class ScriptedShipper(Shipper):
+    """A shipper whose portal answers from a function of the batch (no network)."""
+
+    def __init__(self, answer):
+        super().__init__("http://portal.invalid", "t", batch_size=8)
+        self.answer, self.posts = answer, []
+
+    def _post(self, batch):
+        self.posts.append([s["n"] for s in batch])
+        return self.answer(batch)
+
+
+@pytest.mark.parametrize("status", [404, 405, 408, 302, 401, 429, 503, None])
+def test_only_an_accepted_batch_leaves_the_buffer(status):
+    answers = iter([status])
+    shipper = ScriptedShipper(lambda batch: next(answers, 201))
+    shipper.add([{"n": i} for i in range(5)])
+    assert shipper.flush() is False
+    assert len(shipper.buffer) == 5 and shipper.sent == 0
+    assert shipper.flush() is True
+    assert shipper.posts == [[0, 1, 2, 3, 4]] * 2 and shipper.sent == 5 and not shipper.buffer
+
+
+def test_one_invalid_sample_is_dropped_alone_and_the_rest_of_its_batch_arrives():
+    accepted = []
+
+    def answer(batch):
+        if any(s["n"] == 5 for s in batch):
+            return 400
+        accepted.extend(s["n"] for s in batch)
+        return 201
+
+    shipper = ScriptedShipper(answer)
+    shipper.add([{"n": i} for i in range(11)])
+    assert shipper.flush() is True
+    assert accepted == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert shipper.rejected == 1 and shipper.sent == 10 and not shipper.buffer
+
+
+def test_a_portal_lost_while_splitting_keeps_what_it_did_not_settle():
+    answers = iter([400, 201, 400, None])  # [0..7] refused, [0..3] in, [4..7] refused, away
+    shipper = ScriptedShipper(lambda batch: next(answers))
+    shipper.add([{"n": i} for i in range(8)])
+    assert shipper.flush() is False
+    assert [s["n"] for s in shipper.buffer] == [4, 5, 6, 7] and shipper.sent == 4
