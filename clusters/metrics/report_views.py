@@ -48,9 +48,22 @@ def usage_report(request: HttpRequest) -> HttpResponse:
     return render(request, "metrics/usage_report.html", context)
 
 
+def _cell(text: str) -> str:
+    """A name as a CSV cell that spreadsheets show as text, never run as a formula."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 @login_required
 def usage_report_csv(request: HttpRequest) -> HttpResponse:
     context = _report(request)
+    if context["form"].errors:
+        # Never hand over this month's figures under a period the user did not ask for.
+        errors = [f"{field}: {' '.join(msgs)}" for field, msgs in context["form"].errors.items()]
+        return HttpResponse(
+            "The report's period is not valid:\n" + "\n".join(errors) + "\n",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
     name = f"gpu-usage-{context['start']:%Y%m%d}-{context['end']:%Y%m%d}-{context['group']}.csv"
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
@@ -62,7 +75,7 @@ def usage_report_csv(request: HttpRequest) -> HttpResponse:
     for row in [*context["rows"], context["total"]]:
         util = row.utilisation_pct
         writer.writerow([
-            row.name, f"{row.allocated_h:.4f}", f"{row.used_h:.4f}",
+            _cell(row.name), f"{row.allocated_h:.4f}", f"{row.used_h:.4f}",
             "" if util is None else f"{util:.2f}", f"{row.idle_h:.4f}",
             f"{row.over_quota_h:.4f}", f"{row.cost:.2f}", context["currency"],
             f"{row.unpriced_h:.4f}",

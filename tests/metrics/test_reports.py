@@ -147,6 +147,27 @@ def test_an_invalid_custom_period_shows_an_error_and_this_month(usage, org, clie
     assert "needs a start and an end" in response.content.decode()
 
 
+def test_the_csv_of_a_period_ending_before_it_starts_is_refused_with_the_reason(
+    usage, org, client_as
+):
+    url = "/reports/usage.csv?period=custom&start=2026-03-05&end=2026-03-01"
+    response = client_as(org.platform_admin).get(url)
+    assert response.status_code == 400
+    assert "end: The end comes before the start." in response.content.decode()
+    assert "attachment" not in response.get("Content-Disposition", "")
+    page = client_as(org.platform_admin).get(url.replace("usage.csv", "usage/"))
+    assert "The end comes before the start." in page.content.decode()
+
+
+def test_csv_names_that_look_like_formulas_stay_text(usage, org, client_as):
+    org.dept_a.name = "=HYPERLINK(1)"
+    org.dept_a.save()
+    rollup_hours()
+    url = REPORT_URL.replace("usage/", "usage.csv") + "&group=department"
+    rows = list(csv.reader(io.StringIO(client_as(org.dept_admin).get(url).content.decode())))
+    assert [row[0] for row in rows] == ["department", "'=HYPERLINK(1)", "Total"]
+
+
 def test_only_platform_admins_set_prices_and_each_change_is_audited(org, client_as):
     for persona in (org.dept_admin, org.researcher, org.outsider):
         assert client_as(persona).get("/reports/prices/").status_code == 403
