@@ -51,8 +51,10 @@ def workload_series(workload: Workload, now: dt.datetime | None = None) -> Serie
         for r in rows.values_list("node_id", "gpu_index", "ts", "util_pct", "mem_used_mib"):
             series[f"{names.get(r[0], r[0])}/gpu{r[1]}"].append((r[2].isoformat(), r[3], r[4]))
     else:
-        long = end - start > dt.timedelta(days=7)
-        resolution = Resolution.HOUR if long else Resolution.MINUTE
+        # Minute rows for lives up to a week while they are kept; hour rows otherwise.
+        minute_kept = start >= now - dt.timedelta(days=conf.get("GPUPOOL_METRICS_MINUTE_DAYS"))
+        short = end - start <= dt.timedelta(days=7)
+        resolution = Resolution.MINUTE if minute_kept and short else Resolution.HOUR
         rows = GpuUsage.objects.filter(
             _condition(intervals, now, "bucket"), resolution=resolution, samples__gt=0
         ).order_by("bucket")

@@ -10,9 +10,17 @@ from django.template import Context, RequestContext, Template
 from django.test import RequestFactory
 from django.utils import timezone
 
-from clusters.metrics.models import NodeToken, PoolUsage, ProjectUsage, Resolution
+from clusters.metrics.models import (
+    AllocationInterval,
+    GpuUsage,
+    NodeToken,
+    PoolUsage,
+    ProjectUsage,
+    Resolution,
+)
 from clusters.metrics.rollup import rollup_minutes
 from clusters.metrics.services import samples_ingest
+from clusters.metrics.workload_chart import workload_series
 from scheduling.models import CycleRun, WorkloadState
 from tests.conftest import PERSONAS
 from tests.metrics.helpers import allocate, every, make_node, make_workload, sample
@@ -171,6 +179,25 @@ def test_the_workload_chart_partial_draws_util_and_memory_per_gpu(live, org):
                      "node-1/gpu1 util %", "node-1/gpu1 memory MiB"]  # fmt: skip
     assert set(figure["data"][0]["y"]) == {50.0}
     assert render_tag("{% workload_gpu_chart workload %}", org.outsider, workload=busy) == "\n"
+
+
+def test_a_workload_older_than_the_minute_rows_is_drawn_from_hour_rows(org):
+    node = make_node(org.pool)
+    old = make_workload(org.project_a, org.researcher, "old", state=WorkloadState.SUCCEEDED)
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=40)
+    allocate(old, node, [0], at=start)
+    AllocationInterval.objects.filter(workload_id=old.pk).update(
+        ended_at=start + dt.timedelta(days=2)
+    )
+    # Retention has deleted the minute rows (after 35 days); the hour rows remain.
+    GpuUsage.objects.bulk_create(
+        GpuUsage(resolution=Resolution.HOUR, bucket=start + dt.timedelta(hours=h), node_id=node.pk,
+                 gpu_index=0, util_sum=360 * 80.0, util_max=90, mem_used_sum=360 * 2048.0,
+                 mem_total_mib=81920, samples=360)
+        for h in range(48)
+    )  # fmt: skip
+    points = workload_series(old)["node-1/gpu0"]
+    assert len(points) == 48 and {p[1:] for p in points} == {(80.0, 2048)}
 
 
 def test_prometheus_metrics_need_the_token(live, client, settings):
