@@ -44,10 +44,15 @@ def idle_decision(
     active_since: datetime,
     gpu_busy: bool,
     warned: bool,
+    warned_at: datetime | None = None,
 ) -> CullDecision:
     """What to do with one running workspace; pure, so each rule is tested alone.
 
-    `active_since` is the latest of: the pod's start, the last "keep running" click.
+    `active_since` is the latest of: the pod's start, the last "keep running" click, the
+    last GPU sample over the threshold (the idle clock starts when its GPUs went quiet).
+    Nothing is stopped without a warning first, and never sooner than the policy's gap
+    between warning and stopping after that warning: a workspace found idle for longer
+    than the stop time (the culler was down, the policy just shortened) is warned first.
     """
     if activity is None:
         return CullDecision("skip", "Jupyter did not answer; never stop what we cannot see.")
@@ -57,12 +62,14 @@ def idle_decision(
         return CullDecision("keep", "Its GPUs are in use.")
     last = max(t for t in (activity.last_activity, active_since) if t is not None)
     idle_min = max(0.0, (now - last).total_seconds() / 60)
-    if idle_min >= policy.stop_after_min:
-        return CullDecision("stop", f"Idle for {idle_min:.0f} minutes.", idle_min)
-    if idle_min >= policy.warn_after_min:
-        action = "keep" if warned else "warn"
-        return CullDecision(action, f"Idle for {idle_min:.0f} minutes.", idle_min)
-    return CullDecision("keep", "In use.", idle_min)
+    reason = f"Idle for {idle_min:.0f} minutes."
+    if idle_min < policy.warn_after_min:
+        return CullDecision("keep", "In use.", idle_min)
+    if not warned:
+        return CullDecision("warn", reason, idle_min)
+    grace = timedelta(minutes=policy.stop_after_min - policy.warn_after_min)
+    due = idle_min >= policy.stop_after_min and (warned_at is None or now - warned_at >= grace)
+    return CullDecision("stop" if due else "keep", reason, idle_min)
 
 
 def gpu_busy(workspace: Workspace, *, now: datetime, policy: IdlePolicy) -> bool:
@@ -79,6 +86,22 @@ def gpu_busy(workspace: Workspace, *, now: datetime, policy: IdlePolicy) -> bool
     ).exists()
 
 
+def gpu_last_busy(workspace: Workspace, *, now: datetime, policy: IdlePolicy) -> datetime | None:
+    """When its GPUs were last at or over the threshold, looking back as far as the stop
+    time (anything older leaves the workspace idle long enough either way)."""
+    return (
+        GpuSample.objects.filter(
+            workload_id=workspace.workload_id,
+            ts__gte=now - timedelta(minutes=policy.stop_after_min),
+            ts__lte=now,
+            util_pct__gte=policy.gpu_util_threshold_pct,
+        )
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+
+
 def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision:
     """Probe one running workspace and act on the decision."""
     policy = idle_policy_for(workspace.workload.project)
@@ -86,7 +109,16 @@ def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision
         return CullDecision("skip", "No idle policy applies.")
     activity = jupyter_activity(workspace)
     workload = workspace.workload
-    starts = [t for t in (workload.started_at, workload.admitted_at, workspace.kept_alive_at) if t]
+    starts = [
+        t
+        for t in (
+            workload.started_at,
+            workload.admitted_at,
+            workspace.kept_alive_at,
+            gpu_last_busy(workspace, now=now, policy=policy),
+        )
+        if t
+    ]
     decision = idle_decision(
         now=now,
         policy=policy,
@@ -94,6 +126,7 @@ def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision
         active_since=max(starts) if starts else now,
         gpu_busy=gpu_busy(workspace, now=now, policy=policy),
         warned=workspace.idle_state == IdleState.WARNED,
+        warned_at=workspace.warned_at,
     )
     _apply(workspace, decision, policy, activity, now)
     return decision
@@ -122,13 +155,21 @@ def _apply(
 
 def _warn(workspace: Workspace, decision: CullDecision, policy: IdlePolicy, now: datetime) -> None:
     workspace.idle_state, workspace.warned_at = IdleState.WARNED, now
+    # The stop comes when it has been idle the stop time, and the policy's gap after this
+    # warning, whichever is later.
+    stop_at = now + timedelta(
+        minutes=max(
+            policy.stop_after_min - decision.idle_minutes,
+            policy.stop_after_min - policy.warn_after_min,
+        )
+    )
     workload_event(
         workspace.workload,
         type="warning",
         reason="IdleWarning",
         message=(
             f"{decision.reason} It will be stopped after {policy.stop_after_min} idle minutes "
-            "unless someone keeps it running."
+            f"(not before {stop_at:%H:%M} UTC) unless someone keeps it running."
         ),
     )
 

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 from websockets.asyncio.client import connect
 
+from clusters.metrics.models import GpuSample
 from portal.models import AuditLog
 from scheduling.models import PodAllocation, WorkloadState
 from tests.workspaces.helpers import (
@@ -136,4 +137,27 @@ def test_keeping_a_warned_workspace_running_restarts_its_idle_clock(org, tmp_pat
         # Idle minutes now count from the click, not from Jupyter's last activity.
         keep = workspace.kept_alive_at
         assert workspaces_cull(now=keep + timedelta(minutes=9)) == {"keep": 1}
-        assert workspaces_cull(now=keep + timedelta(minutes=31)) == {"stop": 1}
+        # Idle past the stop time, but the click lifted the warning: warned again first,
+        # then stopped once the policy's 20 minutes between warning and stop have passed.
+        assert workspaces_cull(now=keep + timedelta(minutes=31)) == {"warn": 1}
+        assert workspaces_cull(now=keep + timedelta(minutes=50)) == {"keep": 1}
+        assert workspaces_cull(now=keep + timedelta(minutes=51)) == {"stop": 1}
+
+
+def test_the_idle_clock_starts_when_the_gpus_went_quiet_not_at_the_last_jupyter_use(org, tmp_path):
+    """A training script run from a terminal kept the GPUs busy for hours while Jupyter
+    saw nothing: 15 minutes after it ended the workspace is warned, not stopped."""
+    workspace = _running_lab(org, tmp_path)  # warn after 10, stop after 30
+    later = timezone.now() + timedelta(hours=5)  # Jupyter's last activity: now, 5 h before
+    for minutes_ago in (300, 200, 100, 15):
+        GpuSample.objects.create(
+            ts=later - timedelta(minutes=minutes_ago), node_id=1, gpu_index=0, util_pct=95,
+            workload_id=workspace.workload_id,
+        )  # fmt: skip
+    with jupyter_server(workspace.workload_id, tmp_path) as server:
+        _point_at(workspace, server)
+        assert workspaces_cull(now=later) == {"warn": 1}
+        assert workspaces_cull(now=later + timedelta(minutes=10)) == {"keep": 1}
+        assert workspaces_cull(now=later + timedelta(minutes=20)) == {"stop": 1}
+    warning = workspace.workload.events.get(reason="IdleWarning")
+    assert warning.message.startswith("Idle for 15 minutes.")

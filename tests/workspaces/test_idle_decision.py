@@ -76,3 +76,20 @@ def decide_with(activity: JupyterActivity) -> str:
         now=NOON, policy=POLICY, activity=activity, active_since=NOON - timedelta(days=1),
         gpu_busy=False, warned=False,
     ).action  # fmt: skip
+
+
+def test_a_workspace_found_idle_past_the_stop_time_is_warned_before_it_is_stopped():
+    assert decide(idle_min=10_000, warned=False) == "warn"
+
+
+def test_a_warned_workspace_is_stopped_no_sooner_than_the_policys_gap_after_its_warning():
+    def stop_or_keep(warned_min_ago: int) -> str:
+        activity = JupyterActivity(NOON - timedelta(days=1), kernels=1, busy_kernels=0)
+        return idle_decision(
+            now=NOON, policy=POLICY, activity=activity, active_since=NOON - timedelta(days=1),
+            gpu_busy=False, warned=True, warned_at=NOON - timedelta(minutes=warned_min_ago),
+        ).action  # fmt: skip
+
+    # Warn at 30 idle minutes, stop at 60: a warning always leaves 30 minutes to react.
+    assert stop_or_keep(warned_min_ago=29) == "keep"
+    assert stop_or_keep(warned_min_ago=30) == "stop"
