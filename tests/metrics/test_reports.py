@@ -159,6 +159,13 @@ def test_the_csv_of_a_period_ending_before_it_starts_is_refused_with_the_reason(
     assert "The end comes before the start." in page.content.decode()
 
 
+def test_each_bad_field_of_the_report_form_says_what_is_wrong(usage, org, client_as):
+    url = "/reports/usage/?period=custom&start=2026-02-31&end=2026-03-01&group=colour"
+    page = client_as(org.platform_admin).get(url).content.decode()
+    assert "Enter a valid date." in page
+    assert "Select a valid choice. colour is not one of the available choices." in page
+
+
 def test_csv_names_that_look_like_formulas_stay_text(usage, org, client_as):
     org.dept_a.name = "=HYPERLINK(1)"
     org.dept_a.save()
