@@ -45,11 +45,13 @@ def can_open_workspace(user: Any, workspace: Workspace) -> bool:
 
     Deliberately narrower than viewing: the tool is a shell on the owner's data, so
     administrators do not pass unless they are members of a shared workspace's project.
+    An owner who left the project (membership removed) no longer passes either: the tool
+    is a shell on the project's data and GPUs.
     """
     if not (user.is_authenticated and user.is_active):
         return False
     if user.pk == workspace.workload.submitted_by_id:
-        return True
+        return can_view_project(user, workspace.workload.project)
     return (
         workspace.shared_with_project
         and Membership.objects.filter(user=user, project_id=workspace.workload.project_id).exists()

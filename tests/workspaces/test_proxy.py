@@ -148,3 +148,14 @@ def test_the_owner_reaches_jupyter_with_the_token_added_by_the_proxy(client, org
         lab.token = "wrong"
         lab.save()
         assert call_http(f"/workspaces/{lab.workload_id}/lab/api/status", cookie)[0] == 403
+
+
+def test_an_owner_removed_from_the_project_no_longer_passes(client, org, lab):
+    cookie = _session_cookie(client, org.researcher)
+    path = f"/workspaces/{lab.workload_id}/lab/api/status"
+    assert call_http(path, cookie)[0] == 502  # let through, to a tool not listening yet
+    org.researcher.memberships.filter(project=org.project_a).delete()
+    status, _, body = call_http(path, cookie)
+    assert status == 403 and b"Only the owner" in body
+    ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
+    assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
