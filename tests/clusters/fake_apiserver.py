@@ -157,6 +157,8 @@ class FakeApiServer:
         }
         self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
         self.faults: list[Fault] = []
+        # Namespaces the cluster forbids creating (RBAC, an admission webhook): 403.
+        self.forbidden_namespaces: set[str] = set()
         self.down = False
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
@@ -513,6 +515,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in api.objects[resource]:
                     raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
+                if resource == "namespaces" and name in api.forbidden_namespaces:
+                    raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden')
                 obj = copy.deepcopy(body)
                 obj.setdefault("apiVersion", "v1")
                 obj["kind"] = KINDS[resource]

@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from cryptography.fernet import Fernet
 from kubernetes import watch
 
 from clusters.backends import PodPhase, get_backend
@@ -13,6 +14,7 @@ from clusters.backends.kubernetes import KubernetesBackend
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 from clusters.models import Node
 from clusters.reconcile import cluster_reconcile
+from clusters.tasks import sync_inventory
 from scheduling.lifecycle import workload_transition
 from scheduling.models import PodAllocation, WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_workload
@@ -520,3 +522,101 @@ def test_a_volume_the_api_server_refuses_fails_the_workload_with_its_message(kub
     workload.refresh_from_db()
     assert workload.state == S.FAILED
     assert 'spec.volumes.name: Invalid value: "Not_A_Label"' in workload.events.last().message
+
+
+def test_a_service_that_failed_after_its_pod_is_created_on_the_next_pass(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.inject("500", 100, method="POST", path="/services")
+    workload = training(
+        org, "lab", kind="workspace", spec={"ports": [{"name": "http", "port": 8888}]}
+    )
+    admit(workload, nodes[0])
+    result = cluster_reconcile(cluster)
+    assert len(fake.pods()) == 1 and fake.services() == []
+    assert any("service" in error for error in result.errors)
+    fake.faults.clear()
+    cluster_reconcile(cluster)
+    [service] = fake.services()
+    assert service["metadata"]["name"] == f"gp-{workload.pk}-0"
+    assert posts(fake, "/pods") == 1  # the pod was not made again
+    made = posts(fake, "/services")
+    cluster_reconcile(cluster)
+    assert posts(fake, "/services") == made  # repaired once, then left alone
+
+
+def test_a_service_left_without_its_pod_is_deleted_and_strangers_are_not(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    backend = KubernetesBackend(cluster)
+    backend.ensure_namespace("gp-ml-vision")
+    ours = {
+        "metadata": {"name": "gp-999-0", "labels": {"app.kubernetes.io/managed-by": "gpupool"}},
+        "spec": {"selector": {"gpupool.io/pod": "gp-999-0"}, "ports": [{"port": 80}]},
+    }
+    theirs = {"metadata": {"name": "gp-998-0"}, "spec": {"ports": [{"port": 80}]}}
+    backend.api.create_namespaced_service("gp-ml-vision", ours)
+    backend.api.create_namespaced_service("gp-ml-vision", theirs)
+    cluster_reconcile(cluster)
+    assert [s["metadata"]["name"] for s in fake.services()] == ["gp-998-0"]
+
+
+def test_a_namespace_the_cluster_refuses_holds_back_only_its_projects_pods(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    fake.forbidden_namespaces.add(org.project_a.namespace)
+    refused = training(org, "refused")
+    admit(refused, nodes[0], pods=[{"gpu_indices": [0]}])
+    other = make_workload(org.project_b, org.researcher, "other", command=["sleep", "60"])
+    admit(other, nodes[0], pods=[{"gpu_indices": [1]}])
+    result = cluster_reconcile(cluster)
+    assert [p["metadata"]["namespace"] for p in fake.pods()] == [org.project_b.namespace]
+    assert any("403" in error for error in result.errors)
+    cluster.refresh_from_db()
+    assert cluster.reachable and "403" in cluster.last_error
+    refused.refresh_from_db()
+    other.refresh_from_db()
+    assert (refused.state, other.state) == (S.ADMITTED, S.RUNNING)
+    assert refused.allocations.count() == 1
+    fake.forbidden_namespaces.clear()
+    cluster_reconcile(cluster)
+    refused.refresh_from_db()
+    assert refused.state == S.RUNNING and len(fake.pods()) == 2
+
+
+def test_a_binding_that_failed_after_its_pod_is_made_on_the_next_pass(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster = kube.cluster(pin="binding")
+    nodes = kube.nodes(cluster)
+    fake.inject("500", 100, method="POST", path="/binding")
+    workload = training(org, "unbound")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    result = cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    assert not pod["spec"].get("nodeName") and any("500" in e for e in result.errors)
+    fake.faults.clear()
+    cluster_reconcile(cluster)
+    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    assert pod["spec"]["nodeName"] == nodes[0].name and posts(fake, "/pods") == 1
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
+
+
+def test_a_kubeconfig_the_key_cannot_open_marks_the_cluster_and_keeps_its_work(
+    kube,  # noqa: F811
+    setup,
+    org,
+    settings,
+):
+    cluster, nodes = setup
+    workload = training(org, "locked")
+    admit(workload, nodes[0], pods=[{"gpu_indices": []}])
+    settings.GPUPOOL_KUBECONFIG_KEY = Fernet.generate_key().decode()  # the key was rotated
+    result = cluster_reconcile(cluster)
+    assert result.reachable is False
+    cluster.refresh_from_db()
+    assert cluster.reachable is False and "cannot be decrypted" in cluster.last_error
+    assert workload.allocations.count() == 1
+    assert sync_inventory(cluster.pk) is None  # the inventory task marks it too, no crash
+    assert Node.objects.filter(cluster=cluster, schedulable=True).count() == len(nodes)

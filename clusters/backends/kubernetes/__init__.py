@@ -37,6 +37,7 @@ from clusters.backends import (
     BackendError,
     BackendUnreachable,
     NodeInfo,
+    PodPhase,
     PodSpec,
     PodSpecInvalid,
     PodStatus,
@@ -51,7 +52,7 @@ from clusters.backends.kubernetes.manifests import (
     service_manifest,
 )
 from clusters.backends.kubernetes.reservations import Reservations
-from clusters.crypto import kubeconfig_decrypt
+from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -83,14 +84,26 @@ class KubernetesBackend(Backend):
     @property
     def api(self) -> k8s.CoreV1Api:
         if self._api is None:
-            kubeconfig = self._kubeconfig or yaml.safe_load(
-                kubeconfig_decrypt(self.cluster.kubeconfig_encrypted)
-            )
-            api_client = k8s_config.new_client_from_config_dict(kubeconfig)
+            api_client = self._api_client()
             api_client.configuration.retries = False  # our own retries, with backoff
             api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = self.workers
             self._api = k8s.CoreV1Api(api_client)
         return self._api
+
+    def _api_client(self) -> k8s.ApiClient:
+        """A client from the stored kubeconfig. A kubeconfig that cannot be decrypted (the
+        key changed) or read makes the cluster unreachable, with the reason as its error."""
+        try:
+            kubeconfig = self._kubeconfig or yaml.safe_load(
+                kubeconfig_decrypt(self.cluster.kubeconfig_encrypted)
+            )
+            return k8s_config.new_client_from_config_dict(kubeconfig)
+        except KubeconfigKeyMissing as exc:
+            raise BackendUnreachable(f"{self.cluster.name}: {exc}") from exc
+        except Exception as exc:  # the client fails on a broken kubeconfig in many ways
+            raise BackendUnreachable(
+                f"{self.cluster.name}: the kubeconfig cannot be used: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the API, retrying transient faults; ApiException for 4xx is raised at once."""
@@ -195,13 +208,17 @@ class KubernetesBackend(Backend):
             "metadata": {"name": spec.name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
         }
-        self.call(
-            self.api.create_namespaced_pod_binding,
-            spec.name,
-            spec.namespace,
-            body,
-            _preload_content=False,
-        )
+        try:
+            self.call(
+                self.api.create_namespaced_pod_binding,
+                spec.name,
+                spec.namespace,
+                body,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status != 409:  # 409: bound already, by a try whose answer was lost
+                raise
 
     def _adopt(self, spec: PodSpec) -> dict:
         """409 on create: ours from an earlier attempt whose answer was lost, or a stranger's."""
@@ -233,7 +250,7 @@ class KubernetesBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating:
             return False  # asked already; the kubelet is giving it its grace period
-        self.delete_quietly(self.api.delete_namespaced_service, status.name, status.namespace)
+        self._delete_service(status.name, status.namespace)
         gone = self.delete_quietly(
             self.api.delete_namespaced_pod,
             status.name,
@@ -242,6 +259,9 @@ class KubernetesBackend(Backend):
         )
         # A finished pod holds no GPU any more, even while the kubelet cleans it up.
         return gone or status.phase in TERMINAL_PHASES
+
+    def _delete_service(self, name: str, namespace: str) -> None:
+        self.delete_quietly(self.api.delete_namespaced_service, name, namespace)
 
     def delete_quietly(self, fn: Callable[..., Any], name: str, ns: str, **kwargs: Any) -> bool:
         """Delete; True when the object is gone now."""
@@ -279,7 +299,9 @@ class KubernetesBackend(Backend):
     ) -> ReconcileReport:
         """1. list managed pods; 2. delete those nobody wants, each with its workload's
         grace period (deleteOptions gracePeriodSeconds); 3. reservation pods for the shared
-        GPUs in use; 4. create what is missing (shared pods once their device is known).
+        GPUs in use; 4. create what is missing (shared pods once their device is known),
+        in namespaces that exist; 5. repair what an earlier pass left half done (a pod
+        whose Binding failed, a Service missing or left over).
         Deletes and creates run on a thread pool: reconcile is latency-bound."""
         pods = self._listed if self._listed is not None else self._managed_pods()
         self._listed = None
@@ -301,6 +323,9 @@ class KubernetesBackend(Backend):
                     doomed,
                 )
             )
+            # Pods that were there before this pass and stay: checked for a missing Binding
+            # or Service below.
+            existing = [wanted[n] for n in report.statuses if n in wanted]
             devices = self.reservations.sync(pods, desired, report)
             missing = [
                 ready
@@ -308,10 +333,71 @@ class KubernetesBackend(Backend):
                 if spec.name not in report.statuses
                 and (ready := _on_device(spec, devices)) is not None
             ]
-            for namespace, project in sorted({(s.namespace, s.project) for s in missing}):
-                self.ensure_namespace(namespace, project)
+            ready = self._namespaces_into(report, {(s.namespace, s.project) for s in missing})
+            missing = [s for s in missing if s.namespace in ready]
             list(pool.map(lambda s: self._create_into(report, s), missing))
+            self._repair_into(report, pool, existing)
         return report
+
+    def _namespaces_into(self, report: ReconcileReport, needed: set[tuple[str, str]]) -> set:
+        """Create the projects' namespaces; one that fails (refused, 5xx) holds back only
+        its own pods, and is tried again on the next pass."""
+        ready = set()
+        for namespace, project in sorted(needed):
+            try:
+                self.ensure_namespace(namespace, project)
+            except BackendError as exc:
+                report.errors.append(str(exc))
+            else:
+                ready.add(namespace)
+        return ready
+
+    def _repair_into(
+        self, report: ReconcileReport, pool: ThreadPoolExecutor, existing: list[PodSpec]
+    ) -> None:
+        """Level-triggered, like the pods: a pod created in an earlier pass whose Binding
+        or Service failed after the create gets them now; a Service without a wanted pod
+        (its pod deleted by hand, say) goes."""
+        jobs: list[Callable[[], Any]] = []
+        if self.pin == "binding":
+            unbound = [
+                spec
+                for spec in existing
+                if (status := report.statuses[spec.name]).phase == PodPhase.PENDING
+                and not status.node_name
+                and not status.terminating
+            ]
+            jobs += [lambda s=spec: self._bind(s) for spec in unbound]
+        try:
+            services = self._json(
+                self.api.list_service_for_all_namespaces, label_selector=SELECTOR
+            )["items"]
+        except ApiException as exc:
+            report.errors.append(f"cannot list services: {exc.status} {exc.reason}")
+            services = []
+            existing = []  # unknown which exist: create none, and delete none
+        listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
+        keep = {(s.namespace, s.name) for s in existing if s.ports}
+        jobs += [
+            lambda s=spec: self._ensure_service(s)
+            for spec in existing
+            if spec.ports and (spec.namespace, spec.name) not in listed
+        ]
+        jobs += [
+            lambda ns=ns, name=name: self._delete_service(name, ns)
+            for ns, name in sorted(listed - keep)
+            if name not in report.statuses  # a pod shutting down had it deleted already
+        ]
+
+        def run(job: Callable[[], Any]) -> None:
+            try:
+                job()
+            except BackendUnreachable:
+                raise
+            except (ApiException, BackendError) as exc:
+                report.errors.append(f"repair: {exc}")
+
+        list(pool.map(run, jobs))
 
 
 def _on_device(spec: PodSpec, devices: dict[tuple[str, int], str]) -> PodSpec | None:
