@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 MIB = 1024 * 1024
+log = logging.getLogger("gpupool.agent")
 
 
 class NoGpu(Exception):
@@ -53,6 +55,7 @@ class Sampler:
         if count == 0:
             raise NoGpu("NVML sees no GPU on this machine")
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.failing: dict[int, str] = {}  # GPU index -> the error it last failed with
 
     def close(self) -> None:
         self.nvml.nvmlShutdown()
@@ -85,5 +88,19 @@ class Sampler:
         )
 
     def read(self) -> list[Reading]:
+        """A reading per GPU that answers; one that fails (lost, resetting, MIG mode without
+        utilisation) is left out of this round and logged when its error changes, so one
+        bad GPU neither stops the agent (and its buffer) nor silences the others."""
         now = time.time()
-        return [self.read_one(i, h, now) for i, h in enumerate(self.handles)]
+        readings = []
+        for index, handle in enumerate(self.handles):
+            try:
+                readings.append(self.read_one(index, handle, now))
+            except self.nvml.NVMLError as exc:
+                if self.failing.get(index) != str(exc):
+                    log.warning("GPU %d cannot be read: %s", index, exc)
+                self.failing[index] = str(exc)
+                continue
+            if self.failing.pop(index, None) is not None:
+                log.info("GPU %d can be read again", index)
+        return readings

@@ -53,10 +53,17 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index):
         return index
 
+    def _check(self, handle):
+        """A GPU given an "error" (e.g. "GPU is lost") fails its readings with it."""
+        if self.gpus[handle].get("error"):
+            raise NVMLError(self.gpus[handle]["error"])
+
     def nvmlDeviceGetUtilizationRates(self, handle):
+        self._check(handle)
         return SimpleNamespace(gpu=self.gpus[handle]["util"], memory=0)
 
     def nvmlDeviceGetMemoryInfo(self, handle):
+        self._check(handle)
         gpu = self.gpus[handle]
         return SimpleNamespace(
             used=gpu["used"], total=gpu["total"], free=gpu["total"] - gpu["used"]

@@ -33,6 +33,17 @@ def test_a_board_without_power_readings_still_reports_the_rest():
     assert reading.power_w is None and reading.util_pct == 97.0
 
 
+def test_a_gpu_that_cannot_be_read_is_left_out_and_the_others_go_on(caplog):
+    nvml = FakeNvml()
+    nvml.gpus[0]["error"] = "GPU is lost"
+    sampler = Sampler(nvml)
+    for _ in range(2):
+        assert [r.gpu_index for r in sampler.read()] == [1]
+    assert caplog.text.count("GPU 0 cannot be read: GPU is lost") == 1
+    nvml.gpus[0]["error"] = None
+    assert [r.gpu_index for r in sampler.read()] == [0, 1]
+
+
 @pytest.mark.parametrize("nvml", [FakeNvml(init_error="Driver Not Loaded"), FakeNvml(gpus=[])])
 def test_without_a_gpu_the_agent_says_so_and_exits_cleanly(nvml, capsys):
     assert main(["--token", "t", "--ticks", "1"], nvml=nvml) == 0
