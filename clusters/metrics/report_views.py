@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 from typing import Any
 
 from django.contrib import messages
@@ -64,7 +65,9 @@ def usage_report_csv(request: HttpRequest) -> HttpResponse:
             status=400,
             content_type="text/plain; charset=utf-8",
         )
-    name = f"gpu-usage-{context['start']:%Y%m%d}-{context['end']:%Y%m%d}-{context['group']}.csv"
+    # Named by the first and the last day in the period (its end is exclusive).
+    last_day = context["end"] - dt.timedelta(microseconds=1)
+    name = f"gpu-usage-{context['start']:%Y%m%d}-{last_day:%Y%m%d}-{context['group']}.csv"
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     writer = csv.writer(response)

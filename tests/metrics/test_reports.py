@@ -134,6 +134,8 @@ def test_the_csv_has_a_row_per_group_and_a_total(usage, org, client_as):
     rollup_hours()
     response = client_as(org.dept_admin).get(REPORT_URL.replace("usage/", "usage.csv"))
     assert response["Content-Type"] == "text/csv"
+    day = f"{DAY:%Y%m%d}"
+    assert f'filename="gpu-usage-{day}-{day}-project.csv"' in response["Content-Disposition"]
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0][:4] == ["project", "allocated_gpu_hours", "used_gpu_hours", "utilization_pct"]
     assert rows[1][:7] == ["ml-detect", "0.5000", "0.2500", "50.00", "0.1000", "0.1667", "1.00"]
