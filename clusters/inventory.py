@@ -36,7 +36,8 @@ def inventory_sync(cluster: Cluster, *, backend: Backend | None = None) -> SyncR
     nodes = (backend or get_backend(cluster)).list_inventory()
     with transaction.atomic():
         result = inventory_store(cluster, nodes)
-        cluster_mark_contacted(cluster, cluster.last_error if not cluster.reachable else "")
+        # It answered: an "unreachable" error is over; a reconcile's error still stands.
+        cluster_mark_contacted(cluster, cluster.last_error if cluster.reachable else "")
     return result
 
 

@@ -106,6 +106,18 @@ def test_a_vanished_node_is_kept_but_unschedulable_and_a_cordoned_one_too(sim):
     assert Node.objects.get(name="a100-0").schedulable is True
 
 
+def test_a_sync_clears_an_unreachable_error_but_keeps_a_reconcile_error(sim):
+    Cluster.objects.filter(pk=sim.pk).update(reachable=False, last_error="connection refused")
+    inventory_sync(Cluster.objects.get(pk=sim.pk))
+    sim.refresh_from_db()
+    assert (sim.reachable, sim.last_error) == (True, "")
+    # The cluster answers, but the last reconcile could not create a pod: still worth showing.
+    Cluster.objects.filter(pk=sim.pk).update(last_error="create gp-1-0: 500 Internal Error")
+    inventory_sync(Cluster.objects.get(pk=sim.pk))
+    sim.refresh_from_db()
+    assert (sim.reachable, sim.last_error) == (True, "create gp-1-0: 500 Internal Error")
+
+
 def test_two_clusters_with_the_same_pool_label_get_separate_pools(sim):
     other = make_cluster("sim2", Backend.SIMULATED, config=description_parse(DESCRIPTION))
     inventory_sync(sim)
