@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from html import escape
 from importlib import import_module
 from types import SimpleNamespace
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -15,6 +15,7 @@ from django.contrib.auth import get_user
 from django.db import close_old_connections
 from django.http.cookie import parse_cookie
 from django.shortcuts import resolve_url
+from django.utils.http import is_same_domain
 
 from workspaces.selectors import can_open_workspace, workspace_get, workspace_upstream
 
@@ -49,8 +50,35 @@ def _user(headers: list[tuple[bytes, bytes]]):
     return get_user(SimpleNamespace(session=store))
 
 
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    return next((v.decode("latin-1") for n, v in headers if n.lower() == name), None)
+
+
+def origin_allowed(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A request a browser sent from another site (its Origin is neither this host nor a
+    trusted origin) is refused. Jupyter skips its own origin and XSRF checks for requests
+    carrying its token, and the proxy adds the token to every request: without this, any
+    page on the same site could drive a user's kernels through their session cookie.
+    Navigations and same-origin GETs carry no Origin; tools and scripts need none."""
+    origin = _header(headers, b"origin")
+    if origin is None:
+        return True
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    parts = urlsplit(origin)
+    if parts.netloc and parts.netloc == _header(headers, b"host"):
+        return True
+    return any(
+        trusted.startswith(f"{parts.scheme}://*.")
+        and is_same_domain(parts.netloc, trusted.partition("://")[2][1:])
+        for trusted in settings.CSRF_TRUSTED_ORIGINS
+    )
+
+
 def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: str) -> Access:
     """Decide one request: 200 with the upstream and token, or the refusal to send."""
+    if not origin_allowed(headers):
+        return Access(403, message="Refused: this request came from another site.")
     close_old_connections()
     try:
         user = _user(headers)

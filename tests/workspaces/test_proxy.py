@@ -21,8 +21,9 @@ def _session_cookie(client, user) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}; csrftoken=x".encode()
 
 
-def _scope(kind: str, path: str, cookie: bytes | None) -> dict:
+def _scope(kind: str, path: str, cookie: bytes | None, origin: bytes | None = None) -> dict:
     headers = [(b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
+    headers += [(b"origin", origin)] if origin else []
     scope = {
         "type": kind,
         "path": path,
@@ -59,7 +60,9 @@ async def _serve(scope: dict, receive, send) -> None:
             await app.client.aclose()
 
 
-def call_http(path: str, cookie: bytes | None = None) -> tuple[int, dict, bytes]:
+def call_http(
+    path: str, cookie: bytes | None = None, origin: bytes | None = None
+) -> tuple[int, dict, bytes]:
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -68,13 +71,13 @@ def call_http(path: str, cookie: bytes | None = None) -> tuple[int, dict, bytes]
     async def send(message: dict) -> None:
         sent.append(message)
 
-    _run(_serve(_scope("http", path, cookie), receive, send))
+    _run(_serve(_scope("http", path, cookie, origin), receive, send))
     start = sent[0]
     headers = {k.decode(): v.decode() for k, v in start["headers"]}
     return start["status"], headers, b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def websocket_handshake(path: str, cookie: bytes | None) -> dict:
+def websocket_handshake(path: str, cookie: bytes | None, origin: bytes | None = None) -> dict:
     """The server's first answer to a WebSocket connect: accept, or close (HTTP 403)."""
     sent: list[dict] = []
 
@@ -84,7 +87,7 @@ def websocket_handshake(path: str, cookie: bytes | None) -> dict:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    _run(_serve(_scope("websocket", path, cookie), receive, send))
+    _run(_serve(_scope("websocket", path, cookie, origin), receive, send))
     return sent[0]
 
 
@@ -159,3 +162,21 @@ def test_an_owner_removed_from_the_project_no_longer_passes(client, org, lab):
     assert status == 403 and b"Only the owner" in body
     ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
     assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
+
+
+def test_requests_a_browser_sends_from_another_site_are_refused(client, org, lab, settings):
+    """Jupyter skips its origin and XSRF checks for token-authenticated requests, and the
+    proxy adds the token: a page elsewhere on the same site must not drive the kernels."""
+    cookie = _session_cookie(client, org.researcher)
+    http = f"/workspaces/{lab.workload_id}/lab/api/status"
+    ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
+    evil = b"http://evil.testserver"
+    status, _, body = call_http(http, cookie, origin=evil)
+    assert status == 403 and b"another site" in body
+    assert websocket_handshake(ws, cookie, origin=evil) == {"type": "websocket.close", "code": 1008}
+    # The portal's own pages (same host), and origins the settings trust, pass.
+    assert call_http(http, cookie, origin=b"http://testserver")[0] == 502
+    assert websocket_handshake(ws, cookie, origin=b"http://testserver")["code"] == 1011
+    settings.CSRF_TRUSTED_ORIGINS = ["https://*.testserver"]
+    assert call_http(http, cookie, origin=b"https://evil.testserver")[0] == 502
+    assert call_http(http, cookie, origin=evil)[0] == 403
