@@ -50,7 +50,7 @@ def hour_rows(table: type, start: dt.datetime, end: dt.datetime) -> list:
     keys, sums = KEYS[table]
     grouped = (
         table.objects.filter(resolution=Resolution.MINUTE, bucket__gte=start, bucket__lt=end)
-        .annotate(hour=TruncHour("bucket"))
+        .annotate(hour=TruncHour("bucket", tzinfo=dt.UTC))  # UTC hours, whatever TIME_ZONE
         .values(*keys, "hour")
         .annotate(**{f"sum_{name}": expr for name, expr in sums.items()})
     )

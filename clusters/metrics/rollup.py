@@ -83,7 +83,7 @@ GpuKey = tuple[int, int, dt.datetime]  # node, gpu index, minute
 def gpu_minutes(start: dt.datetime, end: dt.datetime) -> dict[GpuKey, GpuMinute]:
     rows = (
         GpuSample.objects.filter(ts__gte=start, ts__lt=end)
-        .annotate(minute=TruncMinute("ts"))
+        .annotate(minute=TruncMinute("ts", tzinfo=dt.UTC))
         .values("node_id", "gpu_index", "minute")
         .annotate(
             u=Sum("util_pct"), n=Count("id"), mx=Max("util_pct"),

@@ -122,6 +122,15 @@ def test_hour_rollup_equals_the_sum_of_its_minutes(scene, org):
     assert (pool_hour.capacity_s, pool_hour.allocated_s) == (4 * 3600, 2025)
 
 
+def test_hours_are_utc_hours_whatever_the_sites_time_zone(scene, settings):
+    _, big, _ = scene
+    settings.TIME_ZONE = "Asia/Kolkata"  # UTC+5:30: its hours start at half past in UTC
+    rollup_minutes(now=T0 + 62 * MIN)
+    rollup_hours()
+    hours = WorkloadUsage.objects.filter(resolution=Resolution.HOUR, workload_id=big.pk)
+    assert [(h.bucket, h.allocated_s) for h in hours] == [(T0, 1800)]
+
+
 def test_rollup_runs_are_idempotent(scene):
     _, big, _ = scene
     rollup_minutes(now=T0 + 12 * MIN)
