@@ -17,6 +17,9 @@ from workspaces.services import LaunchRequest
 
 # The services' field names that the form shows under another name.
 FIELD_ALIASES = {"memory_mib": "memory_gib", "gpu_memory_mib": "gpu_memory_gib"}
+# What a chosen template fixes, in place of the form's own fields.
+TEMPLATE_FIELDS = {"environment", "gpu_request", "gpus", "gpu_memory_gib", "cpu", "memory_gib",
+                   "node_pool"}  # fmt: skip
 
 
 class LaunchForm(forms.Form):
@@ -126,9 +129,13 @@ class LaunchForm(forms.Form):
         )
 
     def add_service_errors(self, exc: ValidationFailed) -> None:
+        uses_template = self.cleaned_data.get("template") is not None
         for field, messages in exc.errors.items():
             name = FIELD_ALIASES.get(field, field)
             target = name if name in self.fields else None
+            if uses_template and target in TEMPLATE_FIELDS:
+                # The page hides the resource fields while a template is chosen: say it there.
+                target = "template"
             for message in messages:
                 self.add_error(target, message)
 

@@ -110,6 +110,24 @@ def test_a_template_fixes_the_environment_and_the_resources(org, jupyterlab):
     assert request.node_pool == org.pool
 
 
+def test_a_template_over_the_project_policy_is_refused_on_the_template_field(
+    client_as, org, jupyterlab
+):
+    """The page hides the resource fields while a template is chosen: the refusal must
+    show where the researcher looks."""
+    WorkloadPolicy.objects.create(project=org.project_a, max_gpus_per_workload=Decimal("1"))
+    template = WorkspaceTemplate.objects.create(
+        project=org.project_a, name="two-gpus", environment=jupyterlab, gpus=Decimal("2")
+    )
+    form = {**_form(jupyterlab, project=org.project_a.pk), "template": template.pk}
+    response = client_as(org.researcher).post("/workspaces/new/", form)
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert "at most 1 are allowed" in " ".join(errors["template"])
+    assert "gpus" not in errors
+    assert not Workload.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("persona", "page_status", "keep_status"),
     [("researcher", 200, 302), ("dept_admin", 200, 302), ("outsider", 404, 404)],
