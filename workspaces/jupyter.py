@@ -33,19 +33,22 @@ def auth_headers(workspace: Workspace) -> dict[str, str]:
 
 
 def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
+    """Jupyter: its /api/status says 200. Another tool (VS Code server, TensorBoard) has
+    no such endpoint: any answer at its base URL short of a server error will do."""
     upstream = workspace_upstream(workspace)
     if upstream is None:
         return False
+    jupyter = workspace.environment is None or workspace.environment.tool_kind == "jupyterlab"
     try:
         response = httpx.get(
-            tool_url(workspace, upstream, "api/status"),
-            params={"no_track_activity": "1"},
+            tool_url(workspace, upstream, "api/status" if jupyter else ""),
+            params={"no_track_activity": "1"} if jupyter else None,
             headers=auth_headers(workspace),
             timeout=timeout,
         )
     except httpx.HTTPError:
         return False
-    return response.status_code == 200
+    return response.status_code == 200 if jupyter else response.status_code < 500
 
 
 def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterActivity | None:

@@ -99,3 +99,38 @@ def test_the_workspace_page_shows_memory_in_gib_and_gpu_samples_in_readable_unit
     page = client_as(org.researcher).get(f"/workspaces/{workspace.workload_id}/").content.decode()
     assert "20 GiB GPU memory" in page and "6 GiB memory" in page
     assert "30 GiB / 80 GiB" in page
+
+
+def test_the_open_button_of_a_tool_without_jupyters_api_appears_once_it_answers(client_as, org):
+    """TensorBoard or VS Code server have no /api/status: any answer at the base URL
+    (here a real HTTP server's 404) means the tool is up; a Jupyter kind still needs 200."""
+    import subprocess
+    import sys
+
+    from tests.workspaces.helpers import free_port, kill_group, wait_until
+    from workspaces.jupyter import tool_answers
+    from workspaces.models import Environment, ToolKind
+
+    port = free_port()
+    workspace = make_running_workspace(
+        owner=org.researcher, project=org.project_a, endpoint=f"127.0.0.1:{port}"
+    )
+    workspace.environment = Environment.objects.create(
+        name="TensorBoard", image="tb", command=["tensorboard"], tool_kind=ToolKind.TENSORBOARD
+    )
+    workspace.save()
+    page = f"/workspaces/{workspace.workload_id}/status/"
+    assert not tool_answers(workspace)  # nothing listens yet
+    assert 'id="open-lab"' not in client_as(org.researcher).get(page).content.decode()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: tool_answers(workspace), 30, "the tool to answer")
+        assert "Open TensorBoard" in client_as(org.researcher).get(page).content.decode()
+        workspace.environment.tool_kind = ToolKind.JUPYTERLAB
+        assert not tool_answers(workspace)  # a 404 at /api/status is no Jupyter
+    finally:
+        kill_group(server.pid)
+        server.wait(timeout=10)
