@@ -16,7 +16,7 @@ from django.db.models import Avg, Count, Max, Min, QuerySet, Sum
 from django.utils import timezone
 
 from clusters.metrics import conf
-from clusters.metrics.models import GpuSample, PoolUsage, ProjectUsage, Resolution
+from clusters.metrics.models import GpuSample, PoolUsage, ProjectUsage, Resolution, RollupMark
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Project
 from scheduling.models import PodAllocation, Workload, WorkloadState
@@ -170,11 +170,32 @@ def usage_series(
         .order_by("bucket")
     )
     width = BUCKET_S[resolution]
-    return resolution, [
-        {"bucket": r["bucket"], "allocated": r["a"] / width, "used": r["u"] / width,
-         "over_quota": r["o"] / width}
+    found = {
+        r["bucket"]: {"bucket": r["bucket"], "allocated": r["a"] / width, "used": r["u"] / width,
+                      "over_quota": r["o"] / width}
         for r in rows
-    ]  # fmt: skip
+    }  # fmt: skip
+    # Rows exist only for buckets in which the owner held GPUs: every bucket the roll-up
+    # has finished gets a point, zero where nothing was held, so a line drops to zero
+    # between busy spells instead of being drawn straight across them.
+    done = list(RollupMark.objects.filter(name=resolution).values_list("done_until", flat=True))
+    end = min(done[0], now) if done else None
+    step = dt.timedelta(seconds=width)
+    bucket = first_bucket(now - span, resolution)
+    while end is not None and bucket < end:
+        found.setdefault(bucket, {"bucket": bucket, "allocated": 0.0, "used": 0.0,
+                                  "over_quota": 0.0})  # fmt: skip
+        bucket += step
+    return resolution, [found[b] for b in sorted(found)]
+
+
+def first_bucket(since: dt.datetime, resolution: str) -> dt.datetime:
+    """The first bucket (a UTC minute or hour) that starts at or after `since`."""
+    since = since.astimezone(dt.UTC)
+    floor = since.replace(second=0, microsecond=0)
+    if resolution == Resolution.HOUR:
+        floor = floor.replace(minute=0)
+    return floor if floor == since else floor + dt.timedelta(seconds=BUCKET_S[resolution])
 
 
 @dataclass

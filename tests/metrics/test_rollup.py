@@ -20,6 +20,7 @@ from clusters.metrics.models import (
     WorkloadUsage,
 )
 from clusters.metrics.rollup import rollup_minutes
+from clusters.metrics.selectors import usage_series
 from clusters.metrics.services import samples_ingest
 from portal.models import ProjectQuota
 from tests.metrics.helpers import T0, allocate, every, make_node, make_workload, sample
@@ -129,6 +130,25 @@ def test_hours_are_utc_hours_whatever_the_sites_time_zone(scene, settings):
     rollup_hours()
     hours = WorkloadUsage.objects.filter(resolution=Resolution.HOUR, workload_id=big.pk)
     assert [(h.bucket, h.allocated_s) for h in hours] == [(T0, 1800)]
+
+
+def test_a_projects_series_drops_to_zero_between_its_busy_spells(org):
+    node = make_node(org.pool)
+    work = make_workload(org.project_a, org.researcher)
+    first = allocate(work, node, [0, 1], at=T0)
+    allocations_sync(T0)
+    AllocationInterval.objects.filter(pod_allocation_id=first.pk).update(ended_at=T0 + 2 * MIN)
+    second = allocate(work, node, [0, 1], at=T0 + 5 * MIN, pod_index=1)
+    allocations_sync(T0 + 5 * MIN)
+    AllocationInterval.objects.filter(pod_allocation_id=second.pk).update(ended_at=T0 + 7 * MIN)
+    rollup_minutes(now=T0 + 10 * MIN)  # minutes up to 10:09 are final
+
+    _, rows = usage_series("24h", T0 + 10 * MIN, project_id=org.project_a.pk)
+    by_minute = {r["bucket"]: r["allocated"] for r in rows}
+    assert [by_minute[T0 + m * MIN] for m in range(9)] == [2, 2, 0, 0, 0, 2, 2, 0, 0]
+    assert max(by_minute) == T0 + 8 * MIN  # nothing after the last finished minute
+    assert min(by_minute) == T0 + 10 * MIN - dt.timedelta(hours=24)
+    assert len(rows) == 24 * 60 - 1
 
 
 def test_rollup_runs_are_idempotent(scene):
