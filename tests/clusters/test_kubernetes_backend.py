@@ -620,3 +620,33 @@ def test_a_kubeconfig_the_key_cannot_open_marks_the_cluster_and_keeps_its_work(
     assert workload.allocations.count() == 1
     assert sync_inventory(cluster.pk) is None  # the inventory task marks it too, no crash
     assert Node.objects.filter(cluster=cluster, schedulable=True).count() == len(nodes)
+
+
+def test_a_reservation_the_node_refuses_is_made_again_once_a_device_is_free(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, _ = setup
+    backend = KubernetesBackend(cluster)
+    backend.ensure_namespace("other-team")
+    hog = {  # a pod GPUPool does not know of takes every device of gpu-a
+        "metadata": {"name": "hog"},
+        "spec": {
+            "nodeName": "gpu-a",
+            "containers": [
+                {"name": "x", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+            ],
+        },
+    }
+    backend.api.create_namespaced_pod("other-team", hog)
+    shared = training(org, "squeezed", gpu_request="fraction", gpus="0.5")
+    admit(shared, Node.objects.get(name="gpu-a"), pods=[{"shared_gpu_index": 0, "gpu_share": 0.5}])
+    cluster_reconcile(cluster)
+    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0")["status"]["phase"] == "Failed"
+    result = cluster_reconcile(cluster)
+    assert any("reservation pod gp-reserve-gpu-a-0 failed" in e for e in result.errors)
+    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0") is None
+    backend.api.delete_namespaced_pod("hog", "other-team")
+    for _ in range(3):  # make the reservation, read its device, make the shared pod
+        cluster_reconcile(cluster)
+    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0")["status"]["phase"] == "Running"
+    shared.refresh_from_db()
+    assert shared.state == S.RUNNING

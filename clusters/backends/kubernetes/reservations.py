@@ -41,6 +41,10 @@ def _sharers_left(pods: list[dict], report: ReconcileReport) -> set[Key]:
     return keys
 
 
+def _failed(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
 class Reservations:
     def __init__(self, backend: KubernetesBackend):
         self.backend = backend
@@ -60,6 +64,8 @@ class Reservations:
             for key in sorted(in_use):
                 if key not in held:
                     self._create(*key)
+                elif _failed(held[key]):
+                    self._give_up(held.pop(key), report)
                 elif device := self._device(held[key], report):
                     devices[key] = device
             for key, pod in held.items():
@@ -104,6 +110,14 @@ class Reservations:
             _preload_content=False,
         )
         return match.group(0)
+
+    def _give_up(self, pod: dict, report: ReconcileReport) -> None:
+        """A reservation the node refused (no free device: pods GPUPool does not know of
+        hold them) is deleted, and made again on the next pass: it never holds anything."""
+        status = pod.get("status") or {}
+        reason = status.get("message") or status.get("reason") or "no reason given"
+        report.errors.append(f"reservation pod {pod['metadata']['name']} failed: {reason}")
+        self._delete(pod)
 
     def _delete(self, pod: dict) -> None:
         meta = pod["metadata"]
