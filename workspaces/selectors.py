@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.backends import pod_name
 from clusters.metrics.models import GpuSample
-from clusters.models import Backend
+from clusters.models import Backend, NodePool
 from portal.models import Membership, Project
 from portal.permissions import can_admin_project, can_view_project, visible_projects
-from scheduling.models import ACTIVE_STATES, WorkloadState
+from scheduling.models import ACTIVE_STATES, Workload, WorkloadState
 from scheduling.policies import effective_policy
 from workspaces.models import Environment, IdlePolicy, Workspace, WorkspaceTemplate
 
@@ -138,3 +142,43 @@ def workspace_gpu_use(workspace: Workspace, *, minutes: int = 5) -> list[dict[st
     ):
         latest[(sample["node_id"], sample["gpu_index"])] = sample
     return [latest[key] for key in sorted(latest)]
+
+
+# Set by the launch itself, never by the researcher: a relaunch gets fresh ones.
+LAUNCH_ENV = ("JUPYTER_TOKEN", "WORKSPACE_BIND_HOST")
+
+
+def relaunch_initial(workspace: Workspace) -> dict[str, Any]:
+    """The launch form filled in as this (finished) workspace was launched, under a free
+    name. Without a data volume its notebooks lived in the workload's own folder on the
+    local backend: the new workspace opens that folder, so the work carries over."""
+    workload = workspace.workload
+    env = {k: v for k, v in workload.env.items() if k not in LAUNCH_ENV}
+    folder = Path(settings.VAR_DIR) / "workloads" / str(workload.id)  # the local backend's
+    pools = NodePool.objects.filter(name__in=workload.node_pools)
+    return {
+        "project": workload.project_id,
+        "environment": workspace.environment_id,
+        "name": _free_name(workload),
+        "gpu_request": workload.gpu_request,
+        "gpus": workload.gpus,
+        "gpu_memory_gib": math.ceil(workload.gpu_memory_mib / 1024),
+        "cpu": workload.cpu,
+        "memory_gib": max(1, math.ceil(workload.memory_mib / 1024)),
+        "node_pool": pools[0].pk if len(workload.node_pools) == 1 and pools else None,
+        "data_volume": workspace.data_volume or (str(folder) if folder.is_dir() else ""),
+        "env": "\n".join(f"{k}={v}" for k, v in env.items()),
+        "shared_with_project": workspace.shared_with_project,
+    }
+
+
+def _free_name(workload: Workload) -> str:
+    """name-2, name-3...: names stay taken in a project while the old workload is kept."""
+    numbered = re.fullmatch(r"(.+)-\d+", workload.name)
+    base = (numbered[1] if numbered else workload.name)[:59].rstrip("-")
+    taken = set(
+        Workload.objects.filter(project_id=workload.project_id, name__startswith=base).values_list(
+            "name", flat=True
+        )
+    )
+    return next(f"{base}-{n}" for n in range(2, len(taken) + 3) if f"{base}-{n}" not in taken)

@@ -40,7 +40,7 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
     projects = submittable_projects(request.user).order_by("name")
     if not projects.exists():
         raise PermissionDenied("You are not a researcher in any project.")
-    form = LaunchForm(request.POST or None, projects=projects)
+    form = LaunchForm(request.POST or None, projects=projects, initial=_relaunch(request))
     if request.method == "POST" and form.is_valid():
         try:
             workspace = services.workspace_launch(
@@ -59,6 +59,17 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
         "policies": selectors.submit_limits_for_projects(projects),
     }
     return render(request, "workspaces/launch.html", context)
+
+
+def _relaunch(request: HttpRequest) -> dict:
+    """`?from=<id>`: the owner launches a finished workspace again (its settings, its files)."""
+    source = request.GET.get("from", "")
+    if request.method != "GET" or not source.isdigit():
+        return {}
+    workspace = _workspace_for(request, int(source))
+    if request.user.pk != workspace.workload.submitted_by_id:
+        raise PermissionDenied("Only the owner launches a workspace again.")
+    return selectors.relaunch_initial(workspace)
 
 
 @login_required

@@ -152,3 +152,42 @@ def test_only_researchers_of_the_project_may_launch_there(org, jupyterlab):
             project=org.project_a,
             request=LaunchRequest(name="x", environment=jupyterlab),
         )
+
+
+def test_the_owner_launches_a_stopped_workspace_again_with_its_settings_and_its_folder(
+    client_as, org, jupyterlab, settings, tmp_path
+):
+    """Culled overnight: the next morning "Launch again" fills the form in as before, under
+    a free name, and opens the old workspace's folder on the local backend (its notebooks)."""
+    settings.VAR_DIR = tmp_path
+    old = workspace_launch(
+        actor=org.researcher, project=org.project_a,
+        request=LaunchRequest(name="lab", environment=jupyterlab, cpu=Decimal("2"),
+                              memory_mib=3072, env={"WANDB_MODE": "offline"}),
+    )  # fmt: skip
+    Workload.objects.filter(pk=old.pk).update(state="stopped")
+    folder = tmp_path / "workloads" / str(old.pk)
+    folder.mkdir(parents=True)
+    (folder / "analysis.ipynb").write_text("{}")
+    client = client_as(org.researcher)
+    assert 'id="launch-again"' in client.get(f"/workspaces/{old.pk}/").content.decode()
+
+    page = client.get(f"/workspaces/new/?from={old.pk}")
+    form = page.context["form"]
+    values = {name: form[name].value() for name in form.fields}
+    assert (values["name"], values["environment"], values["cpu"]) == ("lab-2", jupyterlab.pk, 2)
+    assert (values["memory_gib"], values["env"]) == (3, "WANDB_MODE=offline")
+    assert values["data_volume"] == str(folder) and old.token not in page.content.decode()
+
+    data = {k: v for k, v in values.items() if v is not None and k != "template"}
+    assert client.post("/workspaces/new/", data).status_code == 302
+    new = Workspace.objects.exclude(pk=old.pk).get()
+    assert new.workload.name == "lab-2" and new.token != old.token
+    assert f"--ServerApp.root_dir={folder}" in new.workload.command
+    assert new.workload.env["JUPYTER_TOKEN"] == new.token
+
+
+def test_only_the_owner_may_launch_a_workspace_again(client_as, org, jupyterlab):
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    assert client_as(org.dept_admin).get(f"/workspaces/new/?from={workspace.pk}").status_code == 403
+    assert client_as(org.outsider).get(f"/workspaces/new/?from={workspace.pk}").status_code == 404
