@@ -16,7 +16,12 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from clusters.metrics.selectors import allocation_gpus, latest_utilisation
+from clusters.metrics.selectors import (
+    PENDING_FIELDS,
+    allocation_gpus,
+    latest_utilisation,
+    pending_gpu_counter,
+)
 from clusters.models import Gpu, Node
 from portal.models import DepartmentQuota, ProjectQuota
 from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
@@ -67,12 +72,13 @@ def _allocation_lines() -> list[str]:
 
 def _pending_lines() -> list[str]:
     counts: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    pending = Workload.objects.filter(state=WorkloadState.PENDING).values_list(
-        "project__name", "gpus", "pods"
+    pending = Workload.objects.filter(state=WorkloadState.PENDING).values(
+        "project__name", *PENDING_FIELDS
     )
-    for project, gpus, pods in pending:
-        counts[project][0] += 1
-        counts[project][1] += float(gpus) * pods
+    count_gpus = pending_gpu_counter()
+    for w in pending:
+        counts[w["project__name"]][0] += 1
+        counts[w["project__name"]][1] += count_gpus(w)
     return [
         *_gauge("gpupool_pending_workloads", "Workloads waiting for GPUs.",
                 (({"project": p}, c[0]) for p, c in sorted(counts.items()))),

@@ -19,7 +19,7 @@ from clusters.metrics import conf
 from clusters.metrics.models import GpuSample, PoolUsage, ProjectUsage, Resolution, RollupMark
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Project
-from scheduling.models import PodAllocation, Workload, WorkloadState
+from scheduling.models import GpuRequestKind, PodAllocation, Workload, WorkloadState
 
 RANGES: dict[str, tuple[dt.timedelta, str]] = {
     "24h": (dt.timedelta(hours=24), Resolution.MINUTE),
@@ -241,15 +241,38 @@ def idle_workloads(
     return sorted(found.values(), key=lambda e: -e.idle_gpus)
 
 
+PENDING_FIELDS = ("gpu_request", "gpus", "gpu_memory_mib", "pods", "node_pools")
+
+
+def pending_gpu_counter() -> Callable[[dict[str, Any]], float]:
+    """GPUs a pending workload (a dict with PENDING_FIELDS) asks for. A request for GPU
+    memory counts as its share of the largest GPU in the pools it may use (all pools when
+    it names none), at most one GPU a pod, as it would once placed there."""
+    largest: dict[str | None, int] = defaultdict(int)
+    for pool, memory in Gpu.objects.values_list("node__pool__name", "memory_mib"):
+        largest[pool] = max(largest[pool], memory)
+    anywhere = max(largest.values(), default=0)
+
+    def gpus(w: dict[str, Any]) -> float:
+        if w["gpu_request"] != GpuRequestKind.MEMORY:
+            return float(w["gpus"]) * w["pods"]
+        pools = w["node_pools"] or []
+        memory = max((largest.get(p, 0) for p in pools), default=0) if pools else anywhere
+        return w["pods"] * min(1.0, w["gpu_memory_mib"] / memory) if memory else 0.0
+
+    return gpus
+
+
 def pending_demand(projects: QuerySet[Project]) -> dict[str, Any]:
     """GPUs asked for by pending workloads: in total, per node pool wish, per project."""
     pending = Workload.objects.filter(state=WorkloadState.PENDING).values(
-        "project_id", "project__name", "gpus", "pods", "node_pools"
+        "project_id", "project__name", *PENDING_FIELDS
     )
     visible = set(projects.values_list("id", flat=True))
     total, per_pool, per_project, count = 0.0, defaultdict(float), defaultdict(float), 0
+    count_gpus = pending_gpu_counter()
     for w in pending:
-        gpus = float(w["gpus"]) * w["pods"]
+        gpus = count_gpus(w)
         total += gpus
         count += 1
         per_pool[", ".join(w["node_pools"] or []) or "any pool"] += gpus

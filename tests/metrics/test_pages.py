@@ -228,6 +228,17 @@ def test_prometheus_metrics_expose_quota_allocation_pending_and_cycles(live, org
     assert "# TYPE gpupool_pending_gpus gauge" in lines
 
 
+def test_pending_gpu_memory_requests_count_as_their_share_of_a_gpu(live, org, client_as, settings):
+    # Two pods asking 40 GiB each of the pool's 80 GiB GPUs: one GPU of demand, not zero.
+    make_workload(org.project_a, org.researcher, "notebooks", gpu_request="memory", gpus=0,
+                  gpu_memory_mib=40960, pods=2, state=WorkloadState.PENDING)  # fmt: skip
+    page = client_as(org.platform_admin).get("/dashboard/fragment/now/").content.decode()
+    assert 'data-metric="pending">5 GPUs<' in page
+    settings.GPUPOOL_METRICS_TOKEN = "s3cret"
+    metrics = client_as(None).get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert 'gpupool_pending_gpus{project="ml-vision"} 5' in metrics.content.decode()
+
+
 def test_template_context_without_request_is_not_needed_for_figures():
     # The figure partial renders from plain context too (used by the report and heat map).
     html = Template('{% include "metrics/_figure.html" %}').render(
