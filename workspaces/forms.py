@@ -72,8 +72,9 @@ class LaunchForm(forms.Form):
         self.fields["environment"].queryset = environments
         if len(environments) == 1:  # nothing to choose: preselect it
             self.fields["environment"].initial = environments[0].pk
+        # A template whose environment an admin disabled could only be refused: not offered.
         self.fields["template"].queryset = WorkspaceTemplate.objects.filter(
-            project__in=projects
+            project__in=projects, environment__enabled=True
         ).select_related("project", "environment")
         label_simulated_pools(self.fields["node_pool"])
 

@@ -191,3 +191,12 @@ def test_only_the_owner_may_launch_a_workspace_again(client_as, org, jupyterlab)
     workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
     assert client_as(org.dept_admin).get(f"/workspaces/new/?from={workspace.pk}").status_code == 403
     assert client_as(org.outsider).get(f"/workspaces/new/?from={workspace.pk}").status_code == 404
+
+
+def test_templates_of_a_disabled_environment_are_not_offered(client_as, org, jupyterlab):
+    WorkspaceTemplate.objects.create(project=org.project_a, name="cpu-box", environment=jupyterlab)
+    client = client_as(org.researcher)
+    assert "cpu-box" in client.get("/workspaces/new/").content.decode()
+    jupyterlab.enabled = False
+    jupyterlab.save()
+    assert "cpu-box" not in client.get("/workspaces/new/").content.decode()
