@@ -191,7 +191,8 @@ def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) 
         status = report.statuses.get(_name(allocation))
         if status is None:
             continue
-        phase = "Terminating" if status.terminating else str(status.phase)
+        phase = "Terminating" if status.terminating else (status.reason or str(status.phase))
+        phase = phase[: PodAllocation._meta.get_field("phase").max_length]
         new = (phase, status.endpoint or allocation.endpoint, status.backend_ref)
         if new != (allocation.phase, allocation.endpoint, allocation.backend_ref):
             allocation.phase, allocation.endpoint, allocation.backend_ref = new

@@ -134,6 +134,9 @@ class PodStatus:
     terminating: bool = False
     # Failed for the node's reasons, not its own (evicted, node lost): requeue, not fail.
     lost: bool = False
+    # Why a pod that should run does not yet, as kubectl shows it instead of the phase:
+    # ContainerCreating, ImagePullBackOff, CreateContainerConfigError.
+    reason: str = ""
 
 
 @dataclass(slots=True)

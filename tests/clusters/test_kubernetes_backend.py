@@ -650,3 +650,34 @@ def test_a_reservation_the_node_refuses_is_made_again_once_a_device_is_free(kube
     assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0")["status"]["phase"] == "Running"
     shared.refresh_from_db()
     assert shared.state == S.RUNNING
+
+
+def waiting(backend, workload, reason: str, message: str) -> None:
+    """What the kubelet reports for a container it cannot start (yet)."""
+    state = {"waiting": {"reason": reason, "message": message}}
+    status = {"phase": "Pending", "containerStatuses": [{"name": "main", "state": state}]}
+    backend.api.patch_namespaced_pod_status(
+        f"gp-{workload.pk}-0", "gp-ml-vision", {"status": status}, _preload_content=False
+    )
+
+
+def test_a_pod_waiting_for_its_image_shows_why_and_an_invalid_image_fails(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    fake.auto_run = False  # the kubelet starts nothing by itself
+    cluster, nodes = setup
+    backend = KubernetesBackend(cluster)
+    pulling, invalid = training(org, "pulling"), training(org, "invalid")
+    for workload in (pulling, invalid):
+        admit(workload, nodes[0], pods=[{"gpu_indices": []}])
+    cluster_reconcile(cluster)
+    waiting(backend, pulling, "ImagePullBackOff", 'Back-off pulling image "nope:1"')
+    waiting(backend, invalid, "InvalidImageName", 'couldn\'t parse image name "UPPER:x"')
+    cluster_reconcile(cluster)
+    pulling.refresh_from_db()
+    invalid.refresh_from_db()
+    # A pull may still succeed (a registry hiccup): the pod waits, and says why.
+    assert pulling.state == S.ADMITTED
+    assert pulling.allocations.get().phase == "ImagePullBackOff"
+    # An image name that cannot be parsed never will be: the workload fails with the reason.
+    assert invalid.state == S.FAILED
+    assert "InvalidImageName" in invalid.events.last().message

@@ -28,6 +28,8 @@ NODE_REASONS = {
     "UnexpectedAdmissionError",
     "OutOfnvidia.com/gpu",
 }
+# A container waiting for one of these reasons will never start, however long it waits.
+NEVER_STARTS = {"InvalidImageName", "ErrImageNeverPull"}
 # The reservation pod prints the UUID of the GPU the device plugin gave it, then holds it.
 # nvidia-smi is mounted into the container by the NVIDIA container toolkit ("utility").
 RESERVATION_COMMAND = [
@@ -233,10 +235,16 @@ def pod_status(pod: dict) -> PodStatus:
         terminating=bool(meta.get("deletionTimestamp")),
     )
     for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated")
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
         if terminated:
             result.exit_code = terminated.get("exitCode")
             result.message = terminated.get("message") or terminated.get("reason") or ""
+        elif waiting and result.phase == PodPhase.PENDING:
+            result.reason = waiting.get("reason") or ""
+            result.message = ": ".join(filter(None, [result.reason, waiting.get("message")]))
+            if result.reason in NEVER_STARTS:
+                result.phase = PodPhase.FAILED  # the kubelet would wait forever
     if status.get("message"):
         result.message = status["message"]
     result.lost = result.phase == PodPhase.FAILED and status.get("reason") in NODE_REASONS
