@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,11 +125,27 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
         print("gpupool agent: no node token (--token, --token-file or GPUPOOL_AGENT_TOKEN)")
         return 2
     log.info("watching %d GPUs, posting to %s", len(sampler.handles), shipper.portal)
+    stopping = on_sigterm()
     try:
         Agent(sampler, shipper, interval_s=args.interval).run(args.ticks)
     except KeyboardInterrupt:
         pass
     finally:
         sampler.close()
-        shipper.flush()
+        shipper.flush()  # a last try for what is buffered
+        if stopping is not None:
+            signal.signal(signal.SIGTERM, stopping)
+    log.info("stopped; %d samples sent, %d still buffered", shipper.sent, len(shipper.buffer))
     return 0
+
+
+def on_sigterm() -> Any:
+    """Stop on SIGTERM (systemd, Kubernetes) as on Ctrl-C: close NVML, send what is
+    buffered, exit 0. Returns the handler it replaced (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)

@@ -54,7 +54,15 @@ class Sampler:
             raise NoGpu(f"NVML is not usable here: {exc}") from exc
         if count == 0:
             raise NoGpu("NVML sees no GPU on this machine")
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.handles: dict[int, Any] = {}  # NVML index -> handle, for the GPUs that answer
+        for index in range(count):
+            try:
+                self.handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
+            except nvml.NVMLError as exc:
+                log.warning("GPU %d is left out: %s", index, exc)
+        if not self.handles:
+            nvml.nvmlShutdown()
+            raise NoGpu(f"none of the {count} GPUs NVML lists can be opened")
         self.failing: dict[int, str] = {}  # GPU index -> the error it last failed with
 
     def close(self) -> None:
@@ -93,7 +101,7 @@ class Sampler:
         bad GPU neither stops the agent (and its buffer) nor silences the others."""
         now = time.time()
         readings = []
-        for index, handle in enumerate(self.handles):
+        for index, handle in self.handles.items():
             try:
                 readings.append(self.read_one(index, handle, now))
             except self.nvml.NVMLError as exc:

@@ -51,6 +51,8 @@ class FakeNvml:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index):
+        if self.gpus[index].get("handle_error"):
+            raise NVMLError(self.gpus[index]["handle_error"])
         return index
 
     def _check(self, handle):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +43,15 @@ def test_a_gpu_that_cannot_be_read_is_left_out_and_the_others_go_on(caplog):
     assert caplog.text.count("GPU 0 cannot be read: GPU is lost") == 1
     nvml.gpus[0]["error"] = None
     assert [r.gpu_index for r in sampler.read()] == [0, 1]
+
+
+def test_a_gpu_lost_before_the_agent_starts_is_left_out(capsys):
+    nvml = FakeNvml()
+    nvml.gpus[0]["handle_error"] = "GPU is lost"
+    assert [r.gpu_index for r in Sampler(nvml).read()] == [1]
+    nvml.gpus[1]["handle_error"] = "GPU is lost"
+    assert main(["--token", "t", "--ticks", "1"], nvml=nvml) == 0
+    assert "none of the 2 GPUs NVML lists can be opened" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("nvml", [FakeNvml(init_error="Driver Not Loaded"), FakeNvml(gpus=[])])
@@ -222,3 +232,30 @@ def test_a_portal_lost_while_splitting_keeps_what_it_did_not_settle():
     shipper.add([{"n": i} for i in range(8)])
     assert shipper.flush() is False
     assert [s["n"] for s in shipper.buffer] == [4, 5, 6, 7] and shipper.sent == 4
+
+
+def test_sigterm_stops_the_agent_cleanly_after_a_last_flush():
+    portal = Portal()
+    portal.up()
+    code = (
+        "import sys; from clusters.agent.main import main; "
+        "from tests.metrics.fake_nvml import FakeNvml; "
+        f"sys.exit(main(['--token', 'secret', '--portal', 'http://127.0.0.1:{portal.port}', "
+        "'--interval', '60'], nvml=FakeNvml()))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    agent = subprocess.Popen([sys.executable, "-c", code], cwd=root, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if len(portal.received) == 2 or agent.poll() is not None:
+                break
+            threading.Event().wait(0.05)
+        assert len(portal.received) == 2  # the first round arrived; now it sleeps 60 s
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+        assert "stopped; 2 samples sent, 0 still buffered" in agent.stderr.read().decode()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        portal.down()
