@@ -21,6 +21,7 @@ from tests.metrics.helpers import T0, allocate, every, make_node, make_workload,
 
 pytestmark = pytest.mark.django_db
 MIN = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
 DAY = T0.date()
 REPORT_URL = f"/reports/usage/?period=custom&start={DAY}&end={DAY}"
 
@@ -187,3 +188,29 @@ def test_only_platform_admins_set_prices_and_each_change_is_audited(org, client_
     assert "L40S" in client.get("/reports/prices/").content.decode()
     bad = client.post("/reports/prices/", {"gpu_model": "L40S", "price_per_hour": "-1"})
     assert bad.status_code == 200 and "greater than or equal to 0" in bad.content.decode()
+
+
+def test_usage_across_a_month_boundary_is_split_at_utc_midnight(org, settings):
+    """A job from 23:30 on 28 February to 00:30 on 1 March (UTC), sampled by an agent whose
+    clock writes +02:00, under a site time zone with half-hour offsets."""
+    settings.TIME_ZONE = "Asia/Kolkata"
+    settings.GPUPOOL_METRICS_RAW_DAYS = 100_000
+    node = make_node(org.pool)
+    work = make_workload(org.project_a, org.researcher, "midnight")
+    start = dt.datetime(2026, 2, 28, 23, 30, tzinfo=dt.UTC)
+    allocate(work, node, [0], at=start)
+    allocations_sync(start)
+    AllocationInterval.objects.update(ended_at=start + 60 * MIN)
+    plus_two = dt.timezone(dt.timedelta(hours=2))
+    samples_ingest([
+        sample(node, 0, ts.astimezone(plus_two).isoformat(), 50.0)
+        for ts in every(start, start + 60 * MIN, 30)
+    ])  # fmt: skip
+    rollup_minutes(now=start + 2 * HOUR)
+    rollup_hours()
+    now = dt.datetime(2026, 3, 15, tzinfo=dt.UTC)
+    for preset in ("last_month", "this_month"):
+        rows = usage_report(Project.objects.all(), *period_for(preset, now), "project")
+        assert [(r.name, round(r.allocated_h, 4), round(r.used_h, 4)) for r in rows] == [
+            ("ml-vision", 0.5, 0.25)
+        ], preset
