@@ -222,8 +222,9 @@ def idle_gpus(now: dt.datetime) -> set[tuple[int, int]]:
 
 
 def idle_workloads(
-    projects: QuerySet[Project], now: dt.datetime | None = None
+    projects: QuerySet[Project], now: dt.datetime | None = None, pool_ids: list[int] | None = None
 ) -> list[IdleWorkload]:
+    """Workloads in `projects` (on nodes of `pool_ids`, if given) holding idle GPUs."""
     now = now or timezone.now()
     idle = idle_gpus(now)
     if not idle:
@@ -232,6 +233,8 @@ def idle_workloads(
     allocations = PodAllocation.objects.filter(
         workload__project__in=projects, node_id__in={node for node, _ in idle}
     ).select_related("workload__project", "node")
+    if pool_ids:
+        allocations = allocations.filter(node__pool_id__in=pool_ids)
     for a in allocations:
         for index in held_gpus(a):
             if (a.node_id, int(index)) in idle:
@@ -263,15 +266,21 @@ def pending_gpu_counter() -> Callable[[dict[str, Any]], float]:
     return gpus
 
 
-def pending_demand(projects: QuerySet[Project]) -> dict[str, Any]:
-    """GPUs asked for by pending workloads: in total, per node pool wish, per project."""
+def pending_demand(
+    projects: QuerySet[Project], pool_ids: list[int] | None = None
+) -> dict[str, Any]:
+    """GPUs asked for by pending workloads: in total, per node pool wish, per project.
+    With `pool_ids`, only workloads that may run there (they name one, or any pool)."""
     pending = Workload.objects.filter(state=WorkloadState.PENDING).values(
         "project_id", "project__name", *PENDING_FIELDS
     )
     visible = set(projects.values_list("id", flat=True))
+    pools = set(NodePool.objects.filter(pk__in=pool_ids or []).values_list("name", flat=True))
     total, per_pool, per_project, count = 0.0, defaultdict(float), defaultdict(float), 0
     count_gpus = pending_gpu_counter()
     for w in pending:
+        if pool_ids and w["node_pools"] and not pools.intersection(w["node_pools"]):
+            continue
         gpus = count_gpus(w)
         total += gpus
         count += 1

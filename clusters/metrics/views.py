@@ -34,8 +34,8 @@ def _now_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "pools": pools,
         "totals": {name: sum(getattr(p, name) for p in pools) for name in TOTALS},
-        "idle": selectors.idle_workloads(projects)[:20],
-        "pending": selectors.pending_demand(projects),
+        "idle": selectors.idle_workloads(projects, pool_ids=pool_ids)[:20],
+        "pending": selectors.pending_demand(projects, pool_ids),
         "updated_at": timezone.now(),
     }
 

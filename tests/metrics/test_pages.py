@@ -21,6 +21,7 @@ from clusters.metrics.models import (
 from clusters.metrics.rollup import rollup_minutes
 from clusters.metrics.services import samples_ingest
 from clusters.metrics.workload_chart import workload_series
+from clusters.models import NodePool
 from scheduling.models import CycleRun, WorkloadState
 from tests.conftest import PERSONAS
 from tests.metrics.helpers import allocate, every, make_node, make_workload, sample
@@ -237,6 +238,27 @@ def test_pending_gpu_memory_requests_count_as_their_share_of_a_gpu(live, org, cl
     settings.GPUPOOL_METRICS_TOKEN = "s3cret"
     metrics = client_as(None).get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
     assert 'gpupool_pending_gpus{project="ml-vision"} 5' in metrics.content.decode()
+
+
+def test_a_pool_filter_narrows_idle_workloads_and_pending_demand_too(live, org, client_as):
+    other = NodePool.objects.create(name="h100", cluster=live[0].cluster)
+    node = make_node(other, "h100-1", gpus=1, model="H100")
+    idle = make_workload(org.project_b, org.outsider, "idle-h100")
+    allocate(idle, node, [0], at=timezone.now() - dt.timedelta(minutes=7))
+    now = timezone.now()
+    samples_ingest([sample(node, 0, ts, 0.0) for ts in every(now - dt.timedelta(minutes=6), now)])
+    make_workload(org.project_b, org.outsider, "wants-h100", gpus=3, node_pools=["h100"],
+                  state=WorkloadState.PENDING)  # fmt: skip
+    client = client_as(org.platform_admin)
+
+    everything = client.get("/dashboard/fragment/now/").content.decode()
+    assert "idle-h100" in everything and 'data-metric="pending">7 GPUs<' in everything
+    a100 = client.get(f"/dashboard/fragment/now/?pool={org.pool.pk}").content.decode()
+    assert "idle-h100" not in a100 and "sleepy" in a100
+    assert 'data-metric="pending">4 GPUs<' in a100  # the job that may run anywhere
+    h100 = client.get(f"/dashboard/fragment/now/?pool={other.pk}").content.decode()
+    assert "idle-h100" in h100 and "sleepy" not in h100
+    assert 'data-metric="pending">7 GPUs<' in h100
 
 
 def test_template_context_without_request_is_not_needed_for_figures():
