@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -45,6 +47,9 @@ DROP_REQUEST = {
 DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "upgrade", "trailer"}
 
 Scope = dict[str, Any]
+Check = Callable[[], Awaitable[proxy_auth.Access]]
+# How often an open WebSocket's access is asked again (a DB read per socket).
+RECHECK_S = 30.0
 
 
 @dataclass
@@ -60,11 +65,10 @@ class WorkspaceProxy:
         match = LAB_PATH.match(scope.get("path", ""))
         if match is None:
             return await self.app(scope, receive, send)
-        access = await proxy_auth.authorize(
-            scope["headers"], int(match["id"]), scope.get("path", "")
-        )
+        check = partial(proxy_auth.authorize, scope["headers"], int(match["id"]), scope["path"])
+        access = await check()
         if scope["type"] == "websocket":
-            return await proxy_websocket(scope, receive, send, access)
+            return await proxy_websocket(scope, receive, send, access, check)
         return await self.proxy_http(scope, receive, send, access)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
@@ -178,8 +182,12 @@ async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def proxy_websocket(scope: Scope, receive: Any, send: Any, access: proxy_auth.Access) -> None:
-    """Checks the handshake, then pumps frames both ways until either side closes."""
+async def proxy_websocket(
+    scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, check: Check
+) -> None:
+    """Checks the handshake, then pumps frames both ways until either side closes, or the
+    access is withdrawn (the owner stops sharing, a member leaves the project, the
+    workspace stops): asked again every RECHECK_S seconds."""
     message = await receive()
     if message["type"] != "websocket.connect":
         return
@@ -201,10 +209,17 @@ async def proxy_websocket(scope: Scope, receive: Any, send: Any, access: proxy_a
         await send({"type": "websocket.close", "code": 1011})
         return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await pump(upstream, receive, send)
+    await pump(upstream, receive, send, check)
 
 
-async def pump(upstream: ClientConnection, receive: Any, send: Any) -> None:
+async def pump(upstream: ClientConnection, receive: Any, send: Any, check: Check) -> None:
+    async def still_allowed() -> None:
+        while True:
+            await asyncio.sleep(RECHECK_S)
+            if not (await check()).allowed:
+                await send({"type": "websocket.close", "code": 1008})
+                return
+
     async def client_to_upstream() -> None:
         while True:
             message = await receive()
@@ -222,7 +237,11 @@ async def pump(upstream: ClientConnection, receive: Any, send: Any) -> None:
             pass
         await send({"type": "websocket.close", "code": upstream.close_code or 1000})
 
-    tasks = [asyncio.create_task(client_to_upstream()), asyncio.create_task(upstream_to_client())]
+    tasks = [
+        asyncio.create_task(client_to_upstream()),
+        asyncio.create_task(upstream_to_client()),
+        asyncio.create_task(still_allowed()),
+    ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

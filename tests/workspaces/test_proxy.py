@@ -42,11 +42,11 @@ def _scope(kind: str, path: str, cookie: bytes | None, origin: bytes | None = No
     return scope
 
 
-def _run(coroutine) -> None:
+def _run(coroutine):
     """asyncio.run in a thread of its own: Playwright's sync API may already run an event
     loop in the test's thread (the browser tests share one)."""
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _serve(scope: dict, receive, send) -> None:
@@ -180,3 +180,64 @@ def test_requests_a_browser_sends_from_another_site_are_refused(client, org, lab
     settings.CSRF_TRUSTED_ORIGINS = ["https://*.testserver"]
     assert call_http(http, cookie, origin=b"https://evil.testserver")[0] == 502
     assert call_http(http, cookie, origin=evil)[0] == 403
+
+
+def _stop_sharing(workspace_id: int) -> None:
+    """From the test's event loop thread: its own connection, closed after (PostgreSQL
+    would otherwise keep the test database from being dropped)."""
+    from django.db import connection
+
+    from workspaces.models import Workspace
+
+    try:
+        Workspace.objects.filter(pk=workspace_id).update(shared_with_project=False)
+    finally:
+        connection.close()
+
+
+def test_an_open_websocket_is_closed_once_the_owner_stops_sharing(client, org, lab, monkeypatch):
+    """Access is asked again while a kernel's WebSocket stays open, not only at the
+    handshake: a colleague's open kernel connection ends when sharing ends."""
+    from asgiref.sync import sync_to_async
+    from websockets.asyncio.server import serve
+
+    from workspaces import proxy
+
+    monkeypatch.setattr(proxy, "RECHECK_S", 0.2)
+    colleague = f.make_user("carl")
+    f.make_membership(colleague, role=f.Role.RESEARCHER, project=org.project_a)
+    lab.shared_with_project = True
+    lab.save()
+    cookie = _session_cookie(client, colleague)
+    path = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
+    host, port = lab.workload.allocations.get().endpoint.split(":")
+
+    async def echo(ws) -> None:
+        async for message in ws:
+            await ws.send(message)
+
+    async def scenario() -> list[dict]:
+        sent: list[dict] = []
+        inbox: asyncio.Queue = asyncio.Queue()
+        for message in ({"type": "websocket.connect"}, {"type": "websocket.receive", "text": "hi"}):
+            inbox.put_nowait(message)
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        async with serve(echo, host, int(port)):
+            scope = _scope("websocket", path, cookie)
+            session = asyncio.create_task(_serve(scope, inbox.get, send))
+            for _ in range(200):  # the echo came back through the proxy
+                if {"type": "websocket.send", "text": "hi"} in sent:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # re-asked meanwhile, still allowed: still open
+            assert not session.done()
+            await sync_to_async(_stop_sharing, thread_sensitive=False)(lab.pk)
+            await asyncio.wait_for(session, 10)
+        return sent
+
+    sent = _run(scenario())
+    assert sent[0]["type"] == "websocket.accept"
+    assert sent[-1] == {"type": "websocket.close", "code": 1008}
