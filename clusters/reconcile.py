@@ -179,10 +179,11 @@ def _requeue_lost(
 
 
 def _lost(allocation: PodAllocation, status: PodStatus | None) -> bool:
-    """Created before (it has a backend_ref) and now gone, or pushed out by its node."""
+    """Created before (it has a backend_ref) and now gone, pushed out by its node, or
+    stuck terminating on a node that does not answer."""
     if status is None:
         return bool(allocation.backend_ref)
-    return status.lost
+    return status.lost or status.stuck
 
 
 def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) -> None:

@@ -132,6 +132,9 @@ class PodStatus:
     backend_ref: str = ""
     node_name: str = ""
     terminating: bool = False
+    # Terminating long past its deadline: its node does not answer, so the pod never goes
+    # by itself. A wanted pod is lost; an unwanted one is deleted by force.
+    stuck: bool = False
     # Failed for the node's reasons, not its own (evicted, node lost): requeue, not fail.
     lost: bool = False
     # Why a pod that should run does not yet, as kubectl shows it instead of the phase:

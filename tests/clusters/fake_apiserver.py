@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -32,8 +32,8 @@ GPU = "nvidia.com/gpu"
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now(later_s: float = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=later_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -575,10 +575,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     and str(grace) != "0"
                 ):
                     if not obj["metadata"].get("deletionTimestamp"):
-                        obj["metadata"]["deletionTimestamp"] = _now()
-                        obj["metadata"]["deletionGracePeriodSeconds"] = int(
-                            grace if grace is not None else 30
-                        )
+                        seconds = int(grace if grace is not None else 30)
+                        # When the pod should be gone: now plus its grace period.
+                        obj["metadata"]["deletionTimestamp"] = _now(seconds)
+                        obj["metadata"]["deletionGracePeriodSeconds"] = seconds
                         api._store(resource, ns, obj, "MODIFIED")
                     return 200, copy.deepcopy(obj)
                 return 200, copy.deepcopy(api._delete(resource, ns, name))

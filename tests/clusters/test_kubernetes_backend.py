@@ -681,3 +681,36 @@ def test_a_pod_waiting_for_its_image_shows_why_and_an_invalid_image_fails(kube, 
     # An image name that cannot be parsed never will be: the workload fails with the reason.
     assert invalid.state == S.FAILED
     assert "InvalidImageName" in invalid.events.last().message
+
+
+def test_pods_stuck_terminating_on_a_silent_node_are_requeued_and_deleted_by_force(
+    kube,  # noqa: F811
+    setup,
+    org,
+):
+    fake = kube.require_fake()
+    fake.deferred_delete = True  # the kubelet must confirm every graceful deletion
+    cluster, nodes = setup
+    workload = training(org, "partitioned")
+    admit(workload, Node.objects.get(name="gpu-a"), pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    name = f"gp-{workload.pk}-0"
+    # gpu-a stops answering; the node controller evicts its pods, the kubelet never confirms.
+    fake.add_node("gpu-a", ready=False, labels={"gpupool.io/node-pool": "a100"})
+    KubernetesBackend(cluster).api.delete_namespaced_pod(name, "gp-ml-vision")
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING  # within its grace period: it may still go by itself
+    fake.objects["pods"][("gp-ml-vision", name)]["metadata"]["deletionTimestamp"] = (
+        "2020-01-01T00:00:00Z"  # long past its deadline
+    )
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    # Requeued (as when its node is gone), and its GPU released once the pod was forced out.
+    assert (workload.state, workload.restart_count, workload.allocations.count()) == (
+        S.PENDING,
+        1,
+        0,
+    )
+    assert workload.events.filter(message="Pods lost on gpu-a.").exists()
+    assert fake.pod("gp-ml-vision", name) is None

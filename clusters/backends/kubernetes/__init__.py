@@ -248,17 +248,22 @@ class KubernetesBackend(Backend):
                 raise BackendError(f"service {spec.name}: {exc.status} {exc.reason}") from exc
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
-        if status.terminating:
+        if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
         self._delete_service(status.name, status.namespace)
         gone = self.delete_quietly(
             self.api.delete_namespaced_pod,
             status.name,
             status.namespace,
-            grace_period_seconds=grace_period_s,
+            grace_period_seconds=0 if status.stuck else grace_period_s,
         )
-        # A finished pod holds no GPU any more, even while the kubelet cleans it up.
-        return gone or status.phase in TERMINAL_PHASES
+        if status.stuck:
+            log.warning(
+                "%s: %s/%s deleted by force", self.cluster.name, status.namespace, status.name
+            )
+        # A finished pod holds no GPU any more, even while the kubelet cleans it up; a pod
+        # deleted by force is gone, though the answer still carries its deletionTimestamp.
+        return gone or status.stuck or status.phase in TERMINAL_PHASES
 
     def _delete_service(self, name: str, namespace: str) -> None:
         self.delete_quietly(self.api.delete_namespaced_service, name, namespace)

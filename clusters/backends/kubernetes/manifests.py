@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from clusters.backends import (
@@ -28,6 +29,9 @@ NODE_REASONS = {
     "UnexpectedAdmissionError",
     "OutOfnvidia.com/gpu",
 }
+# A pod still terminating this long after its deletion deadline is on a node that does not
+# answer (NotReady, cut off): its kubelet will never confirm, so it is deleted by force.
+FORCE_DELETE_AFTER = timedelta(minutes=2)
 # A container waiting for one of these reasons will never start, however long it waits.
 NEVER_STARTS = {"InvalidImageName", "ErrImageNeverPull"}
 # The reservation pod prints the UUID of the GPU the device plugin gave it, then holds it.
@@ -220,6 +224,17 @@ def node_info(item: dict) -> NodeInfo:
     )
 
 
+def _overdue(deletion_timestamp: str | None) -> bool:
+    """deletionTimestamp is when the pod should be gone (request time + grace period)."""
+    if not deletion_timestamp:
+        return False
+    try:
+        deadline = datetime.fromisoformat(deletion_timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return datetime.now(UTC) - deadline > FORCE_DELETE_AFTER
+
+
 def pod_status(pod: dict) -> PodStatus:
     meta, status = pod["metadata"], pod.get("status") or {}
     labels = meta.get("labels") or {}
@@ -233,6 +248,7 @@ def pod_status(pod: dict) -> PodStatus:
         backend_ref=meta.get("uid", ""),
         node_name=(pod.get("spec") or {}).get("nodeName", ""),
         terminating=bool(meta.get("deletionTimestamp")),
+        stuck=_overdue(meta.get("deletionTimestamp")),
     )
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
