@@ -7,7 +7,19 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F, Prefetch, QuerySet
+from django.db.models import (
+    DecimalField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from portal.models import Project, ProjectQuota
@@ -29,9 +41,15 @@ SORTS = {
     "state": "state",
     "user": "submitted_by__username",
     "gpus": "gpus_requested",
+    "gpus_allocated": "gpus_held",
+    "pool": "first_pool",
+    "node": "first_node",
     "age": "-created_at",
+    "runtime": "runtime",
     "created": "created_at",
 }
+# Sort keys over computed columns: annotated only when asked for.
+ANNOTATED_SORTS = ("gpus_held", "first_pool", "first_node", "runtime")
 FILTERS = ("project", "kind", "state", "user")
 
 
@@ -62,17 +80,38 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
         qs = qs.filter(submitted_by__username=params["user"])
     if params.get("parent"):
         qs = qs.filter(parent_id=params["parent"])
-    return qs.order_by(*_ordering(params.get("sort", "")))
+    sort = params.get("sort", "")
+    column = SORTS.get(sort.lstrip("-"), "")
+    if column in ANNOTATED_SORTS:
+        qs = qs.annotate(**{column: _sort_annotation(column)})
+    return qs.order_by(*_ordering(sort))
 
 
-def _ordering(sort: str) -> list[str]:
+def _ordering(sort: str) -> list[Any]:
     descending = sort.startswith("-")
     column = SORTS.get(sort.lstrip("-"))
     if column is None:
         return ["-created_at", "-id"]
-    if descending:
-        column = column[1:] if column.startswith("-") else f"-{column}"
-    return [column, "-id"]
+    if column.startswith("-"):
+        column, descending = column[1:], not descending
+    # Workloads without a value (no pod placed, never started) go last either way.
+    order = F(column).desc(nulls_last=True) if descending else F(column).asc(nulls_last=True)
+    return [order, "-id"]
+
+
+def _sort_annotation(column: str) -> Any:
+    """The SQL of a computed column of the list (see gpus_allocated, placement_of, runtime_s)."""
+    if column == "runtime":
+        start = Coalesce(F("started_at"), F("admitted_at"))
+        return ExpressionWrapper(Coalesce(F("finished_at"), Now()) - start, DurationField())
+    pods = PodAllocation.objects.filter(workload=OuterRef("pk"))
+    if column == "gpus_held":
+        # A pod holds its whole GPUs (the workload's count) or its share of a shared one.
+        held = Coalesce(F("gpu_share"), OuterRef("gpus"), output_field=DecimalField())
+        total = pods.values("workload").annotate(total=Sum(held)).values("total")
+        return Coalesce(Subquery(total), Value(0), output_field=DecimalField())
+    path = "node__pool__name" if column == "first_pool" else "node__name"
+    return Subquery(pods.exclude(**{f"{path}__isnull": True}).order_by(path).values(path)[:1])
 
 
 def gpus_allocated(wl: Workload) -> Decimal:

@@ -56,6 +56,48 @@ def test_the_list_filters_and_sorts(client_as, org, submit):
     assert "No workloads match." in page
 
 
+def test_every_computed_column_sorts_the_whole_list(client_as, org, cluster, submit):
+    """GPUs allocated, node pool, node and runtime sort on the server, before the list is
+    cut to its first rows; workloads without a value come last both ways."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import PodAllocation
+    from tests import factories as f
+    from tests.scheduling.conftest import make_nodes
+
+    [h100] = make_nodes(f.make_pool("h100"), 1, 4)
+    submit(org.researcher, org.project_a, "two", gpus=2)
+    submit(org.researcher, org.project_a, "one", gpus=1)
+    submit(org.researcher, org.project_a, "half", gpu_request="fraction", gpus="0.5")
+    submit(org.researcher, org.project_a, "elsewhere", gpus=3, node_pools=["h100"])
+    submit(org.researcher, org.project_a, "waiting", gpus=16)
+    cycle_run()
+    now = timezone.now()
+    for name, minutes in (("two", 5), ("one", 50), ("half", 20), ("elsewhere", 1)):
+        Workload.objects.filter(name=name).update(started_at=now - timedelta(minutes=minutes))
+    PodAllocation.objects.filter(workload__name__in=["two", "half"]).update(node=cluster[0])
+    PodAllocation.objects.filter(workload__name="one").update(node=cluster[1])
+    client = client_as(org.researcher)
+
+    def names(sort: str) -> list[str]:
+        response = client.get(f"/workloads/?format=csv&sort={sort}")
+        return [r["name"] for r in csv.DictReader(io.StringIO(response.content.decode()))]
+
+    assert names("-gpus_allocated") == ["elsewhere", "two", "one", "half", "waiting"]
+    assert names("gpus_allocated") == ["waiting", "half", "one", "two", "elsewhere"]
+    assert names("-runtime") == ["one", "half", "two", "elsewhere", "waiting"]
+    assert names("runtime") == ["elsewhere", "two", "half", "one", "waiting"]
+    assert names("pool")[-2:] == ["elsewhere", "waiting"]
+    assert names("-pool")[0] == "elsewhere" and names("-pool")[-1] == "waiting"
+    assert names("node") == ["half", "two", "one", "elsewhere", "waiting"]
+    assert names("-node") == ["elsewhere", "one", "half", "two", "waiting"]
+    page = client.get("/workloads/?sort=-runtime").content.decode()
+    for key in ("gpus_allocated", "pool", "node", "runtime"):
+        assert f'data-sort-key="{key}"' in page
+
+
 def test_the_csv_holds_the_filtered_rows(client_as, org, cluster, submit):
     submit(org.researcher, org.project_a, "placed", gpus=2)
     submit(org.researcher, org.project_a, "waiting", gpus=16)
