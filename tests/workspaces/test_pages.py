@@ -134,3 +134,12 @@ def test_the_open_button_of_a_tool_without_jupyters_api_appears_once_it_answers(
     finally:
         kill_group(server.pid)
         server.wait(timeout=10)
+
+
+def test_the_list_marks_only_running_workspaces_as_idle(client_as, org):
+    workspace = _warned(org)
+    badge = '<span class="badge state-pending">idle</span>'
+    assert badge in client_as(org.researcher).get("/workspaces/").content.decode()
+    workspace.workload.state = "stopped"  # stopped by its owner while warned
+    workspace.workload.save()
+    assert badge not in client_as(org.researcher).get("/workspaces/").content.decode()
