@@ -6,6 +6,7 @@ they touch the database and never appear in the audit log or on a page.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -23,6 +24,32 @@ from portal.errors import ValidationFailed
 from portal.models import k8s_name_validator
 
 AUDITED = ["name", "backend", "node_pool_label", "topology_labels", "config", "enabled"]
+# A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of at most
+# 63 characters (alphanumerics, with "-", "_" and "." inside).
+LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def label_key_error(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not LABEL_PREFIX.fullmatch(prefix)):
+        return f"{key!r} is not a label key: the part before / must be a DNS name."
+    if not LABEL_NAME.fullmatch(name):
+        return (
+            f"{key!r} is not a label key: at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit (after an optional prefix/)."
+        )
+    return None
+
+
+def _check_labels(node_pool_label: str, topology_labels: list[str]) -> None:
+    errors = {}
+    if node_pool_label and (error := label_key_error(node_pool_label)):
+        errors["node_pool_label"] = [error]
+    if wrong := [e for key in topology_labels if (e := label_key_error(key))]:
+        errors["topology_labels"] = wrong
+    if errors:
+        raise ValidationFailed(errors)
 
 
 def _kubeconfig_token(text: str) -> str:
@@ -72,6 +99,7 @@ def cluster_register(
 ) -> Cluster:
     """Register a cluster and sync its inventory once the row is committed."""
     _check_name(name, None)
+    _check_labels(node_pool_label, list(topology_labels or []))
     if backend not in Backend.values:
         raise ValidationFailed({"backend": [f"Unknown backend {backend!r}."]})
     local = Cluster.objects.filter(backend=Backend.LOCAL).first()
@@ -113,6 +141,7 @@ def cluster_update(
 ) -> Cluster:
     """Change a cluster; an empty kubeconfig or description keeps the stored one."""
     _check_name(name, cluster)
+    _check_labels(node_pool_label, topology_labels)
     before = snapshot(cluster, AUDITED)
     changes: dict[str, Any] = {
         "name": name,

@@ -65,3 +65,23 @@ def test_nodes_list_gpu_holders_masking_projects_the_caller_cannot_see(org, clie
 
 def test_anonymous_callers_are_refused(client):
     assert client.get("/api/v1/nodes/").status_code in (401, 403)
+
+
+def test_label_keys_that_kubernetes_would_refuse_are_a_400_on_their_field(org, client_as):
+    response = client_as(org.platform_admin).post(
+        "/api/v1/clusters/",
+        {
+            "name": "sim",
+            "backend": "simulated",
+            "description": SIMULATED,
+            "node_pool_label": "gpupool.io/node pool",
+            "topology_labels": ["topology.kubernetes.io/zone", "Rack_/x", "-rack"],
+        },
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    errors = response.json()
+    assert list(errors) == ["node_pool_label", "topology_labels"]
+    assert "'gpupool.io/node pool' is not a label key" in errors["node_pool_label"][0]
+    assert [e.split(" is not")[0] for e in errors["topology_labels"]] == ["'Rack_/x'", "'-rack'"]
+    assert not Cluster.objects.filter(name="sim").exists()

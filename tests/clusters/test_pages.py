@@ -84,6 +84,23 @@ def test_a_bad_description_is_shown_on_its_field(org, client_as):
     assert not Cluster.objects.exists()
 
 
+def test_a_topology_label_that_is_no_label_key_is_shown_on_its_field(org, client_as):
+    response = client_as(org.platform_admin).post(
+        "/clusters/new/",
+        {
+            "name": "sim",
+            "backend": "simulated",
+            "description": "nodes: [{name: n0}]",
+            "node_pool_label": "gpupool.io/node-pool",
+            "topology_labels": "topology.kubernetes.io/zone, rack number",
+        },
+    )
+    assert response.status_code == 200
+    [error] = response.context["form"].errors["topology_labels"]
+    assert error.startswith("'rack number' is not a label key")
+    assert not Cluster.objects.exists()
+
+
 def test_kubernetes_registration_is_refused_without_the_encryption_key(org, client_as, settings):
     settings.GPUPOOL_KUBECONFIG_KEY = ""
     client = client_as(org.platform_admin)
