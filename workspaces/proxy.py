@@ -153,6 +153,7 @@ async def relay_response(response: httpx.Response, send: Any, token: str) -> Non
         (name.lower(), value)
         for name, value in response.headers.raw
         if name.decode("latin-1").lower() not in DROP_RESPONSE
+        and not proxy_auth.sets_portal_cookie(name, value)
     ]
     content_type = response.headers.get("content-type", "")
     if content_type.startswith("text/html") and "content-encoding" not in response.headers:

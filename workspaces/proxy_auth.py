@@ -43,6 +43,16 @@ def cookies_without_portal(raw: str) -> str:
     return "; ".join(f"{k}={v}" for k, v in parse_cookie(raw).items() if k not in portal)
 
 
+def sets_portal_cookie(name: bytes, value: bytes) -> bool:
+    """A tool's Set-Cookie for the portal's own cookies: the tool runs its owner's code, and
+    must not plant a session (or a CSRF token) in the browser of a colleague it is shared
+    with."""
+    if name.lower() != b"set-cookie":
+        return False
+    cookie = value.decode("latin-1").partition("=")[0].strip()
+    return cookie in {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+
+
 def _user(headers: list[tuple[bytes, bytes]]):
     session_key = _cookies(headers).get(settings.SESSION_COOKIE_NAME)
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)

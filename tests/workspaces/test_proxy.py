@@ -241,3 +241,42 @@ def test_an_open_websocket_is_closed_once_the_owner_stops_sharing(client, org, l
     sent = _run(scenario())
     assert sent[0]["type"] == "websocket.accept"
     assert sent[-1] == {"type": "websocket.close", "code": 1008}
+
+
+def test_a_tool_cannot_set_the_portals_cookies(client, org, lab):
+    """The tool runs its owner's code: through a shared workspace it must not plant a
+    portal session or CSRF cookie in a colleague's browser. Its own cookies pass."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Tool(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            for cookie in ("sessionid=planted; Path=/", "csrftoken=x; Path=/", "_xsrf=ok"):
+                self.send_header("Set-Cookie", cookie)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    host, port = lab.workload.allocations.get().endpoint.split(":")
+    server = ThreadingHTTPServer((host, int(port)), Tool)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    cookie = _session_cookie(client, org.researcher)
+    try:
+        _run(_serve(_scope("http", f"/workspaces/{lab.workload_id}/lab/x", cookie), receive, send))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent[0]["status"] == 200
+    assert [v for k, v in sent[0]["headers"] if k == b"set-cookie"] == [b"_xsrf=ok"]
