@@ -6,10 +6,17 @@
 
 from __future__ import annotations
 
-import pytest
-from django.urls import URLPattern
+from types import SimpleNamespace
 
+import pytest
+from django.db import transaction
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from clusters.models import Cluster
 from portal import org_urls, services
+from scheduling.models import Workload, WorkloadKind, WorkloadState
+from tests.workspaces.helpers import make_running_workspace
+from workspaces.models import Environment
 
 ANON = "anonymous"
 ORDER = ("platform_admin", "dept_admin", "researcher", "outsider")
@@ -117,3 +124,344 @@ def test_a_department_admin_sees_only_their_departments_people_and_audit_rows(cl
     audit = client.get("/audit/").content.decode()
     assert "sight" in audit
     assert "tongues" not in audit
+
+
+# --- Every other URL of the site: the other apps' pages, the REST API, sign-in --------------
+# The same four personas and the anonymous visitor, over GET, or POST for the URLs that take
+# only POST (a GET there would answer 405 and say nothing about who may act). LOGIN: sent to
+# the login page; 401: the API (or a token-only endpoint) refuses the unauthenticated request.
+# ':other' rows use department B's workload or workspace, which department A's people never see.
+
+LOGIN = "login"
+
+
+def full(admin: int, dana: int, rita: int, otto: int, anonymous: int | str = LOGIN):
+    return {**row(admin, dana, rita, otto), ANON: anonymous}
+
+
+def same(status: int | str) -> dict[str, int | str]:
+    return full(status, status, status, status, status)
+
+
+@pytest.fixture
+def site(org):
+    """The org, plus work in both departments, a cluster and an environment."""
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    workspace_b = make_running_workspace(owner=org.outsider, project=org.project_b, name="lab-b")
+
+    def job(project, user, name):
+        return Workload.objects.create(
+            project=project,
+            submitted_by=user,
+            kind=WorkloadKind.TRAINING,
+            name=name,
+            image="pytorch/pytorch:2.3",
+            command=["python", "train.py"],
+            state=WorkloadState.PENDING,
+        )
+
+    return SimpleNamespace(
+        **vars(org),
+        job=job(org.project_a, org.researcher, "resnet"),
+        job_b=job(org.project_b, org.outsider, "bert"),
+        ws=workspace.workload_id,
+        ws_b=workspace_b.workload_id,
+        cluster=Cluster.objects.get(name="local"),
+        env=Environment.objects.create(name="Lab", image="lab", command=["jupyter", "lab"]),
+    )
+
+
+GET, POST = "get", "post"
+# name -> (method, url builder over the `site` fixture, expected status per persona)
+SITE_MATRIX = {
+    # Sign-in and password pages are open to everyone.
+    "login": (GET, lambda o: "/accounts/login/", same(200)),
+    "logout": (POST, lambda o: "/accounts/logout/", same(LOGIN)),  # signed out, to log in
+    "password_reset": (GET, lambda o: "/accounts/password-reset/", same(200)),
+    "password_reset_done": (GET, lambda o: "/accounts/password-reset/sent/", same(200)),
+    "password_reset_confirm": (GET, lambda o: "/accounts/reset/MQ/bad-token/", same(200)),
+    "password_reset_complete": (GET, lambda o: "/accounts/reset/done/", same(200)),
+    "admin:index": (GET, lambda o: "/django-admin/", same(302)),  # staff only: nobody here
+    # The API's description holds no data.
+    "api-schema": (GET, lambda o: "/api/schema/", same(200)),
+    "api-docs": (GET, lambda o: "/api/docs/", same(200)),
+    # REST API, organisation.
+    "api-token": (POST, lambda o: "/api/v1/auth/token", same(400)),  # no credentials given
+    "api-me": (GET, lambda o: "/api/v1/users/me", full(200, 200, 200, 200, 401)),
+    "api-departments": (GET, lambda o: "/api/v1/departments/", full(200, 200, 200, 200, 401)),
+    "api-department": (
+        GET,
+        lambda o: f"/api/v1/departments/{o.dept_a.pk}/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-department:other": (
+        GET,
+        lambda o: f"/api/v1/departments/{o.dept_b.pk}/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-department-quotas": (
+        GET,
+        lambda o: f"/api/v1/departments/{o.dept_a.pk}/quotas/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-department-quotas:other": (
+        GET,
+        lambda o: f"/api/v1/departments/{o.dept_b.pk}/quotas/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-projects": (GET, lambda o: "/api/v1/projects/", full(200, 200, 200, 200, 401)),
+    "api-project": (
+        GET,
+        lambda o: f"/api/v1/projects/{o.project_a.pk}/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-project:other": (
+        GET,
+        lambda o: f"/api/v1/projects/{o.project_b.pk}/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-project-quotas": (
+        GET,
+        lambda o: f"/api/v1/projects/{o.project_a.pk}/quotas/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-project-quotas:other": (
+        GET,
+        lambda o: f"/api/v1/projects/{o.project_b.pk}/quotas/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-node-pools": (GET, lambda o: "/api/v1/node-pools/", full(200, 200, 200, 200, 401)),
+    "api-node-pool": (
+        GET,
+        lambda o: f"/api/v1/node-pools/{o.pool.pk}/",
+        full(200, 200, 200, 200, 401),
+    ),
+    # REST API, scheduling.
+    "api-workloads": (GET, lambda o: "/api/v1/workloads/", full(200, 200, 200, 200, 401)),
+    "api-workload": (
+        GET,
+        lambda o: f"/api/v1/workloads/{o.job.pk}/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-workload:other": (
+        GET,
+        lambda o: f"/api/v1/workloads/{o.job_b.pk}/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-workload-stop": (
+        POST,
+        lambda o: f"/api/v1/workloads/{o.job.pk}/stop/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-workload-stop:other": (
+        POST,
+        lambda o: f"/api/v1/workloads/{o.job_b.pk}/stop/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-workload-events": (
+        GET,
+        lambda o: f"/api/v1/workloads/{o.job.pk}/events/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-workload-logs": (
+        GET,
+        lambda o: f"/api/v1/workloads/{o.job.pk}/logs/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-workload-logs:other": (
+        GET,
+        lambda o: f"/api/v1/workloads/{o.job_b.pk}/logs/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-queue": (GET, lambda o: "/api/v1/queue/", full(200, 200, 200, 200, 401)),
+    "api-policies": (GET, lambda o: "/api/v1/policies/", full(200, 200, 403, 403, 401)),
+    "api-policy": (
+        GET,
+        lambda o: f"/api/v1/policies/project/{o.project_a.pk}/",
+        full(200, 200, 403, 404, 401),
+    ),
+    "api-policy:other": (
+        GET,
+        lambda o: f"/api/v1/policies/department/{o.dept_b.pk}/",
+        full(200, 403, 403, 403, 401),
+    ),
+    "api-cycles": (GET, lambda o: "/api/v1/cycles/", full(200, 403, 403, 403, 401)),
+    # REST API, clusters and metrics.
+    "api-clusters": (GET, lambda o: "/api/v1/clusters/", full(200, 403, 403, 403, 401)),
+    "api-cluster": (
+        GET,
+        lambda o: f"/api/v1/clusters/{o.cluster.pk}/",
+        full(200, 403, 403, 403, 401),
+    ),
+    "api-cluster-test": (
+        POST,
+        lambda o: f"/api/v1/clusters/{o.cluster.pk}/test/",
+        full(200, 403, 403, 403, 401),
+    ),
+    "api-nodes": (GET, lambda o: "/api/v1/nodes/", full(200, 200, 200, 200, 401)),
+    # Node agents only, with their own token: a signed-in person is not an agent.
+    "metrics-ingest": (POST, lambda o: "/api/v1/metrics", same(401)),
+    "metrics-agent-pods": (GET, lambda o: "/api/v1/metrics/pods", same(401)),
+    # REST API, workspaces.
+    "api-environments": (GET, lambda o: "/api/v1/environments/", full(200, 200, 200, 200, 401)),
+    "api-workspaces": (GET, lambda o: "/api/v1/workspaces/", full(200, 200, 200, 200, 401)),
+    "api-workspace": (
+        GET,
+        lambda o: f"/api/v1/workspaces/{o.ws}/",
+        full(200, 200, 200, 404, 401),
+    ),
+    "api-workspace:other": (
+        GET,
+        lambda o: f"/api/v1/workspaces/{o.ws_b}/",
+        full(200, 404, 404, 200, 401),
+    ),
+    "api-workspace-keep-running": (
+        POST,
+        lambda o: f"/api/v1/workspaces/{o.ws}/keep-running/",
+        full(200, 200, 200, 404, 401),
+    ),
+    # Workload pages.
+    "workload_list": (GET, lambda o: "/workloads/", row(200, 200, 200, 200)),
+    "workload_new": (GET, lambda o: "/workloads/new/training/", row(200, 200, 200, 200)),
+    "workload_queue": (GET, lambda o: "/workloads/queue/", row(200, 200, 200, 200)),
+    "workload_cycles": (GET, lambda o: "/workloads/cycles/", row(200, 403, 403, 403)),
+    "workload_policies": (GET, lambda o: "/workloads/policies/", row(200, 200, 403, 403)),
+    "workload_policy_edit": (
+        GET,
+        lambda o: f"/workloads/policies/project/{o.project_a.pk}/",
+        row(200, 200, 403, 403),
+    ),
+    "workload_policy_edit:other": (
+        GET,
+        lambda o: f"/workloads/policies/project/{o.project_b.pk}/",
+        row(200, 403, 403, 403),
+    ),
+    "workload_policy_edit:department": (
+        GET,
+        lambda o: f"/workloads/policies/department/{o.dept_b.pk}/",
+        row(200, 403, 403, 403),
+    ),
+    "workload_detail": (GET, lambda o: f"/workloads/{o.job.pk}/", row(200, 200, 200, 404)),
+    "workload_detail:other": (GET, lambda o: f"/workloads/{o.job_b.pk}/", row(200, 404, 404, 200)),
+    "workload_status": (GET, lambda o: f"/workloads/{o.job.pk}/status/", row(200, 200, 200, 404)),
+    "workload_stop": (POST, lambda o: f"/workloads/{o.job.pk}/stop/", row(302, 302, 302, 404)),
+    "workload_stop:other": (
+        POST,
+        lambda o: f"/workloads/{o.job_b.pk}/stop/",
+        row(302, 404, 404, 302),
+    ),
+    "workload_delete": (GET, lambda o: f"/workloads/{o.job.pk}/delete/", row(200, 200, 200, 404)),
+    "workload_clone": (GET, lambda o: f"/workloads/{o.job.pk}/clone/", row(200, 200, 200, 404)),
+    "workload_clone:other": (
+        GET,
+        lambda o: f"/workloads/{o.job_b.pk}/clone/",
+        row(200, 404, 404, 200),
+    ),
+    "workload_logs": (GET, lambda o: f"/workloads/{o.job.pk}/logs/", row(200, 200, 200, 404)),
+    # Cluster pages: platform admins only; the node list is everyone's.
+    "cluster_list": (GET, lambda o: "/clusters/", row(200, 403, 403, 403)),
+    "cluster_new": (GET, lambda o: "/clusters/new/", row(200, 403, 403, 403)),
+    "node_list": (GET, lambda o: "/clusters/nodes/", row(200, 200, 200, 200)),
+    "cluster_edit": (GET, lambda o: f"/clusters/{o.cluster.pk}/edit/", row(200, 403, 403, 403)),
+    "cluster_test": (POST, lambda o: f"/clusters/{o.cluster.pk}/test/", row(302, 403, 403, 403)),
+    "cluster_sync": (POST, lambda o: f"/clusters/{o.cluster.pk}/sync/", row(302, 403, 403, 403)),
+    # Workspace pages: the project's people look; only the owner shares.
+    "workspaces:list": (GET, lambda o: "/workspaces/", row(200, 200, 200, 200)),
+    "workspaces:launch": (GET, lambda o: "/workspaces/new/", row(200, 200, 200, 200)),
+    "workspaces:detail": (GET, lambda o: f"/workspaces/{o.ws}/", row(200, 200, 200, 404)),
+    "workspaces:detail:other": (GET, lambda o: f"/workspaces/{o.ws_b}/", row(200, 404, 404, 200)),
+    "workspaces:status": (GET, lambda o: f"/workspaces/{o.ws}/status/", row(200, 200, 200, 404)),
+    "workspaces:keep_alive": (
+        POST,
+        lambda o: f"/workspaces/{o.ws}/keep-running/",
+        row(302, 302, 302, 404),
+    ),
+    "workspaces:share": (POST, lambda o: f"/workspaces/{o.ws}/share/", row(403, 403, 302, 404)),
+    "workspaces:share:other": (
+        POST,
+        lambda o: f"/workspaces/{o.ws_b}/share/",
+        row(403, 404, 404, 302),
+    ),
+    "workspaces:stop": (POST, lambda o: f"/workspaces/{o.ws}/stop/", row(302, 302, 302, 404)),
+    "workspaces:stop:other": (
+        POST,
+        lambda o: f"/workspaces/{o.ws_b}/stop/",
+        row(302, 404, 404, 302),
+    ),
+    "workspaces:environments": (
+        GET,
+        lambda o: "/workspaces/environments/",
+        row(200, 403, 403, 403),
+    ),
+    "workspaces:environment_new": (
+        GET,
+        lambda o: "/workspaces/environments/new/",
+        row(200, 403, 403, 403),
+    ),
+    "workspaces:environment_edit": (
+        GET,
+        lambda o: f"/workspaces/environments/{o.env.pk}/",
+        row(200, 403, 403, 403),
+    ),
+    "workspaces:templates": (GET, lambda o: "/workspaces/templates/", row(200, 200, 403, 403)),
+    "workspaces:idle_policies": (
+        GET,
+        lambda o: "/workspaces/idle-policies/",
+        row(200, 200, 403, 403),
+    ),
+    # Metrics pages and reports: everyone, cut to what they may see; prices and agent
+    # tokens are the platform's.
+    "dashboard": (GET, lambda o: "/dashboard/", row(200, 200, 200, 200)),
+    "dashboard_now": (GET, lambda o: "/dashboard/fragment/now/", row(200, 200, 200, 200)),
+    "dashboard_chart": (GET, lambda o: "/dashboard/fragment/chart/", row(200, 200, 200, 200)),
+    "nodes_heatmap": (GET, lambda o: "/nodes/heatmap/", row(200, 200, 200, 200)),
+    "node_tokens": (GET, lambda o: "/nodes/tokens/", row(200, 403, 403, 403)),
+    "usage_report": (GET, lambda o: "/reports/usage/", row(200, 200, 200, 200)),
+    "usage_report_csv": (GET, lambda o: "/reports/usage.csv", row(200, 200, 200, 200)),
+    "gpu_prices": (GET, lambda o: "/reports/prices/", row(200, 403, 403, 403)),
+    # Prometheus scrapes with a bearer token; a session opens nothing.
+    "prometheus": (GET, lambda o: "/metrics", same(401)),
+}
+for _name, (_method, _build, _expected) in SITE_MATRIX.items():
+    _expected.setdefault(ANON, LOGIN)
+
+
+def _url_names(patterns, namespace: str = ""):
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            inner = f"{namespace}{pattern.namespace}:" if pattern.namespace else namespace
+            yield from _url_names(pattern.url_patterns, inner)
+        elif pattern.name:
+            yield f"{namespace}{pattern.name}"
+        else:
+            yield f"{namespace}<unnamed {pattern.pattern}>"
+
+
+def test_the_matrices_cover_every_url_of_the_site():
+    """A URL added anywhere must get its row here (Django's own admin: its index only)."""
+    site_names = {n for n in _url_names(get_resolver().url_patterns) if not n.startswith("admin:")}
+    site_names.add("admin:index")
+    covered = {name.split(":")[0] for name in MATRIX} | {
+        name.removesuffix(":other").removesuffix(":department") for name in SITE_MATRIX
+    }
+    assert sorted(site_names - covered) == [], "URLs without a row in the permission matrix"
+    assert sorted(covered - site_names) == [], "matrix rows for URLs that no longer exist"
+
+
+@pytest.mark.parametrize("name", list(SITE_MATRIX))
+def test_every_url_answers_each_persona_as_the_site_matrix_says(client_as, site, settings, name):
+    settings.GPUPOOL_METRICS_TOKEN = "scrape-token"
+    method, build, expected = SITE_MATRIX[name]
+    url = build(site)
+    answers = {}
+    for persona in (*ORDER, ANON):
+        client = client_as(None if persona == ANON else getattr(site, persona))
+        # Each persona meets the same data: a POST's effect is rolled back after it.
+        rollback = transaction.savepoint()
+        response = getattr(client, method)(url)
+        transaction.savepoint_rollback(rollback)
+        status = response.status_code
+        if status == 302 and response["Location"].startswith("/accounts/login/"):
+            status = LOGIN
+        answers[persona] = status
+    assert answers == expected, f"{method.upper()} {url}"
