@@ -79,6 +79,16 @@ class SubmitSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=WorkloadKind.choices)
     name = serializers.CharField(max_length=63)
 
+    def validate_kind(self, kind: str) -> str:
+        # A workspace is more than a workload: its environment's tool, the token the
+        # portal's proxy adds, idle culling. Launched here it could never be opened.
+        if kind == WorkloadKind.WORKSPACE:
+            raise serializers.ValidationError(
+                "Launch workspaces at /api/v1/workspaces/ (or `gpupool submit workspace`): "
+                "they need an environment."
+            )
+        return kind
+
 
 def _project_for(user: Any, value: str) -> Project:
     projects = visible_projects(user)

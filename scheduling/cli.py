@@ -166,16 +166,32 @@ def project_of(ctx: click.Context, given: str | None) -> str:
 # --- submit ----------------------------------------------------------------------------
 
 
+def with_options(command: Any, options: list[Any]) -> Any:
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+# What every submission asks for, workspaces included.
+RESOURCE_OPTIONS = [
+    click.option("--project", help="Defaults to `gpupool project set`."),
+    click.option("--gpus", default="0", help="Whole GPUs per pod, or a fraction like 0.5."),
+    click.option("--gpu-memory", type=int, help="GPU memory per pod in MiB (shared GPU)."),
+    click.option("--cpu", default="1", help="CPU cores per pod."),
+    click.option("--memory", type=int, default=4096, help="Memory per pod in MiB."),
+    click.option("--env", "-e", multiple=True, help="NAME=value, repeatable."),
+]
+
+
+def resource_options(command: Any) -> Any:
+    return with_options(command, RESOURCE_OPTIONS)
+
+
 def submit_options(command: Any) -> Any:
-    """The options every kind shares; kind-specific ones are on each command."""
+    """The options every batch kind shares; kind-specific ones are on each command."""
     options = [
-        click.option("--project", help="Defaults to `gpupool project set`."),
+        *RESOURCE_OPTIONS,
         click.option("--image", required=True, help="Container image."),
-        click.option("--gpus", default="0", help="Whole GPUs per pod, or a fraction like 0.5."),
-        click.option("--gpu-memory", type=int, help="GPU memory per pod in MiB (shared GPU)."),
-        click.option("--cpu", default="1", help="CPU cores per pod."),
-        click.option("--memory", type=int, default=4096, help="Memory per pod in MiB."),
-        click.option("--env", "-e", multiple=True, help="NAME=value, repeatable."),
         click.option("--node-pool", multiple=True, help="Allowed pool, in order; repeatable."),
         click.option("--gpu-model", default="", help="e.g. A100|H100."),
         click.option("--priority-class", type=click.Choice(["build", "train", "inference"])),
@@ -185,31 +201,39 @@ def submit_options(command: Any) -> Any:
         click.argument("name"),
         click.argument("command", nargs=-1),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
+
+
+def gpu_request(gpus: str, memory: int | None) -> dict[str, Any]:
+    """--gpus 2 (whole), --gpus 0.5 (a fraction) or --gpu-memory MiB, as the API's fields."""
+    if memory:
+        return {"gpu_request": "memory", "gpu_memory_mib": memory, "gpus": 0}
+    try:
+        fraction = "." in str(gpus) and float(gpus) < 1
+    except ValueError:
+        fraction = False  # the API says what is wrong with it
+    return {"gpu_request": "fraction" if fraction else "whole", "gpus": gpus}
 
 
 def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     """The API body for `gpupool submit <kind>`."""
-    gpus = options.pop("gpus")
-    memory = options.pop("gpu_memory")
-    body: dict[str, Any] = {"kind": kind, "gpus": gpus, "gpu_request": "whole"}
-    if memory:
-        body.update(gpu_request="memory", gpu_memory_mib=memory, gpus=0)
-    elif "." in str(gpus) and float(gpus) < 1:
-        body["gpu_request"] = "fraction"
+    body: dict[str, Any] = {"kind": kind}
+    body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
                "duration": "duration_s"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
     body["node_pools"] = list(body.get("node_pools", []))
-    body["env"] = dict(item.split("=", 1) for item in body.get("env", ()) if "=" in item)
-    if bad := [item for item in options.get("env", ()) if "=" not in item]:
-        raise click.ClickException(f"--env takes NAME=value, not {bad[0]!r}.")
+    body["env"] = env_of(options.get("env", ()))
     body["command"] = list(body.get("command", []))
     return body
+
+
+def env_of(items: tuple[str, ...]) -> dict[str, str]:
+    if bad := [item for item in items if "=" not in item]:
+        raise click.ClickException(f"--env takes NAME=value, not {bad[0]!r}.")
+    return dict(item.split("=", 1) for item in items)
 
 
 def submit_and_report(ctx: click.Context, kind: str, options: dict[str, Any]) -> None:
@@ -247,14 +271,43 @@ def submit_distributed(ctx: click.Context, **options: Any) -> None:
 
 
 @submit.command("workspace")
-@submit_options
-@click.option("--port", type=int, default=8888, show_default=True)
+@click.argument("name")
+@resource_options
+@click.option("--environment", help="An environment of the launch form; needed when several.")
+@click.option("--node-pool", help="The pool to run in; default: where processes really run.")
+@click.option("--data-volume", default="", help="A folder or volume claim kept across launches.")
+@click.option("--share", is_flag=True, help="Let the project's members open it too.")
 @click.pass_context
-def submit_workspace(ctx: click.Context, **options: Any) -> None:
-    """An interactive workspace (JupyterLab by default on port 8888)."""
-    options["ports"] = [{"name": "http", "port": options.pop("port")}]
-    options["preemptible"] = options.get("preemptible") or False
-    submit_and_report(ctx, "workspace", options)
+def submit_workspace(ctx: click.Context, name: str, **options: Any) -> None:
+    """An interactive workspace (JupyterLab...) opened through the portal's link."""
+    api = api_of(ctx)
+    environment = options.pop("environment") or only_environment(api)
+    body = {
+        "project": project_of(ctx, options.pop("project")),
+        "environment": environment,
+        "name": name,
+        "env": env_of(options.pop("env")),
+        "data_volume": options.pop("data_volume"),
+        "shared_with_project": options.pop("share"),
+        "cpu": options.pop("cpu"),
+        "memory_mib": options.pop("memory"),
+        **gpu_request(options.pop("gpus"), options.pop("gpu_memory")),
+    }
+    if options.get("node_pool"):
+        body["node_pool"] = options["node_pool"]
+    workspace = api.call("POST", "/api/v1/workspaces/", json=body)
+    click.echo(f"Submitted workspace {workspace['project']}/{workspace['name']} "
+               f"(id {workspace['id']}): {workspace['state']}. "
+               f"Open it at {api.url}{workspace['url']}")  # fmt: skip
+
+
+def only_environment(api: Api) -> str:
+    names = [e["name"] for e in api.call("GET", "/api/v1/environments/")]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise click.ClickException("No workspace environment is enabled; ask an administrator.")
+    raise click.ClickException(f"Choose --environment among: {', '.join(names)}.")
 
 
 @submit.command("inference")

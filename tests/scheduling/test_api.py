@@ -96,6 +96,15 @@ def test_bad_input_is_a_400_with_field_messages(api):
     assert set(response.json()) == {"project", "kind", "name"}
 
 
+def test_workspaces_are_launched_where_they_get_their_environment(api):
+    response = api("researcher").post(
+        "/api/v1/workloads/", {**training(), "kind": "workspace"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "Launch workspaces at /api/v1/workspaces/" in response.json()["kind"][0]
+    assert not Workload.objects.exists()
+
+
 def test_policy_refusals_name_the_rule(api, org):
     WorkloadPolicy.objects.create(department=org.dept_a, allowed_kinds=["training"])
     response = api("researcher").post(

@@ -14,6 +14,7 @@ from scheduling.cli import main
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
+from workspaces.models import Environment, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,7 +96,19 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     )
     gp("submit", "inference", "svc", "--image", "img", "--gpus", "0.5", "--replicas", "2",
        "--port", "8000")  # fmt: skip
-    gp("submit", "workspace", "nb", "--image", "jupyter", "--gpus", "1")
+    Environment.objects.create(name="lab", image="jupyter", command=["jupyter", "lab"])
+    out = gp("submit", "workspace", "nb", "--gpus", "1", "--node-pool", "a100", "-e", "B=2")
+    nb = Workspace.objects.get(workload__name="nb")
+    assert out.strip() == (
+        f"Submitted workspace ml-vision/nb (id {nb.workload_id}): pending. "
+        f"Open it at {gp.url}/workspaces/{nb.workload_id}/lab/"
+    )
+    assert (nb.environment.name, nb.workload.image, nb.workload.env["B"]) == ("lab", "jupyter", "2")
+    Environment.objects.create(name="vscode", image="code-server")
+    out = gp("submit", "workspace", "nb2", "--node-pool", "a100", ok=False)
+    assert "Choose --environment among: lab, vscode." in out
+    out = gp("submit", "workspace", "nb2", "--environment", "nope", ok=False)
+    assert "environment: Object with name=nope does not exist." in out
     kinds = dict(Workload.objects.values_list("name", "kind"))
     assert kinds == {
         "resnet": "training",
