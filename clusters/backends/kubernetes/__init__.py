@@ -37,7 +37,6 @@ from clusters.backends import (
     BackendError,
     BackendUnreachable,
     NodeInfo,
-    PodPhase,
     PodSpec,
     PodSpecInvalid,
     PodStatus,
@@ -46,16 +45,17 @@ from clusters.backends import (
 )
 from clusters.backends.kubernetes.manifests import (
     ROLE,
+    SELECTOR,
     node_info,
     pod_manifest,
     pod_status,
     service_manifest,
 )
+from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
-SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 RETRYABLE = {429, 500, 502, 503, 504}
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
@@ -190,7 +190,7 @@ class KubernetesBackend(Backend):
         try:
             created = self._json(self.api.create_namespaced_pod, spec.namespace, body)
             if self.pin == "binding":
-                self._bind(spec)
+                self.bind(spec)
         except ApiException as exc:
             if exc.status in (400, 422):
                 raise PodSpecInvalid(f"{exc.status} {exc.reason}: {_message(exc)}") from exc
@@ -198,10 +198,10 @@ class KubernetesBackend(Backend):
                 raise BackendError(f"pod {spec.name}: {exc.status} {exc.reason}") from exc
             created = self._adopt(spec)
         if spec.ports:
-            self._ensure_service(spec)
+            self.ensure_service(spec)
         return pod_status(created)
 
-    def _bind(self, spec: PodSpec) -> None:
+    def bind(self, spec: PodSpec) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -235,7 +235,7 @@ class KubernetesBackend(Backend):
             )
         return pod
 
-    def _ensure_service(self, spec: PodSpec) -> None:
+    def ensure_service(self, spec: PodSpec) -> None:
         try:
             self.call(
                 self.api.create_namespaced_service,
@@ -250,7 +250,7 @@ class KubernetesBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
-        self._delete_service(status.name, status.namespace)
+        self.delete_service(status.name, status.namespace)
         gone = self.delete_quietly(
             self.api.delete_namespaced_pod,
             status.name,
@@ -265,7 +265,7 @@ class KubernetesBackend(Backend):
         # deleted by force is gone, though the answer still carries its deletionTimestamp.
         return gone or status.stuck or status.phase in TERMINAL_PHASES
 
-    def _delete_service(self, name: str, namespace: str) -> None:
+    def delete_service(self, name: str, namespace: str) -> None:
         self.delete_quietly(self.api.delete_namespaced_service, name, namespace)
 
     def delete_quietly(self, fn: Callable[..., Any], name: str, ns: str, **kwargs: Any) -> bool:
@@ -341,7 +341,7 @@ class KubernetesBackend(Backend):
             ready = self._namespaces_into(report, {(s.namespace, s.project) for s in missing})
             missing = [s for s in missing if s.namespace in ready]
             list(pool.map(lambda s: self._create_into(report, s), missing))
-            self._repair_into(report, pool, existing)
+            repair(self, report, pool, existing)
         return report
 
     def _namespaces_into(self, report: ReconcileReport, needed: set[tuple[str, str]]) -> set:
@@ -356,53 +356,6 @@ class KubernetesBackend(Backend):
             else:
                 ready.add(namespace)
         return ready
-
-    def _repair_into(
-        self, report: ReconcileReport, pool: ThreadPoolExecutor, existing: list[PodSpec]
-    ) -> None:
-        """Level-triggered, like the pods: a pod created in an earlier pass whose Binding
-        or Service failed after the create gets them now; a Service without a wanted pod
-        (its pod deleted by hand, say) goes."""
-        jobs: list[Callable[[], Any]] = []
-        if self.pin == "binding":
-            unbound = [
-                spec
-                for spec in existing
-                if (status := report.statuses[spec.name]).phase == PodPhase.PENDING
-                and not status.node_name
-                and not status.terminating
-            ]
-            jobs += [lambda s=spec: self._bind(s) for spec in unbound]
-        try:
-            services = self._json(
-                self.api.list_service_for_all_namespaces, label_selector=SELECTOR
-            )["items"]
-        except ApiException as exc:
-            report.errors.append(f"cannot list services: {exc.status} {exc.reason}")
-            services = []
-            existing = []  # unknown which exist: create none, and delete none
-        listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
-        keep = {(s.namespace, s.name) for s in existing if s.ports}
-        jobs += [
-            lambda s=spec: self._ensure_service(s)
-            for spec in existing
-            if spec.ports and (spec.namespace, spec.name) not in listed
-        ]
-        jobs += [
-            lambda ns=ns, name=name: self._delete_service(name, ns)
-            for ns, name in sorted(listed - keep)
-            if name not in report.statuses  # a pod shutting down had it deleted already
-        ]
-
-        def run(job: Callable[[], Any]) -> None:
-            try:
-                job()
-            except BackendUnreachable:
-                raise
-            except (ApiException, BackendError) as exc:
-                report.errors.append(f"repair: {exc}")
-
-        list(pool.map(run, jobs))
 
 
 def _on_device(spec: PodSpec, devices: dict[tuple[str, int], str]) -> PodSpec | None:

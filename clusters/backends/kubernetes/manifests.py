@@ -17,6 +17,7 @@ from clusters.backends import (
 )
 
 ROLE = "gpupool.io/role"
+SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"  # lists only what GPUPool made
 GPU_RESOURCE = "nvidia.com/gpu"
 # A pod that failed for one of these reasons was pushed out by its node (kubelet eviction,
 # node shutdown or loss, device allocation), not by its own code.
