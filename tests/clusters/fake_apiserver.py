@@ -202,6 +202,7 @@ class FakeApiServer:
         memory_mib: int = 81920,
         ready: bool = True,
         unschedulable: bool = False,
+        taints: list[dict] | None = None,
     ) -> dict:
         all_labels = {
             "kubernetes.io/hostname": name,
@@ -213,7 +214,7 @@ class FakeApiServer:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": name, "labels": all_labels},
-            "spec": {"unschedulable": unschedulable},
+            "spec": {"unschedulable": unschedulable, "taints": taints or []},
             "status": {
                 "allocatable": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},
                 "capacity": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},

@@ -53,8 +53,14 @@ def test_inventory_reads_gpus_models_pools_and_topology_from_node_labels(kube, o
     fake = kube.require_fake()
     fake.add_node("cordoned", gpus=4, unschedulable=True, labels={"gpupool.io/node-pool": "a100"})
     fake.add_node("notready", gpus=4, ready=False, labels={"gpupool.io/node-pool": "a100"})
+    for name, effect in [("drained", "NoExecute"), ("reserved", "NoSchedule")]:
+        taint = {"key": "example.com/maintenance", "value": "yes", "effect": effect}
+        fake.add_node(name, gpus=4, taints=[taint], labels={"gpupool.io/node-pool": "a100"})
+    gpu_only = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    soft = {"key": "example.com/busy", "effect": "PreferNoSchedule"}
+    fake.add_node("gpu-tainted", gpus=4, taints=[gpu_only, soft])
     cluster = kube.cluster()
-    assert "4 nodes" in get_backend(cluster).test_connection()
+    assert "7 nodes" in get_backend(cluster).test_connection()
     kube.nodes(cluster)
     node = Node.objects.get(name="gpu-a")
     assert (node.pool, node.topology, float(node.cpu_cores)) == (org.pool, {"rack": "r1"}, 96.0)
@@ -65,6 +71,10 @@ def test_inventory_reads_gpus_models_pools_and_topology_from_node_labels(kube, o
     ]
     assert not Node.objects.get(name="cordoned").schedulable
     assert not Node.objects.get(name="notready").schedulable
+    # Taints GPUPool's pods do not tolerate keep them off; the GPU taint they tolerate does not.
+    assert not Node.objects.get(name="drained").schedulable
+    assert not Node.objects.get(name="reserved").schedulable
+    assert Node.objects.get(name="gpu-tainted").schedulable
 
 
 def test_reconcile_creates_pinned_labelled_pods_once_and_deletes_them_on_stop(kube, setup, org):  # noqa: F811

@@ -19,6 +19,7 @@ from clusters.backends import (
 ROLE = "gpupool.io/role"
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"  # lists only what GPUPool made
 GPU_RESOURCE = "nvidia.com/gpu"
+TOLERATED = {GPU_RESOURCE}  # the taints every GPUPool pod tolerates (see pod_manifest)
 # A pod that failed for one of these reasons was pushed out by its node (kubelet eviction,
 # node shutdown or loss, device allocation), not by its own code.
 NODE_REASONS = {
@@ -119,7 +120,9 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
-        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [
+            {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in sorted(TOLERATED)
+        ],
     }
     if spec.volumes:
         _mount_volumes(pod_spec, container, spec)
@@ -204,6 +207,16 @@ def reservation_manifest(node: str, index: int, image: str) -> dict:
     }
 
 
+def _repelled(node_spec: dict) -> bool:
+    """A taint GPUPool's pods do not tolerate keeps them off the node: NoExecute would evict
+    them, NoSchedule says the admin wants nothing new there (pinned pods skip the scheduler
+    that would enforce it, so GPUPool honours it itself)."""
+    return any(
+        taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in TOLERATED
+        for taint in node_spec.get("taints") or []
+    )
+
+
 def node_info(item: dict) -> NodeInfo:
     meta, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
     labels = meta.get("labels") or {}
@@ -220,7 +233,7 @@ def node_info(item: dict) -> NodeInfo:
         labels=labels,
         cpu_cores=cpu_cores(allocatable.get("cpu", "0")),
         memory_mib=quantity_mib(allocatable.get("memory", "0")),
-        schedulable=ready and not spec.get("unschedulable", False),
+        schedulable=ready and not spec.get("unschedulable", False) and not _repelled(spec),
         gpus=tuple(GpuInfo(index=i, model=model, memory_mib=memory) for i in range(count)),
     )
 
