@@ -30,6 +30,7 @@ class Shipper:
     dropped: int = 0
     rejected: int = 0
     sent: int = 0
+    refusal: str = ""  # why the portal last refused a batch, for the log
     session: requests.Session = field(default_factory=requests.Session)
 
     @property
@@ -54,6 +55,8 @@ class Shipper:
         except requests.RequestException as exc:
             log.warning("portal unreachable (%s); %d samples buffered", exc, len(self.buffer))
             return None
+        if response.status_code in (400, 413):
+            self.refusal = response.text[:500]
         return response.status_code
 
     def _deliver(self, batch: list[dict[str, Any]]) -> int:
@@ -68,7 +71,10 @@ class Shipper:
         if status in (400, 413):
             if len(batch) == 1:
                 self.rejected += 1
-                log.error("portal refused a sample (%s); dropped it: %.300s", status, batch[0])
+                log.error(
+                    "portal refused a sample (%s: %s); dropped it: %.300s",
+                    status, self.refusal, batch[0],
+                )  # fmt: skip
                 return 1
             half = len(batch) // 2
             done = self._deliver(batch[:half])

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from clusters.metrics.models import GpuProcessSample, GpuSample
 from clusters.models import Node
@@ -30,6 +31,7 @@ SAMPLE_COLUMNS = (
 )
 PROCESS_COLUMNS = ("ts", "node_id", "gpu_index", "pid", "used_mib", "workload_id", "pod_index")
 UTC = dt.UTC
+FUTURE_SLACK = dt.timedelta(minutes=10)
 
 
 def parse_ts(value: Any) -> dt.datetime:
@@ -125,6 +127,8 @@ def node_ids_for(samples: Sequence[dict[str, Any]]) -> dict[tuple[Any, str], int
 def rows_for(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple], list[tuple]]:
     """Validate every sample; the first bad one raises ValidationFailed naming its position."""
     by_name = node_ids_for(samples)
+    # A node whose clock runs ahead would write samples that show up only days later.
+    latest = timezone.now() + FUTURE_SLACK
     rows: list[tuple] = []
     procs: list[tuple] = []
     for position, sample in enumerate(samples):
@@ -137,6 +141,10 @@ def rows_for(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple], list[tuple
             if isinstance(node_id, bool) or not isinstance(node_id, int):
                 raise ValueError("node_id (or a known cluster and node name) is required")
             row = sample_row(sample, node_id)
+            if row[0] > latest:
+                raise ValueError(
+                    f"ts {row[0]:%Y-%m-%d %H:%M:%S %Z} is in the future; check the node's clock"
+                )
             rows.append(row)
             if sample.get("processes"):
                 procs.extend(process_rows(sample, row))

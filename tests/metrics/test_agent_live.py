@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from clusters.agent.main import Agent, main
@@ -55,3 +57,18 @@ def test_in_direct_mode_the_agent_writes_to_the_database_as_its_node(capsys):
 def test_direct_mode_refuses_a_node_the_portal_does_not_know():
     with pytest.raises(SystemExit, match="no single node called 'sim/ghost'"):
         main(["--direct", "sim/ghost", "--ticks", "1"], nvml=FakeNvml())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sample_the_portal_refuses_is_dropped_alone_and_the_reason_logged(live_server, caplog):
+    node = make_node(f.make_pool("a100"))
+    _, token = node_token_issue(actor=None, node=node)
+    now = time.time()
+    good = {"gpu_index": 0, "util_pct": 5.0, "mem_used_mib": 1, "mem_total_mib": 2}
+    shipper = Shipper(live_server.url, token)
+    shipper.add([{**good, "ts": now}, {**good, "ts": now + 86_400}, {**good, "ts": now + 1}])
+
+    assert shipper.flush() is True
+    assert (shipper.sent, shipper.rejected, len(shipper.buffer)) == (2, 1, 0)
+    assert GpuSample.objects.filter(node_id=node.pk).count() == 2
+    assert "is in the future; check the node's clock" in caplog.text

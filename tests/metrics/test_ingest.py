@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.utils import timezone
 
 from clusters.metrics.models import GpuProcessSample, GpuSample
 from clusters.metrics.services import samples_ingest
@@ -96,3 +97,16 @@ def test_samples_for_a_node_the_portal_does_not_know_are_refused(pool):
     with pytest.raises(ValidationFailed, match=r"unknown node id\(s\): \[" + str(node.pk + 1)):
         samples_ingest([sample(node, 0, T0, 1), {**sample(node, 0, T0, 1), "node_id": node.pk + 1}])
     assert GpuSample.objects.count() == 0
+
+
+def test_a_sample_from_a_clock_running_ahead_is_refused_with_the_reason(pool):
+    node = make_node(pool)
+    soon = timezone.now() + dt.timedelta(minutes=5)  # within the slack: clocks drift a little
+    late = timezone.now() + dt.timedelta(days=2)
+    assert samples_ingest([sample(node, 0, soon, 1.0)]) == 1
+    with pytest.raises(ValidationFailed) as refused:
+        samples_ingest([sample(node, 0, soon, 1.0), sample(node, 1, late, 1.0)])
+    (message,) = refused.value.errors["samples"]
+    assert message.startswith("sample 1: ts ")
+    assert "is in the future; check the node's clock" in message
+    assert GpuSample.objects.count() == 1
