@@ -23,6 +23,10 @@ def run_cycle() -> int | None:
     # requests a fresh cycle instead of being folded into this one.
     cache.delete(DEBOUNCE_KEY)
     run = cycle_run()
+    if run is None:
+        # The running cycle read its snapshot before the change that asked for this one:
+        # try again soon rather than leave that change waiting for the next beat.
+        _queue_cycle()
     return run.pk if run else None
 
 
@@ -32,6 +36,12 @@ def request_cycle() -> None:
         # In-process (unit tests): run now; there is nothing to debounce against.
         run_cycle.delay()
         return
+    _queue_cycle()
+
+
+def _queue_cycle() -> None:
+    if celery_app.conf.task_always_eager:
+        return  # in-process: the caller runs cycles itself
     if cache.add(DEBOUNCE_KEY, 1, timeout=DEBOUNCE_EXPIRY_S):
         run_cycle.apply_async(countdown=DEBOUNCE_S)
 
