@@ -62,6 +62,27 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     return number
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`, compared without regard to case; returned as the choice is written."""
+    value = _raw(name)
+    if value is None or value.strip() == "":
+        return default
+    for choice in choices:
+        if value.strip().lower() == choice.lower():
+            return choice
+    raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def env_url(name: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of `schemes` and something after it, or '' when unset."""
+    value = env_str(name).strip()
+    scheme, separator, rest = value.partition("://")
+    if value and (not separator or scheme.lower() not in schemes or not rest):
+        expected = " or ".join(f"{s}://..." for s in schemes)
+        raise ImproperlyConfigured(f"{name} must be a URL like {expected}, got {value!r}")
+    return value
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     value = _raw(name)
     if value is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_secret, env_str
+from portal.env import env_bool, env_choice, env_int, env_list, env_secret, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
@@ -103,7 +103,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "portal.User"
 
 # --- Redis, cache, Celery ----------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
 if REDIS_URL:
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
@@ -200,11 +200,12 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", LOG_LEVELS)},
     # httpx logs every request at INFO: the workspace proxy would log each of Jupyter's.
     "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }

@@ -1,9 +1,26 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from portal import env
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_READ_BY_SETTINGS = {
+    "DEBUG",
+    "SECRET_KEY",
+    "SECRET_KEY_FILE",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "LOG_LEVEL",
+    "GPUPOOL_CYCLE_INTERVAL_S",
+    "GPUPOOL_RECONCILE_INTERVAL_S",
+}
 
 
 def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
@@ -36,3 +53,77 @@ def test_a_researcher_sees_only_their_own_projects_on_the_overview(client_as, or
     assert response.status_code == 200
     assert b"ml-vision" in response.content
     assert b"nlp" not in response.content
+
+
+def test_env_url_refuses_a_url_without_a_known_scheme(monkeypatch):
+    monkeypatch.setenv("SOME_URL", "localhost:6379")
+    with pytest.raises(ImproperlyConfigured, match=r"SOME_URL must be a URL like redis://\.\.\."):
+        env.env_url("SOME_URL", ("redis", "rediss"))
+    monkeypatch.setenv("SOME_URL", "rediss://cache:6380/1")
+    assert env.env_url("SOME_URL", ("redis", "rediss")) == "rediss://cache:6380/1"
+
+
+def test_env_choice_accepts_any_case_and_names_the_choices(monkeypatch):
+    monkeypatch.setenv("SOME_LEVEL", "warning")
+    assert env.env_choice("SOME_LEVEL", "INFO", ("INFO", "WARNING")) == "WARNING"
+    monkeypatch.setenv("SOME_LEVEL", "LOUD")
+    with pytest.raises(ImproperlyConfigured, match="SOME_LEVEL must be one of INFO, WARNING"):
+        env.env_choice("SOME_LEVEL", "INFO", ("INFO", "WARNING"))
+
+
+# Start-up itself, in a fresh interpreter: each bad value stops it with the variable's name.
+START_UP = {
+    "settings": "import django; django.setup()",
+    # Celery loads the settings when beat first reads its schedule.
+    "beat": "from portal.celery import app; print(app.conf.beat_schedule['scheduling-cycle'])",
+}
+
+
+def _start(process: str, environment: dict[str, str], var: Path):
+    """Run `process` in a fresh interpreter under `environment` and none of ours."""
+    clean = {k: v for k, v in os.environ.items() if k not in ENV_READ_BY_SETTINGS}
+    clean |= {"GPUPOOL_VAR_DIR": str(var), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    return subprocess.run(
+        [sys.executable, "-c", START_UP[process]],
+        env=clean | environment,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("process", "environment", "message"),
+    [
+        ("settings", {"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
+        ("settings", {"DEBUG": "perhaps"}, "DEBUG must be a boolean"),
+        ("settings", {"REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL like redis://"),
+        ("settings", {"DATABASE_URL": "postgress://db/x"}, "DATABASE_URL is not a valid"),
+        ("settings", {"LOG_LEVEL": "LOUD"}, "LOG_LEVEL must be one of DEBUG, INFO"),
+        (
+            "beat",
+            {"GPUPOOL_CYCLE_INTERVAL_S": "ten"},
+            "GPUPOOL_CYCLE_INTERVAL_S must be an integer",
+        ),
+        (
+            "beat",
+            {"GPUPOOL_RECONCILE_INTERVAL_S": "0"},
+            "GPUPOOL_RECONCILE_INTERVAL_S must be at least 1",
+        ),
+    ],
+)
+def test_a_bad_environment_value_stops_start_up_naming_it(tmp_path, process, environment, message):
+    result = _start(process, environment, tmp_path)
+    assert result.returncode != 0
+    assert f"ImproperlyConfigured: {message}" in result.stderr
+
+
+@pytest.mark.parametrize(("interval", "schedule"), [("3", "3.0"), ("", "10.0")])
+def test_good_values_start_and_set_beats_intervals(tmp_path, interval, schedule):
+    """An empty value means the default, for beat as for the settings."""
+    environment = {"DEBUG": "off", "SECRET_KEY": "k" * 50, "GPUPOOL_CYCLE_INTERVAL_S": interval}
+    result = _start("beat", environment, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"'schedule': {schedule}" in result.stdout
