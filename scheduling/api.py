@@ -30,6 +30,8 @@ from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy
 from scheduling.policies import FIELDS as POLICY_FIELDS
 from scheduling.views import pod_logs
 
+MAX_LOG_LINES = 10_000
+
 
 class AllocationSerializer(serializers.Serializer):
     pod_index = serializers.IntegerField()
@@ -162,8 +164,12 @@ class WorkloadEventsView(APIView):
 class WorkloadLogsView(APIView):
     def get(self, request: Request, pk: int) -> Response:
         """Each pod's recent output, or why logs are unavailable."""
-        tail = min(int(request.query_params.get("tail", 500) or 500), 10_000)
-        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=tail)
+        tail = request.query_params.get("tail") or "500"
+        if not tail.isdigit() or not 1 <= int(tail) <= MAX_LOG_LINES:
+            raise serializers.ValidationError(
+                {"tail": [f"Give a number of lines from 1 to {MAX_LOG_LINES}."]}
+            )
+        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=int(tail))
         data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
         return Response(data)
 

@@ -198,6 +198,10 @@ def test_deleting_a_running_workload_is_a_400(api, cluster, job):
 def test_logs_say_why_they_are_unavailable(api, job):
     body = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/").json()
     assert body == {"pods": [], "unavailable": "This workload has not run on a cluster yet."}
+    for tail in ("abc", "0", "-5", "10001"):
+        response = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/?tail={tail}")
+        assert response.status_code == 400
+        assert response.json() == {"tail": ["Give a number of lines from 1 to 10000."]}
 
 
 @pytest.mark.parametrize(
