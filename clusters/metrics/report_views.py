@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from clusters.metrics import charts, reports, services
+from clusters.metrics import charts, conf, reports, services
 from clusters.metrics.forms import GROUP_LABELS, GpuPriceForm, UsageReportForm
 from clusters.metrics.models import GpuPrice, NodeToken
 from clusters.models import Gpu, Node
@@ -37,6 +37,7 @@ def _report(request: HttpRequest) -> dict[str, Any]:
         "group_label": GROUP_LABELS[group],
         "currency": GpuPrice.objects.values_list("currency", flat=True).first() or "USD",
         "scope_all": is_platform_admin(request.user),
+        "idle_minutes": conf.get("GPUPOOL_METRICS_IDLE_MINUTES"),
     }
 
 

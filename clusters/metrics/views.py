@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from clusters.metrics import charts, heatmap, selectors
+from clusters.metrics import charts, conf, heatmap, selectors
 from portal.permissions import visible_projects
 
 TOTALS = ("total", "allocated", "used", "used_unallocated")  # PoolNow fields the cards add up
@@ -37,6 +37,7 @@ def _now_context(request: HttpRequest) -> dict[str, Any]:
         "idle": selectors.idle_workloads(projects, pool_ids=pool_ids)[:20],
         "pending": selectors.pending_demand(projects, pool_ids),
         "updated_at": timezone.now(),
+        "idle_minutes": conf.get("GPUPOOL_METRICS_IDLE_MINUTES"),
     }
 
 

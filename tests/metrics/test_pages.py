@@ -261,6 +261,15 @@ def test_a_pool_filter_narrows_idle_workloads_and_pending_demand_too(live, org, 
     assert 'data-metric="pending">7 GPUs<' in h100
 
 
+def test_the_pages_state_the_idle_window_that_is_configured(org, client_as, settings):
+    settings.GPUPOOL_METRICS_IDLE_MINUTES = 10
+    client = client_as(org.platform_admin)
+    now = client.get("/dashboard/fragment/now/").content.decode()
+    assert "No allocated GPU has been idle for 10 minutes." in now
+    report = client.get("/reports/usage/").content.decode()
+    assert "stayed at ~0 % for 10 minutes." in report
+
+
 def test_template_context_without_request_is_not_needed_for_figures():
     # The figure partial renders from plain context too (used by the report and heat map).
     html = Template('{% include "metrics/_figure.html" %}').render(
