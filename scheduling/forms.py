@@ -4,6 +4,7 @@ its messages come back onto the field that caused them (portal.forms.show_errors
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from django import forms
@@ -144,8 +145,9 @@ def initial_from(workload: Workload) -> dict[str, Any]:
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",
-        command=" ".join(workload.command),
-        args=" ".join(workload.args),
+        # Quoted as a shell would, so the form splits it back into the same words.
+        command=shlex.join(workload.command),
+        args=shlex.join(workload.args),
         env="\n".join(f"{k}={v}" for k, v in workload.env.items()),
         node_pools=", ".join(workload.node_pools),
         preemptible="yes" if workload.preemptible else "no",

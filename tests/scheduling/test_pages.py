@@ -216,6 +216,21 @@ def test_clone_opens_the_form_filled_in_from_the_workload(client_as, org, submit
     assert form.initial["command"] == "run x"
 
 
+def test_a_clone_submitted_unchanged_runs_the_same_program(client_as, org, submit):
+    command = ["python", "-c", "print('a b')", ""]
+    args = ["--msg", "hello world", "--path=$HOME/x"]
+    wl = submit(org.researcher, org.project_a, "orig", command=command, args=args,
+                env={"A": "x=y z"}, gpus=1, checkpoint_dir="/ckpt")  # fmt: skip
+    client = client_as(org.researcher)
+    form = client.get(f"/workloads/{wl.pk}/clone/").context["form"]
+    posted = {k: v for k, v in form.initial.items() if v is not None}
+    response = client.post("/workloads/new/training/", posted)
+    assert response.status_code == 302, response.context["form"].errors
+    copy = Workload.objects.get(name="orig-copy")
+    assert (copy.command, copy.args, copy.env) == (command, args, {"A": "x=y z"})
+    assert (copy.gpus, copy.checkpoint_dir, copy.preemptible) == (1, "/ckpt", True)
+
+
 def test_the_detail_page_shows_events_and_the_allocation(client_as, org, cluster, job):
     cycle_run()
     page = client_as(org.researcher).get(f"/workloads/{job.pk}/").content.decode()
