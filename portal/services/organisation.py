@@ -80,6 +80,15 @@ def default_namespace(name: str) -> str:
     return f"gpupool-{slug}"[:63].rstrip("-")
 
 
+# Kubernetes' own namespaces, and the one where the Kubernetes backend keeps its reservation
+# pods (clusters/backends/kubernetes, `system_namespace`): a project must not run in these.
+RESERVED_NAMESPACES = ("default", "gpupool-system")
+
+
+def _reserved(namespace: str) -> bool:
+    return namespace in RESERVED_NAMESPACES or namespace.startswith("kube-")
+
+
 def _project_errors(name: str, namespace: str, exclude_id: int | None) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     rule = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one of those."
@@ -90,6 +99,10 @@ def _project_errors(name: str, namespace: str, exclude_id: int | None) -> dict[s
         errors["name"] = [f"A project named {name} exists already."]
     if not re.match(K8S_NAME_RE, namespace):
         errors["namespace"] = [f"{namespace!r} is not a valid Kubernetes namespace. {rule}"]
+    elif _reserved(namespace):
+        errors["namespace"] = [
+            f"Namespace {namespace} is reserved for Kubernetes or GPUPool itself; choose another."
+        ]
     elif others.filter(namespace=namespace).exists():
         owner = others.get(namespace=namespace)
         errors["namespace"] = [f"Namespace {namespace} is taken by project {owner.name}."]
@@ -118,7 +131,15 @@ def project_update(
     require(can_admin_department(actor, project.department), "You do not administer it.")
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
-    raise_if(_project_errors(name, namespace, exclude_id=project.pk))
+    errors = _project_errors(name, namespace, exclude_id=project.pk)
+    if namespace != project.namespace and "namespace" not in errors:
+        # Its pods and services live in the old namespace: they would be left behind there.
+        active = _active_work(project)
+        if active:
+            errors["namespace"] = [
+                f"{project.name} has {active}; its namespace can change once they have stopped."
+            ]
+    raise_if(errors)
     changes = {"name": name, "namespace": namespace, "description": description}
     save_audited(
         project, changes, actor=actor, action="project.update", department=project.department
@@ -126,15 +147,23 @@ def project_update(
     return project
 
 
+def _active_work(project: Project) -> str:
+    """'2 workload(s) pending or running (a, b)', or '' when the project has none."""
+    active = Workload.objects.filter(project=project, state__in=BLOCKING_STATES)
+    names = list(active.order_by("name").values_list("name", flat=True))
+    if not names:
+        return ""
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    return f"{len(names)} workload(s) pending or running ({shown})"
+
+
 @transaction.atomic
 def project_delete(*, actor: Any, project: Project) -> None:
     require(can_admin_department(actor, project.department), "You do not administer it.")
-    active = Workload.objects.filter(project=project, state__in=BLOCKING_STATES)
-    if active.exists():
-        names = ", ".join(active.order_by("name").values_list("name", flat=True)[:10])
+    active = _active_work(project)
+    if active:
         raise ValidationFailed(
-            f"{project.name} has {active.count()} workload(s) pending or running ({names}); "
-            "stop them before deleting the project."
+            f"{project.name} has {active}; stop them before deleting the project."
         )
     audit_log(
         actor=actor,

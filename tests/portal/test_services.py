@@ -91,6 +91,58 @@ def test_it_refuses_a_namespace_another_project_uses_and_names_that_project(org)
     }
 
 
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "kube-anything", "gpupool-system"])
+def test_it_refuses_the_namespaces_of_kubernetes_and_gpupool_itself(org, namespace):
+    with pytest.raises(ValidationFailed) as exc:
+        services.project_create(
+            actor=org.dept_admin, department=org.dept_a, name="seg", namespace=namespace
+        )
+    assert exc.value.errors == {
+        "namespace": [
+            f"Namespace {namespace} is reserved for Kubernetes or GPUPool itself; choose another."
+        ]
+    }
+
+
+def test_a_project_named_system_does_not_get_gpupools_own_namespace(org):
+    with pytest.raises(ValidationFailed) as exc:
+        services.project_create(actor=org.dept_admin, department=org.dept_a, name="system")
+    assert "gpupool-system is reserved" in exc.value.errors["namespace"][0]
+    project = services.project_create(
+        actor=org.dept_admin, department=org.dept_a, name="system", namespace="team-system"
+    )
+    assert project.namespace == "team-system"
+
+
+def test_the_namespace_of_a_project_with_running_work_does_not_change(org):
+    Workload.objects.create(
+        project=org.project_a, submitted_by=org.researcher, kind="training", name="resnet",
+        state="running",
+    )  # fmt: skip
+    with pytest.raises(ValidationFailed) as exc:
+        services.project_update(
+            actor=org.dept_admin, project=org.project_a, name="ml-vision", namespace="gp-new"
+        )
+    assert exc.value.errors == {
+        "namespace": [
+            "ml-vision has 1 workload(s) pending or running (resnet); its namespace can change "
+            "once they have stopped."
+        ]
+    }
+    org.project_a.refresh_from_db()
+    assert org.project_a.namespace == "gp-ml-vision"
+    # The rest of the project may change meanwhile, the namespace staying.
+    services.project_update(
+        actor=org.dept_admin, project=org.project_a, name="ml-vision", namespace="gp-ml-vision",
+        description="Cameras",
+    )  # fmt: skip
+    Workload.objects.filter(project=org.project_a).update(state="succeeded")
+    services.project_update(
+        actor=org.dept_admin, project=org.project_a, name="ml-vision", namespace="gp-new"
+    )
+    assert last_audit().after["namespace"] == "gp-new"
+
+
 def test_a_department_admin_cannot_create_projects_in_another_department(org):
     with pytest.raises(PermissionDenied):
         services.project_create(actor=org.dept_admin, department=org.dept_b, name="sneaky")
