@@ -56,7 +56,10 @@ class Context:
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)
-    total_memo: dict[str, tuple[float, float]] = field(default_factory=dict)
+    total_memo: dict[str, list[Standing]] = field(default_factory=dict)
+    # Pools where each resource is limited (GPUs always; CPU and memory where every node
+    # states its allocatable amount): only those count in the starvation order.
+    scarce: dict[Resource, list[str]] = field(default_factory=dict)
     victim_index: VictimIndex | None = None  # actions.victims.preemptible() builds it
     searches_left: int = 0  # eviction-plan searches this cycle may still run
     considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
@@ -151,17 +154,35 @@ class Context:
     def fair_share(self, queue_id: str, pool: str) -> float:
         return self.fair.get((queue_id, pool, Resource.GPU), 0.0)
 
-    def totals(self, queue_id: str) -> tuple[float, float]:
-        """Fair share and reachable deserved quota of GPUs, summed over pools (fixed for the
-        cycle). Reachable: at most the fair share, so a quota in a pool without GPUs, or
-        beyond what the queue asks for, does not make the queue look starved."""
+    def totals(self, queue_id: str) -> list[Standing]:
+        """Per resource that counts in the starvation order: the ledger keys to sum, and
+        the fair share and reachable deserved quota summed over the pools where the
+        resource is limited (fixed for the cycle). GPUs always come first; CPU and memory
+        only where the queue has a fair share of them. Reachable: at most the fair
+        share, so a quota in a pool without capacity, or beyond what the queue asks for,
+        does not make the queue look starved."""
         found = self.total_memo.get(queue_id)
         if found is None:
-            shares = [self.fair_share(queue_id, pool) for pool in self.pools]
-            deserved = [self.deserved(queue_id, pool) for pool in self.pools]
-            reachable = sum(min(d, f) for d, f in zip(deserved, shares, strict=True))
-            found = self.total_memo[queue_id] = (sum(shares), reachable)
+            found = []
+            for resource in Resource:
+                pools = self.scarce_pools(resource)
+                shares = [self.fair.get((queue_id, pool, resource), 0.0) for pool in pools]
+                if resource is not GPU and sum(shares) <= EPS:
+                    continue
+                deserved = [self.quota_amount(queue_id, pool, resource) for pool in pools]
+                reachable = sum(min(d, f) for d, f in zip(deserved, shares, strict=True))
+                keys = tuple((queue_id, pool, resource) for pool in pools)
+                found.append((resource is GPU, keys, sum(shares), reachable))
+            self.total_memo[queue_id] = found
         return found
+
+    def scarce_pools(self, resource: Resource) -> list[str]:
+        """The pools where the resource is limited (every pool for GPUs)."""
+        return self.scarce.get(resource, self.pools if resource is GPU else [])
+
+    def quota_amount(self, queue_id: str, pool: str, resource: Resource) -> float:
+        quota = self.quota(queue_id, pool, resource)
+        return 0.0 if quota is None else quota.deserved
 
     def is_leaf(self, queue_id: str) -> bool:
         return queue_id not in self.parents
@@ -229,6 +250,8 @@ def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group,
 
 
 RESOURCE_INDEX = {r: i for i, r in enumerate(Resource)}
+# One resource's standing of a queue: (is GPU, ledger keys, fair share, reachable deserved).
+Standing = tuple[bool, tuple[tuple[str, str, Resource], ...], float, float]
 GPU = Resource.GPU
 
 

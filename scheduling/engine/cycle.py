@@ -49,7 +49,12 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     """
     ctx = build_context(snapshot, config, now)
     evict_stale_gangs(ctx)
-    ctx.fair = fair_shares(_fair_share_input(ctx))
+    inp = _fair_share_input(ctx)
+    ctx.fair = fair_shares(inp)
+    ctx.scarce = {
+        r: [p for p in ctx.pools if 0 < inp.capacity[(p, r)] < math.inf] for r in Resource
+    }
+    ctx.scarce[Resource.GPU] = ctx.pools
     allocate(ctx)
     consolidate(ctx)
     reclaim(ctx)

@@ -3,7 +3,9 @@ age), and the cycle reports the order in which it considered pending workloads."
 
 from __future__ import annotations
 
-from scheduling.engine.types import Workload
+from dataclasses import replace
+
+from scheduling.engine.types import PodRequest, Quota, Resource, Workload
 from tests.engine.builders import dept, job, nodes, placed, project, run, running, snapshot
 
 
@@ -86,3 +88,47 @@ def test_the_pending_order_names_each_pending_workload_once_and_nothing_else():
     assert result.pending_order == ("big", "small")
     assert list(placed(result)) == ["small"]
     assert set(result.pending_reasons) == {"big"}
+
+
+def _cpu_job(wid: str, queue: str, gpus: int, cpu: float, t: float = 0.0) -> Workload:
+    return Workload(wid, queue, (PodRequest(gpus=gpus, cpu=cpu),), submit_time=t)
+
+
+def _cpu_scenario(cpu: float | None, p1_cpu_quota: float = 0) -> list:
+    # One node of 8 GPUs. p1 holds 2 GPUs and 40 cores, p2 3 GPUs and 6 cores; each
+    # waits with a 1-GPU, 10-core job, and the 18 free cores fit only one of them.
+    node = replace(nodes(1, gpus=8)[0], cpu=cpu)
+    p1 = project("p1", deserved=2)
+    p1 = replace(p1, quotas={**p1.quotas, ("a", Resource.CPU): Quota(deserved=p1_cpu_quota)})
+    queues = [dept(), p1, project("p2", deserved=2)]
+    work = [
+        running(_cpu_job("p1-r", "p1", 2, 40), "n0", [0, 1]),
+        running(_cpu_job("p2-r", "p2", 3, 6), "n0", [2, 3, 4]),
+        _cpu_job("p1-next", "p1", 1, 10),
+        _cpu_job("p2-next", "p2", 1, 10, t=1),
+    ]
+    return [run(snapshot([node], queues, work))]
+
+
+def test_with_cpu_limited_the_queue_with_the_lowest_dominant_share_goes_first():
+    # GPUs alone: p1 holds 2 of its share of 3 (0.67), p2 3 of 4 (0.75), so p1 would go
+    # first. But p1 also holds 40 of its 48 fair cores (0.83): its dominant share is
+    # higher than p2's, so p2 goes first and p1 waits for cores.
+    (result,) = _cpu_scenario(cpu=64)
+    assert result.pending_order == ("p2-next", "p1-next")
+    assert list(placed(result)) == ["p2-next"]
+    assert "CPU" in result.pending_reasons["p1-next"]
+
+
+def test_with_cpu_not_limited_only_gpus_decide_the_order():
+    (result,) = _cpu_scenario(cpu=None)
+    assert result.pending_order == ("p1-next", "p2-next")
+    assert sorted(placed(result)) == ["p1-next", "p2-next"]
+
+
+def test_a_queue_under_its_deserved_cpu_quota_goes_first():
+    # p1 deserves 48 cores and holds 40: under its quota, it goes before p2, whose
+    # dominant share is lower but who has no CPU quota to fall short of.
+    (result,) = _cpu_scenario(cpu=64, p1_cpu_quota=48)
+    assert result.pending_order == ("p1-next", "p2-next")
+    assert list(placed(result)) == ["p1-next"]

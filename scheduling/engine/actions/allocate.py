@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from scheduling.engine.context import Context
+from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
 from scheduling.engine.types import Workload
@@ -28,13 +28,28 @@ StarvationKey = tuple[bool, float, float, str]
 
 def starvation_key(ctx: Context, queue_id: str) -> StarvationKey:
     """Sort key of one queue among its siblings: under its (reachable) deserved quota
-    first, then the least allocated against its fair share."""
-    alloc = sum(ctx.ledger.get(queue_id, pool) for pool in ctx.pools)
-    fair, deserved = ctx.totals(queue_id)
-    at_quota = alloc >= deserved - EPS
+    first, then the least allocated against its fair share, then the fewest GPUs.
+
+    With CPU or memory limited on the nodes, a queue's standing is its dominant share
+    (as in dominant resource fairness): the largest allocation ÷ fair share over GPUs,
+    CPU and memory, so a project that holds most of its CPU share with few GPUs does not
+    jump the line. It is under its deserved quota while under it in any resource."""
+    at_quota, ratio, gpus = True, -math.inf, 0.0
+    held = ctx.ledger.alloc
+    for is_gpu, keys, fair, deserved in ctx.totals(queue_id):
+        alloc = 0.0
+        for key in keys:
+            alloc += held.get(key, 0.0)
+        if is_gpu:
+            gpus = alloc
+        if alloc < deserved - EPS:
+            at_quota = False
+        if fair > EPS:
+            ratio = max(ratio, alloc / fair)
+        elif alloc > EPS:
+            ratio = math.inf  # holds what it has no share of
     # A queue with no fair share comes after every queue that has one.
-    ratio = alloc / fair if fair > EPS else math.inf
-    return (at_quota, ratio, alloc, queue_id)
+    return (at_quota, ratio if ratio > -math.inf else math.inf, gpus, queue_id)
 
 
 def department_of(ctx: Context, queue_id: str) -> str:
@@ -45,6 +60,13 @@ def department_of(ctx: Context, queue_id: str) -> str:
 def order_key(ctx: Context, queue_id: str) -> tuple[StarvationKey, StarvationKey]:
     """The hierarchical order as one sort key: department's standing, then project's."""
     return (starvation_key(ctx, department_of(ctx, queue_id)), starvation_key(ctx, queue_id))
+
+
+def in_allocation_order(ctx: Context, waiting: list[Workload]) -> None:
+    """Sort workloads as allocation takes them (department, project, then priority and
+    age), from each queue's standing now; each queue's key is computed once."""
+    keys = {qid: order_key(ctx, qid) for qid in sorted({wl.queue_id for wl in waiting})}
+    waiting.sort(key=lambda wl: (keys[wl.queue_id], pending_key(wl)))
 
 
 def allocate(ctx: Context) -> None:

@@ -8,9 +8,9 @@ the whole statement is discarded and nothing moves.
 
 from __future__ import annotations
 
-from scheduling.engine.actions.allocate import order_key
+from scheduling.engine.actions.allocate import in_allocation_order
 from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
-from scheduling.engine.context import Context, pending_key
+from scheduling.engine.context import Context
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_ATTEMPTS = 32  # plans tried per cycle; each may scan every node of a pool
@@ -25,7 +25,7 @@ def consolidate(ctx: Context) -> None:
         return
     index = preemptible(ctx)
     movable: dict[str, Candidates] = {}
-    waiting.sort(key=lambda wl: (order_key(ctx, wl.queue_id), pending_key(wl)))
+    in_allocation_order(ctx, waiting)
     attempts = 0
     for wl in waiting:
         for pool in ctx.pools_for(wl):

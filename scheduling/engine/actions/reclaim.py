@@ -21,9 +21,9 @@ scenario in test_evictions.py and the random-snapshot property in test_propertie
 
 from __future__ import annotations
 
-from scheduling.engine.actions.allocate import order_key
+from scheduling.engine.actions.allocate import in_allocation_order
 from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room, preemptible
-from scheduling.engine.context import Context, pending_key
+from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.types import EvictionReason, Workload
 
@@ -59,7 +59,7 @@ def reclaim(ctx: Context) -> None:
         return
     failures = Failures()
     waiting = ctx.pending()
-    waiting.sort(key=lambda wl: (order_key(ctx, wl.queue_id), pending_key(wl)))
+    in_allocation_order(ctx, waiting)
     for wl in waiting:
         if ctx.searches_left <= 0:
             return
