@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from scheduling.cli import main
 from scheduling.cycle import cycle_run
-from scheduling.models import Workload, WorkloadState
+from scheduling.models import Workload, WorkloadPolicy, WorkloadState
 from tests import factories as f
 from workspaces.models import Environment, Workspace
 
@@ -150,6 +150,18 @@ def test_refusals_exit_non_zero_with_the_field_messages(logged_in, org):
     out = logged_in("submit", "training", "x", "--image", "img", "--project", "nlp", ok=False)
     assert "project: No project nlp that you can see." in out
     assert "No Workload matches the given query." in logged_in("describe", "999999", ok=False)
+
+
+def test_policy_refusals_exit_non_zero_naming_the_rule(logged_in, org):
+    WorkloadPolicy.objects.create(project=org.project_a, max_gpus_per_workload=2)
+    WorkloadPolicy.objects.create(department=org.dept_a, allowed_kinds=["training"])
+    out = logged_in("submit", "training", "big", "--image", "img", "--gpus", "4",
+                    "--project", "ml-vision", ok=False)  # fmt: skip
+    assert "gpus: Refused by policy 'max GPUs per workload' of project ml-vision" in out
+    out = logged_in("submit", "inference", "svc", "--image", "img", "--port", "80",
+                    "--project", "ml-vision", ok=False)  # fmt: skip
+    assert "kind: Refused by policy 'allowed kinds' of department vision: only training." in out
+    assert not Workload.objects.exists()
 
 
 def test_queue_and_logs(logged_in, org, cluster, submit):
