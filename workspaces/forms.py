@@ -152,8 +152,12 @@ def label_simulated_pools(field: forms.ModelChoiceField) -> None:
 class EnvironmentForm(forms.ModelForm):
     command_line = forms.CharField(
         label="Command",
-        help_text="The tool's executable and fixed arguments, e.g. 'jupyter lab'. The portal "
-        "adds the base URL, port and address.",
+        help_text="The tool's executable and fixed arguments, e.g. 'jupyter lab': for "
+        "JupyterLab the portal adds the base URL, port, address and token. For VS Code "
+        "server or TensorBoard write them in: $(GPUPOOL_PORT) for the port, "
+        "$(WORKSPACE_BIND_HOST) for the address, {base_url} for the path prefix, e.g. "
+        "'tensorboard --logdir . --port $(GPUPOOL_PORT) --host $(WORKSPACE_BIND_HOST) "
+        "--path_prefix {base_url}'.",
     )
 
     class Meta:
@@ -175,6 +179,22 @@ class EnvironmentForm(forms.ModelForm):
         if not words:
             raise forms.ValidationError("Give the tool's command.")
         return words
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        words = data.get("command_line")
+        if (
+            words
+            and data.get("tool_kind", "jupyterlab") != "jupyterlab"
+            and not any("$(GPUPOOL_PORT)" in word for word in words)
+        ):
+            # The portal gives each pod its port (a free one on the local backend): a tool
+            # listening on its own default would never be reached.
+            self.add_error(
+                "command_line",
+                "Pass the tool its port as $(GPUPOOL_PORT), e.g. --port $(GPUPOOL_PORT).",
+            )
+        return data
 
     def save(self, commit: bool = True) -> Environment:
         self.instance.command = self.cleaned_data["command_line"]

@@ -90,3 +90,22 @@ def test_a_policy_must_warn_before_it_stops(client_as, org):
     )  # fmt: skip
     assert "warn_after_min" in response.context["form"].errors
     assert not IdlePolicy.objects.exists()
+
+
+def test_an_environment_of_another_tool_must_take_the_port_the_portal_gives(client_as, org):
+    form = {"name": "TensorBoard", "image": "tb:2", "tool_kind": "tensorboard", "port": "6006",
+            "command_line": "tensorboard --logdir .", "default_gpus": "0", "default_cpu": "1",
+            "default_memory_mib": "2048", "enabled": "on"}  # fmt: skip
+    refused = client_as(org.platform_admin).post("/workspaces/environments/new/", form)
+    assert refused.status_code == 200
+    assert "$(GPUPOOL_PORT)" in " ".join(refused.context["form"].errors["command_line"])
+    assert not Environment.objects.exists()
+    form["command_line"] = "tensorboard --logdir . --port $(GPUPOOL_PORT) --path_prefix {base_url}"
+    assert (
+        client_as(org.platform_admin).post("/workspaces/environments/new/", form).status_code == 302
+    )
+    assert Environment.objects.get().command[-3:] == [
+        "$(GPUPOOL_PORT)",
+        "--path_prefix",
+        "{base_url}",
+    ]
