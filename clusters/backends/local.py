@@ -248,22 +248,27 @@ class LocalBackend(Backend):
         return env, endpoint
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
-        """SIGTERM the process group, SIGKILL it once the grace period is over."""
+        """SIGTERM the pod's processes, SIGKILL them once the grace period is over.
+
+        The pod's processes are its process group while the wrapper lives, and every
+        process that carries the pod's token in its environment: also what the command left
+        running after it exited, or started in a session of its own (a daemon holding a
+        GPU). Nothing without the token is ever signalled."""
         path = self._record_path(status.name)
         record = self._resolve(self._read(path))
         if record is None:
             return True
         if record["pid"] is None:
             return False  # still being started: stop it on the next pass
-        pid, start = record["pid"], record["start_time"]
-        if _alive(pid, start):
+        pid, start, token = record["pid"], record["start_time"], record["token"]
+        if _alive(pid, start) or _pids_with_token(token):
             if not record.get("terminating_since"):
                 record["terminating_since"] = time.time()
                 self._write(record)
-                _signal_group(pid, signal.SIGTERM)
+                _signal_pod(pid, start, token, signal.SIGTERM)
             if time.time() - record["terminating_since"] >= grace_period_s:
-                _signal_group(pid, signal.SIGKILL)
-            if not _wait_gone(pid, start, timeout=0.5):
+                _signal_pod(pid, start, token, signal.SIGKILL)
+            if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
         path.unlink(missing_ok=True)
         return True
@@ -290,29 +295,44 @@ class LocalBackend(Backend):
         return _tail(log_path, tail_lines)
 
 
-def _find_by_token(token: str) -> int | None:
-    """The session leader (the wrapper) whose environment carries this pod's token."""
+def _pids_with_token(token: str) -> list[int]:
+    """Live processes whose environment carries this pod's token (a zombie has none)."""
     needle = f"GPUPOOL_POD_TOKEN={token}".encode()
+    pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            found = needle in (entry / "environ").read_bytes().split(b"\0")
-            if found and os.getsid(int(entry.name)) == int(entry.name):
-                return int(entry.name)
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
         except OSError:
             continue
+    return pids
+
+
+def _find_by_token(token: str) -> int | None:
+    """The session leader (the wrapper) whose environment carries this pod's token."""
+    for pid in _pids_with_token(token):
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) == pid:
+                return pid
     return None
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)
+def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> None:
+    """The wrapper's group while the wrapper lives (its pid cannot name another group
+    then), and each process with the pod's token."""
+    if _alive(pid, start_time):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+    for other in _pids_with_token(token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(other, sig)
 
 
-def _wait_gone(pid: int, start_time: str, *, timeout: float) -> bool:
+def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid, start_time):
+    while _alive(pid, start_time) or _pids_with_token(token):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -122,6 +124,35 @@ def test_a_pod_ignoring_sigterm_is_killed_after_the_grace_period(backend):
     time.sleep(1.1)
     assert backend.delete_pod(status, grace_period_s=1) is True
     assert backend.pod_statuses() == {}
+
+
+def test_processes_a_finished_pod_left_behind_are_stopped_with_it(backend, tmp_path):
+    """A daemon in a session of its own (outside the process group) that outlives its pod
+    would hold the pod's GPU: it carries the pod's token, and goes with the pod."""
+    pid_file = tmp_path / "daemon.pid"
+    code = (
+        "import subprocess, sys\n"
+        "daemon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(daemon.pid))\n"
+    )
+    backend.ensure_pod(spec(command=(PY, "-c", code)))
+    status = wait_until(
+        lambda: (s := backend.pod_statuses()["gp-1-0"]).phase == PodPhase.SUCCEEDED and s
+    )
+    daemon = int(wait_until(lambda: pid_file.exists() and pid_file.read_text()))
+    try:
+        assert Path(f"/proc/{daemon}").exists()  # the pod is done; its daemon is not
+        wait_until(lambda: backend.delete_pod(status, grace_period_s=5))
+        assert not Path(f"/proc/{daemon}").exists() or "Z" in _state(daemon)
+    finally:
+        if Path(f"/proc/{daemon}").exists():
+            os.kill(daemon, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
 
 
 def test_a_restarted_worker_finds_its_processes_again(backend, monkeypatch):
