@@ -274,6 +274,11 @@ class QuotaView(APIView):
     def put(self, request: Request, pk: int) -> Response:
         owner = self.owner(request, pk)
         rows = valid(_QuotaTable, {"rows": request.data})["rows"]
+        pools = [row["node_pool"].name for row in rows]
+        twice = sorted({name for name in pools if pools.count(name) > 1})
+        if twice:  # a later row would silently replace an earlier one
+            message = f"{', '.join(twice)} appears more than once: one row per pool."
+            raise serializers.ValidationError({"node_pool": [message]})
         table = {row.pop("node_pool"): row for row in rows}
         call(services.quota_set, actor=request.user, owner=owner, table=table)
         return Response(quota_rows(owner))

@@ -129,6 +129,37 @@ def test_an_unknown_node_pool_in_a_quota_table_is_a_400(api, org):
     assert "node_pool" in str(response.json())
 
 
+def test_a_project_quota_over_its_department_is_a_400_with_what_is_left(api, org):
+    url = f"/api/v1/projects/{org.project_a.pk}/quotas/"
+    response = api(org.dept_admin).put(url, [{"node_pool": "a100", "gpus": "6.5"}], format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "a100.gpus": [
+            "Department vision deserves 8 GPUs in a100; its other projects already deserve 2, "
+            "so ml-vision can deserve at most 6 (asked 6.5)."
+        ]
+    }
+    assert ProjectQuota.objects.get(project=org.project_a).gpus == 4
+
+
+def test_lowering_a_department_below_its_projects_is_a_400_naming_them(api, org):
+    url = f"/api/v1/departments/{org.dept_a.pk}/quotas/"
+    response = api(org.platform_admin).put(url, [{"node_pool": "a100", "gpus": 5}], format="json")
+    assert response.status_code == 400
+    message = response.json()["a100.gpus"][0]
+    assert "(ml-detect (2), ml-vision (4))" in message
+    assert "Lower those projects first." in message
+
+
+def test_a_quota_table_naming_a_pool_twice_is_a_400_and_saves_nothing(api, org):
+    url = f"/api/v1/projects/{org.project_a.pk}/quotas/"
+    body = [{"node_pool": "a100", "gpus": 1}, {"node_pool": "a100", "gpus": 3}]
+    response = api(org.dept_admin).put(url, body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"node_pool": ["a100 appears more than once: one row per pool."]}
+    assert ProjectQuota.objects.get(project=org.project_a).gpus == 4
+
+
 def test_a_department_quota_put_by_a_department_admin_is_403(api, org):
     url = f"/api/v1/departments/{org.dept_a.pk}/quotas/"
     response = api(org.dept_admin).put(url, [{"node_pool": "a100", "gpus": 20}], format="json")
