@@ -79,7 +79,8 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
     if params.get("user"):
         qs = qs.filter(submitted_by__username=params["user"])
     if params.get("parent"):
-        qs = qs.filter(parent_id=params["parent"])
+        parent = str(params["parent"])
+        qs = qs.filter(parent_id=int(parent)) if parent.isdigit() else qs.none()
     sort = params.get("sort", "")
     column = SORTS.get(sort.lstrip("-"), "")
     if column in ANNOTATED_SORTS:

@@ -58,6 +58,7 @@ def test_the_list_filters_by_project_kind_state_and_user(api, org, submit):
     assert names("user=rita") == ["a"]
     assert names("state=running") == []
     assert names("sort=name") == ["a", "b"]
+    assert names("sort=-gpus_allocated&parent=x") == []
 
 
 @pytest.mark.parametrize(
