@@ -724,3 +724,34 @@ def test_pods_stuck_terminating_on_a_silent_node_are_requeued_and_deleted_by_for
     )
     assert workload.events.filter(message="Pods lost on gpu-a.").exists()
     assert fake.pod("gp-ml-vision", name) is None
+
+
+def test_changes_made_while_the_cluster_was_unreachable_are_applied_once_when_it_is_back(
+    kube,  # noqa: F811
+    setup,
+    org,
+):
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    kept, stopped, later = training(org, "kept"), training(org, "stopped"), training(org, "later")
+    admit(kept, nodes[0], pods=[{"gpu_indices": [0]}])
+    admit(stopped, nodes[0], pods=[{"gpu_indices": [1]}])
+    cluster_reconcile(cluster)
+    uid = fake.pod("gp-ml-vision", f"gp-{kept.pk}-0")["metadata"]["uid"]
+    fake.down = True
+    workload_transition(stopped, S.STOPPED, reason="Stopped")
+    admit(later, nodes[1], pods=[{"gpu_indices": [0]}])
+    for _ in range(2):
+        assert cluster_reconcile(cluster).reachable is False
+    assert stopped.allocations.count() == 1  # its GPU stays taken: its pod may still run
+    fake.down = False
+    cluster_reconcile(cluster)
+    cluster_reconcile(cluster)
+    names = sorted(p["metadata"]["name"] for p in fake.pods())
+    assert names == sorted([f"gp-{kept.pk}-0", f"gp-{later.pk}-0"])
+    assert fake.pod("gp-ml-vision", f"gp-{kept.pk}-0")["metadata"]["uid"] == uid
+    assert posts(fake, "/pods") == 3  # kept, stopped, later: each made once
+    for workload in (kept, stopped, later):
+        workload.refresh_from_db()
+    assert (kept.state, stopped.state, later.state) == (S.RUNNING, S.STOPPED, S.RUNNING)
+    assert stopped.allocations.count() == 0
