@@ -6,6 +6,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -61,9 +62,9 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
         raise PermissionDenied("You may not launch workspaces in this project.")
     if not request.environment.enabled:
         raise ValidationFailed({"environment": ["This environment is disabled."]})
-    _check_data_volume(request.data_volume)
     token = secrets.token_urlsafe(32)
     pools = launch_pools(request.node_pool)
+    _check_data_volume(request.data_volume, pools)
     with transaction.atomic():
         workload = workload_submit(
             actor=actor,
@@ -117,12 +118,32 @@ def launch_pools(chosen: NodePool | None) -> list[str]:
     return real
 
 
-def _check_data_volume(volume: str) -> None:
-    """An absolute directory (local backend) or a PVC name (Kubernetes, a DNS subdomain)."""
-    if volume and not volume.startswith("/") and not PVC_NAME.fullmatch(volume):
-        raise ValidationFailed(
-            {"data_volume": ["Give an absolute directory or a PVC name (lower-case, digits, '-')."]}
+def _check_data_volume(volume: str, pools: list[str]) -> None:
+    """An absolute directory that exists (local backend) or a PVC name (Kubernetes, a DNS
+    subdomain), matching the backends the workspace may land on."""
+    if not volume:
+        return
+    backends = _pool_backends(pools) - {Backend.SIMULATED}
+    if not volume.startswith("/"):
+        if not PVC_NAME.fullmatch(volume):
+            error = "Give an absolute directory or a PVC name (lower-case, digits, '-')."
+        elif Backend.LOCAL in backends:
+            error = (
+                "A PVC name needs a Kubernetes node pool: on the local backend give an "
+                "absolute directory, or pick a Kubernetes pool."
+            )
+        else:
+            return
+    elif Backend.KUBERNETES in backends:
+        error = (
+            "A directory is for the local backend: on Kubernetes give a PVC name, or pick "
+            "a local node pool."
         )
+    elif Backend.LOCAL in backends and not Path(volume).is_dir():
+        error = f"There is no directory {volume} on this machine."
+    else:
+        return
+    raise ValidationFailed({"data_volume": [error]})
 
 
 def _workload_spec(request: LaunchRequest, token: str, pools: list[str]) -> dict[str, Any]:
@@ -143,16 +164,20 @@ def _workload_spec(request: LaunchRequest, token: str, pools: list[str]) -> dict
     }
 
 
-def _bind_host(pools: list[str]) -> str:
-    """Loopback when the workspace can only land on the local backend (the proxy is on the
-    same machine); all interfaces on Kubernetes, where the Service must reach the pod."""
+def _pool_backends(pools: list[str]) -> set[str]:
+    """The backends of the enabled clusters a workload with this preference may land on."""
     clusters = Cluster.objects.filter(enabled=True)
     if pools:
         clusters = clusters.filter(
             Q(node_pools__name__in=pools) | Q(nodes__pool__name__in=pools)
         ).distinct()
-    backends = set(clusters.values_list("backend", flat=True))
-    return "127.0.0.1" if backends <= {Backend.LOCAL} else "0.0.0.0"
+    return set(clusters.values_list("backend", flat=True))
+
+
+def _bind_host(pools: list[str]) -> str:
+    """Loopback when the workspace can only land on the local backend (the proxy is on the
+    same machine); all interfaces on Kubernetes, where the Service must reach the pod."""
+    return "127.0.0.1" if _pool_backends(pools) <= {Backend.LOCAL} else "0.0.0.0"
 
 
 def tool_command(environment: Environment, workspace_id: int, data_volume: str) -> list[str]:

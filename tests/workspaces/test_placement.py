@@ -119,3 +119,26 @@ def test_a_data_volume_must_be_a_directory_or_a_pvc_name(org, jupyterlab):
         {"name": "data", "claim": "rita-notebooks", "mount_path": "/data"}
     ]
     assert "--ServerApp.root_dir=/data" in workload.command
+
+
+def test_a_data_volume_must_suit_the_backend_the_workspace_lands_on(
+    org, jupyterlab, demo_like, tmp_path
+):
+    """On the local backend a directory that exists; on Kubernetes a PVC: said at launch,
+    not by a workspace that fails to start later."""
+
+    def refusal(**extra) -> str:
+        with pytest.raises(ValidationFailed) as caught:
+            _launch(org, jupyterlab, **extra)
+        assert list(caught.value.errors) == ["data_volume"]
+        return caught.value.errors["data_volume"][0]
+
+    # "Any node pool" here is the local pool (the other one is simulated).
+    assert "needs a Kubernetes node pool" in refusal(data_volume="rita-notebooks")
+    assert "no directory /nowhere/at-all" in refusal(data_volume="/nowhere/at-all")
+    workload = _launch(org, jupyterlab, data_volume=str(tmp_path))
+    assert f"--ServerApp.root_dir={tmp_path}" in workload.command
+
+    kube_pool = f.make_pool("kube")
+    _cluster("kube", Backend.KUBERNETES, kube_pool)
+    assert "for the local backend" in refusal(data_volume=str(tmp_path), node_pool=kube_pool)
