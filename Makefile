@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test test-deps venv lint clean
 
 $(VENV)/.runtime: requirements.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	scripts/make-venv.sh $(PYTHON) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
