@@ -755,3 +755,21 @@ def test_changes_made_while_the_cluster_was_unreachable_are_applied_once_when_it
         workload.refresh_from_db()
     assert (kept.state, stopped.state, later.state) == (S.RUNNING, S.STOPPED, S.RUNNING)
     assert stopped.allocations.count() == 0
+
+
+def test_a_shared_pod_whose_binding_failed_is_bound_on_the_next_pass(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster = kube.cluster(pin="binding")
+    kube.nodes(cluster)
+    shared = training(org, "half", gpu_request="fraction", gpus="0.5")
+    admit(shared, Node.objects.get(name="gpu-a"), pods=[{"shared_gpu_index": 0, "gpu_share": 0.5}])
+    cluster_reconcile(cluster)  # the reservation pod, on the node by name
+    fake.inject("500", 100, method="POST", path="/binding")
+    cluster_reconcile(cluster)  # its device is known: the shared pod, whose Binding fails
+    assert not fake.pod("gp-ml-vision", f"gp-{shared.pk}-0")["spec"].get("nodeName")
+    fake.faults.clear()
+    cluster_reconcile(cluster)
+    cluster_reconcile(cluster)
+    assert fake.pod("gp-ml-vision", f"gp-{shared.pk}-0")["spec"]["nodeName"] == "gpu-a"
+    shared.refresh_from_db()
+    assert shared.state == S.RUNNING

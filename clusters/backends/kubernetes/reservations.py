@@ -37,7 +37,8 @@ def _sharers_left(pods: list[dict], report: ReconcileReport) -> set[Key]:
         meta = pod["metadata"]
         shared = (meta.get("annotations") or {}).get("gpupool.io/shared-gpu")
         if shared and meta["name"] in report.statuses:
-            keys.add((pod["spec"]["nodeName"], int(shared.split(":")[0])))
+            # The node GPUPool chose: a pod whose Binding failed has no nodeName yet.
+            keys.add((meta["annotations"]["gpupool.io/node"], int(shared.split(":")[0])))
     return keys
 
 
