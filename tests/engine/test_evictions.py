@@ -25,6 +25,7 @@ from tests.engine.builders import (
     nodes,
     placed,
     project,
+    quota,
     run,
     running,
     snapshot,
@@ -207,6 +208,37 @@ def test_consolidation_does_nothing_unless_every_moved_job_finds_a_new_place() -
     assert result.pending_reasons["big"] == (
         "needs 4 GPUs on one node; largest free block in pool a is 2"
     )
+
+
+def _moves_to_another_pool(b_limit: float | None) -> Any:
+    # Pool a: v (2 GPUs, may also run in pool b) on n0; n1 and n2 have 1 free GPU each
+    # beside non-preemptible work. A 4-GPU job fits on n0 only if v leaves, and v then
+    # fits nowhere in pool a: only pool b's empty node m0 can take it.
+    fixed = {"preemptible": False}
+    work = [
+        running(job("v", "p1", gpus=2, pools=("a", "b")), "n0", [0, 1]),
+        running(job("b1", "p1", gpus=3, **fixed), "n1", [0, 1, 2]),
+        running(job("b2", "p1", gpus=3, **fixed), "n2", [0, 1, 2]),
+        job("big", "p1", gpus=4, pools=("a",)),
+    ]
+    quotas = {("a", Resource.GPU): quota(12), ("b", Resource.GPU): quota(0, limit=b_limit)}
+    cluster = nodes(3, gpus=4) + nodes(1, gpus=4, pool="b", prefix="m")
+    return run(snapshot(cluster, [dept(), Queue("p1", "dept", quotas)], work), now=NOW)
+
+
+def test_consolidation_never_moves_a_job_into_a_pool_where_its_quota_forbids_it() -> None:
+    result = _moves_to_another_pool(b_limit=0)
+    assert result.evictions == ()
+    assert result.allocations.get(("p1", "b", Resource.GPU), 0) == 0
+    assert result.pending_reasons["big"] == (
+        "needs 4 GPUs on one node; largest free block in pool a is 2"
+    )
+
+
+def test_consolidation_may_move_a_job_to_another_of_its_pools_when_its_quota_allows() -> None:
+    result = _moves_to_another_pool(b_limit=None)
+    assert evicted(result) == {"v": "consolidate"}
+    assert placed(result) == {"big": [("n0", (0, 1, 2, 3))], "v": [("m0", (0, 1))]}
 
 
 def _gang(degraded_since: float | None) -> Workload:

@@ -2,7 +2,8 @@
 
 The plan evicts a few preemptible single-pod workloads from the node that needs the
 fewest moves, places the waiting workload there, then places every moved workload
-again elsewhere in the same pool. It is kept only when all of that succeeds; otherwise
+again: elsewhere in the same pool, or else in another pool it allows and where its
+quota lets it in. It is kept only when all of that succeeds; otherwise
 the whole statement is discarded and nothing moves.
 """
 
@@ -78,8 +79,11 @@ def _plan(ctx: Context, wl: Workload, pool: str, candidates: Candidates) -> bool
     ctx.admit(wl, pool, slots)
     for victim in moved:
         placed = None
-        for target in ctx.pools_for(victim):
-            placed = ctx.placer.place(victim, target)
+        for target in [pool, *(p for p in ctx.pools_for(victim) if p != pool)]:
+            # Its own pool first, where moving changes no queue's total; another of its
+            # pools only where its quota there allows the GPUs it brings.
+            if target == pool or ctx.quota_block(victim, target) is None:
+                placed = ctx.placer.place(victim, target)
             if placed is not None:
                 break
         if placed is None:
