@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularRedocView
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
@@ -26,7 +26,7 @@ from portal.permissions import (
     visible_projects,
 )
 from scheduling import selectors, services
-from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy
+from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
 from scheduling.policies import FIELDS as POLICY_FIELDS
 from scheduling.views import pod_logs
 
@@ -107,8 +107,70 @@ def _workload_for(request: Request, pk: int) -> Workload:
     return get_object_or_404(visible.select_related("project", "submitted_by"), pk=pk)
 
 
+class LogsSerializer(serializers.Serializer):
+    pods = inline_serializer(
+        "PodLog", {"pod": serializers.IntegerField(), "log": serializers.CharField()}, many=True
+    )
+    unavailable = serializers.CharField(help_text="Why there are no logs; empty when there are.")
+
+
+class QueueSerializer(serializers.Serializer):
+    queues = inline_serializer(
+        "QueueStanding",
+        {
+            "project": serializers.CharField(),
+            "department": serializers.CharField(),
+            "deserved": serializers.FloatField(help_text="GPUs, all pools."),
+            "fair_share": serializers.FloatField(),
+            "allocated": serializers.FloatField(),
+            "over_quota": serializers.FloatField(),
+            "pending": serializers.IntegerField(),
+        },
+        many=True,
+        help_text="Most starved first.",
+    )
+    pending = inline_serializer(
+        "QueuedWorkload",
+        {
+            "position": serializers.IntegerField(),
+            "id": serializers.IntegerField(),
+            "name": serializers.CharField(),
+            "project": serializers.CharField(),
+            "priority_class": serializers.CharField(),
+            "gpus": serializers.CharField(),
+            "queued_at": serializers.DateTimeField(),
+            "reason": serializers.CharField(),
+        },
+        many=True,
+        help_text="In the order the scheduler considers them.",
+    )
+
+
+LIST_PARAMETERS = [
+    OpenApiParameter("project", str, description="Project name or id."),
+    OpenApiParameter("kind", str, enum=WorkloadKind.values),
+    OpenApiParameter("state", str, enum=WorkloadState.values),
+    OpenApiParameter("user", str, description="Username of the submitter."),
+    OpenApiParameter("parent", int, description="The HPO sweep whose trials to list."),
+    OpenApiParameter("sort", str, enum=[k for key in selectors.SORTS for k in (key, f"-{key}")]),
+    OpenApiParameter("limit", int),
+    OpenApiParameter("offset", int),
+]
+WORKLOAD_PAGE = inline_serializer(
+    "WorkloadPage",
+    {
+        "count": serializers.IntegerField(),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+        "results": WorkloadSerializer(many=True),
+    },
+)
+
+
 class WorkloadListView(APIView):
-    @extend_schema(responses=WorkloadSerializer(many=True))
+    @extend_schema(
+        operation_id="v1_workloads_list", parameters=LIST_PARAMETERS, responses=WORKLOAD_PAGE
+    )
     def get(self, request: Request) -> Response:
         """Workloads you can see; filters: project, kind, state, user, parent; sort."""
         qs = selectors.workload_list(request.user, request.query_params).prefetch_related(
@@ -140,6 +202,7 @@ class WorkloadDetailView(APIView):
     def get(self, request: Request, pk: int) -> Response:
         return Response(WorkloadSerializer(_workload_for(request, pk)).data)
 
+    @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         call(services.workload_delete, actor=request.user, workload=_workload_for(request, pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -162,6 +225,10 @@ class WorkloadEventsView(APIView):
 
 
 class WorkloadLogsView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("tail", int, description=f"Lines, 1 to {MAX_LOG_LINES}.")],
+        responses=LogsSerializer,
+    )
     def get(self, request: Request, pk: int) -> Response:
         """Each pod's recent output, or why logs are unavailable."""
         tail = request.query_params.get("tail") or "500"
@@ -175,6 +242,7 @@ class WorkloadLogsView(APIView):
 
 
 class QueueView(APIView):
+    @extend_schema(responses=QueueSerializer)
     def get(self, request: Request) -> Response:
         """Queues most starved first, and pending work in the order it will be considered."""
         rows, order = selectors.queue_order(request.user)
@@ -221,6 +289,12 @@ class PolicySerializer(serializers.Serializer):
     termination_grace_s = serializers.IntegerField(min_value=0, allow_null=True, required=False)
 
 
+class PolicyOutSerializer(PolicySerializer):
+    scope = serializers.ChoiceField(["department", "project"])
+    id = serializers.IntegerField(help_text="The department's or project's id.")
+    name = serializers.CharField()
+
+
 def _policy_data(policy: WorkloadPolicy) -> dict[str, Any]:
     data = PolicySerializer(policy).data
     scope = "project" if policy.project_id else "department"
@@ -229,6 +303,7 @@ def _policy_data(policy: WorkloadPolicy) -> dict[str, Any]:
 
 
 class PolicyListView(APIView):
+    @extend_schema(responses=PolicyOutSerializer(many=True))
     def get(self, request: Request) -> Response:
         """Policies of the departments you administer and their projects."""
         if not is_admin(request.user):
@@ -242,7 +317,7 @@ class PolicyListView(APIView):
 
 
 class PolicyDetailView(APIView):
-    @extend_schema(request=PolicySerializer)
+    @extend_schema(request=PolicySerializer, responses=PolicyOutSerializer)
     def put(self, request: Request, scope: str, pk: int) -> Response:
         """Set a department's or project's policy (admins of its department)."""
         owner = _policy_owner(request, scope, pk)
@@ -252,6 +327,7 @@ class PolicyDetailView(APIView):
         policy = call(services.policy_set, actor=request.user, **{scope: owner}, **values)
         return Response(_policy_data(policy))
 
+    @extend_schema(responses=PolicyOutSerializer)
     def get(self, request: Request, scope: str, pk: int) -> Response:
         owner = _policy_owner(request, scope, pk)
         policy = WorkloadPolicy.objects.filter(**{scope: owner}).first()
@@ -274,15 +350,22 @@ def _policy_owner(request: Request, scope: str, pk: int) -> Department | Project
     return owner
 
 
+class CycleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = CycleRun
+        fields = [
+            "id", "started_at", "duration_ms", "engine_ms", "workloads", "nodes", "admitted",
+            "evicted", "stopped", "pending", "ok", "error",
+        ]  # fmt: skip
+
+
 class CycleListView(APIView):
+    @extend_schema(responses=CycleSerializer(many=True))
     def get(self, request: Request) -> Response:
         """The last scheduling cycles (platform admins)."""
         if not is_platform_admin(request.user):
             raise PermissionDenied("Only platform administrators see scheduling cycles.")
-        fields = (
-            "id", "started_at", "duration_ms", "engine_ms", "workloads", "nodes", "admitted",
-            "evicted", "stopped", "pending", "ok", "error",
-        )  # fmt: skip
+        fields = CycleSerializer.Meta.fields
         return Response(list(CycleRun.objects.values(*fields)[:100]))
 
 

@@ -269,6 +269,16 @@ def test_the_schema_and_docs_page_list_the_workload_operations(client_as, org):
     client = client_as(org.researcher)
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     assert "/api/v1/workloads/{id}/stop/" in schema["paths"]
+    listing = schema["paths"]["/api/v1/workloads/"]["get"]
+    assert {"project", "kind", "state", "user", "sort"} <= {
+        p["name"] for p in listing["parameters"]
+    }
+    for path in ("/api/v1/workloads/", "/api/v1/queue/", "/api/v1/workloads/{id}/logs/",
+                 "/api/v1/cycles/", "/api/v1/policies/"):  # fmt: skip
+        content = schema["paths"][path]["get"]["responses"]["200"]["content"]
+        assert content["application/json"]["schema"], path
+    queue = schema["components"]["schemas"]["Queue"]["properties"]
+    assert set(queue) == {"queues", "pending"}
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert "/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js" in (
