@@ -1,5 +1,7 @@
 # One image for every process: `web` (uvicorn, ASGI), `worker` and `beat` (Celery).
-#   docker run -e DATABASE_URL=... -e REDIS_URL=... -e SECRET_KEY=... gpupool web
+#   docker run -e DATABASE_URL=... -e REDIS_URL=... -e SECRET_KEY=... \
+#       -e ALLOWED_HOSTS=gpupool.example.org -e SITE_URL=https://gpupool.example.org gpupool web
+#   docker run ...the same environment... gpupool worker   (and: gpupool beat)
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0 GPUPOOL_VAR_DIR=/var/lib/gpupool
