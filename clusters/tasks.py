@@ -34,6 +34,12 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         return None
     try:
         result = cluster_reconcile(cluster)
+    except Exception as exc:
+        # A fault of GPUPool's own, not the cluster's: shown as the cluster's last error
+        # (its reachability is unknown), and raised for the worker's log.
+        error = f"reconcile failed: {type(exc).__name__}: {exc}"
+        Cluster.objects.filter(pk=cluster.pk).update(last_error=error[:2000])
+        raise
     finally:
         cache.delete(key)
     return {"created": result.created, "deleted": result.deleted, "errors": result.errors}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.core.cache import cache
 
 from clusters import tasks
@@ -35,6 +36,20 @@ def test_a_reconcile_already_running_for_the_cluster_is_not_started_twice(org):
     cache.delete(f"gpupool:reconcile:{cluster.pk}")
     tasks.reconcile_cluster(cluster.pk)
     assert SimulatedPod.objects.count() == 1
+
+
+def test_a_reconcile_that_breaks_shows_why_on_the_cluster_and_frees_its_lock(org, monkeypatch):
+    cluster = sim("one")
+
+    def broken(cluster, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tasks, "cluster_reconcile", broken)
+    with pytest.raises(RuntimeError):
+        tasks.reconcile_cluster(cluster.pk)
+    cluster.refresh_from_db()
+    assert cluster.last_error == "reconcile failed: RuntimeError: a bug"
+    assert cache.add(f"gpupool:reconcile:{cluster.pk}", "1", 60)  # the next run may start
 
 
 def test_disabled_and_missing_clusters_are_skipped(db):
