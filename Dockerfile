@@ -4,7 +4,8 @@
 #   docker run ...the same environment... gpupool worker   (and: gpupool beat)
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0 GPUPOOL_VAR_DIR=/var/lib/gpupool
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0 GPUPOOL_VAR_DIR=/var/lib/gpupool \
+    GPUPOOL_STATIC_ROOT=/app/staticfiles
 WORKDIR /app
 
 COPY requirements.txt ./

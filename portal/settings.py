@@ -183,7 +183,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- Static files, i18n ----------------------------------------------------------------------
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# The image collects them at build time outside var/, which a volume may cover at run time.
+STATIC_ROOT = Path(env_str("GPUPOOL_STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # In development static files are served straight from their folders; production images
 # run collectstatic at build time.
