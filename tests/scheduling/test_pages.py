@@ -183,6 +183,46 @@ def test_a_sweep_form_with_bad_json_says_so_on_the_parameters(client_as, org):
     assert response.context["form"].errors["parameters"][0].startswith("Not valid JSON")
 
 
+BASE_FORM = {"image": "img", "gpu_request": "whole", "gpus": "1", "cpu": "1", "memory_mib": "100"}
+
+
+def test_each_kinds_form_queues_it_or_says_what_is_wrong_per_field(client_as, org):
+    client = client_as(org.researcher)
+
+    def post(kind: str, name: str, **fields: str):
+        data = {**BASE_FORM, "project": org.project_a.pk, "name": name, **fields}
+        return client.post(f"/workloads/new/{kind}/", data)
+
+    assert post("distributed", "ddp", workers="3", master="on", min_pods="2").status_code == 302
+    ddp = Workload.objects.get(name="ddp")
+    assert (ddp.kind, ddp.pods, ddp.min_pods, ddp.spec["master"]) == ("distributed", 4, 2, True)
+    errors = post("distributed", "gang", workers="2", min_pods="5").context["form"].errors
+    assert errors["min_pods"] == ["The gang minimum is between 1 and 2 pods."]
+
+    assert post("inference", "svc", replicas="3", ports="8000, metrics:9090").status_code == 302
+    svc = Workload.objects.get(name="svc")
+    assert (svc.pods, svc.preemptible, svc.spec["ports"][1]) == (
+        3,
+        False,
+        {"name": "metrics", "port": 9090},
+    )
+    errors = post("inference", "svc2", replicas="1").context["form"].errors
+    assert errors["ports"] == ["An inference service exposes at least one port."]
+
+    response = post("hpo", "rand", search_method="random", trials="5", parallelism="2",
+                    parameters='{"lr": {"min": 0.0001, "max": 0.1, "log": true}}')  # fmt: skip
+    assert response.status_code == 302
+    trials = Workload.objects.filter(parent__name="rand")
+    assert (
+        trials.count() == 5 and Workload.objects.get(name="rand").spec["search"]["parallelism"] == 2
+    )
+    errors = post("hpo", "rand2", search_method="random", trials="2",
+                  parameters='{"lr": {"min": 1, "max": 0.5}}').context["form"].errors  # fmt: skip
+    assert errors["parameters"] == ["Parameter lr needs numbers min < max."]
+    errors = post("training", "Bad_Name", gpus="1.5").context["form"].errors
+    assert set(errors) == {"name", "gpus"}
+
+
 def test_outsiders_cannot_pick_a_project_they_do_not_belong_to(client_as, org):
     response = client_as(org.outsider).get("/workloads/new/training/")
     projects = list(response.context["form"].fields["project"].queryset)
