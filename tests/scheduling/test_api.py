@@ -151,6 +151,9 @@ def test_get_and_events_per_persona(api, job, persona, status):
     assert events.status_code == status
     if status == 200:
         assert [(e["type"], e["reason"]) for e in events.json()] == [("pending", "Submitted")]
+    logs = client.get(f"/api/v1/workloads/{job.pk}/logs/")
+    assert logs.status_code == status
+    assert api(None).get(f"/api/v1/workloads/{job.pk}/logs/").status_code in (401, 403)
 
 
 def test_get_shows_the_allocation(api, org, cluster, job):
