@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -83,6 +85,31 @@ def test_a_viewer_sees_the_project_but_may_not_submit(api, org):
     client = APIClient()
     client.force_authenticate(viewer)
     assert client.post("/api/v1/workloads/", training(), format="json").status_code == 403
+
+
+def test_a_token_or_a_browser_session_with_its_csrf_token_may_submit(org):
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=org.researcher)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert client.post("/api/v1/workloads/", training(name="by-token")).status_code == 201
+    client.credentials(HTTP_AUTHORIZATION="Token wrong")
+    assert client.get("/api/v1/workloads/").status_code == 401
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(org.researcher)
+    body = json.dumps(training(name="by-session"))
+    refused = browser.post("/api/v1/workloads/", body, content_type="application/json")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    browser.get("/workloads/")  # a page sets the CSRF cookie, as in the browser
+    csrf = browser.cookies["csrftoken"].value
+    response = browser.post(
+        "/api/v1/workloads/", body, content_type="application/json", HTTP_X_CSRFTOKEN=csrf
+    )
+    assert response.status_code == 201
+    assert set(Workload.objects.values_list("name", flat=True)) == {"by-token", "by-session"}
 
 
 def test_bad_input_is_a_400_with_field_messages(api):
