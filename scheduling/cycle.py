@@ -25,7 +25,14 @@ from scheduling.engine import schedule
 from scheduling.engine import types as t
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import cycle_lock
-from scheduling.models import ACTIVE_STATES, CycleRun, PodAllocation, Workload, WorkloadState
+from scheduling.models import (
+    ACTIVE_STATES,
+    CycleRun,
+    PodAllocation,
+    Workload,
+    WorkloadKind,
+    WorkloadState,
+)
 from scheduling.sweep_states import sweeps_update
 
 logger = logging.getLogger(__name__)
@@ -100,9 +107,11 @@ def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
     from scheduling.services import workload_stop  # noqa: PLC0415
 
     clusters: set[int] = set()
+    # A sweep's limit is each trial's (they carry it): the sweep itself runs as long as
+    # its trials take one after another, so it is never stopped for its own runtime.
     active = Workload.objects.filter(
         state__in=ACTIVE_STATES, max_runtime_s__isnull=False, admitted_at__isnull=False
-    )
+    ).exclude(kind=WorkloadKind.HPO)
     for wl in active:
         since = wl.started_at or wl.admitted_at
         if (now - since).total_seconds() < wl.max_runtime_s:

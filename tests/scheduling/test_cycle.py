@@ -151,6 +151,26 @@ def test_a_workload_past_its_max_runtime_is_stopped_with_the_reason(org, cluster
     assert wl.allocations.count() == 1
 
 
+def test_a_sweeps_max_runtime_limits_each_trial_not_the_whole_sweep(org, cluster, submit):
+    sweep = submit(org.researcher, org.project_a, "sweep", kind="hpo", gpus=1, max_runtime_s=60,
+                   search={"method": "grid", "parameters": {"lr": [1]}})  # fmt: skip
+    cycle_run()
+    [trial] = sweep.children.all()
+    assert (fresh(sweep).state, fresh(trial).state, trial.max_runtime_s) == (
+        S.RUNNING,
+        S.ADMITTED,
+        60,
+    )
+    # The sweep has been going for longer than one trial may run (earlier trials).
+    long_ago = timezone.now() - timedelta(seconds=600)
+    Workload.objects.filter(pk=sweep.pk).update(admitted_at=long_ago, started_at=long_ago)
+    run = cycle_run()
+    assert (fresh(sweep).state, fresh(trial).state, run.stopped) == (S.RUNNING, S.ADMITTED, 0)
+    run = cycle_run(now=timezone.now() + timedelta(seconds=61))
+    assert (fresh(trial).state, run.stopped) == (S.STOPPED, 1)
+    assert fresh(trial).events.last().reason == "MaxRuntimeExceeded"
+
+
 def test_the_cycle_keeps_fair_shares_for_the_queue_page(org, cluster, submit):
     submit(org.researcher, org.project_a, "job", gpus=4)
     run = cycle_run()
