@@ -61,6 +61,7 @@ people_urls = [
         name="membership_remove",
     ),
     path("users/<int:pk>/deactivate/", people.user_deactivate, name="user_deactivate"),
+    path("users/<int:pk>/reactivate/", people.user_reactivate, name="user_reactivate"),
     path("audit/", people.audit_log, name="audit_log"),
 ]
 

@@ -19,6 +19,7 @@ from portal.services.users import (
     set_password_link,
     user_deactivate,
     user_invite,
+    user_reactivate,
     user_update,
 )
 
@@ -38,5 +39,6 @@ __all__ = [
     "set_password_link",
     "user_deactivate",
     "user_invite",
+    "user_reactivate",
     "user_update",
 ]

@@ -215,8 +215,22 @@ def user_update(
     }
     if is_platform_admin is not None:
         changes["is_platform_admin"] = is_platform_admin
-    save_audited(user, changes, actor=actor, action="user.update", fields=USER_FIELDS)
+    save_audited(
+        user,
+        changes,
+        actor=actor,
+        action="user.update",
+        department=_home_department(user),
+        fields=USER_FIELDS,
+    )
     return user
+
+
+def _home_department(user: User) -> Department | None:
+    """The one department a person works in, so its admins find changes to them in the
+    audit log; None for someone in several departments or none (platform admins read those)."""
+    departments = {m.department or m.project.department for m in _memberships(user)}
+    return departments.pop() if len(departments) == 1 else None
 
 
 @transaction.atomic
@@ -225,13 +239,25 @@ def user_deactivate(*, actor: Any, user: User) -> User:
     require(can_manage_user(actor, user), "You may not deactivate this user.")
     if user.pk == actor.pk:
         raise ValidationFailed("You cannot deactivate yourself.")
-    departments = {m.department or m.project.department for m in _memberships(user)}
+    return _set_active(actor, user, active=False)
+
+
+@transaction.atomic
+def user_reactivate(*, actor: Any, user: User) -> User:
+    """Let a deactivated person sign in again, with the password and memberships they had."""
+    require(can_manage_user(actor, user), "You may not reactivate this user.")
+    if user.is_active:
+        raise ValidationFailed(f"{user.username} is active already.")
+    return _set_active(actor, user, active=True)
+
+
+def _set_active(actor: Any, user: User, *, active: bool) -> User:
     save_audited(
         user,
-        {"is_active": False},
+        {"is_active": active},
         actor=actor,
-        action="user.deactivate",
-        department=departments.pop() if len(departments) == 1 else None,
+        action="user.reactivate" if active else "user.deactivate",
+        department=_home_department(user),
         fields=USER_FIELDS,
         update_fields=["is_active"],
     )

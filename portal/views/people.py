@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal import selectors, services
+from portal.errors import ValidationFailed
 from portal.forms import (
     AuditFilterForm,
     InviteForm,
@@ -18,7 +19,7 @@ from portal.forms import (
 )
 from portal.models import User
 from portal.permissions import admin_required, can_manage_user, is_platform_admin
-from portal.views.common import confirmed, form_saved, posted
+from portal.views.common import confirmed, form_saved, posted, refusal
 
 AUDIT_PAGE_SIZE = 50
 
@@ -115,6 +116,19 @@ def user_deactivate(request: HttpRequest, pk: int) -> HttpResponse:
         then=redirect("user_list"),
         back=redirect("user_edit", pk=user.pk),
     )
+
+
+@admin_required
+@require_POST
+def user_reactivate(request: HttpRequest, pk: int) -> HttpResponse:
+    user = _managed_user(request, pk)
+    try:
+        services.user_reactivate(actor=request.user, user=user)
+    except ValidationFailed as exc:
+        messages.error(request, refusal(exc))
+    else:
+        messages.success(request, f"{user.username} can sign in again.")
+    return redirect("user_edit", pk=user.pk)
 
 
 @admin_required

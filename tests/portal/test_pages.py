@@ -105,6 +105,22 @@ def test_deactivating_from_the_page_stops_the_user(client_as, org):
     assert not org.researcher.is_active
 
 
+def test_reactivating_from_the_page_lets_the_user_sign_in_again(client_as, org):
+    client = client_as(org.dept_admin)
+    client.post(f"/users/{org.researcher.pk}/deactivate/")
+    page = client.get(f"/users/{org.researcher.pk}/").content.decode()
+    assert f'action="/users/{org.researcher.pk}/reactivate/"' in page
+    response = client.post(f"/users/{org.researcher.pk}/reactivate/", follow=True)
+    assert "rita can sign in again." in response.content.decode()
+    org.researcher.refresh_from_db()
+    assert org.researcher.is_active
+    # Someone outside the department stays out of reach.
+    services.user_deactivate(actor=org.platform_admin, user=org.outsider)
+    assert client.post(f"/users/{org.outsider.pk}/reactivate/").status_code == 404
+    org.outsider.refresh_from_db()
+    assert not org.outsider.is_active
+
+
 def test_the_audit_log_filters_by_actor_action_department_and_dates(client_as, org):
     services.department_update(actor=org.platform_admin, department=org.dept_a, name="sight")
     services.project_update(actor=org.dept_admin, project=org.project_a, name="cats")

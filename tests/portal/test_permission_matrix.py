@@ -80,6 +80,10 @@ MATRIX = {
         lambda o: f"/users/{o.outsider.pk}/deactivate/",
         row(200, 404, 403, 403),
     ),
+    "user_reactivate": (
+        lambda o: f"/users/{o.researcher.pk}/reactivate/",
+        row(405, 405, 403, 403),
+    ),
     "audit_log": (lambda o: "/audit/", row(200, 200, 403, 403)),
 }
 

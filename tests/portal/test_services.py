@@ -370,6 +370,29 @@ def test_a_department_admin_deactivates_their_people_but_not_others_nor_themselv
         services.user_deactivate(actor=org.platform_admin, user=org.platform_admin)
 
 
+def test_a_deactivated_user_is_reactivated_by_an_admin_of_their_department_only(org, client):
+    services.user_deactivate(actor=org.dept_admin, user=org.researcher)
+    services.user_deactivate(actor=org.platform_admin, user=org.outsider)
+    with pytest.raises(PermissionDenied):
+        services.user_reactivate(actor=org.dept_admin, user=org.outsider)
+    services.user_reactivate(actor=org.dept_admin, user=org.researcher)
+    assert client.login(username="rita", password=f.PASSWORD)  # the old password works again
+    row = last_audit()
+    assert (row.action, row.department) == ("user.reactivate", org.dept_a)
+    assert (row.before["is_active"], row.after["is_active"]) == (False, True)
+    with pytest.raises(ValidationFailed, match="rita is active already"):
+        services.user_reactivate(actor=org.dept_admin, user=org.researcher)
+
+
+def test_a_department_admins_change_to_their_person_shows_in_their_audit_rows(org):
+    services.user_update(
+        actor=org.dept_admin, user=org.researcher, first_name="Rita", last_name="", email="r@x.io"
+    )
+    row = last_audit()
+    assert (row.action, row.department) == ("user.update", org.dept_a)
+    assert row.after["email"] == "r@x.io"
+
+
 def test_only_platform_admins_grant_platform_admin_rights(org):
     with pytest.raises(PermissionDenied):
         services.user_update(
