@@ -21,6 +21,7 @@ from tests.engine.builders import (
     cycles,
     dept,
     evicted,
+    frac,
     job,
     nodes,
     placed,
@@ -61,6 +62,28 @@ def test_a_project_under_its_deserved_quota_takes_gpus_back_from_a_borrower() ->
         EvictionReason.RECLAIM,
         "mine",
     )
+
+
+def test_a_fraction_reclaims_room_on_a_shared_gpu_without_evicting_every_sharer() -> None:
+    # p2 borrows all 4 GPUs: three whole, and the last in two half shares. p1 deserves 2
+    # and asks a quarter (its 3-GPU job raises its fair share to 3 but cannot reclaim
+    # past the deserved quota). Evicting one half makes room; p2 stays above its share
+    # either way, and the search used to ask for a whole free device, so it evicted both.
+    halves = [
+        replace(
+            frac(f"h{i}", "p2", 0.5),
+            placement=(PodPlacement(0, "n0", shared_gpu=3, share=0.5),),
+            started_at=100.0 * i,
+        )
+        for i in range(2)
+    ]
+    work = [*_borrowing_p2(3), *halves, frac("q", "p1", 0.25), job("big", "p1", gpus=3, t=1)]
+    snap = snapshot(nodes(1, gpus=4), _two_projects(p1=2, p2=0), work)
+    result = run(snap, now=NOW)
+    assert evicted(result) == {"h1": "reclaim"}
+    assert [(p.node_id, p.shared_gpu, p.share) for p in result.admissions[0].pods] == [
+        ("n0", 3, 0.25)
+    ]
 
 
 def test_reclaim_prefers_the_victim_that_loses_the_least_work() -> None:

@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from scheduling.engine.context import Context
-from scheduling.engine.state import GpuState, NodeState, PodSlot
+from scheduling.engine.state import UNITS, GpuState, NodeState, PodSlot, share_units
 from scheduling.engine.statement import slot_amounts
-from scheduling.engine.types import EvictionReason, Workload
+from scheduling.engine.types import EvictionReason, PodRequest, Workload
 
 # Usable victims one search looks at before giving up: keeps a cycle's time bounded
 # when no node can be freed; a later cycle (or a smaller request) tries again.
@@ -186,13 +186,16 @@ def make_room(
     mark = ctx.stmt.mark()
     models = ctx.state.models_for(pool, wl.gpu_models)
     need = max((max(p.gpus, 1 if p.is_shared else 0) for p in wl.pods), default=0)
+    # A single fractional pod needs only room on one device, not a whole free one: so
+    # that the search does not evict every sharer of a device where one would do.
+    share = wl.pods[0] if len(wl.pods) == 1 and wl.pods[0].is_shared else None
     evicted: list[Workload] = []
     while len(evicted) <= max_victims:
         if ready():
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
                 return evicted, slots
-        batch = _cheapest_batch(ctx, pool, models, need, candidates, rule)
+        batch = _cheapest_batch(ctx, pool, models, need, candidates, rule, share)
         if not batch or len(evicted) + len(batch) > max_victims:
             break
         for victim in batch:
@@ -211,8 +214,10 @@ def _cheapest_batch(
     need: int,
     candidates: Candidates,
     rule: Rule,
+    share: PodRequest | None = None,
 ) -> list[Victim]:
-    """Victims on one node whose eviction leaves `need` free devices there.
+    """Victims on one node whose eviction leaves `need` free devices there (or, for a
+    fractional pod `share`, one device with room for it).
 
     Walks usable victims in cost order, crediting the devices each would free to its
     nodes; the first node to reach `need` gives the batch. No other plan uses only
@@ -238,7 +243,8 @@ def _cheapest_batch(
             break
         for order in victim.nodes:
             if order not in progress:
-                progress[order] = _NodePlan.start(ctx.state.nodes[order], pool, models, need)
+                node = ctx.state.nodes[order]
+                progress[order] = _NodePlan.start(node, pool, models, need, share)
             plan = progress[order]
             if plan is not None and plan.add(ctx, victim, need):
                 return plan.chosen
@@ -251,26 +257,43 @@ class _NodePlan:
 
     node: NodeState
     free: dict[str, int]
+    share: PodRequest | None = None
     chosen: list[Victim] = field(default_factory=list)
     gone: set[str] = field(default_factory=set)
 
     @staticmethod
-    def start(node: NodeState, pool: str, models: list[str], need: int) -> _NodePlan | None:
+    def start(
+        node: NodeState, pool: str, models: list[str], need: int, share: PodRequest | None
+    ) -> _NodePlan | None:
         if node.pool != pool or not node.schedulable or need == 0:
             return None
         free = {m: node.free_by_model.get(m, 0) for m in models}
         if not free or max(free.values()) >= need:
             return None  # room is there already; what blocks is not this node's GPUs
-        return _NodePlan(node, free)
+        plan = _NodePlan(node, free, share)
+        if share is not None and any(plan.has_room(gpu) for gpu in node.gpus):
+            return None
+        return plan
 
     def add(self, ctx: Context, victim: Victim, need: int) -> bool:
-        """Credit a victim; True once the node would have `need` free devices."""
+        """Credit a victim; True once the node would have `need` free devices, or a
+        device with room for the fractional pod."""
         self.chosen.append(victim)
         self.gone.add(victim.wl.id)
+        roomy = False
         for gpu in _devices_on(ctx, victim.wl.id, self.node):
             if gpu.model in self.free and _all_holders_gone(gpu, self.gone):
                 self.free[gpu.model] += 1
-        return max(self.free.values()) >= need
+            roomy = roomy or (self.share is not None and self.has_room(gpu))
+        return roomy or max(self.free.values()) >= need
+
+    def has_room(self, gpu: GpuState) -> bool:
+        """Whether a shared device, without the workloads credited so far, would have
+        the share units the fractional pod asks for (as the placer counts them)."""
+        if self.share is None or gpu.model not in self.free or gpu.owner is not None:
+            return False
+        used = sum(units for wid, units, _ in gpu.shares if wid not in self.gone)
+        return used + share_units(self.share, gpu.memory_mib) <= UNITS
 
 
 def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:
