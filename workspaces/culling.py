@@ -22,7 +22,7 @@ from portal.errors import ValidationFailed
 from scheduling.lifecycle import workload_event
 from scheduling.models import WorkloadState
 from scheduling.services import workload_stop
-from workspaces.jupyter import JupyterActivity, jupyter_activity
+from workspaces.jupyter import JupyterActivity, tool_activity
 from workspaces.models import IdlePolicy, IdleState, Workspace
 from workspaces.selectors import idle_policy_for
 
@@ -55,7 +55,7 @@ def idle_decision(
     than the stop time (the culler was down, the policy just shortened) is warned first.
     """
     if activity is None:
-        return CullDecision("skip", "Jupyter did not answer; never stop what we cannot see.")
+        return CullDecision("skip", "The tool did not answer; never stop what we cannot see.")
     if activity.busy_kernels:
         return CullDecision("keep", f"{activity.busy_kernels} kernel(s) busy or starting.")
     if gpu_busy:
@@ -107,7 +107,7 @@ def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision
     policy = idle_policy_for(workspace.workload.project)
     if policy is None:
         return CullDecision("skip", "No idle policy applies.")
-    activity = jupyter_activity(workspace)
+    activity = tool_activity(workspace)
     workload = workspace.workload
     starts = [
         t

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import httpx
 
+from workspaces.activity import last_proxied
 from workspaces.models import Workspace
 from workspaces.selectors import workspace_upstream
 
@@ -38,7 +39,7 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
     upstream = workspace_upstream(workspace)
     if upstream is None:
         return False
-    jupyter = workspace.environment is None or workspace.environment.tool_kind == "jupyterlab"
+    jupyter = is_jupyter(workspace)
     try:
         response = httpx.get(
             tool_url(workspace, upstream, "api/status" if jupyter else ""),
@@ -49,6 +50,20 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200 if jupyter else response.status_code < 500
+
+
+def is_jupyter(workspace: Workspace) -> bool:
+    return workspace.environment is None or workspace.environment.tool_kind == "jupyterlab"
+
+
+def tool_activity(workspace: Workspace) -> JupyterActivity | None:
+    """Jupyter's own account; for another tool (no such API), the last time someone used
+    it through the proxy, once it answers. None: it cannot be seen, so it is not culled."""
+    if is_jupyter(workspace):
+        return jupyter_activity(workspace)
+    if not tool_answers(workspace):
+        return None
+    return JupyterActivity(last_proxied(workspace.workload_id), kernels=0, busy_kernels=0)
 
 
 def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterActivity | None:

@@ -21,7 +21,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from workspaces import proxy_auth
+from workspaces import activity, proxy_auth
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "upgrade", "tr
 
 Scope = dict[str, Any]
 Check = Callable[[], Awaitable[proxy_auth.Access]]
+Touch = Callable[[], Awaitable[None]]
 # How often an open WebSocket's access is asked again (a DB read per socket).
 RECHECK_S = 30.0
 
@@ -65,10 +66,14 @@ class WorkspaceProxy:
         match = LAB_PATH.match(scope.get("path", ""))
         if match is None:
             return await self.app(scope, receive, send)
-        check = partial(proxy_auth.authorize, scope["headers"], int(match["id"]), scope["path"])
+        workspace_id = int(match["id"])
+        check = partial(proxy_auth.authorize, scope["headers"], workspace_id, scope["path"])
         access = await check()
+        if access.allowed:
+            await activity.proxied(workspace_id)
         if scope["type"] == "websocket":
-            return await proxy_websocket(scope, receive, send, access, check)
+            touch = partial(activity.proxied, workspace_id)
+            return await proxy_websocket(scope, receive, send, access, check, touch)
         return await self.proxy_http(scope, receive, send, access)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
@@ -184,7 +189,7 @@ async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
 
 
 async def proxy_websocket(
-    scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, check: Check
+    scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, check: Check, touch: Touch
 ) -> None:
     """Checks the handshake, then pumps frames both ways until either side closes, or the
     access is withdrawn (the owner stops sharing, a member leaves the project, the
@@ -210,10 +215,12 @@ async def proxy_websocket(
         await send({"type": "websocket.close", "code": 1011})
         return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await pump(upstream, receive, send, check)
+    await pump(upstream, receive, send, check, touch)
 
 
-async def pump(upstream: ClientConnection, receive: Any, send: Any, check: Check) -> None:
+async def pump(
+    upstream: ClientConnection, receive: Any, send: Any, check: Check, touch: Touch
+) -> None:
     async def still_allowed() -> None:
         while True:
             await asyncio.sleep(RECHECK_S)
@@ -228,6 +235,7 @@ async def pump(upstream: ClientConnection, receive: Any, send: Any, check: Check
                 return
             data = message.get("text") if message.get("text") is not None else message["bytes"]
             await upstream.send(data)
+            await touch()  # the user typed or ran something (throttled: see activity)
 
     async def upstream_to_client() -> None:
         try:

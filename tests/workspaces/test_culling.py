@@ -161,3 +161,47 @@ def test_the_idle_clock_starts_when_the_gpus_went_quiet_not_at_the_last_jupyter_
         assert workspaces_cull(now=later + timedelta(minutes=20)) == {"stop": 1}
     warning = workspace.workload.events.get(reason="IdleWarning")
     assert warning.message.startswith("Idle for 15 minutes.")
+
+
+@pytest.mark.django_db(transaction=True)  # the proxy reads the session from another thread
+def test_a_tool_without_jupyters_api_is_culled_by_its_use_through_the_proxy(org, client):
+    """TensorBoard or VS Code server report no activity of their own: the last request or
+    WebSocket message the proxy let through counts instead."""
+    import subprocess
+    import sys
+
+    from tests.workspaces.helpers import free_port, kill_group
+    from tests.workspaces.test_proxy import _session_cookie, call_http
+    from workspaces import activity
+    from workspaces.models import Environment, ToolKind
+
+    port = free_port()
+    workspace = make_running_workspace(
+        owner=org.researcher, project=org.project_a, endpoint=f"127.0.0.1:{port}"
+    )
+    IdlePolicy.objects.create(project=org.project_a, warn_after_min=10, stop_after_min=30)
+    workspace.environment = Environment.objects.create(
+        name="TensorBoard", image="tb", command=["tensorboard"], tool_kind=ToolKind.TENSORBOARD
+    )
+    workspace.save()
+    later = timezone.now() + timedelta(hours=5)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: workspaces_cull(now=later) != {"skip": 1}, 30, "the tool to answer")
+        workspace.refresh_from_db()
+        assert workspace.idle_state == IdleState.WARNED  # never used: idle since its start
+        activity._written.clear()  # this process may have written for a reused id: forget it
+        cookie = _session_cookie(client, org.researcher)
+        assert call_http(f"/workspaces/{workspace.workload_id}/lab/", cookie)[0] == 404
+        used = activity.last_proxied(workspace.workload_id)
+        assert used is not None and abs((used - timezone.now()).total_seconds()) < 30
+        assert workspaces_cull(now=used + timedelta(minutes=5)) == {"keep": 1}
+        workspace.refresh_from_db()
+        assert workspace.idle_state == IdleState.ACTIVE  # used again: the warning is lifted
+        assert workspaces_cull(now=used + timedelta(minutes=11)) == {"warn": 1}
+    finally:
+        kill_group(server.pid)
+        server.wait(timeout=10)
