@@ -94,6 +94,7 @@ def _matches(selector: str | None, labels: dict) -> bool:
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
 
+PORT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")  # an IANA service name
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -107,6 +108,13 @@ def _validate_pod(pod: dict) -> None:
         raise ApiError(422, "Invalid", "spec.terminationGracePeriodSeconds: must be >= 0")
     volumes = _validate_volumes(spec.get("volumes") or [])
     for container in containers:
+        for port in container.get("ports") or []:
+            name = port.get("name", "")
+            if name and not (
+                PORT_NAME.fullmatch(name) and "--" not in name and re.search("[a-z]", name)
+            ):
+                message = f'spec.containers[0].ports.name: Invalid value: "{name}"'
+                raise ApiError(422, "Invalid", message)
         for env in container.get("env") or []:
             if not ENV_NAME.fullmatch(env.get("name", "")):
                 message = f'spec.containers[0].env.name: Invalid value: "{env.get("name")}"'

@@ -773,3 +773,24 @@ def test_a_shared_pod_whose_binding_failed_is_bound_on_the_next_pass(kube, org):
     assert fake.pod("gp-ml-vision", f"gp-{shared.pk}-0")["spec"]["nodeName"] == "gpu-a"
     shared.refresh_from_db()
     assert shared.state == S.RUNNING
+
+
+def test_port_names_are_made_names_the_api_server_takes(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    ports = [
+        {"name": "TensorBoard_UI_port", "port": 6006},
+        {"name": "tensorboard-ui-extra", "port": 6007},  # the same once cut to 15
+        {"name": "8080", "port": 8080},  # no letter
+    ]
+    workload = training(org, "tools", kind="workspace", spec={"ports": ports})
+    admit(workload, nodes[0])
+    result = cluster_reconcile(cluster)
+    assert result.errors == []
+    [pod] = fake.pods()
+    names = [p["name"] for p in pod["spec"]["containers"][0]["ports"]]
+    assert names == ["tensorboard-ui", "port1", "port2"]
+    [service] = fake.services()
+    assert [p["name"] for p in service["spec"]["ports"]] == names
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING

@@ -84,6 +84,19 @@ def _labels(spec: PodSpec) -> dict[str, str]:
     }
 
 
+def port_names(spec: PodSpec) -> list[str]:
+    """The ports' names as the API server takes them (IANA service names: at most 15
+    lower-case letters, digits and single dashes, with a letter), unique in the pod;
+    a name that cannot be made so becomes port<N>."""
+    names: list[str] = []
+    for index, port in enumerate(spec.ports):
+        name = re.sub(r"[^a-z0-9]+", "-", port.name.lower())[:15].strip("-")
+        if not re.search("[a-z]", name) or name in names:
+            name = f"port{index}"
+        names.append(name)
+    return names
+
+
 def port_env(spec: PodSpec) -> dict[str, str]:
     """The same port variables the local backend sets, so `$(GPUPOOL_PORT)` in a command
     (a workspace's tool) means the container port here too."""
@@ -111,7 +124,10 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
             "requests": {"cpu": str(spec.cpu), "memory": f"{spec.memory_mib}Mi"},
             "limits": limits,
         },
-        "ports": [{"name": p.name[:15], "containerPort": p.port} for p in spec.ports],
+        "ports": [
+            {"name": name, "containerPort": p.port}
+            for name, p in zip(port_names(spec), spec.ports, strict=True)
+        ],
     }
     if spec.command:
         container["command"] = list(spec.command)
@@ -170,7 +186,8 @@ def service_manifest(spec: PodSpec) -> dict:
         "spec": {
             "selector": {"gpupool.io/pod": spec.name},
             "ports": [
-                {"name": p.name[:15], "port": p.port, "targetPort": p.port} for p in spec.ports
+                {"name": name, "port": p.port, "targetPort": p.port}
+                for name, p in zip(port_names(spec), spec.ports, strict=True)
             ],
         },
     }
