@@ -1,0 +1,45 @@
+"""`make demo` seeds through `manage.py seed_demo` on every start: a second run changes nothing
+and prints the same passwords, which sign in."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.apps import apps
+from django.core.management import call_command
+
+from portal.models import Department, Membership, Project, User
+
+pytestmark = pytest.mark.django_db
+
+
+def _counts() -> dict[str, int]:
+    return {model.__name__: model.objects.count() for model in apps.get_models()}
+
+
+def _seed() -> str:
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    return out.getvalue()
+
+
+def test_seeding_twice_keeps_one_organisation_and_the_same_passwords(settings, tmp_path, client):
+    settings.VAR_DIR = tmp_path
+    first = _seed()
+    counts = _counts()
+    second = _seed()
+    assert _counts() == counts
+    assert (Department.objects.count(), Project.objects.count()) == (2, 4)
+    assert sorted(User.objects.values_list("username", "is_platform_admin")) == [
+        ("admin", True),
+        ("alice", False),
+        ("bob", False),
+    ]
+    assert Membership.objects.filter(role="researcher").count() == 2
+    passwords = dict(re.findall(r"^  (admin|alice|bob)\s+(\S+)", first, re.MULTILINE))
+    assert len(passwords) == 3
+    assert dict(re.findall(r"^  (admin|alice|bob)\s+(\S+)", second, re.MULTILINE)) == passwords
+    for username, password in passwords.items():
+        assert client.login(username=username, password=password), username
