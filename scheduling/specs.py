@@ -151,6 +151,24 @@ def _number(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> De
     return number
 
 
+TRUE_WORDS = {"true", "yes", "on", "1"}
+FALSE_WORDS = {"false", "no", "off", "0"}
+
+
+def _boolean(raw: dict[str, Any], field: str, errors: Errors) -> bool | None:
+    """True, False, or None when not given; 'false' from a form-encoded body is False."""
+    value = raw.get(field)
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in TRUE_WORDS | FALSE_WORDS:
+        return word in TRUE_WORDS
+    _add(errors, field, "Enter true or false.")
+    return None
+
+
 def _integer(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> int | None:
     number = _number(raw, field, default, errors)
     if number is None:
@@ -194,7 +212,7 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
         workers = _integer(raw, "workers", raw.get("pods") or 2, errors) or 0
         if workers < 1:
             _add(errors, "workers", "A distributed job needs at least one worker.")
-        master = bool(raw.get("master", False))
+        master = bool(_boolean(raw, "master", errors))
         pods = workers + int(master)
         min_pods = _integer(raw, "min_pods", pods, errors) or pods
         if not 1 <= min_pods <= pods:
@@ -224,7 +242,7 @@ def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
     out["node_pools"] = list(dict.fromkeys(pools))
     out["gpu_model"] = str(raw.get("gpu_model") or "").strip()
     out["topology_level"] = str(raw.get("topology_level") or "").strip()
-    out["topology_required"] = bool(raw.get("topology_required", False))
+    out["topology_required"] = bool(_boolean(raw, "topology_required", errors))
     if out["topology_required"] and not out["topology_level"]:
         _add(errors, "topology_level", "Name the topology level (e.g. rack) to keep pods in.")
 
@@ -237,8 +255,7 @@ def _clean_lifecycle(kind: str, raw: dict[str, Any], out: dict[str, Any], errors
     out["priority_class"] = priority_class
     out["priority"] = CLASS_PRIORITY[PriorityClass(priority_class)]
     # None means "let the policy decide" (services.py applies the class default).
-    preemptible = raw.get("preemptible")
-    out["preemptible"] = None if preemptible in (None, "") else bool(preemptible)
+    out["preemptible"] = _boolean(raw, "preemptible", errors)
     runtime = raw.get("max_runtime_s")
     out["max_runtime_s"] = None
     if runtime not in (None, ""):

@@ -133,6 +133,23 @@ def test_workspaces_are_launched_where_they_get_their_environment(api):
     assert not Workload.objects.exists()
 
 
+def test_booleans_sent_as_words_mean_what_they_say(api):
+    client = api("researcher")
+    form = {**training(name="form-encoded"), "priority_class": "build", "preemptible": "false",
+            "topology_required": "0"}  # fmt: skip
+    assert client.post("/api/v1/workloads/", form).status_code == 201  # multipart, all strings
+    wl = Workload.objects.get(name="form-encoded")
+    assert (wl.preemptible, wl.topology_required) == (False, False)
+    body = {**training(name="ddp", kind="distributed", workers=2), "master": "false"}
+    assert client.post("/api/v1/workloads/", body, format="json").status_code == 201
+    assert Workload.objects.get(name="ddp").pods == 2
+    response = client.post(
+        "/api/v1/workloads/", {**training(name="x"), "preemptible": "maybe"}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"preemptible": ["Enter true or false."]}
+
+
 def test_policy_refusals_name_the_rule(api, org):
     WorkloadPolicy.objects.create(department=org.dept_a, allowed_kinds=["training"])
     response = api("researcher").post(
