@@ -50,8 +50,8 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
         policy = effective_policy(project)
         apply_defaults(policy, fields)
         errors = policy_errors(policy, kind, fields)
-    if "name" not in errors and Workload.objects.filter(project=project, name=name).exists():
-        errors["name"] = [f"Project {project.name} already has a workload named {name}."]
+    if "name" not in errors:
+        _check_names_free(project, name, kind, fields, errors)
     if errors:
         raise ValidationFailed(errors)
     try:
@@ -60,6 +60,30 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
     except IntegrityError as exc:  # a concurrent submit took the name between check and insert
         raise ValidationFailed({"name": [f"{name} is already taken in {project.name}."]}) from exc
     return workload
+
+
+def _check_names_free(
+    project: Project, name: str, kind: str, fields: dict, errors: dict[str, list[str]]
+) -> None:
+    """The name, and for a sweep its trials' names, must be free in the project."""
+    names = [name]
+    if kind == WorkloadKind.HPO and "search" not in errors:
+        names += [trial_name(name, i) for i in range(sweeps.trial_count(fields["spec"]["search"]))]
+    taken = set(
+        Workload.objects.filter(project=project, name__in=names).values_list("name", flat=True)
+    )
+    if name in taken:
+        errors["name"] = [f"Project {project.name} already has a workload named {name}."]
+    elif taken:
+        first = min(taken, key=names.index)
+        errors["name"] = [
+            f"Project {project.name} already has a workload named {first}, "
+            "a name this sweep's trials need."
+        ]
+
+
+def trial_name(sweep_name: str, index: int) -> str:
+    return f"{sweep_name}-trial-{index}"
 
 
 def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) -> Workload:
@@ -98,7 +122,7 @@ def _create_trials(sweep: Workload) -> None:
             **copied,
             kind=WorkloadKind.TRAINING,
             parent=sweep,
-            name=f"{sweep.name}-trial-{index}",
+            name=trial_name(sweep.name, index),
             env=sweeps.trial_env(sweep.env, index, params),
             spec={"params": params, "trial": index, **_trial_extras(sweep.spec)},
             state=WorkloadState.PENDING,

@@ -84,6 +84,23 @@ def test_it_rejects_a_name_already_used_in_the_project(org, submit):
     assert submit(org.dept_admin, org.project_a2, "dup").project == org.project_a2
 
 
+def test_a_sweep_whose_trial_names_are_taken_is_refused_on_its_name(org, submit):
+    submit(org.researcher, org.project_a, "tune-trial-1")
+    search = {"method": "grid", "parameters": {"lr": [1, 2, 3]}}
+    errors = errors_of(
+        lambda: submit(org.researcher, org.project_a, "tune", kind="hpo", search=search)
+    )
+    assert errors == {
+        "name": [
+            "Project ml-vision already has a workload named tune-trial-1, "
+            "a name this sweep's trials need."
+        ]
+    }
+    assert not Workload.objects.filter(name="tune").exists()
+    sweep = submit(org.researcher, org.project_a, "tune2", kind="hpo", search=search)
+    assert sweep.children.count() == 3
+
+
 def test_outsiders_and_viewers_may_not_submit(org, submit):
     with pytest.raises(PermissionDenied):
         submit(org.outsider, org.project_a, "nope")
