@@ -22,6 +22,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
+from clusters.models import Cluster
 from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from scheduling.adapters import project_queue
@@ -50,12 +51,12 @@ SORTS = {
 }
 # Sort keys over computed columns: annotated only when asked for.
 ANNOTATED_SORTS = ("gpus_held", "first_pool", "first_node", "runtime")
-FILTERS = ("project", "kind", "state", "user")
+FILTERS = ("project", "kind", "state", "user", "cluster")
 
 
 def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
-    """Workloads the user may see, filtered by project (name or id), kind, state and user,
-    sorted by `sort` (a key of SORTS, '-' for descending)."""
+    """Workloads the user may see, filtered by project (name or id), kind, state, user and
+    cluster (name or id), sorted by `sort` (a key of SORTS, '-' for descending)."""
     params = params or {}
     qs = (
         Workload.objects.filter(project__in=visible_projects(user))
@@ -78,6 +79,11 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
         qs = qs.filter(state=params["state"])
     if params.get("user"):
         qs = qs.filter(submitted_by__username=params["user"])
+    if params.get("cluster"):  # where it runs or last ran (name or id)
+        cluster = str(params["cluster"])
+        qs = (
+            qs.filter(cluster_id=cluster) if cluster.isdigit() else qs.filter(cluster__name=cluster)
+        )
     if params.get("parent"):
         parent = str(params["parent"])
         qs = qs.filter(parent_id=int(parent)) if parent.isdigit() else qs.none()
@@ -86,6 +92,11 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
     if column in ANNOTATED_SORTS:
         qs = qs.annotate(**{column: _sort_annotation(column)})
     return qs.order_by(*_ordering(sort))
+
+
+def cluster_names() -> list[str]:
+    """For the list's cluster filter (pages filter by cluster when several feed the pools)."""
+    return list(Cluster.objects.order_by("name").values_list("name", flat=True))
 
 
 def _ordering(sort: str) -> list[Any]:

@@ -56,6 +56,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         "rows": rows,
         "truncated": len(rows) == LIST_LIMIT,
         "projects": visible_projects(request.user),
+        "clusters": selectors.cluster_names(),
         "kinds": WorkloadKind.choices,
         "states": WorkloadState.choices,
         "filters": {k: request.GET.get(k, "") for k in selectors.FILTERS},

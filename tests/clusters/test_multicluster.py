@@ -73,3 +73,20 @@ def test_pools_of_two_clusters_are_filled_in_each_workloads_preference_order(clu
         "west": sorted([f"gp-{second.pk}-0", f"gp-{third.pk}-0"]),
     }
     assert {placed(w)[2] for w in (first, second, third)} == {S.RUNNING}
+
+
+def test_the_workload_list_page_csv_and_api_filter_by_cluster(clusters, org, client_as):
+    east_job = submit(org, "east-job", ["h100"])
+    west_job = submit(org, "west-job", ["a100"])
+    submit(org, "waiting", ["h100"])  # never placed: on no cluster
+    cycle_run()
+    client = client_as(org.researcher)
+    page = client.get("/workloads/?cluster=east")
+    assert [row["name"] for row in page.context["rows"]] == ["east-job"]
+    assert b'<select id="f-cluster" name="cluster">' in page.content
+    csv = client.get(f"/workloads/?cluster={clusters[1].pk}&format=csv").content.decode()
+    assert "west-job" in csv and "east-job" not in csv
+    api = client.get("/api/v1/workloads/?cluster=west").json()
+    rows = api["results"] if isinstance(api, dict) else api
+    assert [row["id"] for row in rows] == [west_job.pk]
+    assert east_job.pk != west_job.pk
