@@ -12,6 +12,7 @@ from __future__ import annotations
 from scheduling.engine.actions.allocate import in_allocation_order
 from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
 from scheduling.engine.context import Context
+from scheduling.engine.state import share_units
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_ATTEMPTS = 32  # plans tried per cycle; each may scan every node of a pool
@@ -44,21 +45,34 @@ def consolidate(ctx: Context) -> None:
 
 def _candidates(ctx: Context) -> list[Workload]:
     """Workloads that failed on capacity but that the free GPUs of one of their pools
-    could hold in total. Free counts only drop during this phase, so a filter taken once
-    at its start never drops a candidate it would later accept."""
-    free = {p: ctx.state.free_whole(p, ctx.state.pool_models.get(p, [])) for p in ctx.pools}
-
-    def could_fit(wl: Workload) -> bool:
-        whole = sum(p.gpus for p in wl.pods)
-        return 0 < whole <= max((free.get(p, 0) for p in ctx.pools_for(wl)), default=0)
-
-    return [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed and could_fit(wl)]
+    could hold in total (for a fractional pod: the free shares of its shared GPUs). Free
+    capacity only drops during this phase, so a filter taken once at its start never
+    drops a candidate it would later accept."""
+    return [
+        wl
+        for wl in ctx.pending()
+        if wl.id in ctx.capacity_failed
+        and any(_fits_in_total(ctx, wl, p) for p in ctx.pools_for(wl))
+    ]
 
 
 def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:
     models = ctx.state.models_for(pool, wl.gpu_models)
+    if not models:
+        return False
     whole = sum(p.gpus for p in wl.pods)
-    return bool(models) and 0 < whole <= ctx.state.free_whole(pool, models)
+    if whole > 0:
+        return whole <= ctx.state.free_whole(pool, models)
+    if len(wl.pods) != 1 or not wl.pods[0].is_shared:
+        return False
+    # One fractional pod: the free units of the shared GPUs hold it in total, but no
+    # single one does (a free GPU would have taken it).
+    for model in models:
+        buckets = ctx.state.shared.get((pool, model), {})
+        need = share_units(wl.pods[0], ctx.state.group_memory.get((pool, model), 0))
+        if sum(free * len(bucket) for free, bucket in buckets.items()) >= need:
+            return True
+    return False
 
 
 def _plan(ctx: Context, wl: Workload, pool: str, candidates: Candidates) -> bool:
