@@ -123,5 +123,9 @@ def workload_pods_released(workload: Workload, *, message: str = "") -> Workload
             reason="Requeued",
             message=(message or "Pods stopped after preemption.") + resume,
             restart_count=workload.restart_count,
+            # The last run is over: its start must not count towards the next run's
+            # runtime (max runtime, the list's runtime) while it waits or starts again.
+            admitted_at=None,
+            started_at=None,
         )
     return workload

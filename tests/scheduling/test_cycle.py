@@ -171,6 +171,25 @@ def test_a_sweeps_max_runtime_limits_each_trial_not_the_whole_sweep(org, cluster
     assert fresh(trial).events.last().reason == "MaxRuntimeExceeded"
 
 
+def test_a_requeued_workloads_max_runtime_counts_from_its_new_start(org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1, max_runtime_s=60)
+    cycle_run()
+    workload_transition(fresh(wl), S.RUNNING, reason="Started")
+    workload_transition(fresh(wl), S.PREEMPTED, reason="Preempted:reclaim")
+    workload_pods_released(fresh(wl))
+    wl = fresh(wl)
+    assert (wl.state, wl.restart_count, wl.started_at, wl.admitted_at) == (S.PENDING, 1, None, None)
+    # Admitted again two minutes later; its pods are still starting (image pull).
+    later = timezone.now() + timedelta(seconds=120)
+    cycle_run(now=later)
+    assert fresh(wl).state == S.ADMITTED
+    Workload.objects.filter(pk=wl.pk).update(admitted_at=later)
+    run = cycle_run(now=later + timedelta(seconds=30))
+    assert (fresh(wl).state, run.stopped) == (S.ADMITTED, 0)
+    run = cycle_run(now=later + timedelta(seconds=61))
+    assert (fresh(wl).state, run.stopped) == (S.STOPPED, 1)
+
+
 def test_the_cycle_keeps_fair_shares_for_the_queue_page(org, cluster, submit):
     submit(org.researcher, org.project_a, "job", gpus=4)
     run = cycle_run()
