@@ -136,4 +136,7 @@ def apply_defaults(policy: EffectivePolicy, fields: dict[str, Any]) -> None:
     if fields.get("preemptible") is None:
         fields["preemptible"] = fields["priority_class"] in policy.preemptible_classes
     if not fields.get("max_runtime_s"):
-        fields["max_runtime_s"] = policy.default_runtime_s or policy.max_runtime_s
+        # A default set in one place (a project) never exceeds a maximum set in another
+        # (its department): what nobody asked for must not be refused.
+        limits = [v for v in (policy.default_runtime_s, policy.max_runtime_s) if v]
+        fields["max_runtime_s"] = min(limits) if limits else None

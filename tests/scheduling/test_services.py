@@ -133,6 +133,16 @@ def test_runtime_policy_fills_the_default_and_refuses_more_than_the_maximum(org,
     }
 
 
+def test_a_projects_default_runtime_above_its_departments_maximum_is_capped(org, submit):
+    policy_set(actor=org.dept_admin, department=org.dept_a, max_runtime_s=3600)
+    policy_set(actor=org.dept_admin, project=org.project_a, default_runtime_s=7200)
+    assert submit(org.researcher, org.project_a, "job").max_runtime_s == 3600
+    errors = errors_of(lambda: submit(org.researcher, org.project_a, "long", max_runtime_s=7200))
+    assert errors == {
+        "max_runtime_s": ["Refused by policy 'max runtime' of department vision: at most 3600 s."]
+    }
+
+
 def test_preemptible_classes_decide_the_default_and_refuse_opting_out(org, submit):
     policy_set(actor=org.dept_admin, project=org.project_a, preemptible_classes=["train", "build"])
     assert submit(org.researcher, org.project_a, "nb", kind="workspace").preemptible is True
