@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -469,3 +470,42 @@ def test_every_url_answers_each_persona_as_the_site_matrix_says(client_as, site,
             status = LOGIN
         answers[persona] = status
     assert answers == expected, f"{method.upper()} {url}"
+
+
+def _page_paths(patterns, prefix: str = ""):
+    """The site's pages without parameters: no API, sign-in, fragments, CSV or scrape URLs."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _page_paths(pattern.url_patterns, prefix + str(pattern.pattern))
+            continue
+        path = "/" + prefix + str(pattern.pattern)
+        if "<" in path or "fragment" in path or path.endswith(".csv") or path == "/metrics":
+            continue
+        if not path.startswith(("/api/", "/django-admin/", "/accounts/")):
+            yield path
+
+
+def _reachable(client, depth: int) -> set[str]:
+    """Paths reached by following links from the overview, `depth` clicks deep."""
+    seen: set[str] = set()
+    frontier = ["/"]
+    for _ in range(depth + 1):
+        following = []
+        for path in frontier:
+            if path in seen:
+                continue
+            seen.add(path)
+            response = client.get(path)
+            if response.status_code == 200 and "html" in response.get("Content-Type", ""):
+                following += re.findall(r'href="(/[^"#?]*)', response.content.decode())
+        frontier = [p for p in following if not p.startswith(("/static/", "/api/v1/"))]
+    return seen
+
+
+@pytest.mark.parametrize("persona", ORDER)
+def test_every_page_a_persona_may_open_is_linked_within_three_clicks(client_as, org, persona):
+    client = client_as(getattr(org, persona))
+    openable = [
+        p for p in _page_paths(get_resolver().url_patterns) if client.get(p).status_code == 200
+    ]
+    assert sorted(set(openable) - _reachable(client, depth=3)) == []
