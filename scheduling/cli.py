@@ -34,7 +34,12 @@ def config_path() -> Path:
 
 def load_config() -> dict[str, Any]:
     path = config_path()
-    config = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        config = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"Cannot read {path}: {exc}. Log in again.") from exc
+    if not isinstance(config, dict):
+        raise click.ClickException(f"Cannot read {path}: not a settings object. Log in again.")
     if os.environ.get("GPUPOOL_URL"):
         config["url"] = os.environ["GPUPOOL_URL"]
     if os.environ.get("GPUPOOL_TOKEN"):
@@ -100,7 +105,12 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """GPUPool: submit and follow work on the shared GPU pool."""
-    ctx.obj = load_config()
+    try:
+        ctx.obj = load_config()
+    except click.ClickException:
+        if ctx.invoked_subcommand != "login":
+            raise
+        ctx.obj = {}  # logging in writes a fresh one
 
 
 def api_of(ctx: click.Context) -> Api:

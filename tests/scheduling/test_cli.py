@@ -53,8 +53,13 @@ def test_login_saves_the_token_and_a_wrong_password_fails_with_the_apis_message(
     assert oct((gp.config_dir / "config.json").stat().st_mode & 0o777) == "0o600"
 
 
-def test_commands_before_login_say_how_to_log_in(gp):
+def test_commands_before_login_say_how_to_log_in(gp, org):
     assert "run `gpupool login --url URL` first" in gp("list", ok=False)
+    (gp.config_dir / "config.json").write_text("{not json")
+    assert "Cannot read" in gp("list", ok=False)
+    assert "Log in again." in gp("list", ok=False)
+    gp("login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD)
+    assert json.loads((gp.config_dir / "config.json").read_text())["username"] == "rita"
 
 
 def test_project_list_and_set(logged_in):
