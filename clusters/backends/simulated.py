@@ -13,6 +13,7 @@ them like a real cluster's:
       - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
     stop_delay_s: 0        # how long a stopped pod takes to go away (at most its grace period)
     down_nodes: [t4-0]     # nodes that failed: they vanish, and their pods with them
+                           # (as do the pods of a node edited out of the description)
     sample_interval_s: 10  # synthetic GPU samples at most this often
 
 A pod runs for its workload's spec.duration_s (none: until stopped), then succeeds.
@@ -124,7 +125,9 @@ class SimulatedBackend(Backend):
             if now >= pod.deleting_since + _stop_time(pod, stop_delay)
         ]
         pods.filter(pk__in=gone).delete()
-        pods.filter(node_name__in=self.down).delete()
+        # A node that failed (down_nodes) or left the description takes its pods with it.
+        nodes = {node.name for node in self.list_inventory()}
+        pods.exclude(node_name__in=nodes).delete()
         return {pod.name: _status(pod, now) for pod in pods}
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:

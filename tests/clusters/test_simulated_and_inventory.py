@@ -283,3 +283,17 @@ def test_a_simulated_node_going_down_requeues_its_work_and_leaves_the_inventory(
     assert workload.events.get(reason="PodLost").message == "Pods lost on a100-3."
     inventory_sync(sim)
     assert Node.objects.get(name="a100-3").schedulable is False
+
+
+def test_a_node_removed_from_the_description_takes_its_pods_with_it(sim, org):
+    inventory_sync(sim)
+    workload = make_workload(org.project_a, org.researcher, "orphaned")
+    admit(workload, Node.objects.get(name="t4-0"), pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(sim)
+    sim.config["nodes"] = []  # an admin edits t4-0 out of the cluster
+    sim.save()
+    cluster_reconcile(sim)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
+    assert workload.events.get(reason="PodLost").message == "Pods lost on t4-0."
+    assert SimulatedPod.objects.count() == 0
