@@ -28,7 +28,11 @@ def row(admin: int, dana: int, rita: int, otto: int) -> dict[str, int]:
 
 
 def _membership(o) -> int:
-    return o.researcher.memberships.get().pk
+    return _membership_of(o.researcher)
+
+
+def _membership_of(user) -> int:
+    return user.memberships.get().pk
 
 
 # name -> (url builder over the `org` fixture, expected status per persona)
@@ -424,6 +428,28 @@ SITE_MATRIX = {
     "usage_report": (GET, lambda o: "/reports/usage/", row(200, 200, 200, 200)),
     "usage_report_csv": (GET, lambda o: "/reports/usage.csv", row(200, 200, 200, 200)),
     "gpu_prices": (GET, lambda o: "/reports/prices/", row(200, 403, 403, 403)),
+    # The organisation's POST-only actions on someone outside department A (their GET rows
+    # above answer 405 to admins, which says nothing about who may act).
+    "membership_add:other": (
+        POST,
+        lambda o: f"/users/{o.outsider.pk}/memberships/",
+        row(200, 404, 403, 403),  # 200: the empty form shown again with its errors
+    ),
+    "membership_remove:other": (
+        POST,
+        lambda o: f"/users/{o.outsider.pk}/memberships/{_membership_of(o.outsider)}/remove/",
+        row(302, 404, 403, 403),
+    ),
+    "user_deactivate:other": (
+        POST,
+        lambda o: f"/users/{o.outsider.pk}/deactivate/",
+        row(302, 404, 403, 403),
+    ),
+    "user_reactivate:other": (
+        POST,
+        lambda o: f"/users/{o.outsider.pk}/reactivate/",
+        row(302, 404, 403, 403),
+    ),
     # Prometheus scrapes with a bearer token; a session opens nothing.
     "prometheus": (GET, lambda o: "/metrics", same(401)),
 }
