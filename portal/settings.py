@@ -26,7 +26,8 @@ if not SECRET_KEY:
     SECRET_KEY = "gpupool-insecure-development-key-do-not-use-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
-SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# The links e-mailed with invitations start with it.
+SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

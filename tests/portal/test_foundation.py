@@ -18,6 +18,7 @@ ENV_READ_BY_SETTINGS = {
     "DATABASE_URL",
     "REDIS_URL",
     "LOG_LEVEL",
+    "SITE_URL",
     "EMAIL_USE_TLS",
     "EMAIL_USE_SSL",
     "GPUPOOL_CYCLE_INTERVAL_S",
@@ -104,6 +105,7 @@ def _start(process: str, environment: dict[str, str], var: Path):
         ("settings", {"REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL like redis://"),
         ("settings", {"DATABASE_URL": "postgress://db/x"}, "DATABASE_URL is not a valid"),
         ("settings", {"LOG_LEVEL": "LOUD"}, "LOG_LEVEL must be one of DEBUG, INFO"),
+        ("settings", {"SITE_URL": "gpupool.example.org"}, "SITE_URL must be a URL like http://"),
         ("settings", {"EMAIL_USE_TLS": "1", "EMAIL_USE_SSL": "1"}, "Set EMAIL_USE_TLS or"),
         (
             "beat",
