@@ -18,6 +18,7 @@ ENV_READ_BY_SETTINGS = {
     "DATABASE_URL",
     "REDIS_URL",
     "LOG_LEVEL",
+    "CSRF_TRUSTED_ORIGINS",
     "SITE_URL",
     "EMAIL_USE_TLS",
     "EMAIL_USE_SSL",
@@ -79,6 +80,10 @@ START_UP = {
     "settings": "import django; django.setup()",
     # Celery loads the settings when beat first reads its schedule.
     "beat": "from portal.celery import app; print(app.conf.beat_schedule['scheduling-cycle'])",
+    "csrf": (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.CSRF_TRUSTED_ORIGINS)"
+    ),
 }
 
 
@@ -132,3 +137,10 @@ def test_good_values_start_and_set_beats_intervals(tmp_path, interval, schedule)
     result = _start("beat", environment, tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"'schedule': {schedule}" in result.stdout
+
+
+def test_the_sites_origin_is_trusted_for_forms_posted_through_a_tls_proxy(tmp_path):
+    """Behind a proxy the app sees http; the browser's Origin is https://SITE_URL's host."""
+    result = _start("csrf", {"SITE_URL": "https://gpupool.example.org/portal/"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['https://gpupool.example.org']"
