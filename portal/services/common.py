@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
 from django.db.models import Model
 
 from portal.audit import audit_log, snapshot
@@ -32,8 +33,19 @@ def create_audited(
     action: str,
     department: Department | None = None,
 ) -> Any:
-    """Create a row and its audit entry; the caller's transaction holds both."""
-    obj = model.objects.create(**values)
+    """Create a row and its audit entry; the caller's transaction holds both.
+
+    The caller checked uniqueness with a message; a request that raced it past that check
+    meets the database's constraint, told as a refusal rather than a server error.
+    """
+    try:
+        with transaction.atomic():  # a savepoint: the caller's transaction stays usable
+            obj = model.objects.create(**values)
+    except IntegrityError:
+        name = model._meta.verbose_name
+        raise ValidationFailed(
+            f"Another {name} like this one was saved at the same moment; reload and check."
+        ) from None
     audit_log(actor=actor, action=action, obj=obj, after=snapshot(obj), department=department)
     return obj
 

@@ -143,6 +143,16 @@ def test_the_namespace_of_a_project_with_running_work_does_not_change(org):
     assert last_audit().after["namespace"] == "gp-new"
 
 
+def test_a_project_racing_another_past_the_checks_is_refused_not_a_server_error(org, monkeypatch):
+    # Two requests both checked the name before either saved: the second meets the constraint.
+    monkeypatch.setattr(services.organisation, "_project_errors", lambda *args, **kw: {})
+    before = AuditLog.objects.count()
+    with pytest.raises(ValidationFailed, match="Another project like this one was saved"):
+        services.project_create(actor=org.dept_admin, department=org.dept_a, name="ml-vision")
+    assert AuditLog.objects.count() == before
+    services.project_create(actor=org.dept_admin, department=org.dept_a, name="seg")  # still usable
+
+
 def test_a_department_admin_cannot_create_projects_in_another_department(org):
     with pytest.raises(PermissionDenied):
         services.project_create(actor=org.dept_admin, department=org.dept_b, name="sneaky")
