@@ -92,6 +92,7 @@ class NodeListView(APIView):
                     "pool": row.node.pool.name if row.node.pool else None,
                     "topology": row.node.topology,
                     "schedulable": row.node.schedulable,
+                    "unschedulable_reason": row.node.unschedulable_reason,
                     "gpus": [_gpu(g) for g in row.gpus],
                 }
                 for row in rows

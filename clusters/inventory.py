@@ -56,7 +56,7 @@ def inventory_store(cluster: Cluster, nodes: list[NodeInfo]) -> SyncResult:
     result.vanished = (
         Node.objects.filter(cluster=cluster, schedulable=True)
         .exclude(pk__in=seen)
-        .update(schedulable=False)
+        .update(schedulable=False, unschedulable_reason="gone from the cluster")
     )
     return result
 
@@ -75,6 +75,7 @@ def _store_node(cluster: Cluster, info: NodeInfo, pool: NodePool | None, now: da
             "labels": dict(info.labels),
             "topology": topology,
             "schedulable": info.schedulable,
+            "unschedulable_reason": "" if info.schedulable else info.unschedulable_reason,
             "cpu_cores": Decimal(str(round(info.cpu_cores, 2))),
             "memory_mib": info.memory_mib,
             "last_seen_at": now,

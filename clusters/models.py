@@ -81,6 +81,9 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     topology = models.JSONField(default=dict, blank=True, help_text="level -> domain")
     schedulable = models.BooleanField(default=True)
+    unschedulable_reason = models.CharField(
+        max_length=255, blank=True, help_text="Why no new pod may go there (NotReady, cordoned)."
+    )
     cpu_cores = models.DecimalField(max_digits=9, decimal_places=2, default=0)
     memory_mib = models.BigIntegerField(default=0)
     last_seen_at = models.DateTimeField(null=True, blank=True)

@@ -64,6 +64,8 @@ class NodeInfo:
     memory_mib: int = 0
     schedulable: bool = True
     gpus: tuple[GpuInfo, ...] = ()
+    # Why the node is not schedulable, for a person: "NotReady", "cordoned".
+    unschedulable_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ def _node(item: dict[str, Any]) -> NodeInfo:
         cpu_cores=float(item.get("cpu_cores", 32)),
         memory_mib=int(item.get("memory_mib", 256 * 1024)),
         schedulable=bool(item.get("schedulable", True)),
+        unschedulable_reason="" if item.get("schedulable", True) else "schedulable: false",
         gpus=tuple(
             GpuInfo(
                 index=i,

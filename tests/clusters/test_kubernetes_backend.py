@@ -75,6 +75,16 @@ def test_inventory_reads_gpus_models_pools_and_topology_from_node_labels(kube, o
     assert not Node.objects.get(name="drained").schedulable
     assert not Node.objects.get(name="reserved").schedulable
     assert Node.objects.get(name="gpu-tainted").schedulable
+    reasons = dict(Node.objects.values_list("name", "unschedulable_reason"))
+    assert reasons == {
+        "gpu-a": "",
+        "gpu-b": "",
+        "cordoned": "cordoned",
+        "notready": "NotReady",
+        "drained": "tainted example.com/maintenance:NoExecute",
+        "reserved": "tainted example.com/maintenance:NoSchedule",
+        "gpu-tainted": "",
+    }
 
 
 def test_reconcile_creates_pinned_labelled_pods_once_and_deletes_them_on_stop(kube, setup, org):  # noqa: F811

@@ -199,6 +199,14 @@ def test_the_nodes_page_shows_gpu_holders_and_hides_names_of_unseen_projects(
     assert "\u00d70.5" in text  # the multiplication sign
 
 
+def test_the_nodes_page_says_why_a_node_takes_no_new_pods(org, client_as):
+    cluster = make_cluster("sim", Backend.SIMULATED)
+    make_node(cluster, "n1", gpus=1, pool=org.pool)
+    Node.objects.filter(name="n1").update(schedulable=False, unschedulable_reason="NotReady")
+    text = client_as(org.researcher).get("/clusters/nodes/").content.decode()
+    assert '<div class="muted">NotReady</div>' in text
+
+
 def test_a_second_local_cluster_is_refused(org, client_as):
     make_cluster("here", Backend.LOCAL)
     response = client_as(org.platform_admin).post(

@@ -100,10 +100,13 @@ def test_a_vanished_node_is_kept_but_unschedulable_and_a_cordoned_one_too(sim):
     result = inventory_store(sim, [*kept[:-1], cordoned])
     assert result.vanished == 1
     node.refresh_from_db()
-    assert node.schedulable is False
+    assert (node.schedulable, node.unschedulable_reason) == (False, "gone from the cluster")
     assert Node.objects.get(name="t4-0").schedulable is False
     assert Node.objects.get(name="t4-0").gpus.count() == 0
     assert Node.objects.get(name="a100-0").schedulable is True
+    inventory_sync(sim)  # back in the cluster: schedulable again, with no reason left
+    node.refresh_from_db()
+    assert (node.schedulable, node.unschedulable_reason) == (True, "")
 
 
 def test_a_sync_clears_an_unreachable_error_but_keeps_a_reconcile_error(sim):

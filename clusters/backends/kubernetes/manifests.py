@@ -224,14 +224,24 @@ def reservation_manifest(node: str, index: int, image: str) -> dict:
     }
 
 
-def _repelled(node_spec: dict) -> bool:
-    """A taint GPUPool's pods do not tolerate keeps them off the node: NoExecute would evict
-    them, NoSchedule says the admin wants nothing new there (pinned pods skip the scheduler
-    that would enforce it, so GPUPool honours it itself)."""
-    return any(
-        taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in TOLERATED
+def _unschedulable_reasons(node_spec: dict, ready: bool) -> list[str]:
+    """Why no new GPUPool pod may go there. A taint its pods do not tolerate keeps them off:
+    NoExecute would evict them, NoSchedule says the admin wants nothing new there (pinned
+    pods skip the scheduler that would enforce it, so GPUPool honours it itself)."""
+    reasons = [] if ready else ["NotReady"]
+    said = set() if ready else {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    if node_spec.get("unschedulable"):
+        reasons.append("cordoned")
+        said.add("node.kubernetes.io/unschedulable")  # the taint a cordon puts on
+    repelling = [
+        taint
         for taint in node_spec.get("taints") or []
-    )
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in TOLERATED
+    ]
+    reasons += [
+        f"tainted {t.get('key')}:{t['effect']}" for t in repelling if t.get("key") not in said
+    ]
+    return reasons
 
 
 def node_info(item: dict) -> NodeInfo:
@@ -242,6 +252,7 @@ def node_info(item: dict) -> NodeInfo:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
+    reasons = _unschedulable_reasons(spec, ready)
     count = int(allocatable.get(GPU_RESOURCE, 0) or 0)
     model = labels.get("nvidia.com/gpu.product", "")
     memory = int(labels.get("nvidia.com/gpu.memory", 0) or 0)
@@ -250,7 +261,8 @@ def node_info(item: dict) -> NodeInfo:
         labels=labels,
         cpu_cores=cpu_cores(allocatable.get("cpu", "0")),
         memory_mib=quantity_mib(allocatable.get("memory", "0")),
-        schedulable=ready and not spec.get("unschedulable", False) and not _repelled(spec),
+        schedulable=not reasons,
+        unschedulable_reason=", ".join(reasons),
         gpus=tuple(GpuInfo(index=i, model=model, memory_mib=memory) for i in range(count)),
     )
 
