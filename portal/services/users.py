@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.tokens import default_token_generator
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.encoding import force_bytes
@@ -68,8 +68,9 @@ def _invite_errors(email: str, username: str) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
         errors["email"] = ["Enter a valid e-mail address."]
-    elif User.objects.filter(email__iexact=email).exists():
-        errors["email"] = [f"{email} already has an account."]
+    elif existing := User.objects.filter(email__iexact=email).first():
+        hint = "" if existing.is_active else " It is deactivated: reactivate it from its page."
+        errors["email"] = [f"{email} already has an account.{hint}"]
     if username and User.objects.filter(username=username).exists():
         errors["username"] = [f"The username {username} is taken."]
     elif username and not re.match(r"^[\w.@+-]{1,150}$", username):
@@ -100,7 +101,13 @@ def _account_create(**fields: Any) -> User:
     """An account that cannot sign in until its owner sets a password from the e-mailed link."""
     user = User(**fields)
     user.set_unusable_password()
-    user.save()
+    try:
+        with transaction.atomic():  # a savepoint: the invitation's transaction stays usable
+            user.save()
+    except IntegrityError:  # the same e-mail or username invited at the same moment
+        raise ValidationFailed(
+            {"email": [f"{fields['email']} was given an account at the same moment; reload."]}
+        ) from None
     return user
 
 

@@ -336,6 +336,27 @@ def test_a_department_admin_invites_only_into_their_department_and_never_platfor
     assert not User.objects.filter(email="x@example.com").exists()
 
 
+def test_inviting_a_deactivated_persons_address_says_to_reactivate_them(org):
+    services.user_deactivate(actor=org.platform_admin, user=org.researcher)
+    with pytest.raises(ValidationFailed) as exc:
+        services.user_invite(actor=org.dept_admin, email="RITA@example.com", project=org.project_a)
+    assert exc.value.errors == {
+        "email": [
+            "rita@example.com already has an account. It is deactivated: reactivate it from "
+            "its page."
+        ]
+    }
+
+
+def test_two_invitations_racing_for_one_address_refuse_the_second(org, monkeypatch):
+    from portal.services import users
+
+    monkeypatch.setattr(users, "_invite_errors", lambda *args: {})  # both passed the check
+    with pytest.raises(ValidationFailed, match="was given an account at the same moment"):
+        services.user_invite(actor=org.dept_admin, email="rita@example.com", project=org.project_a)
+    assert User.objects.filter(email="rita@example.com").count() == 1
+
+
 def test_researchers_cannot_invite_anyone(org):
     with pytest.raises(PermissionDenied):
         services.user_invite(actor=org.researcher, email="x@example.com", project=org.project_a)
