@@ -67,7 +67,7 @@ class ApiError(Exception):
 
 @dataclass
 class Fault:
-    kind: str  # "500" | "timeout" | "409"
+    kind: str  # "500" | "timeout" | "409" | "429"
     remaining: int
     method: str | None = None
     path_contains: str | None = None
@@ -398,6 +398,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(500, status_body(500, "InternalError", "injected fault"))
             elif fault and fault.kind == "409":
                 return self._send(409, status_body(409, "Conflict", "injected conflict"))
+            elif fault and fault.kind == "429":  # API priority and fairness: come back later
+                body = status_body(429, "TooManyRequests", "too many requests, retry later")
+                return self._send(429, body, {"Retry-After": "1"})
             try:
                 body = json.loads(raw) if raw else None
                 result = self._route(method, url.path, query, body)
@@ -407,9 +410,11 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 code, payload = result
                 self._send(code, payload)
 
-        def _send(self, code: int, payload: Any) -> None:
+        def _send(self, code: int, payload: Any, headers: dict | None = None) -> None:
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             ctype = "text/plain" if isinstance(payload, str) else "application/json"
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))

@@ -804,3 +804,15 @@ def test_port_names_are_made_names_the_api_server_takes(kube, setup, org):  # no
     assert [p["name"] for p in service["spec"]["ports"]] == names
     workload.refresh_from_db()
     assert workload.state == S.RUNNING
+
+
+def test_a_throttled_request_waits_as_long_as_the_api_server_asks(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup  # backoff_s is 0.01 here: only Retry-After makes it wait
+    fake.inject("429", 1, method="POST", path="/pods")
+    workload = training(org, "throttled")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    started = time.monotonic()
+    result = cluster_reconcile(cluster)
+    assert time.monotonic() - started >= 1.0  # Retry-After: 1
+    assert result.errors == [] and len(fake.pods()) == 1

@@ -119,7 +119,7 @@ class KubernetesBackend(Backend):
                 if attempt == self.attempts - 1:
                     raise BackendUnreachable(f"{self.cluster.name}: {exc}") from exc
                 error = exc
-            delay = self.backoff_s * 2**attempt
+            delay = max(self.backoff_s * 2**attempt, _retry_after(error))
             log.info(
                 "%s: %s failed (%s), retrying in %.2fs",
                 self.cluster.name,
@@ -364,6 +364,15 @@ def _on_device(spec: PodSpec, devices: dict[tuple[str, int], str]) -> PodSpec | 
         return spec
     device = devices.get((spec.node_name, spec.shared_gpu_index))
     return None if device is None else replace(spec, shared_gpu_uuid=device)
+
+
+def _retry_after(error: Exception) -> float:
+    """The seconds a 429 (API priority and fairness) asks to wait, at most a minute."""
+    headers = getattr(error, "headers", None) if isinstance(error, ApiException) else None
+    try:
+        return min(float((headers or {}).get("Retry-After", 0)), 60.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _message(exc: ApiException) -> str:
