@@ -119,6 +119,39 @@ def test_the_command_line_writes_the_summary_workloads_and_quotas(tmp_path: Path
     assert quotas_written["teams"]["a"]["pools"]["p"]["deserved"] == 2.0  # 200 of 250 GPU-s
 
 
+@pytest.mark.parametrize(
+    ("trace_text", "engine", "message"),
+    [
+        ("submit_time,duration_s,gpus,team\nsoon,100,2,a\n", None, "row 2: Invalid isoformat"),
+        ("submit_time,duration_s,gpus,team\n0,100,1.5,a\n", None, "row 2: gpus must be"),
+        (None, None, "No such file or directory"),
+        ("submit_time,duration_s,gpus,team\n0,100,1,a\n", '{"nope": 1}', "unknown engine"),
+        ("submit_time,duration_s,gpus,team\n0,100,1,a\n", "{", "engine.json: Expecting"),
+    ],
+)
+def test_bad_inputs_end_with_one_line_naming_the_problem_and_write_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    trace_text: str | None,
+    engine: str | None,
+    message: str,
+) -> None:
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps({"pools": [{"name": "p", "nodes": [{"gpus": 2}]}]}))
+    trace = tmp_path / "trace.csv"
+    if trace_text is not None:
+        trace.write_text(trace_text)
+    argv = ["--cluster", str(cluster_file), "--trace", str(trace), "--out", str(tmp_path / "out")]
+    if engine is not None:
+        (tmp_path / "engine.json").write_text(engine)
+        argv += ["--engine-config", str(tmp_path / "engine.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m scheduling.engine.sim: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_job_that_never_starts_counts_its_wait_until_the_replay_gives_up() -> None:
     config = SimConfig(tick=0.0, period=600.0, idle_cycles_to_stop=6)
     jobs = [job("forever", 0, None, 1), job("next", 5, 10, 1)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -109,20 +110,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one replay from the command line and print the headline figures."""
+    """Run one replay from the command line and print the headline figures. Unreadable
+    or invalid inputs end with one line on stderr naming the file and the problem, and
+    exit status 2 (as argparse does for bad options); nothing is written."""
     args = parse_args(argv)
-    nodes = cluster_from_dict(load_json(args.cluster))
-    gpus_per_node = max(node.gpus for node in nodes)
-    jobs, origin = read_trace(args.trace, gpus_per_node)
-    quotas = quotas_from_dict(load_json(args.quotas)) if args.quotas else None
-    quotas = quotas or proportional_quotas(jobs, nodes)
-    overrides = load_json(args.engine_config) if args.engine_config else None
+    try:
+        nodes = cluster_from_dict(load_json(args.cluster))
+        gpus_per_node = max(node.gpus for node in nodes)
+        jobs, origin = read_trace(args.trace, gpus_per_node)
+        quotas = quotas_from_dict(load_json(args.quotas)) if args.quotas else None
+        quotas = quotas or proportional_quotas(jobs, nodes)
+        overrides = load_json(args.engine_config) if args.engine_config else None
+        try:
+            engine = engine_config(overrides)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{args.engine_config}: {error}") from error
+    except (OSError, ValueError) as error:
+        print(f"python -m scheduling.engine.sim: error: {error}", file=sys.stderr)
+        return 2
     config = SimConfig(
         tick=args.tick, period=args.period, checkpoint_interval=args.checkpoint_interval
     )
-    sim, summary = simulate(
-        nodes, jobs, quotas, args.policy, config, engine_config(overrides), not args.no_baseline
-    )
+    sim, summary = simulate(nodes, jobs, quotas, args.policy, config, engine, not args.no_baseline)
     summary = {"trace": str(args.trace), "trace_origin": origin, **summary}
     write_outputs(sim, summary, args.out)
     args.out.joinpath("quotas.json").write_text(_json(quotas_to_dict(quotas)))
