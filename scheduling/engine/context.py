@@ -63,6 +63,7 @@ class Context:
     victim_index: VictimIndex | None = None  # actions.victims.preemptible() builds it
     searches_left: int = 0  # eviction-plan searches this cycle may still run
     considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
+    reclaimed: set[tuple[str, str]] = field(default_factory=set)  # (queue, pool) reclaimers
 
     def __post_init__(self) -> None:
         self.queue_ids = sorted(self.queues)
@@ -215,6 +216,24 @@ class Context:
                     if reason is not None:
                         unit = UNIT_NAMES[resource]
                         return f"{self.kind(qid)} {self.name(qid)} {reason} {unit} in pool {pool}"
+        return None
+
+    def share_block(self, wl: Workload, pool: str) -> str | None:
+        """Why a queue that reclaimed GPUs in this pool this cycle may not take more.
+
+        A reclaimer ends the cycle within its fair share (the reason reclaims cannot
+        flip-flop, actions/reclaim.py): GPUs that evictions free beyond what their
+        beneficiaries take go to other queues, or stay free for the next cycle."""
+        if not self.reclaimed:
+            return None
+        for qid in self.ledger.chain(wl.queue_id):
+            if (qid, pool) in self.reclaimed:
+                share = self.fair_share(qid, pool)
+                if self.ledger.get(qid, pool) + self.gpu_need(wl, pool) > share + EPS:
+                    return (
+                        f"{self.kind(qid)} {self.name(qid)} reclaimed GPUs this cycle and stays"
+                        f" within its fair share of {share:.3g} GPUs in pool {pool}"
+                    )
         return None
 
     # -- admission ------------------------------------------------------------------

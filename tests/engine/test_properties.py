@@ -349,3 +349,12 @@ def test_the_random_snapshots_are_not_trivial() -> None:
     assert sum(len(r.admissions) for r in results) > 30
     assert sum(len(r.evictions) for r in results) > 0
     assert isinstance(results[0], CycleResult)
+
+
+def test_reclaimers_stay_within_their_fair_share_so_these_seeds_no_longer_flip_flop() -> None:
+    # Found by a 3,000-seed run: an eviction freed more than its beneficiary took, the
+    # second allocation pass gave the surplus to a queue that had just reclaimed (taking
+    # it past its fair share), and the queue it reclaimed from took GPUs back next cycle.
+    # A reclaimer now stays within its fair share for the rest of the cycle.
+    for seed in (2317, 2955):
+        test_reclaim_settles_and_never_cycles_over_fifty_cycles.hypothesis.inner_test(seed)  # type: ignore[attr-defined]

@@ -112,7 +112,7 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
     reasons = []
     shape = ctx.shape_of(wl)
     for pool in ctx.pools_for(wl):
-        blocked = ctx.quota_block(wl, pool)
+        blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
         if blocked is None:
             blocked = ctx.shape_failures.get((pool, shape))
         if blocked is None:

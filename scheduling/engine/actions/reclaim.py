@@ -8,7 +8,11 @@ queue deserving 2 of 5 GPUs stuck at 1 while two others sit at 2 with shares of 
 Queues in different departments compare their departments the same way.
 
 Why this never flip-flops, pool by pool: after a reclaim the reclaimer holds at most its
-fair share, so it is never a victim later (victims hold more than theirs). The victim
+fair share, so it is never a victim later (victims hold more than theirs). It stays so
+for the rest of the cycle: GPUs that evictions free beyond their beneficiaries' needs are
+handed out again, but not to a queue past its fair share in a pool where it reclaimed
+(Context.share_block; without it the surplus could lift the reclaimer above its share
+and the queue it reclaimed from would take GPUs back next cycle). The victim
 may reclaim in turn only from queues above their share, which the former reclaimer is
 not. Every reclaim lowers what queues hold above their fair shares, and fair shares
 depend on quotas and demand, not on who holds the GPUs, so reclaims die out instead of
@@ -96,6 +100,7 @@ def _try_reclaim(
         failures.add(key, wl, need)
         return False
     ctx.admit(wl, pool, found[1])
+    ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
     return True
 
 
