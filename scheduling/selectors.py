@@ -239,16 +239,37 @@ def queue_order(user: Any) -> tuple[list[QueueRow], list[tuple[int, Workload]]]:
         rows[wl.project_id].pending.append(wl)
     order = _engine_order(pending, cycle.pending_order if cycle else [])
     visible = set(visible_projects(user).values_list("pk", flat=True))
-    shown_rows = sorted(
-        (r for r in rows.values() if r.project.pk in visible),
-        key=lambda r: _starvation(r.allocated, r.fair_share, r.deserved, r.project.pk),
+    shown_rows = _rows_in_engine_order(
+        [r for r in rows.values() if r.project.pk in visible], order, cycle
     )
     shown = [wl for wl in order if wl.project_id in visible]
     return shown_rows, list(enumerate(shown, start=1))
 
 
+def _rows_in_engine_order(
+    rows: list[QueueRow], order: list[Workload], cycle: CycleRun | None
+) -> list[QueueRow]:
+    """Projects in the order the engine first served them in the last cycle (its key:
+    department, then project, by dominant share over GPUs, CPU and memory where those
+    are limited); projects it did not consider after them, by GPUs held against their
+    fair share (the engine's GPU key)."""
+    seen = set(cycle.pending_order) if cycle else set()
+    first: dict[int, int] = {}
+    for wl in order:
+        if wl.pk in seen:
+            first.setdefault(wl.project_id, len(first))
+    last = len(first)
+    return sorted(
+        rows,
+        key=lambda r: (
+            first.get(r.project.pk, last),
+            _starvation(r.allocated, r.fair_share, r.deserved, r.project.pk),
+        ),
+    )
+
+
 def _starvation(alloc: float, fair: float, deserved: float, pk: int) -> tuple:
-    # The engine's per-queue key (allocate.starvation_key) over all pools.
+    # The engine's per-queue key (allocate.starvation_key) for GPUs over all pools.
     ratio = alloc / fair if fair > 1e-9 else (0.0 if alloc <= 1e-9 else math.inf)
     return (alloc >= deserved - 1e-9, ratio, alloc, pk)
 

@@ -75,3 +75,23 @@ def test_workloads_no_longer_pending_drop_out_and_outsiders_see_their_own_only(
     assert _shown(client_as, org.platform_admin) == ["theirs", "mine"]
     response = client_as(org.outsider).get("/workloads/queue/")
     assert [(n, wl.name) for n, wl in response.context["order"]] == [(1, "mine")]
+
+
+def test_projects_are_listed_in_the_order_the_engine_first_served_them(
+    client_as, org, cluster, submit
+):
+    vision = submit(org.researcher, org.project_a, "vision", gpus=16)
+    nlp = submit(org.outsider, org.project_b, "nlp", gpus=16)
+    # The engine served ml-vision first (say, nlp held most of its CPU share): the
+    # projects table follows it, then the projects it did not consider.
+    CycleRun.objects.create(started_at=timezone.now(), pending_order=[vision.pk, nlp.pk])
+    response = client_as(org.platform_admin).get("/workloads/queue/")
+    names = [r.project.name for r in response.context["rows"]]
+    assert names[:2] == [org.project_a.name, org.project_b.name]
+    assert org.project_a2.name in names[2:]
+    CycleRun.objects.create(started_at=timezone.now(), pending_order=[nlp.pk, vision.pk])
+    response = client_as(org.platform_admin).get("/workloads/queue/")
+    assert [r.project.name for r in response.context["rows"]][:2] == [
+        org.project_b.name,
+        org.project_a.name,
+    ]
