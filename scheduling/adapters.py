@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Q
+
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
 from scheduling.engine import types as t
@@ -226,9 +228,14 @@ def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]
     )
     parents = {wl.parent_id for wl in pending if wl.parent_id}
     busy = dict.fromkeys(parents, 0)
-    for parent_id in Workload.objects.filter(
-        parent_id__in=parents, state__in=ACTIVE_STATES
-    ).values_list("parent_id", flat=True):
+    # A trial holds one of its sweep's slots while it runs and until its pods are gone
+    # (a stopped trial whose pods are still terminating holds GPUs too).
+    for parent_id in (
+        Workload.objects.filter(parent_id__in=parents)
+        .filter(Q(state__in=ACTIVE_STATES) | Q(allocations__isnull=False))
+        .distinct()
+        .values_list("parent_id", flat=True)
+    ):
         busy[parent_id] += 1
     admit, throttled = [], {}
     for wl in pending:

@@ -133,6 +133,26 @@ def test_trials_beyond_a_sweeps_parallelism_wait_with_a_reason(org, cluster, sub
     assert sweep.events.last().message == "2 of 3 trials succeeded."
 
 
+def test_a_stopped_trial_holds_its_sweeps_slot_until_its_pods_are_gone(org, cluster, submit):
+    sweep = submit(
+        org.researcher,
+        org.project_a,
+        "sweep",
+        kind="hpo",
+        gpus=1,
+        search={"method": "grid", "parameters": {"lr": [1, 2]}, "parallelism": 1},
+    )
+    cycle_run()
+    first, second = sweep.children.order_by("pk")
+    workload_transition(fresh(first), S.STOPPED, reason="Stopped")
+    cycle_run()
+    # Its pod is still terminating: the next trial would make two at once.
+    assert fresh(second).state == S.PENDING
+    workload_pods_released(fresh(first))
+    cycle_run()
+    assert fresh(second).state == S.ADMITTED
+
+
 def test_a_workload_past_its_max_runtime_is_stopped_with_the_reason(org, cluster, submit):
     wl = submit(org.researcher, org.project_a, "job", gpus=1, max_runtime_s=60)
     cycle_run()
