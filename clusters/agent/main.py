@@ -15,6 +15,7 @@ from typing import Any
 from clusters.agent.nvml import NoGpu, Reading, Sampler, load_nvml
 from clusters.agent.procmap import ProcessMap
 from clusters.agent.shipper import Shipper
+from clusters.agent.spool import Spool
 
 log = logging.getLogger("gpupool.agent")
 
@@ -87,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--interval", type=float, default=float(env("GPUPOOL_AGENT_INTERVAL_S", "10"))
     )
     parser.add_argument("--buffer", type=int, default=100_000, help="samples kept while away")
+    parser.add_argument(
+        "--spool",
+        default=env("GPUPOOL_AGENT_SPOOL", ""),
+        help="file that keeps buffered samples across restarts of the agent",
+    )
     parser.add_argument("--ticks", type=int, default=None, help="stop after this many samples")
     parser.add_argument(
         "--direct",
@@ -124,6 +130,9 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
     else:
         print("gpupool agent: no node token (--token, --token-file or GPUPOOL_AGENT_TOKEN)")
         return 2
+    if args.spool:
+        shipper.spool = Spool(Path(args.spool))
+        shipper.restore()
     log.info("watching %d GPUs, posting to %s", len(sampler.handles), shipper.portal)
     stopping = on_sigterm()
     try:
@@ -132,7 +141,8 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
         pass
     finally:
         sampler.close()
-        shipper.flush()  # a last try for what is buffered
+        if not shipper.flush():  # a last try for what is buffered
+            shipper.keep()
         if stopping is not None:
             signal.signal(signal.SIGTERM, stopping)
     log.info("stopped; %d samples sent, %d still buffered", shipper.sent, len(shipper.buffer))

@@ -4,7 +4,8 @@ Samples leave the buffer only after the portal has accepted them (2xx), so a por
 is away, or answers anything else, loses nothing as long as the buffer holds; when it
 overflows, the oldest samples go first and are counted. A batch the portal refuses as
 invalid (400) is split until the bad samples stand alone; those are dropped and logged,
-since sending them again would block everything behind them forever.
+since sending them again would block everything behind them forever. With a spool
+(spool.py) the buffer also survives a restart of the agent.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+
+from clusters.agent.spool import Spool
 
 log = logging.getLogger("gpupool.agent")
 
@@ -32,6 +35,12 @@ class Shipper:
     sent: int = 0
     refusal: str = ""  # why the portal last refused a batch, for the log
     session: requests.Session = field(default_factory=requests.Session)
+    spool: Spool | None = None
+
+    def restore(self) -> None:
+        """Take back what an earlier run left in the spool, before anything new."""
+        if self.spool is not None:
+            self.add(self.spool.load())
 
     @property
     def headers(self) -> dict[str, str]:
@@ -91,8 +100,18 @@ class Shipper:
             for _ in range(done):
                 self.buffer.popleft()
             if done < len(batch):
+                if self.spool is not None:
+                    self.spool.save(self.buffer)
                 return False
+        if self.spool is not None:
+            self.spool.clear()
         return True
+
+    def keep(self) -> None:
+        """The agent stops: write what is still buffered to the spool, if there is one."""
+        if self.spool is not None and self.buffer:
+            self.spool.save(self.buffer, now=True)
+            log.info("%d samples kept in %s for the next run", len(self.buffer), self.spool.path)
 
     def pods(self) -> list[dict[str, Any]] | None:
         """The pods placed on this node, or None when the portal cannot say."""
