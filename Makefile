@@ -25,10 +25,12 @@ demo: $(VENV)/.runtime
 test-deps: $(VENV)/.test
 	scripts/install-test-deps.sh
 
-# The whole suite against PostgreSQL and Redis (started on free loopback ports), then the
-# Django tests again on SQLite, the embedded default. Any failure, or no test at all
-# (pytest's exit 5), fails the target.
+# Lint, then the whole suite against PostgreSQL and Redis (started on free loopback ports),
+# then the Django tests again on SQLite, the embedded default. Any failure, or no test at
+# all (pytest's exit 5), fails the target.
 test: test-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m tests.services -- $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 	env -u DATABASE_URL -u REDIS_URL GPUPOOL_TEST_EMBEDDED=1 \
 		$(PY) -m pytest -p no:cacheprovider -m "not browser and not services" \
@@ -36,6 +38,7 @@ test: test-deps
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) var
