@@ -22,13 +22,23 @@ from portal.views.common import form_saved
 
 
 def _report(request: HttpRequest) -> dict[str, Any]:
+    """The report the form asks for; with a bad field, only the form and its errors (no
+    figures for a period or grouping the user did not ask for)."""
     form = UsageReportForm(request.GET or None)
-    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    context: dict[str, Any] = {
+        "form": form,
+        "scope_all": is_platform_admin(request.user),
+        "idle_minutes": conf.get("GPUPOOL_METRICS_IDLE_MINUTES"),
+    }
+    if form.is_bound and not form.is_valid():
+        return {**context, "invalid": True}
+    data = form.cleaned_data if form.is_bound else {}
     preset, group = data.get("period", "this_month"), data.get("group", "project")
     start, end = reports.period_for(preset, timezone.now(), data.get("start"), data.get("end"))
     rows = reports.usage_report(visible_projects(request.user), start, end, group)
     return {
-        "form": form,
+        **context,
+        "invalid": False,
         "rows": rows,
         "total": reports.report_total(rows),
         "start": start,
@@ -36,18 +46,17 @@ def _report(request: HttpRequest) -> dict[str, Any]:
         "group": group,
         "group_label": GROUP_LABELS[group],
         "currency": GpuPrice.objects.values_list("currency", flat=True).first() or "USD",
-        "scope_all": is_platform_admin(request.user),
-        "idle_minutes": conf.get("GPUPOOL_METRICS_IDLE_MINUTES"),
     }
 
 
 @login_required
 def usage_report(request: HttpRequest) -> HttpResponse:
     context = _report(request)
-    title = f"GPU-hours by {context['group_label'].lower()}"
-    context["figure"] = charts.report_figure([vars(r) for r in context["rows"][:30]], title)
-    context["query"] = request.GET.urlencode()
-    return render(request, "metrics/usage_report.html", context)
+    if not context["invalid"]:
+        title = f"GPU-hours by {context['group_label'].lower()}"
+        context["figure"] = charts.report_figure([vars(r) for r in context["rows"][:30]], title)
+        context["query"] = request.GET.urlencode()
+    return render(request, "metrics/usage_report.html", context, status=200)
 
 
 def _cell(text: str) -> str:
@@ -58,7 +67,7 @@ def _cell(text: str) -> str:
 @login_required
 def usage_report_csv(request: HttpRequest) -> HttpResponse:
     context = _report(request)
-    if context["form"].errors:
+    if context["invalid"]:
         # Never hand over this month's figures under a period the user did not ask for.
         errors = [f"{field}: {' '.join(msgs)}" for field, msgs in context["form"].errors.items()]
         return HttpResponse(

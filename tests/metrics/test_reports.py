@@ -144,10 +144,18 @@ def test_the_csv_has_a_row_per_group_and_a_total(usage, org, client_as):
     assert rows[3][:4] == ["Total", "0.5625", "0.2750", "48.89"]
 
 
-def test_an_invalid_custom_period_shows_an_error_and_this_month(usage, org, client_as):
+def test_an_invalid_custom_period_shows_the_error_and_no_figures(usage, org, client_as):
+    rollup_hours()
     response = client_as(org.platform_admin).get("/reports/usage/?period=custom&start=2026-03-05")
+    page = response.content.decode()
     assert response.status_code == 200
-    assert "needs a start and an end" in response.content.decode()
+    assert "needs a start and an end" in page
+    assert "The report cannot be shown" in page
+    # Not this month's figures under a period the user did not ask for.
+    assert 'id="usage-table"' not in page and 'id="report-figure"' not in page
+    assert "ml-detect" not in page and "Download CSV" not in page
+    page = client_as(org.platform_admin).get(REPORT_URL).content.decode()
+    assert 'id="usage-table"' in page and "ml-detect" in page
 
 
 def test_the_csv_of_a_period_ending_before_it_starts_is_refused_with_the_reason(
