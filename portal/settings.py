@@ -32,6 +32,21 @@ SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").r
 # trust that origin unless told otherwise, or every form would fail its CSRF check.
 _site = urlsplit(SITE_URL)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [f"{_site.scheme}://{_site.netloc}"])
+# HTTPS: a site served over https (SITE_URL) sends its session and CSRF cookies over https
+# only; a plain-http deployment keeps them working. Behind a TLS-terminating proxy, set
+# GPUPOOL_BEHIND_TLS_PROXY=1 so that Django trusts its X-Forwarded-Proto header.
+_https = _site.scheme == "https"
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+if env_bool("GPUPOOL_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if SECURE_SSL_REDIRECT and not _https:
+    raise ImproperlyConfigured("SECURE_SSL_REDIRECT needs an https:// SITE_URL")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -190,6 +205,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Pool GPUs across Kubernetes clusters and share them fairly among teams.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs page are for signed-in users (session or token) only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 # --- Static files, i18n ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Root URLs. Each app owns its own urls.py (pages) and api_urls.py (REST, under /api/v1/)."""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
@@ -9,7 +10,7 @@ from scheduling.api import ApiDocsView
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", ApiDocsView.as_view(), name="api-docs"),
+    path("api/docs/", login_required(ApiDocsView.as_view()), name="api-docs"),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/", include("scheduling.api_urls")),
     path("api/v1/", include("clusters.api_urls")),

@@ -24,6 +24,12 @@ ENV_READ_BY_SETTINGS = {
     "EMAIL_USE_SSL",
     "GPUPOOL_CYCLE_INTERVAL_S",
     "GPUPOOL_RECONCILE_INTERVAL_S",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "GPUPOOL_BEHIND_TLS_PROXY",
 }
 
 
@@ -84,6 +90,11 @@ START_UP = {
         "import django; django.setup(); from django.conf import settings; "
         "print(settings.CSRF_TRUSTED_ORIGINS)"
     ),
+    "https": (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, "
+        "getattr(s, 'SECURE_PROXY_SSL_HEADER', None))"
+    ),
 }
 
 
@@ -112,6 +123,9 @@ def _start(process: str, environment: dict[str, str], var: Path):
         ("settings", {"LOG_LEVEL": "LOUD"}, "LOG_LEVEL must be one of DEBUG, INFO"),
         ("settings", {"SITE_URL": "gpupool.example.org"}, "SITE_URL must be a URL like http://"),
         ("settings", {"EMAIL_USE_TLS": "1", "EMAIL_USE_SSL": "1"}, "Set EMAIL_USE_TLS or"),
+        ("settings", {"SECURE_HSTS_SECONDS": "-1"}, "SECURE_HSTS_SECONDS must be at least 0"),
+        ("settings", {"SESSION_COOKIE_SECURE": "sure"}, "SESSION_COOKIE_SECURE must be a boolean"),
+        ("settings", {"SECURE_SSL_REDIRECT": "1"}, "SECURE_SSL_REDIRECT needs an https://"),
         (
             "beat",
             {"GPUPOOL_CYCLE_INTERVAL_S": "ten"},
@@ -144,3 +158,25 @@ def test_the_sites_origin_is_trusted_for_forms_posted_through_a_tls_proxy(tmp_pa
     result = _start("csrf", {"SITE_URL": "https://gpupool.example.org/portal/"}, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['https://gpupool.example.org']"
+
+
+@pytest.mark.parametrize(
+    ("environment", "printed"),
+    [
+        ({}, "False False 0 None"),  # plain http: cookies must still reach the server
+        ({"SITE_URL": "https://gpupool.example.org"}, "True True 0 None"),
+        (
+            {
+                "SITE_URL": "https://gpupool.example.org",
+                "GPUPOOL_BEHIND_TLS_PROXY": "1",
+                "SECURE_HSTS_SECONDS": "3600",
+                "CSRF_COOKIE_SECURE": "0",
+            },
+            "True False 3600 ('HTTP_X_FORWARDED_PROTO', 'https')",
+        ),
+    ],
+)
+def test_cookies_are_https_only_when_the_site_is_served_over_https(tmp_path, environment, printed):
+    result = _start("https", environment, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == printed

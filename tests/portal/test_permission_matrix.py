@@ -191,9 +191,9 @@ SITE_MATRIX = {
     "password_reset_confirm": (GET, lambda o: "/accounts/reset/MQ/bad-token/", same(200)),
     "password_reset_complete": (GET, lambda o: "/accounts/reset/done/", same(200)),
     "admin:index": (GET, lambda o: "/django-admin/", same(302)),  # staff only: nobody here
-    # The API's description holds no data.
-    "api-schema": (GET, lambda o: "/api/schema/", same(200)),
-    "api-docs": (GET, lambda o: "/api/docs/", same(200)),
+    # The API's description: for signed-in users.
+    "api-schema": (GET, lambda o: "/api/schema/", full(200, 200, 200, 200, 401)),
+    "api-docs": (GET, lambda o: "/api/docs/", full(200, 200, 200, 200, LOGIN)),
     # REST API, organisation.
     "api-token": (POST, lambda o: "/api/v1/auth/token", same(400)),  # no credentials given
     "api-me": (GET, lambda o: "/api/v1/users/me", full(200, 200, 200, 200, 401)),
