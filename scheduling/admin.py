@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from portal.admin import AuditedAdmin
 from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadEvent, WorkloadPolicy
 
 
@@ -20,7 +21,7 @@ class WorkloadEventInline(admin.TabularInline):
 
 
 @admin.register(Workload)
-class WorkloadAdmin(admin.ModelAdmin):
+class WorkloadAdmin(AuditedAdmin):
     list_display = ["name", "project", "kind", "state", "gpus", "pods", "restart_count"]
     list_filter = ["state", "kind", "project"]
     search_fields = ["name"]
@@ -30,11 +31,11 @@ class WorkloadAdmin(admin.ModelAdmin):
 
 
 @admin.register(WorkloadPolicy)
-class WorkloadPolicyAdmin(admin.ModelAdmin):
+class WorkloadPolicyAdmin(AuditedAdmin):
     list_display = ["__str__", "max_gpus_per_workload", "max_runtime_s", "allowed_kinds"]
 
 
 @admin.register(CycleRun)
-class CycleRunAdmin(admin.ModelAdmin):
+class CycleRunAdmin(AuditedAdmin):
     list_display = ["started_at", "duration_ms", "admitted", "evicted", "pending", "ok"]
     list_filter = ["ok"]
