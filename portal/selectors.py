@@ -20,6 +20,16 @@ from portal.permissions import (
 )
 
 
+def project_named(projects: QuerySet[Project], value: Any) -> QuerySet[Project]:
+    """The project called `value`, else the one with that id: a name may be all digits
+    (a valid namespace name), and then it wins over another project's id."""
+    text = str(value)
+    if not text.isdigit():
+        return projects.filter(name=text)
+    by_name = projects.filter(name=text)
+    return by_name if by_name.exists() else projects.filter(pk=int(text))
+
+
 def project_list_for_user(user: Any) -> QuerySet[Project]:
     """The projects a user may see, with department and member counts."""
     return (

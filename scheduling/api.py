@@ -25,6 +25,7 @@ from portal.permissions import (
     is_platform_admin,
     visible_projects,
 )
+from portal.selectors import project_named
 from scheduling import selectors, services
 from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
 from scheduling.policies import FIELDS as POLICY_FIELDS
@@ -94,9 +95,7 @@ class SubmitSerializer(serializers.Serializer):
 
 def _project_for(user: Any, value: str) -> Project:
     projects = visible_projects(user)
-    found = (
-        projects.filter(pk=int(value)) if str(value).isdigit() else projects.filter(name=value)
-    ).first()
+    found = project_named(projects, value).first()
     if found is None:
         raise serializers.ValidationError({"project": [f"No project {value} that you can see."]})
     return found

@@ -25,6 +25,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
+from portal.selectors import project_named
 from scheduling.adapters import project_queue
 from scheduling.models import (
     ACTIVE_STATES,
@@ -68,11 +69,7 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
     )
     project = params.get("project")
     if project:
-        qs = (
-            qs.filter(project__id=project)
-            if str(project).isdigit()
-            else qs.filter(project__name=project)
-        )
+        qs = qs.filter(project__in=project_named(visible_projects(user), project))
     if params.get("kind"):
         qs = qs.filter(kind=params["kind"])
     if params.get("state"):

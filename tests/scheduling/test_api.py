@@ -331,3 +331,25 @@ def test_the_schema_and_docs_page_list_the_workload_operations(client_as, org):
     assert "/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js" in (
         docs.content.decode()
     )
+
+
+def test_a_project_whose_name_is_all_digits_is_found_by_name_before_ids(api, org):
+    from tests import factories as f
+
+    # A valid namespace name may be all digits; it must not be read as another's id.
+    digits = f.make_project(org.dept_b, name=str(org.project_a.pk))
+    client = api("platform_admin")
+    response = client.post("/api/v1/workloads/", training(project=digits.name), format="json")
+    assert response.status_code == 201 and response.json()["project"] == digits.name
+    client.post("/api/v1/workloads/", training(name="in-a"), format="json")
+    listed = client.get("/api/v1/workloads/", {"project": digits.name}).json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [w["project"] for w in rows] == [digits.name]
+    # A number no project is called still means an id.
+    by_id = client.get("/api/v1/workloads/", {"project": str(org.project_a2.pk)}).json()
+    rows = by_id["results"] if isinstance(by_id, dict) else by_id
+    assert rows == []
+    response = client.post(
+        "/api/v1/workloads/", training(project=str(org.project_a2.pk)), format="json"
+    )
+    assert response.status_code == 201 and response.json()["project"] == org.project_a2.name
