@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,32 @@ def error_message(response: requests.Response) -> str:
     return str(body)
 
 
+# Columns holding GPU amounts: shown as the pages show them (2, 0.5, 2.33), not 2.00.
+AMOUNTS = {"gpus", "gpus_allocated", "deserved", "fair_share", "allocated", "over_quota"}
+
+
+def amount(value: Any) -> str:
+    """A GPU amount with at most two decimals and no trailing zeros; other text as is."""
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return str(value)
+    if not number.is_finite():
+        return str(value)
+    text = f"{number.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _cell(row: dict[str, Any], column: str) -> str:
+    value = row.get(column)
+    if value is None:
+        return ""
+    return amount(value) if column in AMOUNTS else str(value)
+
+
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """A plain text table, one row per line, columns padded to their widest cell."""
-    cells = [[str("" if row.get(c) is None else row.get(c)) for c in columns] for row in rows]
+    cells = [[_cell(row, c) for c in columns] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
@@ -368,7 +392,7 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
     for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
                 "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
-        click.echo(f"{key + ':':16}{wl[key]}")
+        click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     click.echo("\nAllocation:")
     click.echo(table(wl["allocations"], ["pod_index", "cluster", "node", "gpu_indices", "phase"]))
     click.echo("\nEvents:")

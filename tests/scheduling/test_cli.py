@@ -133,8 +133,10 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     assert listing.splitlines()[0].split() == [
         "ID", "NAME", "PROJECT", "KIND", "STATE", "GPUS", "GPUS_ALLOCATED", "NODE"
     ]  # fmt: skip
-    assert any(line.split()[1:5] == ["resnet", "ml-vision", "training", "admitted"]
+    assert any(line.split()[1:7] == ["resnet", "ml-vision", "training", "admitted", "2", "2"]
                for line in listing.splitlines())  # fmt: skip
+    assert any(line.split()[1:6] == ["svc", "ml-vision", "inference", "admitted", "0.5"]
+               for line in listing.splitlines()), listing  # fmt: skip
     described = gp("describe", str(wl.pk))
     assert "Admitted" in described and "a100-node-" in described
     assert gp("stop", str(wl.pk)).strip() == "resnet: stopped."
@@ -194,3 +196,15 @@ def test_the_installed_console_script_talks_to_the_server(gp, org, tmp_path):
     bad = subprocess.run([script, "describe", "424242"], env=env, capture_output=True, text=True,
                          timeout=60, check=False)  # fmt: skip
     assert bad.returncode == 1 and "No Workload matches the given query." in bad.stderr
+
+
+def test_gpu_amounts_show_at_most_two_decimals_without_trailing_zeros():
+    from scheduling.cli import amount, table
+
+    assert [amount(v) for v in ("2.00", 2, 0.5, "0.30000000000000004", 2 / 3, "1.005")] == [
+        "2", "2", "0.5", "0.3", "0.67", "1.01"
+    ]  # fmt: skip
+    assert amount("n/a") == "n/a"
+    assert table([{"gpus": "4.00", "name": "2.50"}], ["name", "gpus"]).splitlines()[1].split() == [
+        "2.50", "4"
+    ]  # fmt: skip
