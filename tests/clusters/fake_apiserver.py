@@ -450,6 +450,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 with api.lock:
                     self._get(resource, "", name)
                     return 200, api._delete(resource, "", name)
+            if method == "PATCH":
+                return self._patch_metadata(resource, "", name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
 
         def _ns_collection(self, method: str, ns: str, resource: str, *, query: dict, body: Any):

@@ -9,7 +9,7 @@ import pytest
 from cryptography.fernet import Fernet
 from kubernetes import watch
 
-from clusters.backends import PodPhase, get_backend
+from clusters.backends import BackendError, PodPhase, get_backend
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 from clusters.models import Node
@@ -816,3 +816,37 @@ def test_a_throttled_request_waits_as_long_as_the_api_server_asks(kube, setup, o
     result = cluster_reconcile(cluster)
     assert time.monotonic() - started >= 1.0  # Retry-After: 1
     assert result.errors == [] and len(fake.pods()) == 1
+
+
+def test_an_existing_namespace_is_adopted_with_gpupools_labels(kube, setup, caplog):  # noqa: F811
+    cluster, _ = setup
+    api = KubernetesBackend(cluster).api
+    api.create_namespace({"metadata": {"name": "made-by-hand", "labels": {"team": "vision"}}})
+    KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision")
+    labels = api.read_namespace("made-by-hand").metadata.labels
+    assert labels == {
+        "team": "vision",
+        "app.kubernetes.io/managed-by": "gpupool",
+        "gpupool.io/project": "ml-vision",
+    }
+    assert "adopted the existing namespace made-by-hand" in caplog.text
+    # A project renamed since: its label follows; already right: nothing to write.
+    KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision-2")
+    assert api.read_namespace("made-by-hand").metadata.labels["gpupool.io/project"] == (
+        "ml-vision-2"
+    )
+    if kube.fake:
+        patches = [p for m, p in kube.fake.requests if m == "PATCH" and "made-by-hand" in p]
+        KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision-2")
+        again = [p for m, p in kube.fake.requests if m == "PATCH" and "made-by-hand" in p]
+        assert len(patches) == 2 and again == patches
+
+
+def test_a_namespace_another_tool_manages_is_refused_not_taken(kube, setup):  # noqa: F811
+    cluster, _ = setup
+    api = KubernetesBackend(cluster).api
+    helm = {"app.kubernetes.io/managed-by": "Helm"}
+    api.create_namespace({"metadata": {"name": "helm-owned", "labels": helm}})
+    with pytest.raises(BackendError, match="helm-owned exists and is managed by Helm"):
+        KubernetesBackend(cluster).ensure_namespace("helm-owned", "ml-vision")
+    assert api.read_namespace("helm-owned").metadata.labels == helm

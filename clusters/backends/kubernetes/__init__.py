@@ -1,8 +1,10 @@
 """A Kubernetes cluster through the official `kubernetes` client.
 
 - Objects GPUPool creates carry `app.kubernetes.io/managed-by=gpupool`; only those are
-  listed, and nothing else is ever changed or deleted.
-- A namespace per project (labelled); pods pinned to the node the cycle chose
+  listed, and nothing else is ever changed or deleted (but an adopted namespace's labels).
+- A namespace per project (labelled). One that exists already is adopted: it gets the
+  labels (a namespace another tool's managed-by label claims is refused, never taken).
+  Pods pinned to the node the cycle chose
   (`spec.nodeName`, or a Binding when config `pin: binding`), whole GPUs as
   `nvidia.com/gpu` limits. A fractional pod gets no GPU limit: a reservation pod per
   shared GPU holds the device, and shared pods see it through NVIDIA_VISIBLE_DEVICES.
@@ -44,6 +46,7 @@ from clusters.backends import (
     grace_for,
 )
 from clusters.backends.kubernetes.manifests import (
+    PROJECT_LABEL,
     ROLE,
     SELECTOR,
     node_info,
@@ -171,18 +174,39 @@ class KubernetesBackend(Backend):
     def ensure_namespace(self, name: str, project: str = "") -> None:
         if name in self._namespaces:
             return
-        body = {
-            "metadata": {
-                "name": name,
-                "labels": {MANAGED_BY_LABEL: MANAGED_BY, "gpupool.io/project": project or name},
-            }
-        }
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, PROJECT_LABEL: (project or name)[:63]}
+        body = {"metadata": {"name": name, "labels": labels}}
         try:
             self.call(self.api.create_namespace, body, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
+            self._adopt_namespace(name, labels)
         self._namespaces.add(name)
+
+    def _adopt_namespace(self, name: str, labels: dict[str, str]) -> None:
+        """The namespace exists already: ours (from an earlier try, or before a rename of
+        the project) or made by hand for the project. It gets GPUPool's labels, so that
+        it is known as the project's; one another tool manages is refused, not taken."""
+        try:
+            found = self._json(self.api.read_namespace, name)
+        except ApiException as exc:
+            raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
+        current = found.get("metadata", {}).get("labels") or {}
+        manager = current.get(MANAGED_BY_LABEL)
+        if manager not in (None, MANAGED_BY):
+            raise BackendError(
+                f"namespace {name} exists and is managed by {manager}: give the project "
+                "another namespace or remove that label"
+            )
+        if all(current.get(k) == v for k, v in labels.items()):
+            return
+        try:
+            self.call(self.api.patch_namespace, name, {"metadata": {"labels": labels}})
+        except ApiException as exc:
+            raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
+        if manager is None:
+            log.info("%s: adopted the existing namespace %s", self.cluster.name, name)
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         self.ensure_namespace(spec.namespace, spec.project)

@@ -17,6 +17,7 @@ from clusters.backends import (
 )
 
 ROLE = "gpupool.io/role"
+PROJECT_LABEL = "gpupool.io/project"
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"  # lists only what GPUPool made
 GPU_RESOURCE = "nvidia.com/gpu"
 TOLERATED = {GPU_RESOURCE}  # the taints every GPUPool pod tolerates (see pod_manifest)
@@ -78,7 +79,7 @@ def _labels(spec: PodSpec) -> dict[str, str]:
         "gpupool.io/pod": spec.name,
         "gpupool.io/workload-id": str(spec.workload_id),
         "gpupool.io/pod-index": str(spec.pod_index),
-        "gpupool.io/project": spec.project[:63],
+        PROJECT_LABEL: spec.project[:63],
         "gpupool.io/workload": spec.workload_name[:63],
         "gpupool.io/kind": spec.kind,
     }
