@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from scheduling.models import Workload
 from tests.workspaces.helpers import make_running_workspace
 from workspaces.models import IdlePolicy, IdleState
 
@@ -143,3 +144,16 @@ def test_the_list_marks_only_running_workspaces_as_idle(client_as, org):
     workspace.workload.state = "stopped"  # stopped by its owner while warned
     workspace.workload.save()
     assert badge not in client_as(org.researcher).get("/workspaces/").content.decode()
+
+
+def test_the_refreshed_status_carries_the_buttons_that_fit_the_state(client_as, org):
+    # The page polls this fragment: a workspace culled while its page is open must swap
+    # "Stop workspace" for "Launch again" without a reload.
+    workspace = make_running_workspace(owner=org.researcher, project=org.project_a)
+    url = f"/workspaces/{workspace.workload_id}/status/"
+    page = client_as(org.researcher).get(url).content.decode()
+    assert "Stop workspace" in page and 'id="launch-again"' not in page
+    Workload.objects.filter(pk=workspace.workload_id).update(state="stopped")
+    page = client_as(org.researcher).get(url).content.decode()
+    assert "Stop workspace" not in page and 'id="launch-again"' in page
+    assert client_as(org.outsider).get(url).status_code in (403, 404)
