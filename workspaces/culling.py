@@ -3,8 +3,10 @@
 A workspace is idle when its GPUs stayed under the policy's utilisation threshold and
 Jupyter saw no kernel, terminal or request activity (`/api/status` last_activity) for the
 policy's window. A busy or starting kernel (a long training cell, a kernel still coming up)
-is never idle, whatever the clock says. Time comes in as `now`, so tests and the beat
-task decide it, not the wall clock.
+is never idle, whatever the clock says. A tool that does not answer (never came up, or
+hung) with quiet GPUs is idle from the last time it answered, or from its start: it holds
+GPUs nobody can use, so it is warned, then stopped, on the same clock. Time comes in as
+`now`, so tests and the beat task decide it, not the wall clock.
 """
 
 from __future__ import annotations
@@ -45,24 +47,27 @@ def idle_decision(
     gpu_busy: bool,
     warned: bool,
     warned_at: datetime | None = None,
+    answered_at: datetime | None = None,
 ) -> CullDecision:
     """What to do with one running workspace; pure, so each rule is tested alone.
 
     `active_since` is the latest of: the pod's start, the last "keep running" click, the
     last GPU sample over the threshold (the idle clock starts when its GPUs went quiet).
+    `activity` None: the tool did not answer; `answered_at` is when it last did.
     Nothing is stopped without a warning first, and never sooner than the policy's gap
     between warning and stopping after that warning: a workspace found idle for longer
     than the stop time (the culler was down, the policy just shortened) is warned first.
     """
-    if activity is None:
-        return CullDecision("skip", "The tool did not answer; never stop what we cannot see.")
-    if activity.busy_kernels:
+    if activity is not None and activity.busy_kernels:
         return CullDecision("keep", f"{activity.busy_kernels} kernel(s) busy or starting.")
     if gpu_busy:
         return CullDecision("keep", "Its GPUs are in use.")
-    last = max(t for t in (activity.last_activity, active_since) if t is not None)
+    seen = answered_at if activity is None else activity.last_activity
+    last = max(t for t in (seen, active_since) if t is not None)
     idle_min = max(0.0, (now - last).total_seconds() / 60)
     reason = f"Idle for {idle_min:.0f} minutes."
+    if activity is None:
+        reason = f"The tool has not answered for {idle_min:.0f} minutes."
     if idle_min < policy.warn_after_min:
         return CullDecision("keep", "In use.", idle_min)
     if not warned:
@@ -127,6 +132,7 @@ def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision
         gpu_busy=gpu_busy(workspace, now=now, policy=policy),
         warned=workspace.idle_state == IdleState.WARNED,
         warned_at=workspace.warned_at,
+        answered_at=workspace.answered_at,
     )
     _apply(workspace, decision, policy, activity, now)
     return decision
@@ -141,8 +147,10 @@ def _apply(
 ) -> None:
     with transaction.atomic():
         workspace.checked_at = now
-        if activity is not None and activity.last_activity is not None:
-            workspace.last_activity_at = activity.last_activity
+        if activity is not None:
+            workspace.answered_at = now
+            if activity.last_activity is not None:
+                workspace.last_activity_at = activity.last_activity
         if decision.action == "warn":
             _warn(workspace, decision, policy, now)
         elif decision.action == "stop":

@@ -95,6 +95,7 @@ class Workspace(models.Model):
     warned_at = models.DateTimeField(null=True, blank=True)
     kept_alive_at = models.DateTimeField(null=True, blank=True)
     checked_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)  # its tool last answered
 
     def __str__(self) -> str:
         return str(self.workload)

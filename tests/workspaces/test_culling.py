@@ -205,3 +205,50 @@ def test_a_tool_without_jupyters_api_is_culled_by_its_use_through_the_proxy(org,
     finally:
         kill_group(server.pid)
         server.wait(timeout=10)
+
+
+def test_a_tool_that_never_answers_is_warned_then_stopped_from_its_start(
+    org, tmp_path, settings, django_capture_on_commit_callbacks
+):
+    """The process runs and holds its port but never answers HTTP (a hung start): its GPUs
+    serve nobody, so the idle clock runs from the start as if it were idle."""
+    import socket
+
+    settings.VAR_DIR = tmp_path / "var"
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections into its backlog, never reads or answers
+    host, port = silent.getsockname()
+    workspace = make_running_workspace(
+        owner=org.researcher, project=org.project_a, endpoint=f"{host}:{port}"
+    )
+    IdlePolicy.objects.create(project=org.project_a, warn_after_min=10, stop_after_min=30)
+    start = workspace.workload.started_at
+    try:
+        assert workspaces_cull(now=start + timedelta(minutes=5)) == {"keep": 1}
+        assert workspaces_cull(now=start + timedelta(minutes=11)) == {"warn": 1}
+        warning = workspace.workload.events.get(reason="IdleWarning")
+        assert warning.message.startswith("The tool has not answered for 11 minutes.")
+        with django_capture_on_commit_callbacks(execute=True):
+            assert workspaces_cull(now=start + timedelta(minutes=31)) == {"stop": 1}
+    finally:
+        silent.close()
+    workspace.refresh_from_db()
+    workspace.workload.refresh_from_db()
+    assert (workspace.idle_state, workspace.answered_at) == (IdleState.CULLED, None)
+    assert workspace.workload.state == WorkloadState.STOPPED
+    stopped = workspace.workload.events.get(type="stopped")
+    assert stopped.message == "The tool has not answered for 31 minutes."
+
+
+def test_a_jupyter_that_stops_answering_is_idle_from_its_last_answer(org, tmp_path):
+    workspace = _running_lab(org, tmp_path)
+    with jupyter_server(workspace.workload_id, tmp_path) as server:
+        _point_at(workspace, server)
+        assert workspaces_cull(now=timezone.now()) == {"keep": 1}
+    workspace.refresh_from_db()
+    answered = workspace.answered_at
+    assert answered is not None
+    # The server is gone now (a crash, a hang): ten quiet minutes after its last answer.
+    assert workspaces_cull(now=answered + timedelta(minutes=5)) == {"keep": 1}
+    assert workspaces_cull(now=answered + timedelta(minutes=11)) == {"warn": 1}

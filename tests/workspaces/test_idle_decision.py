@@ -46,8 +46,33 @@ def test_the_idle_clock_starts_at_the_latest_keep_running_click():
     assert decide(idle_min=10_000, active_since=NOON - timedelta(minutes=5)) == "keep"
 
 
-def test_a_workspace_whose_jupyter_does_not_answer_is_left_alone():
-    assert decide(idle_min=10_000, answers=False) == "skip"
+def test_a_tool_that_never_answered_is_idle_from_its_start():
+    started = NOON - timedelta(minutes=30)
+    decision = idle_decision(
+        now=NOON, policy=POLICY, activity=None, active_since=started, gpu_busy=False,
+        warned=False,
+    )  # fmt: skip
+    assert (decision.action, decision.reason) == (
+        "warn",
+        "The tool has not answered for 30 minutes.",
+    )
+    assert decide(idle_min=0, answers=False, active_since=NOON - timedelta(minutes=29)) == "keep"
+
+
+def test_a_tool_that_stopped_answering_is_idle_from_its_last_answer():
+    def silent(answered_min_ago: int, **extra) -> str:
+        return idle_decision(
+            now=NOON, policy=POLICY, activity=None, active_since=NOON - timedelta(days=1),
+            gpu_busy=False, answered_at=NOON - timedelta(minutes=answered_min_ago), **extra,
+        ).action  # fmt: skip
+
+    assert silent(5, warned=False) == "keep"  # a restart, a slow moment: not yet
+    assert silent(30, warned=False) == "warn"
+    assert silent(60, warned=True, warned_at=NOON - timedelta(minutes=30)) == "stop"
+
+
+def test_a_silent_tool_whose_gpus_work_is_kept():
+    assert decide(idle_min=10_000, answers=False, gpu_busy=True) == "keep"
 
 
 def test_a_starting_kernel_counts_as_active_and_is_never_culled():
