@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from clusters.metrics.reports import GROUPS
+from clusters.models import Cluster
 
 PRESETS = [("this_month", "This month"), ("last_month", "Last month"), ("custom", "Custom")]
 GROUP_LABELS = {
@@ -10,6 +11,7 @@ GROUP_LABELS = {
     "project": "Project",
     "user": "User",
     "pool": "Node pool",
+    "cluster": "Cluster",
     "gpu_model": "GPU model",
 }
 
@@ -20,6 +22,9 @@ class UsageReportForm(forms.Form):
     end = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     group = forms.ChoiceField(
         choices=[(g, GROUP_LABELS[g]) for g in GROUPS], initial="project", required=False
+    )
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.order_by("name"), required=False, empty_label="All clusters"
     )
 
     def clean(self) -> dict:

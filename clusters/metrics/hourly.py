@@ -22,7 +22,15 @@ from clusters.metrics.rollup import HOUR, claim_mark, floor_hour, replace_rows
 
 KEYS: dict[type, tuple[tuple[str, ...], dict]] = {
     WorkloadUsage: (
-        ("workload_id", "project_id", "department_id", "user_id", "pool_id", "gpu_model"),
+        (
+            "workload_id",
+            "project_id",
+            "department_id",
+            "user_id",
+            "pool_id",
+            "cluster_id",
+            "gpu_model",
+        ),
         {name: Sum(name) for name in USAGE_SUMS},
     ),
     ProjectUsage: (

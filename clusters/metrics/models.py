@@ -115,6 +115,7 @@ class WorkloadUsage(UsageFields):
     department_id = models.BigIntegerField()
     user_id = models.BigIntegerField(null=True, blank=True)
     pool_id = models.BigIntegerField(null=True, blank=True)
+    cluster_id = models.BigIntegerField(null=True, blank=True)
     gpu_model = models.CharField(max_length=100, blank=True)
 
     class Meta:

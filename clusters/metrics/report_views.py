@@ -35,7 +35,10 @@ def _report(request: HttpRequest) -> dict[str, Any]:
     data = form.cleaned_data if form.is_bound else {}
     preset, group = data.get("period", "this_month"), data.get("group", "project")
     start, end = reports.period_for(preset, timezone.now(), data.get("start"), data.get("end"))
-    rows = reports.usage_report(visible_projects(request.user), start, end, group)
+    cluster = data.get("cluster")
+    rows = reports.usage_report(
+        visible_projects(request.user), start, end, group, cluster.pk if cluster else None
+    )
     return {
         **context,
         "invalid": False,
@@ -45,6 +48,7 @@ def _report(request: HttpRequest) -> dict[str, Any]:
         "end": end,
         "group": group,
         "group_label": GROUP_LABELS[group],
+        "cluster": cluster,
         "currency": GpuPrice.objects.values_list("currency", flat=True).first() or "USD",
     }
 
@@ -77,7 +81,10 @@ def usage_report_csv(request: HttpRequest) -> HttpResponse:
         )
     # Named by the first and the last day in the period (its end is exclusive).
     last_day = context["end"] - dt.timedelta(microseconds=1)
-    name = f"gpu-usage-{context['start']:%Y%m%d}-{last_day:%Y%m%d}-{context['group']}.csv"
+    name = f"gpu-usage-{context['start']:%Y%m%d}-{last_day:%Y%m%d}-{context['group']}"
+    if context["cluster"]:
+        name += f"-{context['cluster'].name}"
+    name += ".csv"
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     writer = csv.writer(response)

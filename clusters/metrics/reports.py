@@ -1,4 +1,4 @@
-"""Usage reports: GPU-hours per department, project, user, node pool or GPU model.
+"""Usage reports: GPU-hours per department, project, user, node pool, cluster or GPU model.
 
 Numbers come from the per-workload roll-ups: whole hours from the hour rows, the part of
 the period the hour roll-up has not reached yet from the minute rows. Every column is a
@@ -16,7 +16,7 @@ from typing import Any
 from django.db.models import QuerySet, Sum
 
 from clusters.metrics.models import USAGE_SUMS, GpuPrice, Resolution, RollupMark, WorkloadUsage
-from clusters.models import NodePool
+from clusters.models import Cluster, NodePool
 from portal.models import Department, Project, User
 
 GROUPS = {
@@ -24,6 +24,7 @@ GROUPS = {
     "project": "project_id",
     "user": "user_id",
     "pool": "pool_id",
+    "cluster": "cluster_id",
     "gpu_model": "gpu_model",
 }
 # ReportRow's columns that add up across rows (everything but its key and name).
@@ -76,14 +77,25 @@ def _split(start: dt.datetime, end: dt.datetime) -> list[tuple[str, dt.datetime,
     return [(Resolution.HOUR, start, middle), (Resolution.MINUTE, middle, end)]
 
 
-def _sums(projects: QuerySet[Project], start: dt.datetime, end: dt.datetime, field: str):
+def _sums(
+    projects: QuerySet[Project],
+    start: dt.datetime,
+    end: dt.datetime,
+    field: str,
+    cluster: int | None = None,
+):
     project_ids = list(projects.values_list("id", flat=True))
+    where = {} if cluster is None else {"cluster_id": cluster}
     for resolution, lo, hi in _split(start, end):
         if lo >= hi:
             continue
         yield from (
             WorkloadUsage.objects.filter(
-                resolution=resolution, bucket__gte=lo, bucket__lt=hi, project_id__in=project_ids
+                resolution=resolution,
+                bucket__gte=lo,
+                bucket__lt=hi,
+                project_id__in=project_ids,
+                **where,
             )
             .values(field, "gpu_model")
             .annotate(**{name: Sum(name) for name in USAGE_SUMS})
@@ -91,7 +103,7 @@ def _sums(projects: QuerySet[Project], start: dt.datetime, end: dt.datetime, fie
 
 
 def _names(group: str, keys: set[Any]) -> dict[Any, str]:
-    models = {"department": Department, "project": Project, "pool": NodePool}
+    models = {"department": Department, "project": Project, "pool": NodePool, "cluster": Cluster}
     if group == "gpu_model":
         return {k: k or "(unknown)" for k in keys}
     if group == "user":
@@ -111,12 +123,18 @@ def _priced(sums: dict[str, Any], price: Decimal | None) -> ReportRow:
 
 
 def usage_report(
-    projects: QuerySet[Project], start: dt.datetime, end: dt.datetime, group: str
+    projects: QuerySet[Project],
+    start: dt.datetime,
+    end: dt.datetime,
+    group: str,
+    cluster: int | None = None,
 ) -> list[ReportRow]:
+    """Rows of the group over [start, end), the projects' usage only; with `cluster`,
+    only what ran on that cluster."""
     field = GROUPS[group]
     prices = {p.gpu_model: p.price_per_hour for p in GpuPrice.objects.all()}
     rows: dict[Any, ReportRow] = defaultdict(lambda: ReportRow(None, ""))
-    for r in _sums(projects, start, end, field):
+    for r in _sums(projects, start, end, field, cluster):
         rows[r[field]].add(_priced(r, prices.get(r["gpu_model"])))
     names = _names(group, set(rows))
     for key, row in rows.items():

@@ -141,11 +141,11 @@ class Window:
             yield minute, Sums(held, used, idle)
 
 
-WorkloadKey = tuple[int, int, int, int | None, int | None, str, dt.datetime]
+WorkloadKey = tuple[int, int, int, int | None, int | None, int | None, str, dt.datetime]
 
 
 def workload_sums(window: Window) -> dict[WorkloadKey, Sums]:
-    """Sums per (workload, project, department, user, pool, GPU model, minute)."""
+    """Sums per (workload, project, department, user, pool, cluster, GPU model, minute)."""
     intervals = AllocationInterval.objects.filter(started_at__lt=window.end).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=window.start)
     )
@@ -154,7 +154,7 @@ def workload_sums(window: Window) -> dict[WorkloadKey, Sums]:
         for gpu in iv.gpu_indices:
             for minute, sums in window.gpu_sums(iv, int(gpu)):
                 key = (iv.workload_id, iv.project_id, iv.department_id, iv.user_id,
-                       iv.pool_id, iv.gpu_model, minute)  # fmt: skip
+                       iv.pool_id, iv.cluster_id, iv.gpu_model, minute)  # fmt: skip
                 out[key].add(sums)
     return out
 
@@ -166,7 +166,7 @@ def apply_over_quota(
     against the quota in force at that minute, shared back to the project's workloads in
     proportion to what each held."""
     projects: dict[tuple, Sums] = defaultdict(Sums)
-    for (_, project, dept, _, pool, _, minute), sums in per_workload.items():
+    for (_, project, dept, _, pool, _, _, minute), sums in per_workload.items():
         projects[(project, dept, pool, minute)].add(sums)
     out = {}
     for key, sums in projects.items():
@@ -174,7 +174,7 @@ def apply_over_quota(
         deserved = quota.at((QuotaRecord.PROJECT, project, pool), minute) * MINUTE.total_seconds()
         sums.over_quota_s = max(0.0, sums.allocated_s - deserved)
         out[key] = (sums, deserved)
-    for (_, project, dept, _, pool, _, minute), sums in per_workload.items():
+    for (_, project, dept, _, pool, _, _, minute), sums in per_workload.items():
         total, _ = out[(project, dept, pool, minute)]
         if total.allocated_s > 0:
             sums.over_quota_s = total.over_quota_s * sums.allocated_s / total.allocated_s
@@ -222,10 +222,11 @@ def workload_rows(per_workload: dict[WorkloadKey, Sums]) -> list[WorkloadUsage]:
             department_id=dept,
             user_id=user,
             pool_id=pool,
+            cluster_id=cluster,
             gpu_model=model,
             **_sums_fields(s),
         )
-        for (wid, project, dept, user, pool, model, minute), s in per_workload.items()
+        for (wid, project, dept, user, pool, cluster, model, minute), s in per_workload.items()
     ]
 
 

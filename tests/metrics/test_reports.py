@@ -222,3 +222,77 @@ def test_usage_across_a_month_boundary_is_split_at_utc_midnight(org, settings):
         assert [(r.name, round(r.allocated_h, 4), round(r.used_h, 4)) for r in rows] == [
             ("ml-vision", 0.5, 0.25)
         ], preset
+
+
+@pytest.fixture
+def two_clusters(org, settings):
+    """One pool over two clusters: train (ml-vision) on east's A100 for 30 min at 50 %,
+    chat (nlp) on west's H100 for 60 min at 100 %."""
+    from clusters.models import Cluster
+
+    settings.GPUPOOL_METRICS_RAW_DAYS = 100_000
+    east = Cluster.objects.create(name="east", backend="simulated")
+    west = Cluster.objects.create(name="west", backend="simulated")
+    a100 = make_node(org.pool, "east-1", gpus=1, model="A100", cluster=east)
+    h100 = make_node(org.pool, "west-1", gpus=1, model="H100", cluster=west)
+    train = make_workload(org.project_a, org.researcher, "train")
+    chat = make_workload(org.project_b, org.outsider, "chat")
+    allocate(train, a100, [0], at=T0)
+    allocate(chat, h100, [0], at=T0)
+    allocations_sync(T0)
+    AllocationInterval.objects.filter(workload_id=train.pk).update(ended_at=T0 + 30 * MIN)
+    AllocationInterval.objects.filter(workload_id=chat.pk).update(ended_at=T0 + 60 * MIN)
+    samples = [sample(a100, 0, ts, 50.0) for ts in every(T0, T0 + 30 * MIN)]
+    samples += [sample(h100, 0, ts, 100.0) for ts in every(T0, T0 + 60 * MIN)]
+    samples_ingest(samples)
+    rollup_minutes(now=T0 + 62 * MIN)
+    return east, west
+
+
+@pytest.mark.parametrize("hours", [True, False])
+def test_reports_group_by_cluster_and_filter_to_one(two_clusters, org, hours):
+    east, west = two_clusters
+    if hours:
+        rollup_hours()
+    start, end = period_for("custom", T0, DAY, DAY)
+    everyone = visible_projects(org.platform_admin)
+    rows = {
+        r.name: (r.allocated_h, r.used_h) for r in usage_report(everyone, start, end, "cluster")
+    }
+    assert rows == {"west": (1.0, 1.0), "east": (0.5, 0.25)}
+    on_east = usage_report(everyone, start, end, "project", cluster=east.pk)
+    assert [(r.name, r.allocated_h) for r in on_east] == [("ml-vision", 0.5)]
+    # The scope still holds: nlp's researcher sees nothing of ml-vision's on east.
+    assert usage_report(visible_projects(org.outsider), start, end, "project", east.pk) == []
+
+
+def test_the_report_page_and_csv_filter_by_cluster(two_clusters, org, client_as):
+    east, _ = two_clusters
+    rollup_hours()
+    client = client_as(org.platform_admin)
+    page = client.get(f"{REPORT_URL}&cluster={east.pk}").content.decode()
+    assert "on cluster east" in page and "ml-vision" in page and "nlp" not in page
+    csv_url = REPORT_URL.replace("usage/", "usage.csv") + f"&group=cluster&cluster={east.pk}"
+    response = client.get(csv_url)
+    assert response["Content-Disposition"].endswith(f'-{DAY:%Y%m%d}-cluster-east.csv"')
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert [row[:2] for row in rows] == [
+        ["cluster", "allocated_gpu_hours"], ["east", "0.5000"], ["Total", "0.5000"]
+    ]  # fmt: skip
+    bad = client.get(REPORT_URL.replace("usage/", "usage.csv") + "&cluster=999999")
+    assert bad.status_code == 400 and "cluster:" in bad.content.decode()
+
+
+def test_rows_rolled_up_before_clusters_were_recorded_get_theirs(two_clusters, org):
+    import importlib
+
+    from django.apps import apps
+
+    from clusters.metrics.models import WorkloadUsage
+
+    east, west = two_clusters
+    WorkloadUsage.objects.update(cluster_id=None)
+    migration = importlib.import_module("clusters.metrics.migrations.0003_workload_usage_cluster")
+    migration.backfill(apps, None)
+    found = dict(WorkloadUsage.objects.values_list("project_id", "cluster_id").distinct())
+    assert found == {org.project_a.pk: east.pk, org.project_b.pk: west.pk}
