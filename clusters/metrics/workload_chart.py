@@ -1,4 +1,5 @@
-"""A workload's GPUs over its life: utilisation and memory per GPU it held.
+"""A workload's GPUs over its life: utilisation and memory per GPU it held, and the
+processes on them now.
 
 Short lives are drawn from raw samples, longer ones from the per-GPU minute or hour
 roll-ups (raw samples are deleted after a few days).
@@ -9,11 +10,17 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from clusters.metrics import conf
-from clusters.metrics.models import AllocationInterval, GpuSample, GpuUsage, Resolution
+from clusters.metrics.models import (
+    AllocationInterval,
+    GpuProcessSample,
+    GpuSample,
+    GpuUsage,
+    Resolution,
+)
 from clusters.models import Node
 from scheduling.models import Workload
 
@@ -64,3 +71,36 @@ def workload_series(workload: Workload, now: dt.datetime | None = None) -> Serie
             point = (r[2].isoformat(), round(r[3] / r[5], 1), round(r[4] / r[5]))
             series[f"{names.get(r[0], r[0])}/gpu{r[1]}"].append(point)
     return {name: _thin(points) for name, points in series.items()}
+
+
+def current_processes(
+    workload: Workload, now: dt.datetime | None = None, minutes: int = 5
+) -> list[dict]:
+    """The processes the agent last saw on the GPUs the workload holds now (within the
+    last minutes), largest first: its own, and on a shared GPU the others' (shown as
+    another workload's, never by name) or unknown ones (not started by GPUPool)."""
+    now = now or timezone.now()
+    held = list(AllocationInterval.objects.filter(workload_id=workload.pk, ended_at=None))
+    if not held:
+        return []
+    gpus = Q(pk__in=[])
+    for iv in held:
+        gpus |= Q(node_id=iv.node_id, gpu_index__in=iv.gpu_indices)
+    recent = GpuProcessSample.objects.filter(gpus, ts__gte=now - dt.timedelta(minutes=minutes))
+    last = {
+        (r["node_id"], r["gpu_index"]): r["ts"]
+        for r in recent.values("node_id", "gpu_index").annotate(ts=Max("ts"))
+    }
+    names = dict(Node.objects.filter(pk__in={n for n, _ in last}).values_list("id", "name"))
+    found = []
+    for row in recent.values("node_id", "gpu_index", "ts", "pid", "used_mib", "workload_id"):
+        if last.get((row["node_id"], row["gpu_index"])) != row["ts"]:
+            continue
+        owner = row["workload_id"]
+        found.append({
+            "gpu": f"{names.get(row['node_id'], row['node_id'])}/gpu{row['gpu_index']}",
+            "pid": row["pid"], "used_mib": row["used_mib"], "ts": row["ts"],
+            "whose": "this workload" if owner == workload.pk
+            else ("another workload" if owner else "not GPUPool's"),
+        })  # fmt: skip
+    return sorted(found, key=lambda p: (-p["used_mib"], p["gpu"], p["pid"]))

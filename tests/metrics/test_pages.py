@@ -276,3 +276,33 @@ def test_template_context_without_request_is_not_needed_for_figures():
         Context({"figure": {"data": []}, "figure_id": "f1"})
     )
     assert 'id="f1"' in html and 'data-figure="f1"' in html
+
+
+def test_the_workload_page_lists_the_processes_on_its_gpus_now(live, org):
+    from clusters.metrics.workload_chart import current_processes
+
+    node, busy, sleepy = live
+    now = timezone.now()
+    earlier, latest = now - dt.timedelta(seconds=20), now - dt.timedelta(seconds=10)
+    mine = {"pid": 41, "used_mib": 30000, "workload_id": busy.pk}
+    stray = {"pid": 77, "used_mib": 500}
+    theirs = {"pid": 9, "used_mib": 10, "workload_id": sleepy.pk}
+    samples_ingest([
+        sample(node, 0, earlier, 50.0, processes=[{**mine, "pid": 40}]),  # gone since
+        sample(node, 0, latest, 50.0, processes=[mine, stray, {**theirs, "used_mib": 200}]),
+        sample(node, 1, latest, 50.0, processes=[{**mine, "pid": 42, "used_mib": 1000}]),
+        sample(node, 2, latest, 0.0, processes=[theirs]),
+    ])  # fmt: skip
+    found = [(p["gpu"], p["pid"], p["used_mib"], p["whose"]) for p in current_processes(busy)]
+    assert found == [
+        ("node-1/gpu0", 41, 30000, "this workload"),
+        ("node-1/gpu1", 42, 1000, "this workload"),
+        ("node-1/gpu0", 77, 500, "not GPUPool's"),
+        ("node-1/gpu0", 9, 200, "another workload"),
+    ]
+    html = render_tag("{% workload_gpu_chart workload %}", org.researcher, workload=busy)
+    assert 'id="gpu-processes"' in html and "30000 MiB" in html
+    assert render_tag("{% workload_gpu_chart workload %}", org.outsider, workload=busy) == "\n"
+    # Nothing held now (it finished): no process table.
+    AllocationInterval.objects.filter(workload_id=busy.pk).update(ended_at=now)
+    assert current_processes(busy) == []

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from clusters.metrics import charts, quota_history, selectors
 from clusters.metrics.models import QuotaRecord
-from clusters.metrics.workload_chart import workload_series
+from clusters.metrics.workload_chart import current_processes, workload_series
 from portal.models import Department, Project
 from portal.permissions import can_view_department, can_view_project
 
@@ -77,4 +77,5 @@ def workload_gpu_chart(context: Any, workload: Any) -> dict[str, Any]:
         "has_data": any(series.values()),
         "figure": charts.workload_figure(series, f"{workload.name}: GPU utilisation and memory"),
         "figure_id": f"workload-chart-{next(_ids)}",
+        "processes": current_processes(workload),
     }
