@@ -348,3 +348,28 @@ def test_reclaim_across_departments_keeps_the_other_department_at_its_fair_share
     assert result.fair_shares[("d2", "a", Resource.GPU)] == 1
     assert sorted(evicted(result)) == ["b1", "b2", "b3"]
     assert sorted(placed(result)) == ["m0", "m1", "m2"]
+
+
+def test_consolidation_moves_a_gang_whole_to_free_a_block() -> None:
+    # Each node holds a pinned 2-GPU job and one pod of a 2-pod gang: a GPU free on each,
+    # no node with 2. The gang moves whole (both pods restart together) onto one node, and the
+    # 2-GPU job waiting takes the other node's pair.
+    gang = replace(
+        job("g", "p1", gpus=1, pods=2),
+        placement=(PodPlacement(0, "n0", gpus=(2,)), PodPlacement(1, "n1", gpus=(2,))),
+        started_at=900.0,
+    )
+    work = [
+        running(job("x", "p1", gpus=2, preemptible=False), "n0", [0, 1]),
+        running(job("y", "p1", gpus=2, preemptible=False), "n1", [0, 1]),
+        gang,
+        job("pair", "p1", gpus=2),
+    ]
+    snap = snapshot(nodes(2, gpus=4), [dept(), project("p1", deserved=8)], work)
+    result = run(snap, now=NOW)
+    assert evicted(result) == {"g": "consolidate"}
+    where = placed(result)
+    ((pair_node, pair_gpus),) = where["pair"]
+    gang_nodes = {node for node, _ in where["g"]}
+    assert pair_gpus == (2, 3) and len(gang_nodes) == 1 and pair_node not in gang_nodes
+    assert sorted(gpus for _, gpus in where["g"]) == [(2,), (3,)]

@@ -1,10 +1,11 @@
 """Consolidate: defragment when a workload fits in the pool's free GPUs but on no node.
 
-The plan evicts a few preemptible single-pod workloads from the node that needs the
-fewest moves, places the waiting workload there, then places every moved workload
-again: elsewhere in the same pool, or else in another pool it allows and where its
-quota lets it in. It is kept only when all of that succeeds; otherwise
-the whole statement is discarded and nothing moves.
+The plan evicts a few preemptible workloads from the node that needs the fewest moves,
+places the waiting workload there, then places every moved workload again: elsewhere in
+the same pool, or else in another pool it allows and where its quota lets it in. It is
+kept only when all of that succeeds; otherwise the whole statement is discarded and
+nothing moves. A gang moves whole (all its pods restart together, placed again under its
+own topology rule); its cost counts all its GPUs, so single pods go first.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def consolidate(ctx: Context) -> None:
                 continue
             attempts += 1
             if pool not in movable:
-                singles = (v for v in index.pool(pool).ordered if len(v.wl.pods) == 1)
-                movable[pool] = Candidates.of(singles)
+                movable[pool] = index.pool(pool)
             if _plan(ctx, wl, pool, movable[pool]):
                 break
 
