@@ -32,12 +32,13 @@ SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").r
 # trust that origin unless told otherwise, or every form would fail its CSRF check.
 _site = urlsplit(SITE_URL)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [f"{_site.scheme}://{_site.netloc}"])
-# HTTPS: a site served over https (SITE_URL) sends its session and CSRF cookies over https
-# only; a plain-http deployment keeps them working. Behind a TLS-terminating proxy, set
+# HTTPS: production (DEBUG off) and a site served over https (SITE_URL) send the session and
+# CSRF cookies over https only; a plain-http production deployment turns them off with
+# SESSION_COOKIE_SECURE=0 CSRF_COOKIE_SECURE=0. Behind a TLS-terminating proxy, set
 # GPUPOOL_BEHIND_TLS_PROXY=1 so that Django trusts its X-Forwarded-Proto header.
 _https = _site.scheme == "https"
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https or not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https or not DEBUG)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)

@@ -163,7 +163,17 @@ def test_the_sites_origin_is_trusted_for_forms_posted_through_a_tls_proxy(tmp_pa
 @pytest.mark.parametrize(
     ("environment", "printed"),
     [
-        ({}, "False False 0 None"),  # plain http: cookies must still reach the server
+        ({}, "False False 0 None"),  # the embedded demo on plain http: cookies must still work
+        ({"DEBUG": "0", "SECRET_KEY": "k" * 50}, "True True 0 None"),  # production: https only
+        (  # a plain-http production deployment opts out
+            {
+                "DEBUG": "0",
+                "SECRET_KEY": "k" * 50,
+                "SESSION_COOKIE_SECURE": "0",
+                "CSRF_COOKIE_SECURE": "no",
+            },
+            "False False 0 None",
+        ),
         ({"SITE_URL": "https://gpupool.example.org"}, "True True 0 None"),
         (
             {
@@ -176,7 +186,7 @@ def test_the_sites_origin_is_trusted_for_forms_posted_through_a_tls_proxy(tmp_pa
         ),
     ],
 )
-def test_cookies_are_https_only_when_the_site_is_served_over_https(tmp_path, environment, printed):
+def test_cookies_are_https_only_in_production_or_on_an_https_site(tmp_path, environment, printed):
     result = _start("https", environment, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == printed
