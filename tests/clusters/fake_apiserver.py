@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.clusters.fake_generic import generic_route
+
 CORE = "/api/v1"
 GPU = "nvidia.com/gpu"
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
@@ -428,6 +430,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return getattr(self, f"_{name}")(
                         method, *match.groups(), query=query, body=body
                     )
+            # The kinds of GPUPool's own manifests (deploy/): tests/clusters/fake_generic.py.
+            generic = generic_route(api, method, path, query, body)
+            if generic is not None:
+                return generic
             raise ApiError(
                 404, "NotFound", f"the server could not find the requested resource {path}"
             )
