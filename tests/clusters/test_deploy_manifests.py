@@ -599,3 +599,21 @@ def test_the_api_server_refuses_a_cluster_role_binding_to_a_service_account_with
     binding["subjects"][0]["namespace"] = "team"
     assert rbac.create_cluster_role_binding(binding).metadata.uid
     assert rbac.read_cluster_role_binding("b").subjects[0].namespace == "team"
+
+
+def test_the_image_user_is_the_numeric_user_the_pods_run_as(rendered):
+    """runAsNonRoot can be checked only against a numeric USER."""
+    (user,) = re.findall(r"^USER (\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    deployments = by_kind(rendered["production"], "Deployment").values()
+    assert {pod_specs(d)[0]["securityContext"]["runAsUser"] for d in deployments} == {10001}
+    assert user == "10001:10001"
+
+
+def test_the_guide_has_production_create_every_secret_the_trial_makes(rendered):
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    command = guide[guide.index("create secret generic gpupool-secrets") :].split("\n\n")[0]
+    given = set(re.findall(r"--from-literal=([A-Z_]+)=", command))
+    script = by_kind(rendered["trial"], "ConfigMap")["gpupool-make-secrets"]["data"]
+    made = set(re.findall(r'^\s+"([A-Z_]+)": ', script["make_secrets.py"], re.MULTILINE))
+    assert given == made - {"POSTGRES_PASSWORD", "REDIS_PASSWORD"}  # the trial's own servers
+    assert len(given) == 5
