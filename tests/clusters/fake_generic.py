@@ -2,14 +2,15 @@
 
 ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets (apps/v1); Jobs
 (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings (rbac/v1); PriorityClasses
-(scheduling/v1): create, get, list (label selectors), delete, over the real REST paths. Like
-the real API server it refuses a kind or namespace that does not match the URL, a missing or
-badly formed name or label, an unknown namespace, a duplicate, a workload whose selector does
-not match its pod template, a pod template the server would refuse, a restart policy its
-controller cannot run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a
-namespace; and it adds what the real one adds: uid, creationTimestamp, resourceVersion,
-generation for workloads, a Secret's stringData folded into base64 data, a Job's selector.
-No controller runs: a Deployment makes no pods.
+(scheduling/v1); NetworkPolicies (networking/v1); PodDisruptionBudgets (policy/v1): create,
+get, list (label selectors), delete, over the real REST paths. Like the real API server it
+refuses a kind or namespace that does not match the URL, a missing or badly formed name or
+label, an unknown namespace, a duplicate, a workload whose selector does not match its pod
+template, a pod template the server would refuse, a restart policy its controller cannot
+run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
+adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
+initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
+Job's selector. No controller runs: a Deployment makes no pods.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     (RBAC, "clusterroles"): ("ClusterRole", False),
     (RBAC, "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
+    ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
+    ("policy/v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
 }
-# The status a new workload gets before its controller acts (the required fields at zero).
-WORKLOADS = {
+# The status a new object gets before its controller acts (the required fields at zero).
+INITIAL_STATUS = {
     "Deployment": {},
     "DaemonSet": {
         "currentNumberScheduled": 0,
@@ -47,6 +50,12 @@ WORKLOADS = {
     },
     "StatefulSet": {"replicas": 0, "availableReplicas": 0},
     "Job": {},
+    "PodDisruptionBudget": {
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "disruptionsAllowed": 0,
+        "expectedPods": 0,
+    },
 }
 PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -134,9 +143,9 @@ def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool,
     meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
     if ns:
         meta["namespace"] = ns
-    if kind in WORKLOADS:
+    if kind in INITIAL_STATUS:
         meta["generation"] = 1
-        obj["status"] = dict(WORKLOADS[kind])
+        obj["status"] = dict(INITIAL_STATUS[kind])
     return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
 
 

@@ -617,3 +617,21 @@ def test_the_guide_has_production_create_every_secret_the_trial_makes(rendered):
     made = set(re.findall(r'^\s+"([A-Z_]+)": ', script["make_secrets.py"], re.MULTILINE))
     assert given == made - {"POSTGRES_PASSWORD", "REDIS_PASSWORD"}  # the trial's own servers
     assert len(given) == 5
+
+
+def test_only_the_pods_that_hold_the_database_url_may_reach_the_trials_data(rendered):
+    policy = by_kind(rendered["trial"], "NetworkPolicy")["gpupool-data"]["spec"]
+    (guarded,) = policy["podSelector"]["matchExpressions"]
+    (rule,) = policy["ingress"]
+    ((allowed,),) = [peer["podSelector"]["matchExpressions"] for peer in rule["from"]]
+    components = {}
+    for obj in (o for o in rendered["trial"] if pod_specs(o)):
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        refs = [
+            s.get("secretRef", {}).get("name")
+            for c in containers(obj)
+            for s in c.get("envFrom", [])
+        ]
+        components[labels["app.kubernetes.io/component"]] = "gpupool-secrets" in refs
+    assert set(guarded["values"]) == {"postgres", "redis"} <= set(components)
+    assert set(allowed["values"]) == {name for name, uses in components.items() if uses}
