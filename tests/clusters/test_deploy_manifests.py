@@ -239,22 +239,29 @@ def apply(api: FakeApiServer, objects: list[dict]) -> k8s.ApiClient:
     return api_client
 
 
-def _stored(api: FakeApiServer, obj: dict) -> dict | None:
-    for store, items in api.objects.items():
-        if store.startswith(f"{obj['apiVersion']}/") or store in ("namespaces", "services"):
-            found = items.get((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
-            if found and found.get("kind") == obj["kind"]:
-                return found
-    return None
+def read_back(api_client: k8s.ApiClient, obj: dict) -> dict:
+    """GET the object at its REST path, as `kubectl get` would."""
+    group = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+    kind = obj["kind"].lower()
+    plural = (
+        kind[:-1] + "ies" if kind.endswith("y") else kind + ("es" if kind.endswith("s") else "s")
+    )
+    namespace = obj["metadata"].get("namespace")
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    path = f"{group}{scope}/{plural}/{obj['metadata']['name']}"
+    response = api_client.call_api(
+        path, "GET", _preload_content=False, auth_settings=["BearerToken"]
+    )
+    return json.loads(response[0].data)
 
 
 @pytest.mark.parametrize("setup", ["trial", "production"])
 def test_the_api_server_accepts_every_object(rendered, setup):
     with FakeApiServer() as api:
-        apply(api, rendered[setup])
+        api_client = apply(api, rendered[setup])
         for obj in rendered[setup]:
-            stored = _stored(api, obj)
-            assert stored is not None, _key(obj)
+            stored = read_back(api_client, obj)
+            assert _key(stored) == _key(obj)
             assert stored["metadata"]["uid"] and stored["metadata"]["resourceVersion"]
             assert stored["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpupool"
         # Applying the same objects again is refused: they exist (kubectl apply patches them).
@@ -549,20 +556,20 @@ def test_the_api_server_refuses_a_deployment_the_real_one_refuses(apps, changes,
 
 def test_the_api_server_refuses_unknown_namespaces_and_duplicates(apps):
     _, api_client = apps
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c"}}
     core = k8s.CoreV1Api(api_client)
     with pytest.raises(ApiException) as caught:
-        core.create_namespaced_config_map("nowhere", config_map)
+        core.create_namespaced_secret("nowhere", secret)
     assert caught.value.status == 404
-    core.create_namespaced_config_map("team", config_map)
+    core.create_namespaced_secret("team", secret)
     with pytest.raises(ApiException) as caught:
-        core.create_namespaced_config_map("team", config_map)
+        core.create_namespaced_secret("team", secret)
     assert caught.value.status == 409
+    bad_key = {**secret, "metadata": {"name": "d"}, "stringData": {"bad key": "x"}}
     with pytest.raises(ApiException) as caught:
-        core.create_namespaced_config_map("team", {**config_map, "metadata": {"name": "d"},
-                                                   "data": {"bad key": "x"}})  # fmt: skip
+        core.create_namespaced_secret("team", bad_key)
     assert caught.value.status == 422
-    assert [c.metadata.name for c in core.list_namespaced_config_map("team").items] == ["c"]
+    assert [c.metadata.name for c in core.list_namespaced_secret("team").items] == ["c"]
 
 
 def test_the_api_server_adds_what_the_real_one_adds(apps):
