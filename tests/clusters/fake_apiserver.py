@@ -189,6 +189,17 @@ def _validate_owners(meta: dict) -> None:
                 raise ApiError(422, "Invalid", f"metadata.ownerReferences.{field}: Required value")
 
 
+def _seen_as(kind: str, obj: dict, labels_before: dict | None, visible: Any) -> str | None:
+    """The event a watch with this selector sees, if any. A change of labels moves an
+    object into or out of the selector: ADDED or DELETED, as the real server sends."""
+    now_in = visible(obj)
+    if kind == "MODIFIED" and labels_before is not None:
+        was_in = visible({**obj, "metadata": {**obj["metadata"], "labels": labels_before}})
+        if was_in != now_in:
+            return "ADDED" if now_in else "DELETED"
+    return kind if now_in else None
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (a timed-out request, a "down" server) are expected."""
@@ -230,6 +241,8 @@ class FakeApiServer:
         self.too_large_wait_s = 0.5
         self.event_window = EVENT_WINDOW
         self.list_calls: Counter[str] = Counter()  # full lists (not watches) per resource
+        self._labels_stored: dict[tuple[str, str, str], dict] = {}
+        self.labels_before: dict[int, dict] = {}  # MODIFIED event's version -> old labels
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
@@ -355,6 +368,10 @@ class FakeApiServer:
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
+        key = (resource, ns, obj["metadata"]["name"])
+        if event == "MODIFIED":  # a watch's selector may have matched the labels before only
+            self.labels_before[rv] = self._labels_stored.get(key, {})
+        self._labels_stored[key] = dict(obj["metadata"].get("labels") or {})
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -362,6 +379,7 @@ class FakeApiServer:
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
         self.devices.pop((ns, name), None)
+        self._labels_stored.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
@@ -400,6 +418,8 @@ class FakeApiServer:
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
         self.events.append((rv, resource, kind, copy.deepcopy(obj)))
+        for old, *_ in self.events[: -self.event_window]:
+            self.labels_before.pop(old, None)
         del self.events[: -self.event_window]
         self.changed.notify_all()
 
@@ -817,8 +837,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         api.changed.wait(timeout=max(0.0, min(0.2, wake - now)))
                 for rv, kind_of, kind, obj in fresh:
                     since = rv
-                    if kind_of == resource and visible(obj):
-                        self._chunk({"type": kind, "object": obj})
+                    seen = _seen_as(kind, obj, api.labels_before.get(rv), visible)
+                    if kind_of == resource and seen:
+                        self._chunk({"type": seen, "object": obj})
                 last_call = now >= deadline - api.bookmark_lead_s
                 if bookmarks and (now >= next_bookmark or last_call):
                     self._bookmark(resource, since)

@@ -132,6 +132,18 @@ def test_timeout_seconds_ends_the_watch_and_a_bad_value_is_refused(fake):
         assert (status, body[0]["reason"]) == (400, "BadRequest"), bad
 
 
+def test_a_label_change_moves_an_object_into_or_out_of_a_watch(fake):
+    fake.api.create_namespaced_pod("w", _pod("p", {"app": "x"}))
+    version = fake.last_rv
+    fake.api.patch_namespaced_pod("p", "w", {"metadata": {"labels": {"app": "y"}}})
+    fake.api.patch_namespaced_pod("p", "w", {"metadata": {"annotations": {"a": "1"}}})
+    fake.api.patch_namespaced_pod("p", "w", {"metadata": {"labels": {"app": "x"}}})
+    _, events = _watch(fake, f"labelSelector=app%3Dx&resourceVersion={version}&timeoutSeconds=0")
+    assert [e["type"] for e in events] == ["DELETED", "ADDED"]
+    _, events = _watch(fake, f"resourceVersion={version}&timeoutSeconds=0")
+    assert [e["type"] for e in events] == ["MODIFIED"] * 3
+
+
 def test_a_watcher_left_behind_by_the_window_is_cut_and_then_gets_410(fake):
     """The real server closes a watch that cannot keep up; resuming from its last version
     is then refused with 410, and the client must list again."""
@@ -296,3 +308,31 @@ def test_a_reconcile_asked_for_while_one_runs_runs_again_after_it(db, monkeypatc
 class _Result:
     created = deleted = 0
     errors: list = []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_watch_times_both_ways_of_observing_and_leaves_no_rows():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from scheduling.models import Workload
+
+    out = StringIO()
+    call_command("bench_watch", "--pods", "24", "--passes", "2", "--workers", "4", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["created"] == 24
+    assert (result["poll"]["observed_by"], result["poll"]["requests_per_pass"]) == (["list"], 2)
+    assert (result["watch"]["observed_by"], result["watch"]["requests_per_pass"]) == (["watch"], 1)
+    assert result["watch"]["bytes_per_pass"] < result["poll"]["bytes_per_pass"] / 10
+    assert result["poll"]["changes"] == result["watch"]["changes"] == 0
+    assert 0 <= result["watch_reaction_s"] < 5
+    assert Cluster.objects.count() == 0 and Workload.objects.count() == 0
+
+
+def test_bench_watch_refuses_a_pod_count_out_of_bounds(db):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--pods"):
+        call_command("bench_watch", "--pods", "0")
