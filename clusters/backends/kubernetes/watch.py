@@ -289,7 +289,9 @@ def watch_start(backend: Any, fingerprint: str, seeds: dict[str, tuple[list, Any
     watch = ClusterWatch(own, fingerprint=fingerprint, on_change=changed)
     for resource, (items, version) in seeds.items():
         cache = getattr(watch, resource).cache
-        cache.replace(items, version)
+        # Trusted from now: its thread watches from exactly this version (a failure
+        # to do so marks it not connected), and events since then replay from there.
+        cache.connected = cache.replace(items, version)
     with _lock:
         previous = _watches.pop(cluster_id, None)
         if previous is not None:
