@@ -32,6 +32,10 @@ class Harness:
 
     def cluster(self, name: str = "kube", **config) -> Cluster:
         defaults = {"retries": 3, "backoff_s": 0.01, "timeout_s": 0.5, "connect_timeout_s": 0.5}
+        # These tests change the cluster and expect the very next pass to see it: they
+        # observe by listing. The watch (the default) is tested in test_kubernetes_watch.py,
+        # where a test waits for the watch to deliver what it changed.
+        defaults["watch"] = False
         if self.fake is None:
             defaults.update(timeout_s=10, connect_timeout_s=5, grace_period_s=1)
         cluster = Cluster.objects.create(

@@ -20,7 +20,7 @@ from clusters.backends import (
     PodSpec,
     ReconcileReport,
 )
-from clusters.backends.kubernetes.manifests import SELECTOR
+from clusters.backends.kubernetes.manifests import ROLE
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -46,11 +46,9 @@ def repair(
         ]
         jobs += [lambda s=spec: backend.bind(s) for spec in unbound]
     try:
-        services = backend._json(
-            backend.api.list_service_for_all_namespaces, label_selector=SELECTOR
-        )["items"]
-    except ApiException as exc:
-        report.errors.append(f"cannot list services: {exc.status} {exc.reason}")
+        services = backend.managed_services()  # observed with the pods (watch or list)
+    except BackendError as exc:
+        report.errors.append(f"cannot list services: {exc}")
         services = []
         existing = []  # unknown which exist: create none, and delete none
     listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
@@ -61,9 +59,25 @@ def repair(
         if spec.ports and (spec.namespace, spec.name) not in listed
     ]
     jobs += [
+        lambda s=spec: backend.ensure_rendezvous(s)
+        for spec in existing
+        if spec.rendezvous and (spec.namespace, spec.rendezvous.service) not in listed
+    ]
+    # A headless Service stays while any pod of its workload is there (running, starting,
+    # shutting down); a pod's own Service goes with its pod (deleted with it already).
+    workloads = {(s.namespace, str(s.workload_id)) for s in report.statuses.values()}
+    jobs += [
         lambda ns=ns, name=name: backend.delete_service(name, ns)
-        for ns, name in sorted(listed - keep)
-        if name not in report.statuses  # a pod shutting down had it deleted already
+        for ns, name, labels in sorted(
+            (s["metadata"]["namespace"], s["metadata"]["name"], s["metadata"].get("labels") or {})
+            for s in services
+        )
+        if (ns, name) not in keep
+        and (
+            (ns, labels.get("gpupool.io/workload-id")) not in workloads
+            if labels.get(ROLE) == "rendezvous"
+            else name not in report.statuses and name not in report.deleted
+        )
     ]
 
     def run(job: Callable[[], Any]) -> None:

@@ -80,12 +80,7 @@ class Reservations:
         body = reservation_manifest(node, index, self.backend.reservation_image)
         api = self.backend.api
         try:
-            self.backend.call(
-                api.create_namespaced_pod,
-                self.backend.system_namespace,
-                body,
-                _preload_content=False,
-            )
+            self.backend._json(api.create_namespaced_pod, self.backend.system_namespace, body)
         except ApiException as exc:
             if exc.status != 409:  # 409: created by an earlier pass whose answer was lost
                 raise
@@ -103,12 +98,8 @@ class Reservations:
             report.errors.append(f"reservation pod {meta['name']} runs but reported no GPU UUID")
             return None
         patch: dict[str, Any] = {"metadata": {"annotations": {UUID_ANNOTATION: match.group(0)}}}
-        self.backend.call(
-            self.backend.api.patch_namespaced_pod,
-            meta["name"],
-            meta["namespace"],
-            patch,
-            _preload_content=False,
+        self.backend._json(
+            self.backend.api.patch_namespaced_pod, meta["name"], meta["namespace"], patch
         )
         return match.group(0)
 
