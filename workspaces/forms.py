@@ -11,6 +11,8 @@ from django import forms
 from clusters.models import NodePool
 from clusters.selectors import simulated_pool_ids
 from portal.errors import ValidationFailed
+from scheduling import bounds
+from scheduling.forms import decimal_field, whole_field
 from scheduling.models import GpuRequestKind
 from workspaces.models import Environment, WorkspaceTemplate
 from workspaces.services import LaunchRequest
@@ -34,16 +36,12 @@ class LaunchForm(forms.Form):
     gpu_request = forms.ChoiceField(
         label="GPU request", choices=GpuRequestKind.choices, initial="whole"
     )
-    gpus = forms.DecimalField(
-        label="GPUs",
-        min_value=0,
-        initial=0,
-        decimal_places=3,
-        help_text="Whole GPUs, or the fraction of one GPU (0.5).",
+    gpus = decimal_field(
+        bounds.GPUS, "GPUs", initial=0, help_text="Whole GPUs, or the fraction of one GPU (0.5)."
     )
-    gpu_memory_gib = forms.IntegerField(label="GPU memory (GiB)", min_value=0, initial=0)
-    cpu = forms.DecimalField(label="CPU cores", min_value=0, initial=1, decimal_places=2)
-    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1, initial=4)
+    gpu_memory_gib = whole_field(bounds.GPU_MEMORY_GIB, "GPU memory (GiB)", initial=0)
+    cpu = decimal_field(bounds.CPU, "CPU cores", initial=1)
+    memory_gib = whole_field(bounds.MEMORY_GIB, "Memory (GiB)", initial=4)
     node_pool = forms.ModelChoiceField(
         queryset=NodePool.objects.all(),
         required=False,
