@@ -93,6 +93,9 @@ SEED = Bound.of(0, INT32_MAX)
 # Workload policy: a cap of GPUs per workload (DECIMAL(7, 3)).
 POLICY_GPUS = Bound.of(0, 9999, places=3, unit="GPUs")
 
+# Idle culling: minutes before a warning and a stop (now - minutes must stay a valid date).
+IDLE_MINUTES = Bound.of(1, 366 * 24 * 60, unit="minutes")
+
 # --- Query parameters -----------------------------------------------------------------------
 ID = Bound.of(1, ID_MAX)
 PAGE_LIMIT = Bound.of(1, 1000)

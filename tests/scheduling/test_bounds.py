@@ -8,15 +8,20 @@ import sys
 from decimal import Decimal
 
 import pytest
+from click.testing import CliRunner
 from rest_framework.test import APIClient
 
 from clusters.models import Gpu, Node
 from portal.errors import ValidationFailed
+from portal.models import Project
+from scheduling.cli import main
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.scheduling.conftest import make_nodes
+from workspaces.forms import EnvironmentForm, IdlePolicyForm, TemplateForm
 from workspaces.models import Environment
+from workspaces.services import LaunchRequest, workspace_launch
 
 pytestmark = pytest.mark.django_db
 
@@ -204,8 +209,6 @@ def test_the_workspace_api_bounds_its_numbers(api, org, jupyterlab):
 
 
 def test_a_workspace_larger_than_every_node_is_refused(org, jupyterlab, cluster):
-    from workspaces.services import LaunchRequest, workspace_launch
-
     request = LaunchRequest(
         name="lab", environment=jupyterlab, memory_mib=10**6, node_pool=org.pool
     )
@@ -218,3 +221,48 @@ def test_the_service_itself_refuses_out_of_range_values(org, submit):
     with pytest.raises(ValidationFailed) as refused:
         submit(org.researcher, org.project_a, "x", cpu=Decimal("100000"), pods=1)
     assert "cpu" in refused.value.errors
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["submit", "training", "x", "--image", "i", "--cpu", "100000"], "--cpu"),
+        (["submit", "training", "x", "--image", "i", "--gpus", "1000000000"], "--gpus"),
+        (["submit", "training", "x", "--image", "i", "--memory", "9" * 25], "--memory"),
+        (["submit", "training", "x", "--image", "i", "--max-runtime", "9" * 25], "--max-runtime"),
+        (["submit", "distributed", "x", "--image", "i", "--workers", "9" * 25], "--workers"),
+        (["submit", "inference", "x", "--image", "i", "--port", "70000"], "--port"),
+        (["submit", "workspace", "x", "--gpu-memory", "9" * 25], "--gpu-memory"),
+        (["logs", "1", "--tail", "0"], "--tail"),
+        (["stop", "9" * 25], "WORKLOAD_ID"),
+    ],
+)
+def test_the_cli_refuses_out_of_bounds_numbers_before_sending_anything(
+    tmp_path, monkeypatch, args, option
+):
+    monkeypatch.setenv("GPUPOOL_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUPOOL_URL", "http://127.0.0.1:9")  # nothing listens: never reached
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "Enter a" in result.output
+
+
+def test_the_workspace_admin_forms_bound_their_numbers(org):
+    idle = IdlePolicyForm(
+        {"scope": "platform", "warn_after_min": str(10**20), "stop_after_min": "0",
+         "gpu_util_threshold_pct": "5"},
+        scopes=[("platform", "Platform")],
+    )  # fmt: skip
+    assert {"warn_after_min", "stop_after_min"} <= set(idle.errors)
+    environment = EnvironmentForm(
+        {"name": "lab", "image": "img", "tool_kind": "jupyterlab", "port": "70000",
+         "default_gpus": "0", "default_cpu": "100000", "default_memory_mib": str(10**20),
+         "command_line": "jupyter lab", "enabled": "on"}
+    )  # fmt: skip
+    assert {"port", "default_cpu", "default_memory_mib"} <= set(environment.errors)
+    template = TemplateForm(
+        {"project": org.project_a.pk, "name": "t", "gpu_request": "whole", "gpus": "0",
+         "gpu_memory_mib": "0", "cpu": "1", "memory_mib": str(2**40)},
+        projects=Project.objects.all(),
+    )  # fmt: skip
+    assert "memory_mib" in template.errors
