@@ -93,6 +93,8 @@ SEED = Bound.of(0, INT32_MAX)
 # Workload policy: a cap of GPUs per workload (DECIMAL(7, 3)).
 POLICY_GPUS = Bound.of(0, 9999, places=3, unit="GPUs")
 
+# Quotas per pool (DECIMAL(9, 2); memory DECIMAL(11, 2) keeps to the same bound).
+QUOTA = Bound.of(0, "9999999.99", places=2)
 # Idle culling: minutes before a warning and a stop (now - minutes must stay a valid date).
 IDLE_MINUTES = Bound.of(1, 366 * 24 * 60, unit="minutes")
 
