@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Count, Max, Q
+
 from clusters.models import Node
 from scheduling.bounds import fmt
 from scheduling.models import GpuRequestKind
@@ -70,25 +72,28 @@ def fit_errors(fields: dict[str, Any]) -> dict[str, list[str]]:
 
 def node_rooms(pools: list[str], gpu_model: str) -> list[NodeRoom]:
     """The nodes the scheduler could use for these pools (all pools when none is named),
-    with only the GPUs of the wanted models counted."""
-    models = {m for m in gpu_model.split("|") if m}
-    nodes = Node.objects.filter(cluster__enabled=True, pool__isnull=False).select_related("pool")
+    with only the GPUs of the wanted models counted: one query, whatever the inventory."""
+    models = [m for m in gpu_model.split("|") if m]
+    wanted = Q(gpus__model__in=models) if models else Q()
+    nodes = Node.objects.filter(cluster__enabled=True, pool__isnull=False)
     if pools:
         nodes = nodes.filter(pool__name__in=pools)
-    rooms = []
-    for node in nodes.prefetch_related("gpus").order_by("name"):
-        gpus = [g for g in node.gpus.all() if not models or g.model in models]
-        rooms.append(
-            NodeRoom(
-                name=node.name,
-                pool=node.pool.name,
-                gpus=len(gpus),
-                gpu_memory_mib=max((g.memory_mib for g in gpus), default=0),
-                cpu=node.cpu_cores,
-                memory_mib=node.memory_mib,
-            )
+    rows = nodes.annotate(
+        gpu_count=Count("gpus", filter=wanted), gpu_memory=Max("gpus__memory_mib", filter=wanted)
+    ).order_by("name")
+    return [
+        NodeRoom(
+            name=row["name"],
+            pool=row["pool__name"],
+            gpus=row["gpu_count"],
+            gpu_memory_mib=row["gpu_memory"] or 0,
+            cpu=row["cpu_cores"],
+            memory_mib=row["memory_mib"],
         )
-    return rooms
+        for row in rows.values(
+            "name", "pool__name", "gpu_count", "gpu_memory", "cpu_cores", "memory_mib"
+        )
+    ]
 
 
 def _needs(fields: dict[str, Any]) -> dict[str, Any]:

@@ -266,3 +266,33 @@ def test_the_workspace_admin_forms_bound_their_numbers(org):
         projects=Project.objects.all(),
     )  # fmt: skip
     assert "memory_mib" in template.errors
+
+
+def test_a_pod_must_fit_one_node_whole_not_the_best_of_each_resource(api, org):
+    mixed = f.make_pool("mixed")
+    gpu_node, cpu_node = make_nodes(mixed, 2, gpus=8, cluster_name="mixed")
+    Node.objects.filter(pk=gpu_node.pk).update(cpu_cores=16)
+    Gpu.objects.filter(node=cpu_node).delete()
+    body = training(gpus=8, cpu=64, node_pools=["mixed"])
+    response = api.post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "non_field_errors": ["No single node of pool mixed has all this pod asks for at once."]
+    }
+    assert api.post("/api/v1/workloads/", {**body, "cpu": 16}, format="json").status_code == 201
+
+
+def test_a_node_that_reports_no_cpu_or_memory_is_not_held_against_a_request(api, org):
+    node = make_nodes(org.pool, 1, gpus=4)[0]
+    Node.objects.filter(pk=node.pk).update(cpu_cores=0, memory_mib=0)
+    body = training(gpus=4, cpu=1000, memory_mib=10**7)
+    assert api.post("/api/v1/workloads/", body, format="json").status_code == 201
+
+
+def test_nodes_of_disabled_clusters_do_not_count(api, org, cluster):
+    big = make_nodes(org.pool, 1, gpus=16, cluster_name="off")[0]
+    big.cluster.enabled = False
+    big.cluster.save()
+    response = api.post("/api/v1/workloads/", training(gpus=16), format="json")
+    assert response.status_code == 400
+    assert "has 4 GPUs" in response.json()["gpus"][0]
