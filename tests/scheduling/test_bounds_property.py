@@ -220,6 +220,37 @@ def test_the_workspace_api_refuses_naming_a_field_or_launches(org, cluster, lab,
     rolled_back(lambda: post_and_check(org, "/api/v1/workspaces/", body, changed))
 
 
+@PROPERTY
+@given(
+    gpu_request=st.sampled_from(sorted(REQUEST)),
+    changed=st.dictionaries(
+        st.sampled_from(["gpus", "cpu", "memory_gib", "gpu_memory_gib"]),
+        form_values,
+        min_size=1,
+        max_size=2,
+    ),
+)
+def test_the_launch_form_shows_a_field_error_or_queues_a_workspace(
+    client_as, org, cluster, lab, gpu_request, changed
+):
+    client = client_as(org.researcher)
+    client.raise_request_exception = False
+    base = {"gpus": "0.5" if gpu_request == "fraction" else "1", "gpu_memory_gib": "1",
+            "cpu": "1", "memory_gib": "2", "gpu_request": gpu_request}  # fmt: skip
+
+    def check():
+        post = {"project": org.project_a.pk, "environment": lab.pk, "name": "prop",
+                "node_pool": org.pool.pk, "env": "", **base, **changed}  # fmt: skip
+        response = client.post("/workspaces/new/", post)
+        assert response.status_code in (200, 302)
+        if response.status_code == 200:
+            assert_names_fields(dict(response.context["form"].errors), changed)
+        else:
+            assert_the_cycle_takes_it(Workload.objects.get(name="prop"))
+
+    rolled_back(check)
+
+
 def test_the_strategies_reach_both_outcomes(org, cluster):
     # Guard against a property that passes because everything is refused: an ordinary
     # spec is stored, and a huge one is refused naming its field.
