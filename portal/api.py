@@ -55,20 +55,28 @@ def query_number(request: Request, name: str, bound: Bound, default: int | None 
     return number
 
 
+def _help(bound: Bound, kwargs: dict[str, Any]) -> str:
+    return " ".join(filter(None, [kwargs.pop("help_text", ""), bound.describe()]))
+
+
 def bounded_integer(bound: Bound, **kwargs: Any) -> serializers.IntegerField:
+    """A serializer field for a whole number within `bound` (scheduling.bounds)."""
     return serializers.IntegerField(
-        min_value=int(bound.low), max_value=int(bound.high), help_text=bound.describe(), **kwargs
+        min_value=int(bound.low),
+        max_value=int(bound.high),
+        help_text=_help(bound, kwargs),
+        **kwargs,
     )
 
 
 def bounded_decimal(bound: Bound, **kwargs: Any) -> serializers.DecimalField:
-    digits = len(str(int(bound.high))) + bound.places
+    """A serializer field for a number within `bound`, with at most its decimal places."""
     return serializers.DecimalField(
-        max_digits=digits,
+        max_digits=len(str(int(bound.high))) + bound.places,
         decimal_places=bound.places,
         min_value=bound.low,
         max_value=bound.high,
-        help_text=bound.describe(),
+        help_text=_help(bound, kwargs),
         **kwargs,
     )
 

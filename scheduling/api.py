@@ -26,7 +26,15 @@ from portal.permissions import (
 )
 from portal.selectors import project_named
 from scheduling import bounds, selectors, services
-from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
+from scheduling.models import (
+    CycleRun,
+    GpuRequestKind,
+    PriorityClass,
+    Workload,
+    WorkloadKind,
+    WorkloadPolicy,
+    WorkloadState,
+)
 from scheduling.policies import FIELDS as POLICY_FIELDS
 from scheduling.specs import SPEC_KEYS
 from scheduling.views import pod_logs
@@ -94,6 +102,43 @@ class SubmitSerializer(serializers.Serializer):
         return kind
 
 
+class SubmitSpecSerializer(SubmitSerializer):
+    """The schema of a submission's fields with their bounds, for the API's documentation
+    (and generated clients); workload_submit checks them, with the same bounds."""
+
+    image = serializers.CharField(max_length=300)
+    command = serializers.ListField(child=serializers.CharField(), required=False)
+    args = serializers.ListField(child=serializers.CharField(), required=False)
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    gpu_request = serializers.ChoiceField(choices=GpuRequestKind.choices, required=False)
+    gpus = bounded_decimal(bounds.GPUS, required=False)
+    gpu_memory_mib = bounded_integer(bounds.GPU_MEMORY_MIB, required=False)
+    cpu = bounded_decimal(bounds.CPU, required=False)
+    memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
+    workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    master = serializers.BooleanField(required=False, help_text="distributed")
+    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    ports = serializers.ListField(
+        child=inline_serializer(
+            "Port",
+            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+        ),
+        max_length=bounds.PORTS_MAX,
+        required=False,
+    )
+    node_pools = serializers.ListField(child=serializers.CharField(), required=False)
+    gpu_model = serializers.CharField(max_length=200, required=False)
+    topology_level = serializers.CharField(max_length=63, required=False)
+    topology_required = serializers.BooleanField(required=False)
+    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
+    preemptible = serializers.BooleanField(required=False)
+    max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
+    checkpoint_dir = serializers.CharField(max_length=500, required=False)
+    duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
+
+
 def _project_for(user: Any, value: str) -> Project:
     projects = visible_projects(user)
     found = project_named(projects, value).first()
@@ -151,10 +196,10 @@ LIST_PARAMETERS = [
     OpenApiParameter("kind", str, enum=WorkloadKind.values),
     OpenApiParameter("state", str, enum=WorkloadState.values),
     OpenApiParameter("user", str, description="Username of the submitter."),
-    OpenApiParameter("parent", int, description="The HPO sweep whose trials to list."),
+    OpenApiParameter("parent", int, description="The id of the HPO sweep whose trials to list."),
     OpenApiParameter("sort", str, enum=[k for key in selectors.SORTS for k in (key, f"-{key}")]),
-    OpenApiParameter("limit", int),
-    OpenApiParameter("offset", int),
+    OpenApiParameter("limit", int, description=bounds.PAGE_LIMIT.describe()),
+    OpenApiParameter("offset", int, description=bounds.PAGE_OFFSET.describe()),
 ]
 WORKLOAD_PAGE = inline_serializer(
     "WorkloadPage",
@@ -183,7 +228,7 @@ class WorkloadListView(APIView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(WorkloadSerializer(page, many=True).data)
 
-    @extend_schema(request=SubmitSerializer, responses={201: WorkloadSerializer})
+    @extend_schema(request=SubmitSpecSerializer, responses={201: WorkloadSerializer})
     def post(self, request: Request) -> Response:
         """Submit a workload: project, kind, name and the kind's fields (see the forms)."""
         shape = SubmitSerializer(data=request.data)
