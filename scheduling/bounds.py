@@ -86,6 +86,9 @@ DURATION_S = RUNTIME_S
 # A day: longer would let one stopped workload hold its GPUs hostage.
 GRACE_S = Bound.of(0, DAY_S, unit="seconds")
 PORT = Bound.of(1, 65535)
+# The command line, its arguments and the environment, each: far below what a Kubernetes
+# object (1.5 MB) or an exec() (ARG_MAX) can carry.
+PROGRAM_TEXT_MAX = 64 * 1024
 PORTS_MAX = 100
 # HPO: sweeps.MAX_TRIALS caps the trials; the seed is any 32-bit number.
 TRIALS = Bound.of(1, 200, unit="trials")

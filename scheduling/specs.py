@@ -142,6 +142,14 @@ def _clean_program(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> 
     out["command"] = _as_list(raw.get("command"), "command", errors)
     out["args"] = _as_list(raw.get("args"), "args", errors)
     out["env"] = _as_env(raw.get("env"), errors)
+    for field in ("command", "args", "env"):
+        size = sum(len(str(k)) + len(str(v)) for k, v in _items(out[field]))
+        if size > bounds.PROGRAM_TEXT_MAX:
+            _add(errors, field, f"Keep it under {bounds.PROGRAM_TEXT_MAX} characters in all.")
+
+
+def _items(value: list[str] | dict[str, str]) -> Any:
+    return value.items() if isinstance(value, dict) else (("", word) for word in value)
 
 
 def _number(

@@ -296,3 +296,14 @@ def test_nodes_of_disabled_clusters_do_not_count(api, org, cluster):
     response = api.post("/api/v1/workloads/", training(gpus=16), format="json")
     assert response.status_code == 400
     assert "has 4 GPUs" in response.json()["gpus"][0]
+
+
+def test_the_program_text_is_bounded(api, org):
+    for field, value in (
+        ("command", ["x" * 70_000]),
+        ("args", ["a"] * 70_000),
+        ("env", {"BIG": "v" * 70_000}),
+    ):
+        response = api.post("/api/v1/workloads/", training(**{field: value}), format="json")
+        assert response.status_code == 400, field
+        assert list(response.json()) == [field]
