@@ -9,18 +9,20 @@ from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
+from django.db.models import DecimalField, IntegerField
 from rest_framework.test import APIClient
 
 from clusters.models import Gpu, Node
 from portal.errors import ValidationFailed
-from portal.models import Project
+from portal.models import DepartmentQuota, Project, ProjectQuota
+from scheduling import bounds
 from scheduling.cli import main
 from scheduling.cycle import cycle_run
-from scheduling.models import Workload, WorkloadState
+from scheduling.models import Workload, WorkloadPolicy, WorkloadState
 from tests import factories as f
 from tests.scheduling.conftest import make_nodes
 from workspaces.forms import EnvironmentForm, IdlePolicyForm, TemplateForm
-from workspaces.models import Environment
+from workspaces.models import Environment, IdlePolicy, WorkspaceTemplate
 from workspaces.services import LaunchRequest, workspace_launch
 
 pytestmark = pytest.mark.django_db
@@ -307,3 +309,41 @@ def test_the_program_text_is_bounded(api, org):
         response = api.post("/api/v1/workloads/", training(**{field: value}), format="json")
         assert response.status_code == 400, field
         assert list(response.json()) == [field]
+
+
+COLUMNS = [
+    (Workload, "gpus", bounds.GPUS),
+    (Workload, "cpu", bounds.CPU),
+    (Workload, "memory_mib", bounds.MEMORY_MIB),
+    (Workload, "gpu_memory_mib", bounds.GPU_MEMORY_MIB),
+    (Workload, "pods", bounds.PODS),
+    (Workload, "min_pods", bounds.PODS),
+    (Workload, "max_runtime_s", bounds.RUNTIME_S),
+    (WorkloadPolicy, "max_gpus_per_workload", bounds.POLICY_GPUS),
+    (WorkloadPolicy, "default_runtime_s", bounds.RUNTIME_S),
+    (WorkloadPolicy, "max_runtime_s", bounds.RUNTIME_S),
+    (WorkloadPolicy, "termination_grace_s", bounds.GRACE_S),
+    (DepartmentQuota, "gpus", bounds.QUOTA),
+    (ProjectQuota, "memory_gib_limit", bounds.QUOTA),
+    (Environment, "port", bounds.PORT),
+    (Environment, "default_gpus", bounds.GPUS),
+    (Environment, "default_cpu", bounds.CPU),
+    (Environment, "default_memory_mib", bounds.MEMORY_MIB),
+    (WorkspaceTemplate, "gpus", bounds.GPUS),
+    (WorkspaceTemplate, "cpu", bounds.CPU),
+    (WorkspaceTemplate, "memory_mib", bounds.MEMORY_MIB),
+    (WorkspaceTemplate, "gpu_memory_mib", bounds.GPU_MEMORY_MIB),
+    (IdlePolicy, "warn_after_min", bounds.IDLE_MINUTES),
+    (IdlePolicy, "stop_after_min", bounds.IDLE_MINUTES),
+]
+
+
+@pytest.mark.parametrize(("model", "name", "bound"), COLUMNS)
+def test_every_bound_fits_the_column_it_guards_on_every_database(model, name, bound):
+    field = model._meta.get_field(name)
+    if isinstance(field, DecimalField):
+        assert bound.places <= field.decimal_places
+        assert len(str(int(bound.high))) <= field.max_digits - field.decimal_places
+    else:  # PostgreSQL's integer is the narrowest of the databases
+        assert isinstance(field, IntegerField) and field.get_internal_type() != "BigIntegerField"
+        assert bound.low >= 0 and bound.high <= bounds.INT32_MAX
