@@ -102,3 +102,12 @@ def test_a_report_over_ordinary_dates_still_works(client_as, org):
     )
     assert response.status_code == 200
     assert not response.context["form"].errors
+
+
+@pytest.mark.parametrize("query", [{"until": "9999-12-31"}, {"since": "0001-01-01"}])
+def test_audit_dates_past_the_bounds_are_a_form_error(client_as, org, query):
+    client = client_as(org.platform_admin)
+    client.raise_request_exception = False
+    response = client.get("/audit/", query)
+    assert response.status_code == 200
+    assert set(query) <= set(response.context["form"].errors)
