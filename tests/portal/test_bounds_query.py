@@ -4,6 +4,7 @@ page as if the filter were absent (or a form error) on pages. Each was a 500 bef
 from __future__ import annotations
 
 import pytest
+from django.urls import get_resolver
 from rest_framework.test import APIClient
 
 from scheduling.services import workload_submit
@@ -111,3 +112,37 @@ def test_audit_dates_past_the_bounds_are_a_form_error(client_as, org, query):
     response = client.get("/audit/", query)
     assert response.status_code == 200
     assert set(query) <= set(response.context["form"].errors)
+
+
+def _plain_get_paths() -> list[str]:
+    """Every URL without path parameters (pages and API), from the resolver."""
+
+    def walk(patterns, prefix=""):
+        for entry in patterns:
+            route = prefix + str(entry.pattern)
+            if hasattr(entry, "url_patterns"):
+                yield from walk(entry.url_patterns, route)
+            elif "<" not in route and "(" not in route and "^" not in route:
+                yield "/" + route
+
+    skip = ("django-admin", "logout", "metrics")  # not the app's own query parsing
+    return sorted({p for p in walk(get_resolver().url_patterns) if not p.startswith(
+        tuple(f"/{s}" for s in skip))})  # fmt: skip
+
+
+PARAMS = ["cluster", "pool", "project", "department", "parent", "from", "page", "limit",
+          "offset", "tail", "range", "since", "until", "start", "end", "period", "group",
+          "sort", "kind", "state", "user", "format"]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", [HUGE, ENORMOUS, "-1", "abc", "9999-12-31", "0001-01-01"])
+def test_no_page_or_endpoint_answers_5xx_to_garbage_query_parameters(client_as, org, value):
+    client = client_as(org.platform_admin)
+    client.raise_request_exception = False
+    query = dict.fromkeys(PARAMS, value) | {"period": "custom"}
+    paths = _plain_get_paths()
+    assert {"/workloads/", "/api/v1/workloads/", "/reports/usage/", "/audit/"} <= set(paths)
+    failures = [
+        (path, status) for path in paths if (status := client.get(path, query).status_code) >= 500
+    ]
+    assert not failures
