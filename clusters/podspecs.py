@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ObjectDoesNotExist
+
 from clusters.backends import PodSpec, PortSpec, VolumeSpec, pod_name
 from clusters.models import Gpu
+from portal.permissions import is_platform_admin
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -30,7 +33,18 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
         env["GPUPOOL_GPU_FRACTION"] = str(allocation.gpu_share.normalize())
     if allocation.gpu_memory_mib:
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(allocation.gpu_memory_mib)
+    env.update(_secret_env(workload))
     return env
+
+
+def _secret_env(workload: Any) -> dict[str, str]:
+    """A workspace's tool token: kept on the Workspace row, never in the workload's env
+    (which the API and pages show), and handed to the pod only here."""
+    try:
+        token = workload.workspace.token
+    except ObjectDoesNotExist:  # not a workspace
+        return {}
+    return {"JUPYTER_TOKEN": token}
 
 
 def pod_volumes(spec: dict[str, Any]) -> tuple[VolumeSpec, ...]:
@@ -68,6 +82,7 @@ def pod_spec(
         pod_index=allocation.pod_index,
         node_name=allocation.node.name,
         project=workload.project.name,
+        project_id=workload.project_id,
         workload_name=workload.name,
         kind=workload.kind,
         image=workload.image,
@@ -89,6 +104,7 @@ def pod_spec(
         termination_grace_s=(graces or {}).get(workload.pk),
         volumes=pod_volumes(workload.spec or {}),
         backend_ref=allocation.backend_ref,
+        submitted_by_admin=is_platform_admin(workload.submitted_by),
     )
 
 

@@ -94,6 +94,7 @@ class PodSpec:
     pod_index: int
     node_name: str
     project: str = ""
+    project_id: int = 0
     workload_name: str = ""
     kind: str = ""
     image: str = ""
@@ -119,6 +120,8 @@ class PodSpec:
     volumes: tuple[VolumeSpec, ...] = ()
     # What the backend recorded last time (a pid and start time, a pod uid).
     backend_ref: str = ""
+    # Submitted by a platform admin: the only work a local machine that cannot sandbox runs.
+    submitted_by_admin: bool = False
 
 
 @dataclass(slots=True)

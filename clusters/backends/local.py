@@ -2,9 +2,14 @@
 
 Like JupyterHub's LocalProcessSpawner. A pod's record lives in a small JSON file under
 var/local/<cluster>/pods/, so a restarted worker finds its processes again by pid and
-start time (a reused pid has another start time). Each process runs under a tiny shell
+start time (a reused pid has another start time). Each process runs under a tiny
 wrapper that writes the exit code to a file, because only the process's parent can
 wait() for it and the parent may be a worker that has since restarted.
+
+Tenants are isolated (`sandbox`): each pod runs in a bubblewrap sandbox as a user of its
+own, with an environment built only from its workload's and GPUPool's variables, and a
+tool that serves a port listens on a unix socket only the portal can reach. A machine that
+cannot sandbox runs only platform admins' pods.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 
@@ -33,6 +39,7 @@ from clusters.backends import (
     PodSpecInvalid,
     PodStatus,
     expand_vars,
+    sandbox,
 )
 from clusters.backends.localgpus import local_gpus
 
@@ -43,6 +50,10 @@ WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # How long a record written just before a spawn may lack its process before it is dropped.
 SPAWN_GRACE_S = 10
+# The only variables a pod gets besides its workload's and GPUPool's own: never the worker's
+# (SECRET_KEY, DATABASE_URL, mail passwords).
+SOCKET_NAME = "tool.sock"
+BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -86,6 +97,10 @@ class LocalBackend(Backend):
         path = Path(settings.VAR_DIR) / "workloads" / str(workload_id)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def isolation(self) -> sandbox.Isolation:
+        """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off."""
+        return sandbox.probe(enabled=self.cluster.config.get("sandbox", True) is not False)
 
     # --- inventory -------------------------------------------------------------------------
     def test_connection(self) -> str:
@@ -183,13 +198,30 @@ class LocalBackend(Backend):
         return record
 
     def _spawn(self, spec: PodSpec) -> dict:
-        """Start the pod's process: 1. environment and ports, 2. command, 3. record it."""
+        """Start the pod's process: 1. sandbox or refusal, 2. environment and ports,
+        3. command, 4. record it, 5. start it."""
+        isolation = self.isolation()
+        if not isolation.available and not spec.submitted_by_admin:
+            raise PodSpecInvalid(
+                f"this machine cannot isolate pods ({isolation.reason}), so it runs only "
+                "platform administrators' work"
+            )
         workdir = self.workload_dir(spec.workload_id)
-        env, endpoint = self._environment(spec, workdir)
+        socket_dir = self._socket_dir(spec.name)
+        env, endpoint = self._environment(spec, socket_dir, sandboxed=isolation.available)
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
-        log_path = workdir / f"pod-{spec.pod_index}.log"
+        mounts = (*self._data_mounts(spec), sandbox.Mount(str(socket_dir), sandbox.SOCKET_DIR))
+        if isolation.available:
+            uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
+            _own(workdir, uid, gid, 0o700)
+            _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
+            argv = sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
+        else:
+            argv = command
+        exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
+        exit_file.unlink(missing_ok=True)
         record = {
             "name": spec.name,
             "namespace": spec.namespace,
@@ -199,17 +231,25 @@ class LocalBackend(Backend):
             "start_time": None,
             "token": env["GPUPOOL_POD_TOKEN"],
             "written_at": time.time(),
-            "exit_file": env["GPUPOOL_EXIT_FILE"],
-            "log": str(log_path),
+            "exit_file": str(exit_file),
+            "log": str(workdir / f"pod-{spec.pod_index}.log"),
             "endpoint": endpoint,
             "command": command,
+            "argv": argv,
             "terminating_since": None,
+            "sandboxed": isolation.available,
         }
         self._write(record)  # first: a crash between spawn and record must not lose it
-        with log_path.open("ab") as out:
+        return self._start(record, env, workdir)
+
+    def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
+        wrapper = [sys.executable, "-I", WRAPPER]
+        if record["sandboxed"]:
+            wrapper.append("--sandboxed")
+        with _open_log(Path(record["log"])) as out:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", WRAPPER, env["GPUPOOL_EXIT_FILE"], *command],
+                    [*wrapper, record["exit_file"], *record["argv"]],
                     cwd=workdir,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -218,25 +258,55 @@ class LocalBackend(Backend):
                     start_new_session=True,  # its own process group: stop signals reach all
                 )
             except OSError as exc:
-                self._record_path(spec.name).unlink(missing_ok=True)
-                raise BackendError(f"cannot start {shlex.join(command)}: {exc}") from exc
+                self._record_path(record["name"]).unlink(missing_ok=True)
+                raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
-        log.info("started %s as pid %s: %s", spec.name, proc.pid, shlex.join(command))
+        how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
+        command = shlex.join(record["command"])
+        log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
         return record
 
-    def _environment(self, spec: PodSpec, workdir: Path) -> tuple[dict[str, str], str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    def _socket_dir(self, name: str) -> Path:
+        """The pod's socket folder: only the pod's user and the portal's group enter it."""
+        path = self.state_dir.parent / "sockets" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
+        """Volumes that name a directory of this machine (a workspace's data volume), each
+        inside one of the cluster's data-volume roots: anything else is refused."""
+        roots = [Path(root) for root in self.cluster.data_volume_roots]
+        mounts = []
+        for volume in spec.volumes:
+            if not volume.claim.startswith("/"):
+                raise PodSpecInvalid(f"volume {volume.name}: a PVC needs a Kubernetes cluster")
+            path = Path(os.path.realpath(volume.claim))
+            if not path.is_dir() or not any(path.is_relative_to(root) for root in roots):
+                raise PodSpecInvalid(
+                    f"volume {volume.name}: {volume.claim} is not a directory under this "
+                    "cluster's data-volume roots"
+                )
+            mounts.append(sandbox.Mount(str(path), volume.mount_path, volume.read_only))
+        return tuple(mounts)
+
+    def _environment(
+        self, spec: PodSpec, socket_dir: Path, *, sandboxed: bool
+    ) -> tuple[dict[str, str], str]:
+        """Built from nothing: the workload's variables, GPUPool's, a PATH and a locale."""
+        workdir = self.workload_dir(spec.workload_id)
+        env = {
+            **BASE_ENV,
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(workdir),
+        }
         env.update({k: str(v) for k, v in spec.env.items()})
         gpus = spec.gpu_indices if spec.shared_gpu_index is None else (spec.shared_gpu_index,)
         # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only pod. Indices are
         # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        exit_file = workdir / f".pod-{spec.pod_index}.exit"
-        exit_file.unlink(missing_ok=True)
-        env["GPUPOOL_EXIT_FILE"] = str(exit_file)
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
         endpoint = ""
         for number, port in enumerate(spec.ports):
@@ -245,6 +315,12 @@ class LocalBackend(Backend):
             if number == 0:
                 env["GPUPOOL_PORT"] = str(host_port)
                 endpoint = f"127.0.0.1:{host_port}"
+        if spec.ports:
+            # A tool that listens here is reached by the portal alone (see _socket_dir).
+            inside = sandbox.SOCKET_DIR if sandboxed else str(socket_dir)
+            env["GPUPOOL_SOCKET"] = f"{inside}/{SOCKET_NAME}"
+            if any("$(GPUPOOL_SOCKET)" in part for part in (*spec.command, *spec.args)):
+                endpoint = f"unix:{socket_dir / SOCKET_NAME}"
         return env, endpoint
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
@@ -339,6 +415,27 @@ def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool
     return True
 
 
+def _own(path: Path, uid: int, gid: int, mode: int) -> None:
+    os.chown(path, uid, gid)
+    path.chmod(mode)
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """The pod's log, appended to as the portal (root): never through a link the pod's user
+    put in its folder, and never a file that user owns (it would be told what root read)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise BackendError(f"cannot open the pod's log {path}: {exc}") from exc
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        path.unlink()  # the pod's own file in its place: start a fresh log
+        return _open_log(path)
+    return os.fdopen(fd, "ab")
+
+
 def _read_exit_code(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -348,7 +445,8 @@ def _read_exit_code(path: Path) -> int | None:
 
 def _tail(path: Path, lines: int) -> str:
     try:
-        with path.open("rb") as handle:
+        # No link the pod put in its folder leads the portal into another file.
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 256 * 1024))
             data = handle.read().decode("utf-8", "replace")

@@ -1,10 +1,15 @@
-"""Runs one local pod's command and writes its exit code to a file: `wrapper EXIT_FILE CMD...`.
+"""Runs one local pod's command and writes its exit code to a file:
+`wrapper [--sandboxed] EXIT_FILE CMD...`.
 
 Only a process's parent can wait() for it, and the worker that started a pod may have
 restarted since; this wrapper stays the parent. Stop signals go to the whole process group:
 the wrapper outlives them to record the code. TERM and INT are blocked across fork, so a
 signal that arrives before the command starts kills the command at once, instead of being
 swallowed by the wrapper and letting the command start anyway.
+
+--sandboxed: CMD is bubblewrap, which would die of a SIGTERM to the group and take the
+sandbox with it (SIGKILL) before the command could checkpoint: it ignores TERM and INT, and
+the sandbox gives them back to the command (`sandbox.EXEC_WITH_DEFAULT_SIGNALS`).
 """
 
 import os
@@ -15,10 +20,14 @@ STOP = {signal.SIGTERM, signal.SIGINT}
 
 
 def main(argv: list[str]) -> int:
-    exit_file, command = argv[1], argv[2:]
+    sandboxed = argv[1] == "--sandboxed"
+    exit_file, command = argv[1 + sandboxed], argv[2 + sandboxed :]
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
     pid = os.fork()
     if pid == 0:
+        if sandboxed:
+            for sig in STOP:
+                signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
         try:
             os.execvp(command[0], command)
