@@ -15,11 +15,13 @@ cannot sandbox runs only platform admins' pods.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +55,7 @@ SPAWN_GRACE_S = 10
 # The only variables a pod gets besides its workload's and GPUPool's own: never the worker's
 # (SECRET_KEY, DATABASE_URL, mail passwords).
 SOCKET_NAME = "tool.sock"
+SOCKETS_RUN_DIR = Path("/run/gpupool")
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 
 
@@ -208,6 +211,7 @@ class LocalBackend(Backend):
             )
         workdir = self.workload_dir(spec.workload_id)
         socket_dir = self._socket_dir(spec.name)
+        socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env, endpoint = self._environment(spec, socket_dir, sandboxed=isolation.available)
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
@@ -216,6 +220,7 @@ class LocalBackend(Backend):
         if isolation.available:
             uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
             _own(workdir, uid, gid, 0o700)
+            # The pod's user creates its socket; the portal's group (var/'s) connects to it.
             _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
             argv = sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
         else:
@@ -269,10 +274,17 @@ class LocalBackend(Backend):
         return record
 
     def _socket_dir(self, name: str) -> Path:
-        """The pod's socket folder: only the pod's user and the portal's group enter it."""
-        path = self.state_dir.parent / "sockets" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """The pod's socket folder: only the pod's user and the portal's group enter it.
+
+        Under /run when the worker may write there: a socket's path must fit in 107 bytes,
+        which a deep var/ would not leave. One folder per var/ (a digest of its path), so
+        that two portals on one machine never meet."""
+        base = self.state_dir.parent / "sockets"
+        if os.access(SOCKETS_RUN_DIR.parent, os.W_OK):
+            digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+            base = SOCKETS_RUN_DIR / digest
+            SOCKETS_RUN_DIR.mkdir(mode=0o755, exist_ok=True)
+        return base / name
 
     def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
         """Volumes that name a directory of this machine (a workspace's data volume), each
@@ -347,6 +359,8 @@ class LocalBackend(Backend):
             if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
         path.unlink(missing_ok=True)
+        Path(record["exit_file"]).unlink(missing_ok=True)
+        shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
         return True
 
     def stop_all(self, *, grace_period_s: int) -> int:
