@@ -287,21 +287,28 @@ class LocalBackend(Backend):
         return base / name
 
     def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
-        """Volumes that name a directory of this machine (a workspace's data volume), each
-        inside one of the cluster's data-volume roots: anything else is refused."""
-        roots = [Path(root) for root in self.cluster.data_volume_roots]
+        """Volumes that name a directory of this machine (a workspace's data volume), and an
+        absolute checkpoint directory, each inside one of the cluster's data-volume roots:
+        anything else is refused. (A relative checkpoint directory is in the work folder.)"""
         mounts = []
         for volume in spec.volumes:
             if not volume.claim.startswith("/"):
                 raise PodSpecInvalid(f"volume {volume.name}: a PVC needs a Kubernetes cluster")
-            path = Path(os.path.realpath(volume.claim))
-            if not path.is_dir() or not any(path.is_relative_to(root) for root in roots):
-                raise PodSpecInvalid(
-                    f"volume {volume.name}: {volume.claim} is not a directory under this "
-                    "cluster's data-volume roots"
-                )
-            mounts.append(sandbox.Mount(str(path), volume.mount_path, volume.read_only))
+            path = self._under_roots(f"volume {volume.name}", volume.claim)
+            mounts.append(sandbox.Mount(path, volume.mount_path, volume.read_only))
+        if spec.checkpoint_dir.startswith("/"):
+            path = self._under_roots("the checkpoint directory", spec.checkpoint_dir)
+            mounts.append(sandbox.Mount(path, spec.checkpoint_dir))
         return tuple(mounts)
+
+    def _under_roots(self, what: str, directory: str) -> str:
+        path = Path(os.path.realpath(directory))
+        roots = [Path(root) for root in self.cluster.data_volume_roots]
+        if not path.is_dir() or not any(path.is_relative_to(root) for root in roots):
+            raise PodSpecInvalid(
+                f"{what}: {directory} is not a directory under this cluster's data-volume roots"
+            )
+        return str(path)
 
     def _environment(
         self, spec: PodSpec, socket_dir: Path, *, sandboxed: bool
@@ -352,8 +359,10 @@ class LocalBackend(Backend):
         if _alive(pid, start) or _pids_with_token(token):
             if not record.get("terminating_since"):
                 record["terminating_since"] = time.time()
+                record["signalled"] = _signal_pod(pid, start, token, signal.SIGTERM)
                 self._write(record)
-                _signal_pod(pid, start, token, signal.SIGTERM)
+            else:
+                self._signal_late_comers(record)
             if time.time() - record["terminating_since"] >= grace_period_s:
                 _signal_pod(pid, start, token, signal.SIGKILL)
             if not _wait_gone(pid, start, token, timeout=0.5):
@@ -362,6 +371,19 @@ class LocalBackend(Backend):
         Path(record["exit_file"]).unlink(missing_ok=True)
         shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
         return True
+
+    def _signal_late_comers(self, record: dict) -> None:
+        """SIGTERM what started after the first one: a pod stopped while its sandbox was
+        being built gets its command only then (a fork loses the signals its parent had
+        pending), and the command must not wait out the grace period for its SIGKILL."""
+        signalled = set(record.get("signalled") or ())
+        late = [pid for pid in _pids_with_token(record["token"]) if pid not in signalled]
+        for pid in late:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if late:
+            record["signalled"] = sorted(signalled | set(late))
+            self._write(record)
 
     def stop_all(self, *, grace_period_s: int) -> int:
         """Stop every pod of this cluster and wait until each is gone: SIGTERM, SIGKILL after
@@ -409,15 +431,17 @@ def _find_by_token(token: str) -> int | None:
     return None
 
 
-def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> None:
+def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> list[int]:
     """The wrapper's group while the wrapper lives (its pid cannot name another group
-    then), and each process with the pod's token."""
+    then), and each process with the pod's token. Returns those processes."""
+    holders = _pids_with_token(token)
     if _alive(pid, start_time):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
-    for other in _pids_with_token(token):
+    for other in holders:
         with contextlib.suppress(ProcessLookupError):
             os.kill(other, sig)
+    return holders
 
 
 def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool:

@@ -8,8 +8,12 @@ signal that arrives before the command starts kills the command at once, instead
 swallowed by the wrapper and letting the command start anyway.
 
 --sandboxed: CMD is bubblewrap, which would die of a SIGTERM to the group and take the
-sandbox with it (SIGKILL) before the command could checkpoint: it ignores TERM and INT, and
-the sandbox gives them back to the command (`sandbox.EXEC_WITH_DEFAULT_SIGNALS`).
+sandbox with it (SIGKILL) before the command could checkpoint: it runs with TERM and INT
+ignored and still blocked. Linux queues a blocked signal even when it is ignored, so one
+that reaches the command's process before its program runs waits for it: inside, the
+sandbox sets them back to their defaults and unblocks them
+(`sandbox.EXEC_WITH_DEFAULT_SIGNALS`), and it arrives. (One sent before that process
+exists is lost with the fork: the backend signals such late comers on its next pass.)
 """
 
 import os
@@ -28,7 +32,8 @@ def main(argv: list[str]) -> int:
         if sandboxed:
             for sig in STOP:
                 signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
         try:
             os.execvp(command[0], command)
         except OSError as exc:

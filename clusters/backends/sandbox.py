@@ -43,12 +43,15 @@ ETC_FILES = (
     "matplotlibrc", "fonts",
 )  # fmt: skip
 PROBE_TTL_S = 300.0
-# The first thing run inside: bwrap ignores stop signals (the wrapper's --sandboxed), so that
-# SIGTERM to the pod's group reaches the command while bwrap lives on to report its exit;
-# the command gets them back at their defaults.
+# The first thing run inside: bwrap ignores stop signals, blocked (the wrapper's
+# --sandboxed), so that SIGTERM to the pod's group reaches the command while bwrap lives on
+# to report its exit; the command gets them back at their defaults, and one sent before it
+# started (queued while blocked) is delivered now.
 EXEC_WITH_DEFAULT_SIGNALS = (
     "import os, signal, sys\n"
-    "for stop in (signal.SIGTERM, signal.SIGINT): signal.signal(stop, signal.SIG_DFL)\n"
+    "stops = (signal.SIGTERM, signal.SIGINT)\n"
+    "for stop in stops: signal.signal(stop, signal.SIG_DFL)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)\n"
     "try: os.execvp(sys.argv[1], sys.argv[1:])\n"
     "except OSError as exc:\n"
     "    print(f'gpupool: cannot run {sys.argv[1]}: {exc}', file=sys.stderr, flush=True)\n"

@@ -183,6 +183,13 @@ def test_a_daemon_a_pod_leaves_behind_dies_with_the_pods_namespace(backend):
     assert backend.delete_pod(status, grace_period_s=0)
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _pids_with(token: str) -> list[int]:
     from clusters.backends.local import _pids_with_token
 
@@ -203,6 +210,18 @@ def test_sigterm_reaches_the_sandboxed_command_which_may_checkpoint(backend):
 
 
 @needs_sandbox
+def test_a_pod_stopped_as_it_starts_goes_at_once_not_after_its_grace_period(backend):
+    """SIGTERM may arrive while bwrap still builds the sandbox: it waits for the command."""
+    status = backend.ensure_pod(spec(1, (PY, "-c", "import time; time.sleep(60)")))
+    token = json.loads((backend.state_dir / "gp-1-0.json").read_text())["token"]
+    while not any(_comm(pid) == "bwrap" for pid in _pids_with(token)):
+        pass  # the moment the sandbox is being built, before the command runs
+    backend.delete_pod(status, grace_period_s=60)  # SIGTERM, now
+    wait_until(lambda: backend.delete_pod(status, grace_period_s=60), timeout=15)
+    assert backend.pod_statuses() == {}
+
+
+@needs_sandbox
 def test_a_data_volume_is_bound_only_under_the_clusters_roots(db, tmp_path):
     root = tmp_path / "datasets"
     (root / "imagenet").mkdir(parents=True)
@@ -218,13 +237,34 @@ def test_a_data_volume_is_bound_only_under_the_clusters_roots(db, tmp_path):
     assert report["/etc/shadow"] == "FileNotFoundError"
     assert (root / "imagenet" / "out").stat().st_uid == sandbox.pod_uid(1)
 
-    for outside in ("/etc", str(root / "imagenet" / ".." / ".." / "..")):
-        status = backend.reconcile(
-            [spec(2, (PY, "-c", "pass"), volumes=(VolumeSpec("data", outside, "/data"),))],
-            grace_period_s=0,
-        ).statuses["gp-2-0"]
-        assert status.phase == PodPhase.FAILED
-        assert "not a directory under this cluster's data-volume roots" in status.message
+    for number, outside in enumerate(("/etc", str(root / "imagenet" / ".." / ".." / "..")), 2):
+        for fields in (
+            {"volumes": (VolumeSpec("data", outside, "/data"),)},
+            {"checkpoint_dir": outside},
+        ):
+            status = backend.reconcile(
+                [spec(number, (PY, "-c", "pass"), **fields)], grace_period_s=0
+            ).statuses[f"gp-{number}-0"]
+            assert status.phase == PodPhase.FAILED
+            assert "not a directory under this cluster's data-volume roots" in status.message
+
+
+@needs_sandbox
+def test_an_absolute_checkpoint_directory_under_a_root_is_writable_in_the_pod(db, tmp_path):
+    checkpoints = tmp_path / "checkpoints" / "run-1"
+    checkpoints.mkdir(parents=True)
+    checkpoints.chmod(0o777)
+    cluster = make_cluster(config={"node_name": "here"}, data_volume_roots=[str(tmp_path)])
+    report = run_probe(
+        LocalBackend(cluster),
+        1,
+        reads=[],
+        writes=[f"{checkpoints}/step-100.pt"],
+        checkpoint_dir=str(checkpoints),
+        env={"GPUPOOL_CHECKPOINT_DIR": str(checkpoints)},
+    )
+    assert report[f"write:{checkpoints}/step-100.pt"] == "ok"
+    assert (checkpoints / "step-100.pt").read_text() == "x"
 
 
 @needs_sandbox
