@@ -49,9 +49,9 @@ class Cluster(models.Model):
         """A local cluster's sandboxing (can it isolate tenants here?); None on others."""
         if self.backend != Backend.LOCAL:
             return None
-        from clusters.backends import get_backend  # noqa: PLC0415 - backends import models
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
 
-        return get_backend(self).isolation()
+        return LocalBackend(self).reported_isolation()
 
 
 class PlacementStrategy(models.TextChoices):

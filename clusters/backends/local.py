@@ -56,6 +56,8 @@ SPAWN_GRACE_S = 10
 # (SECRET_KEY, DATABASE_URL, mail passwords).
 SOCKET_NAME = "tool.sock"
 SOCKETS_RUN_DIR = Path("/run/gpupool")
+# The worker probes at least every inventory sync (60 s): older, it may be gone.
+ISOLATION_REPORT_TTL_S = 600
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 
 
@@ -102,8 +104,34 @@ class LocalBackend(Backend):
         return path
 
     def isolation(self) -> sandbox.Isolation:
-        """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off."""
-        return sandbox.probe(enabled=self.cluster.config.get("sandbox", True) is not False)
+        """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off.
+        Kept in var/ for the pages: the web process may run as another user than the
+        worker that starts the pods, and only the worker's answer counts."""
+        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        report = {"available": isolation.available, "reason": isolation.reason, "at": time.time()}
+        _write_atomic(self._isolation_path, json.dumps(report))
+        return isolation
+
+    def reported_isolation(self) -> sandbox.Isolation:
+        """The worker's last answer (it probes on every inventory sync and pod start), or,
+        when it has given none lately, this process's own."""
+        if not self._sandbox_enabled:
+            return sandbox.probe(enabled=False)
+        try:
+            report = json.loads(self._isolation_path.read_text())
+        except (OSError, ValueError):
+            report = None
+        if report is None or time.time() - report["at"] > ISOLATION_REPORT_TTL_S:
+            return sandbox.probe()
+        return sandbox.Isolation(bool(report["available"]), str(report["reason"]))
+
+    @property
+    def _sandbox_enabled(self) -> bool:
+        return self.cluster.config.get("sandbox", True) is not False
+
+    @property
+    def _isolation_path(self) -> Path:
+        return self.state_dir.parent / "isolation.json"
 
     # --- inventory -------------------------------------------------------------------------
     def test_connection(self) -> str:
@@ -111,6 +139,7 @@ class LocalBackend(Backend):
         return f"Local machine {self.node_name}: {os.cpu_count()} CPUs, {len(gpus)} GPUs"
 
     def list_inventory(self) -> list[NodeInfo]:
+        self.isolation()  # the worker's answer, for the clusters page
         labels = {self.cluster.node_pool_label: self.cluster.config.get("pool", "local")}
         labels.update(self.cluster.config.get("labels", {}))
         return [
@@ -135,10 +164,7 @@ class LocalBackend(Backend):
             return None
 
     def _write(self, record: dict) -> None:
-        path = self._record_path(record["name"])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)  # atomic: a reader never sees half a record
+        _write_atomic(self._record_path(record["name"]), json.dumps(record))
 
     def pod_statuses(self) -> dict[str, PodStatus]:
         statuses = {}
@@ -451,6 +477,12 @@ def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool
             return False
         time.sleep(0.02)
     return True
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: a reader never sees half a file
 
 
 def _own(path: Path, uid: int, gid: int, mode: int) -> None:

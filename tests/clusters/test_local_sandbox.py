@@ -331,3 +331,17 @@ def test_the_clusters_page_says_whether_the_local_machine_isolates_tenants(clien
     page = client_as(org.platform_admin).get("/clusters/").content.decode()
     assert "not isolated" in page and "sandboxing is turned off" in page
     assert "only platform administrators" in page
+
+
+def test_the_page_shows_the_workers_answer_not_the_web_processs(client_as, org, monkeypatch):
+    """The worker (root) syncs the inventory and finds it can sandbox; a web process that runs
+    as another user could not, and must not say otherwise."""
+    cluster = make_cluster(config={"node_name": "here"})
+    monkeypatch.setattr(sandbox, "_probed", None)
+    monkeypatch.setattr(sandbox, "probe", lambda enabled=True: sandbox.Isolation(True))
+    LocalBackend(cluster).list_inventory()  # in the worker
+    monkeypatch.setattr(
+        sandbox, "probe", lambda enabled=True: sandbox.Isolation(False, "not root here")
+    )
+    page = client_as(org.platform_admin).get("/clusters/").content.decode()
+    assert "tenants isolated" in page and "not root here" not in page
