@@ -15,6 +15,7 @@ cannot sandbox runs only platform admins' pods.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -24,6 +25,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -492,18 +494,27 @@ def _own(path: Path, uid: int, gid: int, mode: int) -> None:
 
 def _open_log(path: Path) -> BinaryIO:
     """The pod's log, appended to as the portal (root): never through a link the pod's user
-    put in its folder, and never a file that user owns (it would be told what root read)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise BackendError(f"cannot open the pod's log {path}: {exc}") from exc
+    put in its folder, never a FIFO (it would hang the worker), never a file that user owns
+    or linked (it would learn what root wrote). Anything else there is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    for _ in range(2):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO):
+                raise BackendError(f"cannot open the pod's log {path}: {exc}") from exc
+        else:
+            if _portal_file(fd):
+                os.set_blocking(fd, True)
+                return os.fdopen(fd, "ab")
+            os.close(fd)
+        path.unlink(missing_ok=True)  # what the pod's user put there: start a fresh log
+    raise BackendError(f"cannot open the pod's log {path}: something keeps replacing it")
+
+
+def _portal_file(fd: int) -> bool:
     info = os.fstat(fd)
-    if info.st_uid != os.geteuid() or info.st_nlink != 1:
-        os.close(fd)
-        path.unlink()  # the pod's own file in its place: start a fresh log
-        return _open_log(path)
-    return os.fdopen(fd, "ab")
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
 
 
 def _read_exit_code(path: Path) -> int | None:
@@ -516,7 +527,10 @@ def _read_exit_code(path: Path) -> int | None:
 def _tail(path: Path, lines: int) -> str:
     try:
         # No link the pod put in its folder leads the portal into another file.
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not _portal_file(fd):
+                return ""
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 256 * 1024))
             data = handle.read().decode("utf-8", "replace")

@@ -345,3 +345,25 @@ def test_the_page_shows_the_workers_answer_not_the_web_processs(client_as, org, 
     )
     page = client_as(org.platform_admin).get("/clusters/").content.decode()
     assert "tenants isolated" in page and "not root here" not in page
+
+
+@needs_sandbox
+def test_a_pod_cannot_make_the_portal_read_or_write_a_file_through_its_log(backend, tmp_path):
+    """The log lies in the pod's own folder: a link (or a FIFO) put in its place must neither
+    show the portal's files in the pod's logs nor make the worker write to them, or hang."""
+    secret = tmp_path / "root-only.txt"
+    secret.write_text("root-secret\n")
+    secret.chmod(0o600)
+    swap = f"import os; os.remove('pod-0.log'); os.symlink({str(secret)!r}, 'pod-0.log')"
+    backend.ensure_pod(spec(1, (PY, "-c", swap)))
+    status = wait_until(lambda: (s := backend.pod_statuses()["gp-1-0"]).phase.value in (
+        "Succeeded", "Failed") and s)  # fmt: skip
+    assert (backend.workload_dir(1) / "pod-0.log").is_symlink()
+    assert "root-secret" not in backend.pod_logs("gp-1-0", "ns")
+    assert backend.delete_pod(status, grace_period_s=0)
+    os.mkfifo(backend.workload_dir(1) / "pod-0.log.fifo")
+    (backend.workload_dir(1) / "pod-0.log").unlink()
+    os.rename(backend.workload_dir(1) / "pod-0.log.fifo", backend.workload_dir(1) / "pod-0.log")
+    backend.ensure_pod(spec(1, (PY, "-c", "print('again')")))  # a restart: a fresh log
+    wait_until(lambda: "again" in backend.pod_logs("gp-1-0", "ns"))
+    assert secret.read_text() == "root-secret\n"
