@@ -244,15 +244,7 @@ class LocalBackend(Backend):
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
-        mounts = (*self._data_mounts(spec), sandbox.Mount(str(socket_dir), sandbox.SOCKET_DIR))
-        if isolation.available:
-            uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
-            _own(workdir, uid, gid, 0o700)
-            # The pod's user creates its socket; the portal's group (var/'s) connects to it.
-            _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
-            argv = sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
-        else:
-            argv = command
+        argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
         exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
         exit_file.unlink(missing_ok=True)
         record = {
@@ -274,6 +266,21 @@ class LocalBackend(Backend):
         }
         self._write(record)  # first: a crash between spawn and record must not lose it
         return self._start(record, env, workdir)
+
+    def _argv(
+        self, spec: PodSpec, command: list[str], socket_dir: Path, *, sandboxed: bool
+    ) -> list[str]:
+        """The command as it runs: in a sandbox, as the pod's own user, where the machine
+        can. Its data volumes are checked either way."""
+        mounts = (*self._data_mounts(spec), sandbox.Mount(str(socket_dir), sandbox.SOCKET_DIR))
+        if not sandboxed:
+            return command
+        workdir = self.workload_dir(spec.workload_id)
+        uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
+        _own(workdir, uid, gid, 0o700)
+        # The pod's user creates its socket; the portal's group (var/'s) connects to it.
+        _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
+        return sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
