@@ -48,6 +48,7 @@ def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "node_pool_label": cluster.node_pool_label,
         "topology_labels": ", ".join(cluster.topology_labels or []),
         "description": _description_text(cluster),
+        "data_volume_roots": "\n".join(cluster.data_volume_roots),
         "enabled": cluster.enabled,
     }
     form = ClusterForm(request.POST or None, request.FILES or None, initial=initial, editing=True)

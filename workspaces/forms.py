@@ -15,7 +15,7 @@ from scheduling import bounds
 from scheduling.forms import decimal_field, whole_field
 from scheduling.models import GpuRequestKind
 from workspaces.models import Environment, WorkspaceTemplate
-from workspaces.services import LaunchRequest
+from workspaces.services import LaunchRequest, data_volume_roots
 
 # The services' field names that the form shows under another name.
 FIELD_ALIASES = {"memory_mib": "memory_gib", "gpu_memory_mib": "gpu_memory_gib"}
@@ -60,7 +60,7 @@ class LaunchForm(forms.Form):
         help_text="One NAME=value per line.",
     )
     shared_with_project = forms.BooleanField(
-        label="Let the members of the project open it", required=False
+        label="Let the project's researchers open it", required=False
     )
 
     def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
@@ -75,6 +75,13 @@ class LaunchForm(forms.Form):
             project__in=projects, environment__enabled=True
         ).select_related("project", "environment")
         label_simulated_pools(self.fields["node_pool"])
+        # The directories the administrators offer as data volumes on the local machine.
+        self.data_volume_roots = data_volume_roots([])
+        if self.data_volume_roots:
+            self.fields["data_volume"].widget.attrs["list"] = "data-volume-roots"
+            self.fields["data_volume"].help_text += (
+                " Local directories lie under " + ", ".join(self.data_volume_roots) + "."
+            )
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

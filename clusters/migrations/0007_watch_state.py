@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("clusters", "0004_node_unschedulable_reason"),
+        ("clusters", "0005_local_sandbox"),
     ]
 
     operations = [
