@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -99,3 +100,17 @@ def test_with_sso_the_login_page_offers_the_provider_and_keeps_next(client, sett
     assert 'href="/oidc/authenticate/?next=/workloads/"' in page
     assert "Sign in with Acme ID" in page
     assert 'id="id_password"' in page  # the local form stays beside it
+
+
+@pytest.mark.django_db
+def test_an_unreachable_provider_is_a_page_that_says_so_not_a_server_error(client, settings):
+    with socket.socket() as sock:  # a port nothing listens on once the socket closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.GPUPOOL_OIDC_ISSUER = f"http://127.0.0.1:{port}"
+    settings.GPUPOOL_OIDC_DISCOVERY_URL = (
+        f"http://127.0.0.1:{port}/.well-known/openid-configuration"
+    )
+    response = client.get("/oidc/authenticate/")
+    assert response.status_code == 503
+    assert "the identity provider cannot be reached" in response.content.decode()
