@@ -152,3 +152,18 @@ def test_the_break_glass_password_still_works_beside_sso(org, sso, page):
     page.fill("#id_password", f.PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_selector("text=Log out")
+
+
+def test_with_creation_allowed_an_unknown_user_gets_an_account_on_first_login(
+    org, sso, page, settings
+):
+    settings.GPUPOOL_OIDC_CREATE_USERS = True
+    sign_in_at_provider(page, sso, "stranger")
+    page.wait_for_selector("text=Log out")
+    user = User.objects.get(email="stranger@example.com")
+    assert (user.username, user.has_usable_password(), user.memberships.count()) == (
+        "stranger",
+        False,
+        0,
+    )
+    assert AuditLog.objects.filter(action="sso.user_create", object_id=str(user.pk)).exists()
