@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_int, env_list, env_secret, env_str, env_url
+from portal.sso_mapping import parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
@@ -189,6 +190,48 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # implicit TLS, usually port 4
 if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured("Set EMAIL_USE_TLS or EMAIL_USE_SSL, not both")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool@localhost")
+
+# --- Single sign-on: OpenID Connect (docs/sso.md) --------------------------------------------
+# Off unless GPUPOOL_OIDC_ISSUER is set. Local passwords keep working beside it (break-glass).
+# The provider's endpoints are read from its discovery document on first use, not at start-up.
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "portal.sso.SsoBackend"]
+GPUPOOL_OIDC_ISSUER = env_url("GPUPOOL_OIDC_ISSUER", ("http", "https")).rstrip("/")
+GPUPOOL_OIDC_DISCOVERY_URL = env_url("GPUPOOL_OIDC_DISCOVERY_URL", ("http", "https")) or (
+    f"{GPUPOOL_OIDC_ISSUER}/.well-known/openid-configuration" if GPUPOOL_OIDC_ISSUER else ""
+)
+GPUPOOL_OIDC_PROVIDER_NAME = env_str("GPUPOOL_OIDC_PROVIDER_NAME", "single sign-on")[:60]
+GPUPOOL_OIDC_CREATE_USERS = env_bool("GPUPOOL_OIDC_CREATE_USERS", False)
+GPUPOOL_OIDC_REQUIRE_VERIFIED_EMAIL = env_bool("GPUPOOL_OIDC_REQUIRE_VERIFIED_EMAIL", True)
+GPUPOOL_OIDC_GROUPS_CLAIM = env_str("GPUPOOL_OIDC_GROUPS_CLAIM", "").strip()
+GPUPOOL_OIDC_GROUP_ROLES = parse_group_roles(
+    env_str("GPUPOOL_OIDC_GROUP_ROLES"), variable="GPUPOOL_OIDC_GROUP_ROLES"
+)
+OIDC_RP_CLIENT_ID = env_str("GPUPOOL_OIDC_CLIENT_ID").strip()
+OIDC_RP_CLIENT_SECRET = env_secret("GPUPOOL_OIDC_CLIENT_SECRET")
+OIDC_RP_SCOPES = " ".join(env_list("GPUPOOL_OIDC_SCOPES", ["openid", "email", "profile"]))
+OIDC_RP_SIGN_ALGO = env_choice("GPUPOOL_OIDC_SIGN_ALGO", "RS256", ("RS256", "ES256", "PS256"))
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_int("GPUPOOL_OIDC_TIMEOUT_S", 10, minimum=1)
+OIDC_CALLBACK_CLASS = "portal.sso.SsoCallbackView"
+OIDC_AUTHENTICATE_CLASS = "portal.sso.SsoAuthenticateView"
+OIDC_CREATE_USER = GPUPOOL_OIDC_CREATE_USERS
+if GPUPOOL_OIDC_ISSUER:
+    if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+        raise ImproperlyConfigured(
+            "GPUPOOL_OIDC_ISSUER is set: set GPUPOOL_OIDC_CLIENT_ID and GPUPOOL_OIDC_CLIENT_SECRET "
+            "(or GPUPOOL_OIDC_CLIENT_SECRET_FILE) too"
+        )
+    if "openid" not in OIDC_RP_SCOPES.split():
+        raise ImproperlyConfigured(
+            f"GPUPOOL_OIDC_SCOPES must include openid, got {OIDC_RP_SCOPES!r}"
+        )
+    if GPUPOOL_OIDC_GROUP_ROLES and not GPUPOOL_OIDC_GROUPS_CLAIM:
+        raise ImproperlyConfigured(
+            "GPUPOOL_OIDC_GROUP_ROLES needs GPUPOOL_OIDC_GROUPS_CLAIM (e.g. groups)"
+        )
+elif OIDC_RP_CLIENT_ID or GPUPOOL_OIDC_GROUP_ROLES:
+    raise ImproperlyConfigured("GPUPOOL_OIDC_* is set but GPUPOOL_OIDC_ISSUER is not")
+# --- End of single sign-on --------------------------------------------------------------------
 
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -9,6 +9,7 @@ from scheduling.api import ApiDocsView
 
 urlpatterns = [
     path("django-admin/", admin.site.urls),
+    path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/sso.py)
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", login_required(ApiDocsView.as_view()), name="api-docs"),
     path("api/v1/", include("portal.api_urls")),
