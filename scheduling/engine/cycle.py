@@ -78,7 +78,8 @@ def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Co
     ledger = Ledger(state, snapshot.queues)
     workloads = {wl.id: wl for wl in sorted(snapshot.workloads, key=lambda wl: wl.id)}
     for wid, slots in state.slots.items():
-        ledger.add(workloads[wid].queue_id, slots, +1, log=False)
+        wl = workloads[wid]
+        ledger.add(wl.queue_id, slots, +1, log=False, fixed=not wl.preemptible)
     pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
     pending = [wl for wl in workloads.values() if wl.placement is None]
     strategies = {pool: config.strategy_for(pool) for pool in pools}
