@@ -22,7 +22,7 @@ from scheduling.engine.types import (
     Snapshot,
     Workload,
 )
-from tests.engine.builders import cycles, dept, job, nodes, placed, project, run, snapshot
+from tests.engine.builders import cycles, dept, job, nodes, placed, project, run, running, snapshot
 from tests.engine.test_properties import FAST, NOW, random_snapshot, seeds
 
 
@@ -145,3 +145,28 @@ def test_the_random_snapshots_start_non_preemptible_work_both_ways():
         started += len(fixed & set(placed(result)))
         held_back += sum("non-preemptible work of" in r for r in result.pending_reasons.values())
     assert started > 5 and held_back > 5, (started, held_back)
+
+
+def test_preemption_does_not_search_for_a_workload_the_rule_holds_back(monkeypatch):
+    # Project a (quota 4) runs 4 non-preemptible GPUs and 4 preemptible low-priority ones;
+    # a high-priority non-preemptible job waits: evicting the preemptible ones would free
+    # none of its non-preemptible quota, so no eviction search runs for it.
+    from scheduling.engine.actions import preempt as preempt_module
+
+    fixed = [running(job(f"f{i}", "a", preemptible=False), "n0", [i]) for i in range(4)]
+    low = [running(job(f"l{i}", "a"), "n0", [4 + i]) for i in range(4)]
+    urgent = job("urgent", "a", priority=10, preemptible=False, t=5)
+    searched: list[str] = []
+    real = preempt_module.make_room
+    monkeypatch.setattr(
+        preempt_module,
+        "make_room",
+        lambda ctx, wl, *a, **kw: searched.append(wl.id) or real(ctx, wl, *a, **kw),
+    )
+    snap = snapshot(nodes(1), [dept(), project("a", deserved=4)], [*fixed, *low, urgent])
+    result = run(snap)
+    assert not result.evictions and searched == []
+    assert "non-preemptible work of project a" in result.pending_reasons["urgent"]
+    # A preemptible high-priority job of the same project still preempts.
+    result = run(replace(snap, workloads=(*fixed, *low, replace(urgent, preemptible=True))))
+    assert searched == ["urgent"] and len(result.evictions) == 1
