@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('portal', '0001_initial'),
+        ("portal", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='project',
-            name='nonpreemptible_over_quota',
-            field=models.BooleanField(default=False, verbose_name='non-preemptible work may go over quota'),
+            model_name="project",
+            name="nonpreemptible_over_quota",
+            field=models.BooleanField(
+                default=False, verbose_name="non-preemptible work may go over quota"
+            ),
         ),
     ]
