@@ -132,7 +132,15 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "name", "namespace", "description", "department", "department_name"]
+        fields = [
+            "id",
+            "name",
+            "namespace",
+            "description",
+            "department",
+            "department_name",
+            "nonpreemptible_over_quota",
+        ]
         read_only_fields = ["id"]
         extra_kwargs = {
             "name": {"validators": []},
@@ -304,7 +312,8 @@ class ProjectListView(ListCreateView):
 
 class ProjectDetailView(DetailDeleteView):
     serializer = ProjectSerializer
-    fields = ("name", "namespace", "description")  # a project stays in its department
+    # A project stays in its department.
+    fields = ("name", "namespace", "description", "nonpreemptible_over_quota")
 
     def object(self, request: Request, pk: int) -> Project:
         return _project(request, pk)

@@ -14,7 +14,7 @@ from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal import quota_rules
 from portal.errors import ValidationFailed
 from portal.models import Department, Project, Role, User
-from portal.permissions import departments_for_admin, visible_projects
+from portal.permissions import departments_for_admin, is_platform_admin, visible_projects
 from portal.selectors import QuotaRow
 from scheduling.bounds import date_error
 
@@ -38,12 +38,20 @@ class ProjectForm(forms.Form):
         max_length=63, required=False, help_text="Kubernetes namespace; empty = gpupool-<name>."
     )
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    nonpreemptible_over_quota = forms.BooleanField(
+        required=False,
+        label="Non-preemptible work may go over quota",
+        help_text="Off: non-preemptible workloads start only within the project's deserved"
+        " quota, since nothing can evict them to give borrowed GPUs back. Platform admins only.",
+    )
 
     def __init__(self, *args: Any, user: Any, editing: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["department"].queryset = departments_for_admin(user)
         if editing:  # moving a project between departments would break both quota sums
             self.fields["department"].disabled = True
+        if not is_platform_admin(user):
+            self.fields["nonpreemptible_over_quota"].disabled = True
 
 
 class NodePoolForm(forms.Form):

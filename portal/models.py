@@ -51,6 +51,11 @@ class Project(models.Model):
     namespace = models.CharField(max_length=63, unique=True, validators=[k8s_name_validator])
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Non-preemptible work runs only within the project's deserved quota unless a
+    # platform admin allows it over quota (nothing evicts it to give borrowed GPUs back).
+    nonpreemptible_over_quota = models.BooleanField(
+        "non-preemptible work may go over quota", default=False
+    )
 
     class Meta:
         ordering = ["name"]

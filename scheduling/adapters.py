@@ -211,6 +211,7 @@ def _queues() -> tuple[t.Queue, ...]:
             parent_id=department_queue(p.department_id),
             quotas=project_quotas.get(p.pk, {}),
             name=p.name,
+            nonpreemptible_over_quota=p.nonpreemptible_over_quota,
         )
         for p in Project.objects.order_by("pk")
     ]

@@ -111,14 +111,23 @@ def _project_errors(name: str, namespace: str, exclude_id: int | None) -> dict[s
 
 @transaction.atomic
 def project_create(
-    *, actor: Any, department: Department, name: str, namespace: str = "", description: str = ""
+    *,
+    actor: Any,
+    department: Department,
+    name: str,
+    namespace: str = "",
+    description: str = "",
+    nonpreemptible_over_quota: bool = False,
 ) -> Project:
     require(can_admin_department(actor, department), "You do not administer this department.")
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
-    raise_if(_project_errors(name, namespace, exclude_id=None))
+    errors = _project_errors(name, namespace, exclude_id=None)
+    _check_over_quota_flag(actor, False, nonpreemptible_over_quota, errors)
+    raise_if(errors)
     values = {"department": department, "name": name, "namespace": namespace}
     values["description"] = description
+    values["nonpreemptible_over_quota"] = nonpreemptible_over_quota
     return create_audited(
         Project, values, actor=actor, action="project.create", department=department
     )
@@ -126,12 +135,22 @@ def project_create(
 
 @transaction.atomic
 def project_update(
-    *, actor: Any, project: Project, name: str, namespace: str = "", description: str = ""
+    *,
+    actor: Any,
+    project: Project,
+    name: str,
+    namespace: str = "",
+    description: str = "",
+    nonpreemptible_over_quota: bool | None = None,
 ) -> Project:
     require(can_admin_department(actor, project.department), "You do not administer it.")
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
     errors = _project_errors(name, namespace, exclude_id=project.pk)
+    if nonpreemptible_over_quota is None:
+        nonpreemptible_over_quota = project.nonpreemptible_over_quota
+    flag = project.nonpreemptible_over_quota
+    _check_over_quota_flag(actor, flag, nonpreemptible_over_quota, errors)
     if namespace != project.namespace and "namespace" not in errors:
         # Its pods and services live in the old namespace: they would be left behind there.
         active = _active_work(project)
@@ -141,10 +160,20 @@ def project_update(
             ]
     raise_if(errors)
     changes = {"name": name, "namespace": namespace, "description": description}
+    changes["nonpreemptible_over_quota"] = nonpreemptible_over_quota
     save_audited(
         project, changes, actor=actor, action="project.update", department=project.department
     )
     return project
+
+
+def _check_over_quota_flag(actor: Any, old: bool, new: bool, errors: dict[str, list[str]]) -> None:
+    """Only a platform admin may change whether a project's non-preemptible work may go over
+    quota: it holds GPUs of other departments that nothing can take back."""
+    if new != old and not is_platform_admin(actor):
+        errors["nonpreemptible_over_quota"] = [
+            "Only a platform admin may allow non-preemptible work over quota."
+        ]
 
 
 def _active_work(project: Project) -> str:

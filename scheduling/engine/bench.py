@@ -149,7 +149,9 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
     first = tuple(
         build_workload(f"run-{i:05d}", projects, rng, now, small=True) for i in range(sc.running)
     )
-    open_queues = tuple(replace(q, quotas={}) for q in queues)  # place without limits
+    # Place without limits (non-preemptible work over quota too, as it may run from
+    # before an admin took the permission back); the timed cycles apply every rule.
+    open_queues = tuple(replace(q, quotas={}, nonpreemptible_over_quota=True) for q in queues)
     seed_snap = Snapshot(tuple(p for p, _ in POOLS), nodes, open_queues, first)
     placed = apply_result(seed_snap, schedule(seed_snap, SchedulerConfig(), now - 3600), now)
     running = tuple(

@@ -216,6 +216,37 @@ class Context:
                     if reason is not None:
                         unit = UNIT_NAMES[resource]
                         return f"{self.kind(qid)} {self.name(qid)} {reason} {unit} in pool {pool}"
+        if not wl.preemptible:
+            return self.nonpreemptible_block(wl, pool)
+        return None
+
+    def nonpreemptible_block(self, wl: Workload, pool: str) -> str | None:
+        """Why a non-preemptible workload may not start in the pool: with it, its queue's
+        non-preemptible work would hold more than the queue's deserved quota of a resource
+        (GPUs always; CPU and memory where the queue has a deserved amount of them).
+        Nothing evicts non-preemptible work, so borrowing idle GPUs with it would keep
+        their owner waiting until it ends. Queue.nonpreemptible_over_quota lifts the rule."""
+        queue = self.queues.get(wl.queue_id)
+        if queue is not None and queue.nonpreemptible_over_quota:
+            return None
+        need = self.need(wl, pool)
+        for resource in Resource:
+            amount = need[RESOURCE_INDEX[resource]]
+            if amount <= EPS:
+                continue
+            deserved = self.quota_amount(wl.queue_id, pool, resource)
+            if resource is not GPU and deserved <= EPS:
+                continue  # CPU or memory without a deserved amount is not managed here
+            held = self.ledger.fixed.get((wl.queue_id, pool, resource), 0.0)
+            if held + amount > deserved + EPS:
+                unit = UNIT_NAMES[resource]
+                return (
+                    f"non-preemptible work of {self.kind(wl.queue_id)} {self.name(wl.queue_id)}"
+                    f" stays within its deserved quota of {deserved:g} {unit} in pool {pool}:"
+                    f" {held:g} held by its non-preemptible work, this asks {amount:g} more"
+                    " (make it preemptible, or an admin may allow non-preemptible work over"
+                    " quota for the project)"
+                )
         return None
 
     def share_block(self, wl: Workload, pool: str) -> str | None:

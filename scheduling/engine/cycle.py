@@ -9,6 +9,7 @@ from scheduling.engine.actions.consolidate import consolidate
 from scheduling.engine.actions.preempt import preempt
 from scheduling.engine.actions.reclaim import reclaim
 from scheduling.engine.actions.stale import evict_stale_gangs
+from scheduling.engine.actions.victims import can_evict
 from scheduling.engine.context import Context, waiting_sizes
 from scheduling.engine.fairshare import (
     FairShareInput,
@@ -41,6 +42,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     4. consolidate: move preemptible work to free a whole slot when fragmentation blocks;
     5. reclaim: under-quota queues evict preemptible work of queues above fair share;
     6. preempt: inside a project, higher priority evicts lower-priority preemptible work;
+    (4-6 are skipped whole when no running workload may be evicted: they could not act);
     7. allocate what evictions freed beyond their beneficiaries' needs;
     8. give every workload still pending a readable reason.
 
@@ -56,9 +58,10 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     }
     ctx.scarce[Resource.GPU] = ctx.pools
     allocate(ctx)
-    consolidate(ctx)
-    reclaim(ctx)
-    preempt(ctx)
+    if can_evict(ctx):  # nothing preemptible: no eviction search can find a victim
+        consolidate(ctx)
+        reclaim(ctx)
+        preempt(ctx)
     _reallocate(ctx)
     return _result(ctx)
 
@@ -78,7 +81,8 @@ def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Co
     ledger = Ledger(state, snapshot.queues)
     workloads = {wl.id: wl for wl in sorted(snapshot.workloads, key=lambda wl: wl.id)}
     for wid, slots in state.slots.items():
-        ledger.add(workloads[wid].queue_id, slots, +1, log=False)
+        wl = workloads[wid]
+        ledger.add(wl.queue_id, slots, +1, log=False, fixed=not wl.preemptible)
     pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
     pending = [wl for wl in workloads.values() if wl.placement is None]
     strategies = {pool: config.strategy_for(pool) for pool in pools}

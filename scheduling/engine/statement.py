@@ -51,11 +51,13 @@ class EvictionRecord:
 
 
 class Ledger:
-    """Allocation per (queue, pool, resource) for every queue and its ancestors."""
+    """Allocation per (queue, pool, resource) for every queue and its ancestors, and
+    what each workload's own queue holds with non-preemptible work (`fixed`)."""
 
     def __init__(self, state: ClusterState, queues: tuple[Queue, ...]) -> None:
         self.state = state
         self.alloc: dict[AllocKey, float] = {}
+        self.fixed: dict[AllocKey, float] = {}
         self.version = 0  # bumped on every change, so callers can cache derived figures
         parents = {q.id: q.parent_id for q in queues}
         self.chains: dict[str, tuple[str, ...]] = {}
@@ -76,7 +78,10 @@ class Ledger:
     def get(self, queue_id: str, pool: str, resource: Resource = Resource.GPU) -> float:
         return self.alloc.get((queue_id, pool, resource), 0.0)
 
-    def add(self, queue_id: str, slots: list[PodSlot], sign: int, log: bool = True) -> None:
+    def add(
+        self, queue_id: str, slots: list[PodSlot], sign: int, log: bool = True, fixed: bool = False
+    ) -> None:
+        """Count slots (sign +1) or stop counting them (-1); fixed: non-preemptible work."""
         self.version += 1
         for slot in slots:
             amounts = slot_amounts(slot)
@@ -84,8 +89,12 @@ class Ledger:
                 for resource, amount in zip(RESOURCES, amounts, strict=True):
                     key = (qid, slot.node.pool, resource)
                     self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount
+            if fixed:
+                for resource, amount in zip(RESOURCES, amounts, strict=True):
+                    key = (queue_id, slot.node.pool, resource)
+                    self.fixed[key] = self.fixed.get(key, 0.0) + sign * amount
         if log:
-            self.state.log.append(lambda: self.add(queue_id, slots, -sign, log=False))
+            self.state.log.append(lambda: self.add(queue_id, slots, -sign, False, fixed))
 
 
 class Statement:
@@ -106,7 +115,7 @@ class Statement:
 
     def record_admission(self, wl: Workload, slots: list[PodSlot]) -> None:
         """Book placed slots (already in the state) as an admission of wl."""
-        self.ledger.add(wl.queue_id, slots, +1)
+        self.ledger.add(wl.queue_id, slots, +1, fixed=not wl.preemptible)
         self.admitted[wl.id] = slots
         self.order.append(wl.id)
 
@@ -121,7 +130,7 @@ class Statement:
     ) -> None:
         """Release what a running workload holds and record why."""
         slots = self.state.release(wl.id)
-        self.ledger.add(wl.queue_id, slots, -1)
+        self.ledger.add(wl.queue_id, slots, -1, fixed=not wl.preemptible)
         self.evicted[wl.id] = EvictionRecord(wl, reason, beneficiary, detail)
 
         def undo() -> None:

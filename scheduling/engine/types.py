@@ -190,12 +190,17 @@ class Queue:
 
     quotas maps (pool, resource) to a Quota; a missing entry means deserved 0, no
     limit, weight 1. Workloads belong to leaf queues (projects).
+
+    Non-preemptible workloads of a queue run only within its deserved quota, per pool
+    and resource (nothing may evict them to give borrowed GPUs back);
+    nonpreemptible_over_quota=True lets them borrow like preemptible work.
     """
 
     id: str
     parent_id: str | None = None
     quotas: Mapping[tuple[str, Resource], Quota] = field(default_factory=dict)
     name: str = ""  # readable name for reasons; falls back to id
+    nonpreemptible_over_quota: bool = False
 
 
 @dataclass(frozen=True, slots=True)

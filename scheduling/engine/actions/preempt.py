@@ -48,6 +48,8 @@ def _try_preempt(
     key = (wl.queue_id, wl.priority, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
     if failures.known(key, wl, need):
         return False
+    if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
+        return False  # evicting preemptible work frees none of its non-preemptible quota
     victims = [v for v in index.live(wl.queue_id, pool) if v.wl.priority < wl.priority]
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:

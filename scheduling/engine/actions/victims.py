@@ -126,10 +126,16 @@ class VictimIndex:
         self.ctx = ctx
         self.by_queue: dict[str, list[Victim]] = {}
         self._pools: dict[str, Candidates] = {}
-        for wid in sorted(ctx.state.slots):
-            wl = ctx.workloads.get(wid)
-            if wl is None or wl.placement is None or not admissible(wl):
-                continue
+        workloads = ctx.workloads
+        kept = [
+            wid
+            for wid in ctx.state.slots
+            if (wl := workloads.get(wid)) is not None
+            and wl.placement is not None
+            and admissible(wl)
+        ]
+        for wid in sorted(kept):  # filter first: often few running workloads qualify
+            wl = workloads[wid]
             gpus: dict[str, float] = {}
             for slot in ctx.state.slots[wid]:
                 gpus[slot.node.pool] = gpus.get(slot.node.pool, 0.0) + slot_amounts(slot)[0]
@@ -162,6 +168,15 @@ def preemptible(ctx: Context) -> VictimIndex:
             ctx, lambda wl: wl.preemptible and ctx.min_runtime_passed(wl)
         )
     return ctx.victim_index
+
+
+def can_evict(ctx: Context) -> bool:
+    """Whether any running workload may be evicted this cycle (preemptible and past its
+    minimum runtime). When none may, consolidation, reclaim and preemption cannot change
+    anything, and the cycle skips them whole: consolidation would otherwise try up to
+    MAX_ATTEMPTS placements of workloads that already failed, each a search over a pool.
+    A stale gang is evicted by its own rule before this is asked."""
+    return bool(preemptible(ctx).by_queue)
 
 
 def make_room(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduling.engine.sim.loop import Policy, SimConfig, Simulation
 from scheduling.engine.sim.metrics import mean
@@ -31,6 +31,8 @@ def _needed_gpus(jobs: list[TraceJob], gpus_per_node: int) -> int:
     """GPUs a private cluster needs for its largest job (gangs take whole nodes)."""
     need = 0
     for job in jobs:
+        if job.is_cpu_only:
+            continue
         if job.pods > 1:
             per_node = gpus_per_node // max(1, math.ceil(job.gpus_per_pod))
             need = max(need, math.ceil(job.pods / max(per_node, 1)) * gpus_per_node)
@@ -57,6 +59,8 @@ def private_nodes(
             grown = need > gpus
             gpus = max(gpus, need)
         nodes.extend(_nodes_holding(template, gpus, len(nodes)))
+    if not nodes and jobs:  # only CPU-only jobs: one node of the shared shape, no GPUs
+        nodes = [replace(shared[0], name="private-000", gpus=0)]
     return nodes, grown
 
 

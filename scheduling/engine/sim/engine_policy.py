@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from scheduling.engine.cycle import schedule
 from scheduling.engine.sim.specs import QuotaSpec, TeamQuota
 from scheduling.engine.sim.state import NodeState
+from scheduling.engine.sim.trace import TraceJob
 from scheduling.engine.sim.usage import UsageHistory
 from scheduling.engine.types import (
     CycleResult,
@@ -28,6 +29,8 @@ from scheduling.engine.types import (
     Resource,
     SchedulerConfig,
     Snapshot,
+    TopologyConstraint,
+    TopologyMode,
     UsageRecord,
     Workload,
 )
@@ -124,6 +127,14 @@ def pod_requests(run: JobRun) -> tuple[PodRequest, ...]:
     return (request,) * job.pods
 
 
+def topology_of(job: TraceJob) -> TopologyConstraint | None:
+    """The engine's topology rule for the job's topology_level / topology_required."""
+    if not job.topology_level:
+        return None
+    mode = TopologyMode.REQUIRED if job.topology_required else TopologyMode.PREFERRED
+    return TopologyConstraint(job.topology_level, mode)
+
+
 def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
     """The engine's view of a pending or running job at `now`."""
     job = run.job
@@ -138,6 +149,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         preemptible=job.preemptible,
         submit_time=job.submit,
         gpu_models=job.gpu_models,
+        topology=topology_of(job),
         last_checkpoint_time=checkpoint,
         started_at=run.run_start,
         placement=run.placement,

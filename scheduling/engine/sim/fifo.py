@@ -21,7 +21,15 @@ if TYPE_CHECKING:
 
 def job_shape(job: TraceJob) -> tuple:
     """Jobs of one shape fit or fail alike once the cluster only fills up."""
-    return (job.pods, job.gpus_per_pod, job.gpu_models, job.cpu, job.memory_gib)
+    return (
+        job.pods,
+        job.gpus_per_pod,
+        job.gpu_models,
+        job.cpu,
+        job.memory_gib,
+        job.topology_level,
+        job.topology_required,
+    )
 
 
 class FifoPolicy:

@@ -36,6 +36,10 @@ class Overlay:
             if gpu.is_free and gpu.index not in taken and (name, gpu.index) not in self.shared
         ]
 
+    def free_count(self, node: NodeState) -> int:
+        """How many of the node's devices nobody holds."""
+        return len(self.free_indices(node))
+
     def shared_used(self, node: NodeState, index: int) -> float:
         """The share of a device in use, tentative shares included."""
         return node.gpus[index].shared_used + self.shared.get((node.spec.name, index), 0.0)
@@ -116,11 +120,33 @@ def job_with_one_gpu(job: TraceJob) -> TraceJob:
 
 
 def place_job(overlay: Overlay, job: TraceJob) -> tuple[PodPlacement, ...] | None:
-    """All pods of the job, or None (nothing is taken then). Commits into the overlay."""
+    """All pods of the job, or None (nothing is taken then). Commits into the overlay.
+
+    A gang with a topology_level goes into one domain of that level (a rack): the domain
+    with the fewest free GPUs that holds it, as best fit does for nodes. When the rule is
+    only preferred and no single domain holds it, it may spread."""
     whole_needed = 0 if job.is_fractional else job.gpus
     if whole_needed > overlay.free_total:
         return None
     nodes = candidate_nodes(overlay.cluster, job)
+    if not job.topology_level or job.pods == 1:
+        return _place_pods(overlay, nodes, job)
+    domains: dict[str, list[NodeState]] = {}
+    for node in nodes:
+        if node.spec.rack:  # a node without the level is in no domain of it
+            domains.setdefault(node.spec.rack, []).append(node)
+    tightest = sorted(domains.items(), key=lambda kv: (sum(map(overlay.free_count, kv[1])), kv[0]))
+    for _, members in tightest:
+        placed = _place_pods(overlay, members, job)
+        if placed is not None:
+            return placed
+    return None if job.topology_required else _place_pods(overlay, nodes, job)
+
+
+def _place_pods(
+    overlay: Overlay, nodes: list[NodeState], job: TraceJob
+) -> tuple[PodPlacement, ...] | None:
+    """Every pod of the job on these nodes, or None with nothing taken."""
     # A one-pod job takes nothing before it fails, so only gangs pay for the undo copy.
     saved = _save(overlay) if job.pods > 1 else None
     placer = _place_fraction if job.is_fractional else _place_whole

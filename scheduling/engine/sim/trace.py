@@ -2,8 +2,9 @@
 
 Columns: submit_time (seconds, or an ISO date-time), duration_s (empty = never ends), team,
 gpus, and optionally id, pods, gpu_model (models separated by `|`), cpu, memory_gib,
-priority, preemptible. With a `pods` column, gpus is per pod; without it gpus is the job's
-total and a job over one node's worth is split into a gang of equal pods.
+priority, preemptible, topology_level, topology_required. With a `pods` column, gpus is per
+pod; without it gpus is the job's total and a job over one node's worth is split into a gang
+of equal pods. gpus = 0 is a CPU-only job (it must ask for cpu or memory_gib).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from pathlib import Path
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "y", "t"})
 FALSE_WORDS = frozenset({"0", "false", "no", "n", "f"})
+# Topology levels the simulated nodes carry (specs.NodeSpec.rack); a job may ask that its
+# gang stay inside one domain of these.
+TOPOLOGY_LEVELS = ("rack",)
 
 
 class TraceError(ValueError):
@@ -37,11 +41,18 @@ class TraceJob:
     memory_gib: float = 0.0  # per pod
     priority: int = 0
     preemptible: bool = True
+    topology_level: str = ""  # keep the gang inside one domain of this level ("" = anywhere)
+    topology_required: bool = True  # False: only preferred
 
     @property
     def gpus(self) -> float:
         """GPUs the whole job holds while it runs."""
         return self.pods * self.gpus_per_pod
+
+    @property
+    def is_cpu_only(self) -> bool:
+        """True when the pods ask for no GPU at all."""
+        return self.gpus_per_pod == 0
 
     @property
     def is_fractional(self) -> bool:
@@ -105,8 +116,19 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
         pods, per_pod = int(pods_text), gpus
     else:
         pods, per_pod = split_gang(gpus, gpus_per_node)
-    if pods < 1 or per_pod <= 0:
-        raise ValueError("a job needs at least one pod and some GPU")
+    cpu, memory = _optional_float(row, "cpu"), _optional_float(row, "memory_gib")
+    if pods < 1:
+        raise ValueError("a job needs at least one pod")
+    if per_pod == 0 and cpu <= 0 and memory <= 0:
+        raise ValueError("a CPU-only job (gpus = 0) must ask for cpu or memory_gib")
+    level = _cell(row, "topology_level")
+    if level and level not in TOPOLOGY_LEVELS:
+        raise ValueError(
+            f"topology_level must be one of {', '.join(TOPOLOGY_LEVELS)}, not {level!r}"
+        )
+    required_text = _cell(row, "topology_required")
+    if required_text and not level:
+        raise ValueError("topology_required needs a topology_level")
     duration_text = _cell(row, "duration_s")
     models = tuple(m.strip() for m in _cell(row, "gpu_model").split("|") if m.strip())
     priority_text = _cell(row, "priority")
@@ -118,10 +140,12 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
         pods=pods,
         gpus_per_pod=per_pod,
         gpu_models=models,
-        cpu=_optional_float(row, "cpu"),
-        memory_gib=_optional_float(row, "memory_gib"),
+        cpu=cpu,
+        memory_gib=memory,
         priority=int(priority_text) if priority_text else 0,
         preemptible=parse_bool(_cell(row, "preemptible"), default=True),
+        topology_level=level,
+        topology_required=parse_bool(required_text, default=True),
     )
 
 
