@@ -12,7 +12,6 @@ from typing import Any
 from django.contrib.auth import authenticate
 from django.shortcuts import get_object_or_404
 from rest_framework import serializers, status
-from rest_framework.authtoken.models import Token
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,6 +22,7 @@ from portal import selectors, services
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import visible_projects
+from portal.tokens import api_token_issue
 
 
 def call(service: Callable[..., Any], **kwargs: Any) -> Any:
@@ -130,7 +130,10 @@ def quota_rows(owner: Department | Project) -> list[dict[str, Any]]:
 
 
 class TokenView(APIView):
-    """POST username and password, get the API token the CLI sends as `Token <key>`."""
+    """POST username and password, get a new API token the CLI sends as `Token <key>`.
+
+    The token is shown this once (only its digest is stored) and expires at `expiry`.
+    """
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -142,8 +145,8 @@ class TokenView(APIView):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Unknown username or wrong password."]}
             )
-        token, _ = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key, "username": user.username})
+        stored, token = api_token_issue(user=user)
+        return Response({"token": token, "username": user.username, "expiry": stored.expiry})
 
 
 class MeView(APIView):

@@ -7,6 +7,10 @@ DATABASE_URL (PostgreSQL), REDIS_URL (Celery broker and cache) and SECRET_KEY.
 
 from __future__ import annotations
 
+import os
+import secrets
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,12 +23,32 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_secret("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "gpupool-insecure-development-key-do-not-use-in-production"
+# Off unless set: `make demo` and development turn it on (DEBUG=1). Even then, only staff see
+# Django's technical error pages; everyone else gets the styled ones (portal/errors.py).
+DEBUG = env_bool("DEBUG", False)
+
+
+def _secret_key_kept_in(path: Path) -> str:
+    """A random key made once and kept (mode 0600) for every process sharing VAR_DIR.
+
+    Written to a private temporary file and linked into place, so that the web server,
+    worker and beat starting together all read the same, complete key.
+    """
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=path.parent)  # created with mode 0600
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(50))
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process won the race: use its key
+        finally:
+            os.unlink(temporary)
+    return path.read_text().strip()
+
+
+# Never a well-known key: without SECRET_KEY (or SECRET_KEY_FILE) each installation makes its own.
+SECRET_KEY = env_secret("SECRET_KEY") or _secret_key_kept_in(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 # The links e-mailed with invitations start with it.
 SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").rstrip("/")
@@ -58,7 +82,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "portal",
@@ -193,7 +217,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool@localhost")
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -201,6 +225,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
 }
+# API tokens (portal/tokens.py): hashed at rest, valid for GPUPOOL_API_TOKEN_TTL_DAYS, and at
+# most GPUPOOL_API_TOKENS_PER_USER per user (a new login drops the oldest).
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(days=env_int("GPUPOOL_API_TOKEN_TTL_DAYS", 30, minimum=1)),
+    "AUTO_REFRESH": False,
+}
+GPUPOOL_API_TOKENS_PER_USER = env_int("GPUPOOL_API_TOKENS_PER_USER", 10, minimum=1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPUPool API",
     "DESCRIPTION": "Pool GPUs across Kubernetes clusters and share them fairly among teams.",

@@ -160,7 +160,8 @@ def login(ctx: click.Context, url: str | None, username: str, password: str) -> 
     )
     config.update(token=body["token"], username=body["username"])
     save_config(config)
-    click.echo(f"Logged in to {config['url']} as {body['username']}.")
+    expiry = f" The token expires at {body['expiry']}." if body.get("expiry") else ""
+    click.echo(f"Logged in to {config['url']} as {body['username']}.{expiry}")
 
 
 @main.group()

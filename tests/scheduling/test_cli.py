@@ -47,9 +47,9 @@ def test_login_saves_the_token_and_a_wrong_password_fails_with_the_apis_message(
     out = gp("login", "--url", gp.url, "--username", "rita", "--password", "nope", ok=False)
     assert "Unknown username or wrong password." in out
     out = gp("login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD)
-    assert out.strip() == f"Logged in to {gp.url} as rita."
+    assert out.startswith(f"Logged in to {gp.url} as rita. The token expires at 20")
     config = json.loads((gp.config_dir / "config.json").read_text())
-    assert config["username"] == "rita" and len(config["token"]) == 40
+    assert config["username"] == "rita" and len(config["token"]) == 64
     assert oct((gp.config_dir / "config.json").stat().st_mode & 0o777) == "0o600"
 
 
