@@ -7,6 +7,12 @@ from drf_spectacular.views import SpectacularAPIView
 
 from scheduling.api import ApiDocsView
 
+# The styled error pages (portal/errors.py), JSON under /api/.
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"
+
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
