@@ -22,6 +22,7 @@ from portal import selectors, services
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import visible_projects
+from portal.throttles import SIGN_IN_THROTTLES
 from portal.tokens import api_token_issue
 
 
@@ -137,6 +138,7 @@ class TokenView(APIView):
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    throttle_classes = SIGN_IN_THROTTLES
 
     def post(self, request: Request) -> Response:
         data = valid(TokenRequestSerializer, request.data)

@@ -38,6 +38,7 @@ ERROR_TITLES = {
     400: "Bad request",
     403: "Forbidden",
     404: "Not found",
+    429: "Too many requests",
     500: "Server error",
 }
 

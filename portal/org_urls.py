@@ -4,11 +4,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from portal.forms import InvitedUsersPasswordResetForm
+from portal.throttles import sign_in_throttled
 from portal.views import organisation as org
 from portal.views import people
 
 auth = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", sign_in_throttled(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password-reset/",

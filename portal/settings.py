@@ -181,6 +181,8 @@ else:
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = f"file://{_results_dir}"
+# Sign-in attempt counts (portal/throttles.py), apart so that tests can give each their own.
+CACHES["sign-in"] = {**CACHES["default"], "KEY_PREFIX": "sign-in"}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
@@ -215,6 +217,17 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # implicit TLS, usually port 4
 if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured("Set EMAIL_USE_TLS or EMAIL_USE_SSL, not both")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool@localhost")
+
+# Sign-in attempts (login page, Django admin login, API token): per client address and per
+# username, DRF's rate format. Past either, 429 with Retry-After.
+GPUPOOL_SIGN_IN_RATES = {
+    "sign-in": env_str("GPUPOOL_SIGN_IN_RATE", "20/min"),
+    "sign-in-username": env_str("GPUPOOL_SIGN_IN_USERNAME_RATE", "30/hour"),
+}
+for _name, _rate in GPUPOOL_SIGN_IN_RATES.items():
+    _count, _, _period = _rate.partition("/")
+    if not (_count.isdigit() and _period[:1] in {"s", "m", "h", "d"}):
+        raise ImproperlyConfigured(f"The {_name} rate must be like 20/min, not {_rate!r}")
 
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from portal.throttles import sign_in_throttled
 from scheduling.api import ApiDocsView
 
 # The styled error pages (portal/errors.py), JSON under /api/.
@@ -14,6 +15,7 @@ handler404 = "portal.errors.page_not_found"
 handler500 = "portal.errors.server_error"
 
 urlpatterns = [
+    path("django-admin/login/", sign_in_throttled(admin.site.login), name="admin-login"),
     path("django-admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", login_required(ApiDocsView.as_view()), name="api-docs"),
