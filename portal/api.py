@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib.auth import authenticate
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -130,6 +131,16 @@ def quota_rows(owner: Department | Project) -> list[dict[str, Any]]:
 # --- Views ------------------------------------------------------------------------------------
 
 
+TOKEN_ANSWER = inline_serializer(
+    "IssuedToken",
+    {
+        "token": serializers.CharField(help_text="Send as `Authorization: Token <token>`."),
+        "username": serializers.CharField(),
+        "expiry": serializers.DateTimeField(),
+    },
+)
+
+
 class TokenView(APIView):
     """POST username and password, get a new API token the CLI sends as `Token <key>`.
 
@@ -140,6 +151,7 @@ class TokenView(APIView):
     permission_classes = [AllowAny]
     throttle_classes = SIGN_IN_THROTTLES
 
+    @extend_schema(request=TokenRequestSerializer, responses=TOKEN_ANSWER)
     def post(self, request: Request) -> Response:
         data = valid(TokenRequestSerializer, request.data)
         user = authenticate(request, username=data["username"], password=data["password"])
@@ -152,6 +164,7 @@ class TokenView(APIView):
 
 
 class MeView(APIView):
+    @extend_schema(responses=MeSerializer)
     def get(self, request: Request) -> Response:
         return Response(MeSerializer(request.user).data)
 
@@ -160,6 +173,14 @@ class ListCreateView(APIView):
     """GET the rows the caller may see; POST one through the create service."""
 
     serializer: type[serializers.ModelSerializer]
+
+    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
+        return self.serializer  # for the OpenAPI schema, with `action`
+
+    @property
+    def action(self) -> str:
+        """For the OpenAPI schema, as on a ViewSet: GET lists, POST creates (201)."""
+        return "create" if self.request.method == "POST" else "list"
 
     def rows(self, request: Request) -> Any:
         raise NotImplementedError
@@ -181,6 +202,9 @@ class DetailView(APIView):
 
     serializer: type[serializers.ModelSerializer]
     fields: tuple[str, ...]
+
+    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
+        return self.serializer  # for the OpenAPI schema
 
     def object(self, request: Request, pk: int) -> Any:
         raise NotImplementedError
@@ -206,6 +230,7 @@ class DetailDeleteView(DetailView):
     def remove(self, actor: Any, obj: Any) -> None:
         raise NotImplementedError
 
+    @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         call(self.remove, actor=request.user, obj=self.object(request, pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -273,9 +298,11 @@ class QuotaView(APIView):
     def owner(self, request: Request, pk: int) -> Department | Project:
         raise NotImplementedError
 
+    @extend_schema(responses=QuotaRowSerializer(many=True))
     def get(self, request: Request, pk: int) -> Response:
         return Response(quota_rows(self.owner(request, pk)))
 
+    @extend_schema(request=QuotaRowSerializer(many=True), responses=QuotaRowSerializer(many=True))
     def put(self, request: Request, pk: int) -> Response:
         owner = self.owner(request, pk)
         rows = valid(_QuotaTable, {"rows": request.data})["rows"]

@@ -100,6 +100,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.errors.StyledErrorsUnderDebugMiddleware",
+    "portal.api_schema.EnforceSchemaEnumsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -254,6 +255,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema and its docs page are for signed-in users (session or token) only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Every operation's error answers (400/401/403/404/429), documented in one place.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_schema.document_errors",
+    ],
 }
 
 # --- Static files, i18n ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from portal import api_schema  # noqa: F401 - registers the API's token schemes for the schema
 from portal.throttles import sign_in_throttled
 from scheduling.api import ApiDocsView
 

@@ -1,0 +1,86 @@
+"""The OpenAPI schema documents every error answer, and its enums are enforced on the way in."""
+
+from __future__ import annotations
+
+import pytest
+from drf_spectacular.drainage import GENERATOR_STATS
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework.test import APIClient
+
+from scheduling.models import WorkloadKind, WorkloadState
+
+
+@pytest.fixture
+def schema(org):
+    client = APIClient()
+    client.force_authenticate(org.researcher)
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def operations(schema):
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            yield path, method, operation
+
+
+def test_every_operation_documents_its_error_answers(schema):
+    missing = []
+    for path, method, operation in operations(schema):
+        codes = set(operation["responses"])
+        wanted = {"401", "403"} if path != "/api/v1/auth/token" else {"400", "429"}
+        if method in {"post", "put", "patch"}:
+            wanted.add("400")
+        if "{" in path:
+            wanted.add("404")
+        if not wanted <= codes:
+            missing.append((method, path, sorted(wanted - codes)))
+    assert missing == []
+    field_errors = schema["components"]["schemas"]["FieldErrors"]
+    assert field_errors["additionalProperties"]["items"] == {"type": "string"}
+
+
+def test_the_token_schemes_are_described(schema):
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["tokenAuth"]["name"] == "Authorization" and "Token" in str(schemes["tokenAuth"])
+    assert schemes["nodeToken"]["scheme"] == "bearer"
+    metrics = schema["paths"]["/api/v1/metrics"]["post"]
+    assert metrics["security"] == [{"nodeToken": []}]
+
+
+def test_the_organisation_api_generates_without_errors():
+    GENERATOR_STATS.reset()
+    with GENERATOR_STATS.silence():
+        SchemaGenerator().get_schema(request=None, public=True)
+    complaints = [*GENERATOR_STATS._error_cache, *GENERATOR_STATS._warn_cache]
+    assert [c for c in complaints if "portal/" in c] == []
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("kind=bogus", "kind"), ("state=RUNNING", "state"), ("sort=-bogus", "sort")],
+)
+def test_a_value_outside_a_filters_enum_is_a_400_naming_it(org, query, field):
+    client = APIClient()
+    client.force_authenticate(org.researcher)
+    response = client.get(f"/api/v1/workloads/?{query}&limit=5")
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+    assert response.json()[field][0].startswith("Must be one of: ")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [f"kind={WorkloadKind.TRAINING}", f"state={WorkloadState.PENDING}", "sort=-name", "kind="],
+)
+def test_values_inside_the_enums_filter_as_before(org, query):
+    client = APIClient()
+    client.force_authenticate(org.researcher)
+    response = client.get(f"/api/v1/workloads/?{query}")
+    assert response.status_code == 200, response.content
+
+
+def test_the_pages_filters_are_not_the_apis_business(client, org):
+    client.force_login(org.researcher)
+    assert client.get("/workloads/?kind=bogus").status_code == 200
