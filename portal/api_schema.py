@@ -1,5 +1,7 @@
 """The OpenAPI schema (/api/schema/) as a contract: documented errors, enforced enums.
 
+- An integer parameter declares the most the database can hold (64 bits), so that clients,
+  and the schemathesis run in the tests, know where the range ends.
 - Every operation documents the errors it can answer: 400 (refused input, messages per field)
   where it takes a body or query parameters, 401 and 403 where it needs a signed-in caller,
   404 where the path names an object, 429 on the sign-in endpoint.
@@ -25,6 +27,7 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 
 logger = logging.getLogger(__name__)
 
+INT64_MAX = 2**63 - 1
 FIELD_ERRORS = {
     "type": "object",
     "description": "Messages per field; non_field_errors for the request as a whole.",
@@ -80,12 +83,21 @@ def _errors_for(path: str, method: str, operation: dict[str, Any]) -> list[str]:
     return codes
 
 
+def _bound_integer(schema: dict[str, Any]) -> None:
+    """An integer parameter is at most what the database stores (a 64-bit integer)."""
+    if schema.get("type") == "integer" and "maximum" not in schema:
+        schema.setdefault("format", "int64")
+        schema["maximum"] = INT64_MAX
+
+
 def document_errors(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """POSTPROCESSING_HOOKS entry: the error answers of every operation (see the module)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["FieldErrors"], schemas["ErrorDetail"] = FIELD_ERRORS, DETAIL
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                _bound_integer(parameter.get("schema", {}))
             responses = operation.setdefault("responses", {})
             for code in _errors_for(path, method, operation):
                 description, component = ERRORS[code]

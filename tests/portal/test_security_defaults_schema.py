@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
@@ -84,3 +85,30 @@ def test_values_inside_the_enums_filter_as_before(org, query):
 def test_the_pages_filters_are_not_the_apis_business(client, org):
     client.force_login(org.researcher)
     assert client.get("/workloads/?kind=bogus").status_code == 200
+
+
+HUGE = 10**30  # past any database's integer range
+DETAIL_URLS = [
+    "/api/v1/workloads/{}/",
+    "/api/v1/workloads/{}/events/",
+    "/api/v1/workspaces/{}/",
+    "/api/v1/projects/{}/",
+    "/api/v1/projects/{}/quotas/",
+    "/api/v1/departments/{}/",
+    "/api/v1/clusters/{}/",
+    "/api/v1/node-pools/{}/",
+    "/api/v1/policies/project/{}/",
+    "/workloads/{}/",
+    "/workspaces/{}/",
+    "/projects/{}/",
+    "/departments/{}/",
+    "/users/{}/",
+    "/clusters/{}/",
+]
+
+
+@pytest.mark.parametrize("url", DETAIL_URLS)
+def test_an_id_past_the_databases_range_is_a_404_not_a_500(org, url):
+    client = Client(raise_request_exception=False)
+    client.force_login(org.platform_admin)
+    assert client.get(url.format(HUGE)).status_code == 404
