@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -37,10 +38,12 @@ def _platform_admin(request: Request) -> None:
 
 
 class ClusterListView(APIView):
+    @extend_schema(responses=ClusterSerializer(many=True))
     def get(self, request: Request) -> Response:
         _platform_admin(request)
         return Response(ClusterSerializer(Cluster.objects.all(), many=True).data)
 
+    @extend_schema(request=ClusterSerializer, responses={201: ClusterSerializer})
     def post(self, request: Request) -> Response:
         _platform_admin(request)
         data = valid(ClusterSerializer, request.data)
@@ -49,12 +52,20 @@ class ClusterListView(APIView):
 
 
 class ClusterDetailView(APIView):
+    @extend_schema(responses=ClusterSerializer)
     def get(self, request: Request, pk: int) -> Response:
         _platform_admin(request)
         return Response(ClusterSerializer(get_object_or_404(Cluster, pk=pk)).data)
 
 
 class ClusterTestView(APIView):
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "ConnectionTest",
+            {"ok": serializers.BooleanField(), "message": serializers.CharField()},
+        ),
+    )
     def post(self, request: Request, pk: int) -> Response:
         _platform_admin(request)
         cluster = get_object_or_404(Cluster, pk=pk)
@@ -72,16 +83,40 @@ def _gpu(gpu: selectors.GpuUse) -> dict[str, Any]:
     }
 
 
+class NodeFilters(serializers.Serializer):
+    """An id is a positive 64-bit integer: past that it is a 400, not a database overflow."""
+
+    cluster = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+    pool = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+
+
+NODE_ROWS = inline_serializer(
+    "NodeRow",
+    {
+        "id": serializers.IntegerField(),
+        "name": serializers.CharField(),
+        "cluster": serializers.CharField(),
+        "pool": serializers.CharField(allow_null=True),
+        "topology": serializers.DictField(),
+        "schedulable": serializers.BooleanField(),
+        "unschedulable_reason": serializers.CharField(),
+        "gpus": serializers.ListField(child=serializers.DictField()),
+    },
+    many=True,
+)
+
+
 class NodeListView(APIView):
     """Every node with its GPUs and their holders; unseen projects' workloads are masked."""
 
+    @extend_schema(
+        parameters=[NodeFilters],
+        responses=NODE_ROWS,
+    )
     def get(self, request: Request) -> Response:
-        cluster = request.query_params.get("cluster")
-        pool = request.query_params.get("pool")
+        filters = valid(NodeFilters, request.query_params)
         rows = selectors.node_rows(
-            request.user,
-            cluster_id=int(cluster) if cluster and cluster.isdigit() else None,
-            pool_id=int(pool) if pool and pool.isdigit() else None,
+            request.user, cluster_id=filters.get("cluster"), pool_id=filters.get("pool")
         )
         return Response(
             [

@@ -255,6 +255,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema and its docs page are for signed-in users (session or token) only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "ENUM_NAME_OVERRIDES": {"WorkloadKindEnum": "scheduling.models.WorkloadKind"},
     # Every operation's error answers (400/401/403/404/429), documented in one place.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied as ApiPermissionDenied
 from rest_framework.exceptions import ValidationError
@@ -67,10 +68,12 @@ class LaunchSerializer(serializers.Serializer):
 
 
 class WorkspaceListApi(APIView):
+    @extend_schema(responses=WorkspaceSerializer(many=True))
     def get(self, request: Request) -> Response:
         workspaces = selectors.workspace_list_for_user(request.user)
         return Response(WorkspaceSerializer(workspaces, many=True).data)
 
+    @extend_schema(request=LaunchSerializer, responses={201: WorkspaceSerializer})
     def post(self, request: Request) -> Response:
         serializer = LaunchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -95,11 +98,13 @@ def _visible(request: Request, workspace_id: int) -> Workspace:
 
 
 class WorkspaceDetailApi(APIView):
+    @extend_schema(responses=WorkspaceSerializer)
     def get(self, request: Request, workspace_id: int) -> Response:
         return Response(WorkspaceSerializer(_visible(request, workspace_id)).data)
 
 
 class WorkspaceKeepAliveApi(APIView):
+    @extend_schema(request=None, responses=WorkspaceSerializer)
     def post(self, request: Request, workspace_id: int) -> Response:
         workspace = _visible(request, workspace_id)
         try:
@@ -110,5 +115,6 @@ class WorkspaceKeepAliveApi(APIView):
 
 
 class EnvironmentListApi(APIView):
+    @extend_schema(responses=EnvironmentSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(EnvironmentSerializer(selectors.environment_list(), many=True).data)
