@@ -59,16 +59,22 @@ def test_the_schema_generates_without_errors_or_warnings():
 
 
 @pytest.mark.parametrize(
-    ("query", "field"),
-    [("kind=bogus", "kind"), ("state=RUNNING", "state"), ("sort=-bogus", "sort")],
+    ("url", "field"),
+    [
+        ("/api/v1/workloads/?kind=bogus&limit=5", "kind"),
+        ("/api/v1/workloads/?state=RUNNING", "state"),
+        ("/api/v1/workloads/?sort=-bogus", "sort"),
+        (f"/api/v1/nodes/?cluster={2**63}", "cluster"),
+        (f"/api/v1/nodes/?pool={10**30}", "pool"),
+        ("/api/v1/nodes/?pool=-1", "pool"),
+    ],
 )
-def test_a_value_outside_a_filters_enum_is_a_400_naming_it(org, query, field):
+def test_a_filter_outside_its_enum_or_range_is_a_400_naming_it(org, url, field):
     client = APIClient()
     client.force_authenticate(org.researcher)
-    response = client.get(f"/api/v1/workloads/?{query}&limit=5")
+    response = client.get(url)
     assert response.status_code == 400
     assert list(response.json()) == [field]
-    assert response.json()[field][0].startswith("Must be one of: ")
 
 
 @pytest.mark.parametrize(
@@ -112,15 +118,3 @@ def test_an_id_past_the_databases_range_is_a_404_not_a_500(org, url):
     client = Client(raise_request_exception=False)
     client.force_login(org.platform_admin)
     assert client.get(url.format(HUGE)).status_code == 404
-
-
-@pytest.mark.parametrize(
-    ("query", "field"),
-    [(f"cluster={2**63}", "cluster"), (f"pool={10**30}", "pool"), ("pool=-1", "pool")],
-)
-def test_a_node_filter_past_an_ids_range_is_a_400_naming_it(org, query, field):
-    client = APIClient()
-    client.force_authenticate(org.researcher)
-    response = client.get(f"/api/v1/nodes/?{query}")
-    assert response.status_code == 400
-    assert list(response.json()) == [field]
