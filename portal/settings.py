@@ -101,6 +101,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.errors.StyledErrorsUnderDebugMiddleware",
     "portal.api_schema.EnforceSchemaEnumsMiddleware",
+    "portal.middleware.RefuseNullCharactersMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

@@ -16,7 +16,7 @@ import pytest
 import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import got_request_exception, request_finished, request_started
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
 from hypothesis import HealthCheck, Phase, settings
@@ -110,6 +110,8 @@ def test_no_request_gets_a_server_error(case, caller, callers, app):
 
 @pytest.mark.xfail(strict=True, reason=KNOWN_5XX[("GET", "/api/v1/workloads/")][1])
 def test_known_5xx_a_huge_parent_filter(client, org):
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL compares past 64 bits without an error")
     client.raise_request_exception = False
     client.force_login(org.researcher)
     assert client.get(f"/api/v1/workloads/?parent={10**30}").status_code < 500

@@ -118,3 +118,31 @@ def test_an_id_past_the_databases_range_is_a_404_not_a_500(org, url):
     client = Client(raise_request_exception=False)
     client.force_login(org.platform_admin)
     assert client.get(url.format(HUGE)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/api/v1/workloads/?project=a%00b", "project"),
+        ("/api/v1/workloads/?user=%00", "user"),
+        ("/api/v1/workloads/?cluster=a%00", "cluster"),
+    ],
+)
+def test_a_null_character_in_a_query_is_a_400_naming_it(org, url, field):
+    client = APIClient()
+    client.force_authenticate(org.researcher)
+    response = client.get(url)
+    assert response.status_code == 400
+    assert response.json() == {field: ["Null characters are not allowed."]}
+
+
+def test_a_null_character_in_a_body_or_a_pages_filter_is_a_400(org, client):
+    api = APIClient()
+    api.force_authenticate(org.researcher)
+    body = {"project": "ml-vision\x00", "environment": "lab", "name": "nb"}
+    assert api.post("/api/v1/workspaces/", body, format="json").status_code == 400
+    client.force_login(org.researcher)
+    response = client.get("/workloads/?project=a%00b")
+    assert response.status_code == 400
+    assert "<h1>Bad request</h1>" in response.content.decode()
+    assert client.post("/projects/new/", {"name": "x\x00"}).status_code == 400
