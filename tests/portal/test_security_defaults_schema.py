@@ -67,9 +67,12 @@ def test_the_schema_generates_without_errors_or_warnings():
         (f"/api/v1/nodes/?cluster={2**63}", "cluster"),
         (f"/api/v1/nodes/?pool={10**30}", "pool"),
         ("/api/v1/nodes/?pool=-1", "pool"),
+        ("/api/v1/workloads/?project=a%00b", "project"),  # PostgreSQL cannot compare a NUL
+        ("/api/v1/workloads/?user=%00", "user"),
+        ("/api/v1/workloads/?cluster=a%00", "cluster"),
     ],
 )
-def test_a_filter_outside_its_enum_or_range_is_a_400_naming_it(org, url, field):
+def test_a_filter_outside_its_enum_or_range_or_with_a_nul_is_a_400_naming_it(org, url, field):
     client = APIClient()
     client.force_authenticate(org.researcher)
     response = client.get(url)
@@ -118,22 +121,6 @@ def test_an_id_past_the_databases_range_is_a_404_not_a_500(org, url):
     client = Client(raise_request_exception=False)
     client.force_login(org.platform_admin)
     assert client.get(url.format(HUGE)).status_code == 404
-
-
-@pytest.mark.parametrize(
-    ("url", "field"),
-    [
-        ("/api/v1/workloads/?project=a%00b", "project"),
-        ("/api/v1/workloads/?user=%00", "user"),
-        ("/api/v1/workloads/?cluster=a%00", "cluster"),
-    ],
-)
-def test_a_null_character_in_a_query_is_a_400_naming_it(org, url, field):
-    client = APIClient()
-    client.force_authenticate(org.researcher)
-    response = client.get(url)
-    assert response.status_code == 400
-    assert response.json() == {field: ["Null characters are not allowed."]}
 
 
 def test_a_null_character_in_a_body_or_a_pages_filter_is_a_400(org, client):
