@@ -109,6 +109,7 @@ def test_the_matrix_covers_every_organisation_page():
         p.name for p in [*org_urls.organisation, *org_urls.people_urls] if isinstance(p, URLPattern)
     }
     assert named == {name.split(":")[0] for name in MATRIX}
+    assert list(MORE_PAGES) == list(MATRIX)
 
 
 @pytest.mark.parametrize(("name", "persona"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
@@ -121,6 +122,48 @@ def test_each_page_answers_each_persona_as_the_matrix_says(client_as, org, name,
         assert response["Location"].startswith("/accounts/login/")
     else:
         assert response.status_code == expected[persona], f"{persona} GET {url}"
+
+
+# The organisation pages for the viewer, the peer and the member of nothing (see MORE below).
+MORE_PAGES = {
+    "home": (200, 200, 200),
+    "department_list": (403, 403, 403),
+    "department_create": (403, 403, 403),
+    "department_edit": (403, 403, 403),
+    "department_edit:other": (403, 403, 403),
+    "department_quotas": (403, 403, 403),
+    "department_delete": (403, 403, 403),
+    "project_list": (200, 200, 200),
+    "project_create": (403, 403, 403),
+    "project_detail": (200, 404, 404),
+    "project_detail:other": (404, 404, 404),
+    "project_edit": (403, 404, 404),
+    "project_edit:other": (404, 404, 404),
+    "project_quotas": (403, 404, 404),
+    "project_delete": (403, 404, 404),
+    "node_pool_list": (403, 403, 403),
+    "node_pool_create": (403, 403, 403),
+    "node_pool_edit": (403, 403, 403),
+    "user_list": (403, 403, 403),
+    "user_invite": (403, 403, 403),
+    "user_edit": (403, 403, 403),
+    "user_edit:other": (403, 403, 403),
+    "user_edit:platform_admin": (403, 403, 403),
+    "membership_add": (403, 403, 403),
+    "membership_remove": (403, 403, 403),
+    "user_deactivate": (403, 403, 403),
+    "user_deactivate:other": (403, 403, 403),
+    "user_reactivate": (403, 403, 403),
+    "audit_log": (403, 403, 403),
+}
+
+
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_each_page_answers_the_viewer_the_peer_and_the_member_of_nothing(client_as, site, name):
+    build, _ = MATRIX[name]
+    url = build(site)
+    answers = tuple(client_as(getattr(site, persona)).get(url).status_code for persona in MORE)
+    assert answers == MORE_PAGES[name], f"{MORE} GET {url}"
 
 
 def test_a_researcher_never_sees_another_departments_projects_anywhere(client_as, org):
