@@ -763,6 +763,7 @@ def test_every_page_a_persona_may_open_is_linked_within_three_clicks(client_as, 
 # Each write is sent as each persona would send it for real (a valid body), then undone. A 2xx
 # must have made the change; anything else must have changed nothing.
 PERSONAS = (*ORDER, *MORE)
+JSON = "application/json"
 
 
 def _named(model, **filters):
@@ -873,6 +874,28 @@ WRITES = {
         lambda o: NodePool.objects.filter(name="h100").exists(),
         (201, 403, 403, 403, 403, 403, 403),
     ),
+    # The pages' forms, posted as a browser does: success is a redirect, a refusal changes nothing.
+    "edit project A (page)": (
+        "form",
+        lambda o: f"/projects/{o.project_a.pk}/edit/",
+        lambda o: {"name": "ml-vision", "namespace": o.project_a.namespace, "description": "p"},
+        lambda o: Project.objects.get(pk=o.project_a.pk).description == "p",
+        (302, 302, 403, 404, 403, 404, 404),
+    ),
+    "stop project A's job (page)": (
+        "form",
+        lambda o: f"/workloads/{o.job.pk}/stop/",
+        lambda o: {},
+        lambda o: Workload.objects.get(pk=o.job.pk).state != WorkloadState.PENDING,
+        (302, 302, 302, 404, 403, 404, 404),
+    ),
+    "delete project A's job (page)": (
+        "form",
+        lambda o: f"/workloads/{o.job.pk}/delete/",
+        lambda o: {},
+        lambda o: not Workload.objects.filter(pk=o.job.pk).exists(),
+        (302, 302, 302, 404, 403, 404, 404),
+    ),
     "register a cluster": (
         "post",
         lambda o: "/api/v1/clusters/",
@@ -893,11 +916,16 @@ def test_every_write_with_a_real_payload_answers_and_acts_as_the_matrix_says(
     for persona in PERSONAS:
         client = client_as(getattr(site, persona))
         rollback = transaction.savepoint()
-        response = getattr(client, method)(url(site), body(site), content_type="application/json")
+        if method == "form":
+            response = client.post(url(site), body(site))
+            succeeded = response.status_code == 302
+        else:
+            response = getattr(client, method)(url(site), body(site), content_type=JSON)
+            succeeded = 200 <= response.status_code < 300
         acted = happened(site)
         transaction.savepoint_rollback(rollback)
         answers.append(response.status_code)
-        assert acted == (200 <= response.status_code < 300), f"{persona}: {response.content}"
+        assert acted == succeeded, f"{persona}: {response.content}"
         assert not leaked(site.secrets | {"sent": ["token: SECRET"]}, response), persona
     assert tuple(answers) == expected, f"{PERSONAS} answered {tuple(answers)}"
 
