@@ -13,7 +13,10 @@ auth = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password-reset/",
-        auth_views.PasswordResetView.as_view(form_class=InvitedUsersPasswordResetForm),
+        # Each POST may send a mail: counted with the sign-in attempts of its address.
+        sign_in_throttled(
+            auth_views.PasswordResetView.as_view(form_class=InvitedUsersPasswordResetForm)
+        ),
         name="password_reset",
     ),
     path(

@@ -1,4 +1,5 @@
-"""Sign-in throttling: the login page, the Django admin's login and POST /api/v1/auth/token.
+"""Sign-in throttling: the login page, the Django admin's login, POST /api/v1/auth/token and
+the password-reset form (each POST may send a mail).
 
 DRF's own throttles (a sliding window kept in a cache) count every sign-in attempt twice: per
 client address (a guessing run from one machine) and per username (a run spread over many

@@ -57,3 +57,11 @@ def test_signing_in_under_the_rates_works(org, rates):
     response = Client().post("/accounts/login/", {"username": "rita", "password": f.PASSWORD})
     assert response.status_code == 302
     assert token_attempt("rita", f.PASSWORD) == 200
+
+
+def test_password_reset_requests_count_against_the_address(org, rates, mailoutbox):
+    def reset() -> int:
+        return Client().post("/accounts/password-reset/", {"email": "rita@example.com"}).status_code
+
+    assert [reset() for _ in range(6)] == [302] * 5 + [429]
+    assert len(mailoutbox) <= 5
