@@ -71,6 +71,11 @@ class Api:
             )
         except requests.RequestException as exc:
             raise click.ClickException(f"Cannot reach {self.url}: {exc}") from exc
+        if response.status_code == 401 and self.headers:
+            raise click.ClickException(
+                f"{error_message(response)} The saved token has expired or was revoked: "
+                "run `gpupool login` again."
+            )
         if response.status_code >= 400:
             raise click.ClickException(error_message(response))
         return response.json() if response.content else None
