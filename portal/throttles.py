@@ -30,7 +30,8 @@ class SignInThrottle(SimpleRateThrottle):
     scope = "sign-in"
 
     def __init__(self) -> None:
-        self.cache = caches["sign-in"]
+        # The "sign-in" cache, or the default one where CACHES names no such alias.
+        self.cache = caches["sign-in" if "sign-in" in settings.CACHES else "default"]
         super().__init__()
 
     def get_rate(self) -> str:

@@ -65,3 +65,9 @@ def test_password_reset_requests_count_against_the_address(org, rates, mailoutbo
 
     assert [reset() for _ in range(6)] == [302] * 5 + [429]
     assert len(mailoutbox) <= 5
+
+
+def test_without_a_sign_in_cache_the_default_one_counts(org, rates, settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    codes = [token_attempt("rita", address=f"10.0.1.{i}") for i in range(4)]
+    assert codes == [400, 400, 400, 429]
