@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
@@ -68,6 +70,7 @@ def test_password_reset_requests_count_against_the_address(org, rates, mailoutbo
 
 
 def test_without_a_sign_in_cache_the_default_one_counts(org, rates, settings):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    fresh = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": uuid4().hex}
+    settings.CACHES = {"default": fresh}
     codes = [token_attempt("rita", address=f"10.0.1.{i}") for i in range(4)]
     assert codes == [400, 400, 400, 429]
