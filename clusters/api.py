@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -13,9 +14,8 @@ from rest_framework.views import APIView
 
 from clusters import selectors, services
 from clusters.models import Backend, Cluster
-from portal.api import call, query_number, valid
+from portal.api import call, valid
 from portal.permissions import is_platform_admin
-from scheduling import bounds
 
 
 class ClusterSerializer(serializers.Serializer):
@@ -38,10 +38,12 @@ def _platform_admin(request: Request) -> None:
 
 
 class ClusterListView(APIView):
+    @extend_schema(responses=ClusterSerializer(many=True))
     def get(self, request: Request) -> Response:
         _platform_admin(request)
         return Response(ClusterSerializer(Cluster.objects.all(), many=True).data)
 
+    @extend_schema(request=ClusterSerializer, responses={201: ClusterSerializer})
     def post(self, request: Request) -> Response:
         _platform_admin(request)
         data = valid(ClusterSerializer, request.data)
@@ -50,12 +52,20 @@ class ClusterListView(APIView):
 
 
 class ClusterDetailView(APIView):
+    @extend_schema(responses=ClusterSerializer)
     def get(self, request: Request, pk: int) -> Response:
         _platform_admin(request)
         return Response(ClusterSerializer(get_object_or_404(Cluster, pk=pk)).data)
 
 
 class ClusterTestView(APIView):
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "ConnectionTest",
+            {"ok": serializers.BooleanField(), "message": serializers.CharField()},
+        ),
+    )
     def post(self, request: Request, pk: int) -> Response:
         _platform_admin(request)
         cluster = get_object_or_404(Cluster, pk=pk)
@@ -73,14 +83,40 @@ def _gpu(gpu: selectors.GpuUse) -> dict[str, Any]:
     }
 
 
+class NodeFilters(serializers.Serializer):
+    """An id is a positive 64-bit integer: past that it is a 400, not a database overflow."""
+
+    cluster = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+    pool = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+
+
+NODE_ROWS = inline_serializer(
+    "NodeRow",
+    {
+        "id": serializers.IntegerField(),
+        "name": serializers.CharField(),
+        "cluster": serializers.CharField(),
+        "pool": serializers.CharField(allow_null=True),
+        "topology": serializers.DictField(),
+        "schedulable": serializers.BooleanField(),
+        "unschedulable_reason": serializers.CharField(),
+        "gpus": serializers.ListField(child=serializers.DictField()),
+    },
+    many=True,
+)
+
+
 class NodeListView(APIView):
     """Every node with its GPUs and their holders; unseen projects' workloads are masked."""
 
+    @extend_schema(
+        parameters=[NodeFilters],
+        responses=NODE_ROWS,
+    )
     def get(self, request: Request) -> Response:
+        filters = valid(NodeFilters, request.query_params)
         rows = selectors.node_rows(
-            request.user,
-            cluster_id=query_number(request, "cluster", bounds.ID),
-            pool_id=query_number(request, "pool", bounds.ID),
+            request.user, cluster_id=filters.get("cluster"), pool_id=filters.get("pool")
         )
         return Response(
             [

@@ -16,8 +16,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
-from rest_framework.authtoken.admin import TokenAdmin
-from rest_framework.authtoken.models import TokenProxy
+from knox.admin import AuthTokenAdmin
+from knox.models import AuthToken
 
 from portal.audit import audit_log, snapshot
 from portal.models import Department
@@ -90,11 +90,11 @@ class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
     pass
 
 
-class AuditedTokenAdmin(AuditedAdmin, TokenAdmin):
-    pass
+class AuditedTokenAdmin(AuditedAdmin, AuthTokenAdmin):
+    """API tokens (hashed): an admin may issue one (shown once) or revoke one by deleting it."""
 
 
-for model, model_admin in ((Group, AuditedGroupAdmin), (TokenProxy, AuditedTokenAdmin)):
+for model, model_admin in ((Group, AuditedGroupAdmin), (AuthToken, AuditedTokenAdmin)):
     if admin.site.is_registered(model):
         admin.site.unregister(model)
     admin.site.register(model, model_admin)

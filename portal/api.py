@@ -11,9 +11,8 @@ from typing import Any
 
 from django.contrib.auth import authenticate
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.authtoken.models import Token
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,7 +23,8 @@ from portal import selectors, services
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import visible_projects
-from scheduling import bounds
+from portal.throttles import SIGN_IN_THROTTLES
+from portal.tokens import api_token_issue
 from scheduling.bounds import Bound
 
 
@@ -41,18 +41,6 @@ def valid(serializer_class: type[serializers.Serializer], data: Any, **kw: Any) 
     serializer = serializer_class(data=data, **kw)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
-
-
-def query_number(request: Request, name: str, bound: Bound, default: int | None = None) -> Any:
-    """A whole-number query parameter within `bound` (`default` when absent), else a 400
-    naming the parameter."""
-    value = request.query_params.get(name)
-    if value in (None, ""):
-        return default
-    number, error = bound.whole(value)
-    if error:
-        raise serializers.ValidationError({name: [error]})
-    return number
 
 
 def _help(bound: Bound, kwargs: dict[str, Any]) -> str:
@@ -79,19 +67,6 @@ def bounded_decimal(bound: Bound, **kwargs: Any) -> serializers.DecimalField:
         help_text=_help(bound, kwargs),
         **kwargs,
     )
-
-
-class BoundedPagination(LimitOffsetPagination):
-    """?limit= and ?offset= within bounds; anything else is a 400 naming the parameter
-    (DRF's own would pass a huge offset on to the database, which overflows)."""
-
-    max_limit = int(bounds.PAGE_LIMIT.high)
-
-    def get_limit(self, request: Request) -> int | None:
-        return query_number(request, self.limit_query_param, bounds.PAGE_LIMIT, self.default_limit)
-
-    def get_offset(self, request: Request) -> int:
-        return query_number(request, self.offset_query_param, bounds.PAGE_OFFSET, 0)
 
 
 # --- Serializers ------------------------------------------------------------------------------
@@ -191,12 +166,27 @@ def quota_rows(owner: Department | Project) -> list[dict[str, Any]]:
 # --- Views ------------------------------------------------------------------------------------
 
 
+TOKEN_ANSWER = inline_serializer(
+    "IssuedToken",
+    {
+        "token": serializers.CharField(help_text="Send as `Authorization: Token <token>`."),
+        "username": serializers.CharField(),
+        "expiry": serializers.DateTimeField(),
+    },
+)
+
+
 class TokenView(APIView):
-    """POST username and password, get the API token the CLI sends as `Token <key>`."""
+    """POST username and password, get a new API token the CLI sends as `Token <key>`.
+
+    The token is shown this once (only its digest is stored) and expires at `expiry`.
+    """
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    throttle_classes = SIGN_IN_THROTTLES
 
+    @extend_schema(request=TokenRequestSerializer, responses=TOKEN_ANSWER)
     def post(self, request: Request) -> Response:
         data = valid(TokenRequestSerializer, request.data)
         user = authenticate(request, username=data["username"], password=data["password"])
@@ -204,11 +194,12 @@ class TokenView(APIView):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Unknown username or wrong password."]}
             )
-        token, _ = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key, "username": user.username})
+        stored, token = api_token_issue(user=user)
+        return Response({"token": token, "username": user.username, "expiry": stored.expiry})
 
 
 class MeView(APIView):
+    @extend_schema(responses=MeSerializer)
     def get(self, request: Request) -> Response:
         return Response(MeSerializer(request.user).data)
 
@@ -217,6 +208,14 @@ class ListCreateView(APIView):
     """GET the rows the caller may see; POST one through the create service."""
 
     serializer: type[serializers.ModelSerializer]
+
+    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
+        return self.serializer  # for the OpenAPI schema, with `action`
+
+    @property
+    def action(self) -> str:
+        """For the OpenAPI schema, as on a ViewSet: GET lists, POST creates (201)."""
+        return "create" if self.request.method == "POST" else "list"
 
     def rows(self, request: Request) -> Any:
         raise NotImplementedError
@@ -238,6 +237,9 @@ class DetailView(APIView):
 
     serializer: type[serializers.ModelSerializer]
     fields: tuple[str, ...]
+
+    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
+        return self.serializer  # for the OpenAPI schema
 
     def object(self, request: Request, pk: int) -> Any:
         raise NotImplementedError
@@ -263,6 +265,7 @@ class DetailDeleteView(DetailView):
     def remove(self, actor: Any, obj: Any) -> None:
         raise NotImplementedError
 
+    @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         call(self.remove, actor=request.user, obj=self.object(request, pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -331,9 +334,11 @@ class QuotaView(APIView):
     def owner(self, request: Request, pk: int) -> Department | Project:
         raise NotImplementedError
 
+    @extend_schema(responses=QuotaRowSerializer(many=True))
     def get(self, request: Request, pk: int) -> Response:
         return Response(quota_rows(self.owner(request, pk)))
 
+    @extend_schema(request=QuotaRowSerializer(many=True), responses=QuotaRowSerializer(many=True))
     def put(self, request: Request, pk: int) -> Response:
         owner = self.owner(request, pk)
         rows = valid(_QuotaTable, {"rows": request.data})["rows"]

@@ -4,15 +4,19 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from portal.forms import InvitedUsersPasswordResetForm
+from portal.throttles import sign_in_throttled
 from portal.views import organisation as org
 from portal.views import people
 
 auth = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", sign_in_throttled(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password-reset/",
-        auth_views.PasswordResetView.as_view(form_class=InvitedUsersPasswordResetForm),
+        # Each POST may send a mail: counted with the sign-in attempts of its address.
+        sign_in_throttled(
+            auth_views.PasswordResetView.as_view(form_class=InvitedUsersPasswordResetForm)
+        ),
         name="password_reset",
     ),
     path(

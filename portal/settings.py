@@ -7,6 +7,10 @@ DATABASE_URL (PostgreSQL), REDIS_URL (Celery broker and cache) and SECRET_KEY.
 
 from __future__ import annotations
 
+import os
+import secrets
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,12 +24,32 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_secret("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "gpupool-insecure-development-key-do-not-use-in-production"
+# Off unless set: `make demo` and development turn it on (DEBUG=1). Even then, only staff see
+# Django's technical error pages; everyone else gets the styled ones (portal/errors.py).
+DEBUG = env_bool("DEBUG", False)
+
+
+def _secret_key_kept_in(path: Path) -> str:
+    """A random key made once and kept (mode 0600) for every process sharing VAR_DIR.
+
+    Written to a private temporary file and linked into place, so that the web server,
+    worker and beat starting together all read the same, complete key.
+    """
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=path.parent)  # created with mode 0600
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(50))
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process won the race: use its key
+        finally:
+            os.unlink(temporary)
+    return path.read_text().strip()
+
+
+# Never a well-known key: without SECRET_KEY (or SECRET_KEY_FILE) each installation makes its own.
+SECRET_KEY = env_secret("SECRET_KEY") or _secret_key_kept_in(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 # The links e-mailed with invitations start with it.
 SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").rstrip("/")
@@ -59,7 +83,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "portal",
@@ -76,11 +100,15 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "portal.errors.StyledErrorsUnderDebugMiddleware",
+    "portal.api_schema.EnforceSchemaEnumsMiddleware",
+    "portal.middleware.RefuseNullCharactersMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
+CSRF_FAILURE_VIEW = "portal.errors.csrf_failure"
 WSGI_APPLICATION = "portal.wsgi.application"
 ASGI_APPLICATION = "portal.asgi.application"
 
@@ -156,6 +184,8 @@ else:
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = f"file://{_results_dir}"
+# Sign-in attempt counts (portal/throttles.py), apart so that tests can give each their own.
+CACHES["sign-in"] = {**CACHES["default"], "KEY_PREFIX": "sign-in"}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
@@ -233,15 +263,26 @@ elif OIDC_RP_CLIENT_ID or GPUPOOL_OIDC_GROUP_ROLES:
     raise ImproperlyConfigured("GPUPOOL_OIDC_* is set but GPUPOOL_OIDC_ISSUER is not")
 # --- End of single sign-on --------------------------------------------------------------------
 
+# Sign-in attempts (login page, Django admin login, API token): per client address and per
+# username, DRF's rate format. Past either, 429 with Retry-After.
+GPUPOOL_SIGN_IN_RATES = {
+    "sign-in": env_str("GPUPOOL_SIGN_IN_RATE", "20/min"),
+    "sign-in-username": env_str("GPUPOOL_SIGN_IN_USERNAME_RATE", "30/hour"),
+}
+for _name, _rate in GPUPOOL_SIGN_IN_RATES.items():
+    _count, _, _period = _rate.partition("/")
+    if not (_count.isdigit() and _period[:1] in {"s", "m", "h", "d"}):
+        raise ImproperlyConfigured(f"The {_name} rate must be like 20/min, not {_rate!r}")
+
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "portal.api.BoundedPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.pagination.BoundedPagination",
     # JSON with a nesting limit (a deep body is a 400, not a RecursionError), forms as before.
     "DEFAULT_PARSER_CLASSES": [
         "portal.parsers.BoundedJSONParser",
@@ -250,6 +291,13 @@ REST_FRAMEWORK = {
     ],
     "PAGE_SIZE": 100,
 }
+# API tokens (portal/tokens.py): hashed at rest, valid for GPUPOOL_API_TOKEN_TTL_DAYS, and at
+# most GPUPOOL_API_TOKENS_PER_USER per user (a new login drops the oldest).
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(days=env_int("GPUPOOL_API_TOKEN_TTL_DAYS", 30, minimum=1)),
+    "AUTO_REFRESH": False,
+}
+GPUPOOL_API_TOKENS_PER_USER = env_int("GPUPOOL_API_TOKENS_PER_USER", 10, minimum=1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPUPool API",
     "DESCRIPTION": "Pool GPUs across Kubernetes clusters and share them fairly among teams.",
@@ -257,6 +305,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema and its docs page are for signed-in users (session or token) only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "ENUM_NAME_OVERRIDES": {"WorkloadKindEnum": "scheduling.models.WorkloadKind"},
+    # Every operation's error answers (400/401/403/404/429), documented in one place.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_schema.document_errors",
+    ],
 }
 
 # --- Static files, i18n ----------------------------------------------------------------------

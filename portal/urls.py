@@ -5,9 +5,18 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from portal import api_schema  # noqa: F401 - registers the API's token schemes for the schema
+from portal.throttles import sign_in_throttled
 from scheduling.api import ApiDocsView
 
+# The styled error pages (portal/errors.py), JSON under /api/.
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"
+
 urlpatterns = [
+    path("django-admin/login/", sign_in_throttled(admin.site.login), name="admin-login"),
     path("django-admin/", admin.site.urls),
     path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/sso.py)
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

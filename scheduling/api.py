@@ -15,8 +15,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import BoundedPagination, bounded_decimal, bounded_integer, call, query_number
+from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
+from portal.pagination import BoundedPagination, query_number
 from portal.permissions import (
     can_admin_department,
     departments_for_admin,

@@ -74,6 +74,11 @@ class Api:
             )
         except requests.RequestException as exc:
             raise click.ClickException(f"Cannot reach {self.url}: {exc}") from exc
+        if response.status_code == 401 and self.headers:
+            raise click.ClickException(
+                f"{error_message(response)} The saved token has expired or was revoked: "
+                "run `gpupool login` again."
+            )
         if response.status_code >= 400:
             raise click.ClickException(error_message(response))
         return response.json() if response.content else None
@@ -163,7 +168,8 @@ def login(ctx: click.Context, url: str | None, username: str, password: str) -> 
     )
     config.update(token=body["token"], username=body["username"])
     save_config(config)
-    click.echo(f"Logged in to {config['url']} as {body['username']}.")
+    expiry = f" The token expires at {body['expiry']}." if body.get("expiry") else ""
+    click.echo(f"Logged in to {config['url']} as {body['username']}.{expiry}")
 
 
 @main.group()

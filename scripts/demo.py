@@ -48,6 +48,9 @@ def main() -> int:
     port = os.environ.get("GPUPOOL_PORT", "8000")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ.setdefault("SITE_URL", f"http://{host}:{port}")
+    # Development mode (static files from their folders, cookies over plain http); users
+    # still get the styled error pages, only staff see Django's technical ones.
+    os.environ.setdefault("DEBUG", "1")
     manage("migrate", "--noinput")
     manage("seed_demo")
     procs = {

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from uuid import uuid4
 
 import pytest
 
@@ -20,6 +21,16 @@ from tests import factories as f
 def _fast_and_local(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    # Sign-in attempts are counted per address and username: each test starts with none
+    # counted, under rates no test reaches unless it sets its own (a test's own CACHES
+    # without this alias shares the default cache with the tests before it).
+    settings.GPUPOOL_SIGN_IN_RATES = {"sign-in": "1000/min", "sign-in-username": "1000/min"}
+    settings.CACHES = settings.CACHES | {
+        "sign-in": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": uuid4().hex,
+        }
+    }
     # Unit tests run tasks in-process; end-to-end tests start real workers and turn this off.
     # The app reads Django settings under the CELERY_ namespace, so the key carries it too.
     previous = celery_app.conf.task_always_eager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied as ApiPermissionDenied
 from rest_framework.exceptions import ValidationError
@@ -16,6 +17,7 @@ from portal.api import bounded_decimal, bounded_integer
 from portal.errors import ValidationFailed
 from portal.models import Project
 from scheduling import bounds
+from scheduling.models import GpuRequestKind
 from workspaces import selectors, services
 from workspaces.models import Environment, Workspace
 
@@ -50,7 +52,7 @@ class LaunchSerializer(serializers.Serializer):
         slug_field="name", queryset=Environment.objects.filter(enabled=True)
     )
     name = serializers.CharField(max_length=63)
-    gpu_request = serializers.ChoiceField(["whole", "fraction", "memory"], default="whole")
+    gpu_request = serializers.ChoiceField(GpuRequestKind.choices, default=GpuRequestKind.WHOLE)
     gpus = bounded_decimal(bounds.GPUS, default=0)
     gpu_memory_mib = bounded_integer(bounds.GPU_MEMORY_MIB, default=0)
     cpu = bounded_decimal(bounds.CPU, default=1)
@@ -71,10 +73,12 @@ class LaunchSerializer(serializers.Serializer):
 
 
 class WorkspaceListApi(APIView):
+    @extend_schema(responses=WorkspaceSerializer(many=True))
     def get(self, request: Request) -> Response:
         workspaces = selectors.workspace_list_for_user(request.user)
         return Response(WorkspaceSerializer(workspaces, many=True).data)
 
+    @extend_schema(request=LaunchSerializer, responses={201: WorkspaceSerializer})
     def post(self, request: Request) -> Response:
         serializer = LaunchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -99,11 +103,13 @@ def _visible(request: Request, workspace_id: int) -> Workspace:
 
 
 class WorkspaceDetailApi(APIView):
+    @extend_schema(responses=WorkspaceSerializer)
     def get(self, request: Request, workspace_id: int) -> Response:
         return Response(WorkspaceSerializer(_visible(request, workspace_id)).data)
 
 
 class WorkspaceKeepAliveApi(APIView):
+    @extend_schema(request=None, responses=WorkspaceSerializer)
     def post(self, request: Request, workspace_id: int) -> Response:
         workspace = _visible(request, workspace_id)
         try:
@@ -114,5 +120,6 @@ class WorkspaceKeepAliveApi(APIView):
 
 
 class EnvironmentListApi(APIView):
+    @extend_schema(responses=EnvironmentSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(EnvironmentSerializer(selectors.environment_list(), many=True).data)

@@ -3,18 +3,20 @@ request cycle, and the workspace's access rules."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from html import escape
+from dataclasses import dataclass, field
 from importlib import import_module
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user
+from django.contrib.auth.models import AnonymousUser
 from django.db import close_old_connections
 from django.http.cookie import parse_cookie
 from django.shortcuts import resolve_url
+from django.template.loader import render_to_string
 from django.utils.http import is_same_domain
 
 from workspaces.selectors import can_open_workspace, workspace_get, workspace_upstream
@@ -27,6 +29,7 @@ class Access:
     token: str = ""
     location: str = ""
     message: str = ""
+    user: Any = field(default=None, compare=False, repr=False)  # for the refusal page's header
 
     @property
     def allowed(self) -> bool:
@@ -97,12 +100,12 @@ def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: 
             return Access(302, location=f"{login}?next={quote(path)}", message="Log in first.")
         workspace = workspace_get(workspace_id)
         if workspace is None:
-            return Access(404, message="No such workspace.")
+            return Access(404, message="No such workspace.", user=user)
         if not can_open_workspace(user, workspace):
-            return Access(403, message="Only the owner of this workspace may open it.")
+            return Access(403, message="Only the owner of this workspace may open it.", user=user)
         upstream = workspace_upstream(workspace)
         if upstream is None:
-            return Access(503, message="This workspace is not running.")
+            return Access(503, message="This workspace is not running.", user=user)
         return Access(200, upstream=upstream, token=workspace.token)
     finally:
         close_old_connections()
@@ -113,9 +116,15 @@ def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: 
 authorize = sync_to_async(authorize_sync, thread_sensitive=False)
 
 
+REFUSAL_TITLES = {403: "Forbidden", 404: "Not found", 503: "Not running"}
+
+
 def refusal_page(access: Access) -> str:
-    return (
-        "<!doctype html><html><head><title>GPUPool workspace</title></head><body>"
-        f"<h1>{access.status}</h1><p>{escape(access.message)}</p>"
-        '<p><a href="/workspaces/">Back to your workspaces</a></p></body></html>'
-    )
+    """The portal's styled error page, with its navigation for a signed-in user (rendered
+    without a request: the proxy runs outside Django's, and the header needs only the user)."""
+    context = {
+        "title": REFUSAL_TITLES.get(access.status, "Refused"),
+        "message": access.message,
+        "user": access.user or AnonymousUser(),
+    }
+    return render_to_string("error.html", context)

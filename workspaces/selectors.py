@@ -35,7 +35,9 @@ def workspace_get(workspace_id: int) -> Workspace | None:
         Workspace.objects.select_related(
             "workload", "workload__project__department", "workload__submitted_by", "environment"
         )
-        .filter(pk=workspace_id)
+        # Through the workload's id: an id past the database's integer range finds nothing
+        # (Django checks the range on integer fields, not on a one-to-one key).
+        .filter(workload__id=workspace_id)
         .first()
     )
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission
@@ -61,6 +63,7 @@ class AgentView(APIView):
 class MetricsIngestView(AgentView):
     """POST {"samples": [...]} (or a bare list); node_id is always the token's node."""
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Any) -> Response:
         body = request.data
         samples = body.get("samples") if isinstance(body, dict) else body
@@ -83,6 +86,7 @@ class MetricsIngestView(AgentView):
 class AgentPodsView(AgentView):
     """The pods placed on the agent's node, so it can map processes to workloads."""
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Any) -> Response:
         rows = PodAllocation.objects.filter(node=request.auth.node).values(
             "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"

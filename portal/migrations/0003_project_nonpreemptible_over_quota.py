@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0001_initial"),
+        ("portal", "0002_hashed_tokens"),
     ]
 
     operations = [

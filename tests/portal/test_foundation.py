@@ -116,7 +116,6 @@ def _start(process: str, environment: dict[str, str], var: Path):
 @pytest.mark.parametrize(
     ("process", "environment", "message"),
     [
-        ("settings", {"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off"),
         ("settings", {"DEBUG": "perhaps"}, "DEBUG must be a boolean"),
         ("settings", {"REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL like redis://"),
         ("settings", {"DATABASE_URL": "postgress://db/x"}, "DATABASE_URL is not a valid"),
@@ -163,7 +162,8 @@ def test_the_sites_origin_is_trusted_for_forms_posted_through_a_tls_proxy(tmp_pa
 @pytest.mark.parametrize(
     ("environment", "printed"),
     [
-        ({}, "False False 0 None"),  # the embedded demo on plain http: cookies must still work
+        ({}, "True True 0 None"),  # DEBUG is off unless set: https only
+        ({"DEBUG": "1"}, "False False 0 None"),  # the demo on plain http: cookies must still work
         ({"DEBUG": "0", "SECRET_KEY": "k" * 50}, "True True 0 None"),  # production: https only
         (  # a plain-http production deployment opts out
             {

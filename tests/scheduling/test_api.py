@@ -90,11 +90,12 @@ def test_a_viewer_sees_the_project_but_may_not_submit(api, org):
 
 def test_a_token_or_a_browser_session_with_its_csrf_token_may_submit(org):
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
-    token = Token.objects.create(user=org.researcher)
+    from portal.tokens import api_token_issue
+
+    _, token = api_token_issue(user=org.researcher)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.post("/api/v1/workloads/", training(name="by-token")).status_code == 201
     client.credentials(HTTP_AUTHORIZATION="Token wrong")
     assert client.get("/api/v1/workloads/").status_code == 401

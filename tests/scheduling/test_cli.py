@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
+from django.utils import timezone
 
 from scheduling.cli import main
 from scheduling.cycle import cycle_run
@@ -48,10 +49,18 @@ def test_login_saves_the_token_and_a_wrong_password_fails_with_the_apis_message(
     out = gp("login", "--url", gp.url, "--username", "rita", "--password", "nope", ok=False)
     assert "Unknown username or wrong password." in out
     out = gp("login", "--url", gp.url, "--username", "rita", "--password", f.PASSWORD)
-    assert out.strip() == f"Logged in to {gp.url} as rita."
+    assert out.startswith(f"Logged in to {gp.url} as rita. The token expires at 20")
     config = json.loads((gp.config_dir / "config.json").read_text())
-    assert config["username"] == "rita" and len(config["token"]) == 40
+    assert config["username"] == "rita" and len(config["token"]) == 64
     assert oct((gp.config_dir / "config.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_expired_token_says_to_log_in_again(logged_in, org):
+    from knox.models import AuthToken
+
+    AuthToken.objects.filter(user=org.researcher).update(expiry=timezone.now())
+    out = logged_in("list", ok=False)
+    assert "Invalid token." in out and "run `gpupool login` again" in out
 
 
 def test_commands_before_login_say_how_to_log_in(gp, org):

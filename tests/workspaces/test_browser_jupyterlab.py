@@ -61,6 +61,8 @@ def asgi_server(tmp_path):
         "DATABASE_URL": _test_database_url(),
         "GPUPOOL_VAR_DIR": str(tmp_path / "server-var"),
         "DJANGO_SETTINGS_MODULE": "portal.settings",
+        # A development server, as `make demo` runs: static files from their folders.
+        "DEBUG": "1",
     }
     log = (tmp_path / "uvicorn.log").open("wb")
     proc = subprocess.Popen(

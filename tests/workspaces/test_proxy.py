@@ -102,6 +102,8 @@ def test_a_user_of_another_project_gets_403_for_pages_and_websockets(client, org
     cookie = _session_cookie(client, org.outsider)
     status, _, body = call_http(f"/workspaces/{lab.workload_id}/lab/tree", cookie)
     assert status == 403 and b"Only the owner" in body
+    # The portal's styled page, with its navigation.
+    assert b"<h1>Forbidden</h1>" in body and b'href="/workloads/queue/"' in body
     ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
     assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
 
@@ -160,6 +162,8 @@ def test_an_owner_removed_from_the_project_no_longer_passes(client, org, lab):
     org.researcher.memberships.filter(project=org.project_a).delete()
     status, _, body = call_http(path, cookie)
     assert status == 403 and b"Only the owner" in body
+    # The portal's styled page, with its navigation.
+    assert b"<h1>Forbidden</h1>" in body and b'href="/workloads/queue/"' in body
     ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
     assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
 
