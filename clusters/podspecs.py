@@ -88,6 +88,7 @@ def pod_spec(
         duration_s=float(duration) if duration is not None else None,
         termination_grace_s=(graces or {}).get(workload.pk),
         volumes=pod_volumes(workload.spec or {}),
+        run_as_root=bool((workload.spec or {}).get("run_as_root")),
         backend_ref=allocation.backend_ref,
     )
 

@@ -20,7 +20,7 @@ from clusters.backends import (
     PodSpec,
     ReconcileReport,
 )
-from clusters.backends.kubernetes.manifests import SELECTOR
+from clusters.backends.kubernetes.manifests import POD_LABEL
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -47,13 +47,19 @@ def repair(
         jobs += [lambda s=spec: backend.bind(s) for spec in unbound]
     try:
         services = backend._json(
-            backend.api.list_service_for_all_namespaces, label_selector=SELECTOR
+            backend.api.list_service_for_all_namespaces, label_selector=backend.owner.selector
         )["items"]
     except ApiException as exc:
         report.errors.append(f"cannot list services: {exc.status} {exc.reason}")
         services = []
         existing = []  # unknown which exist: create none, and delete none
-    listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
+    # (namespace, the pod's name in GPUPool) -> the Service's name in the cluster
+    listed = {
+        (s["metadata"]["namespace"], (s["metadata"].get("labels") or {}).get(POD_LABEL, "")): s[
+            "metadata"
+        ]["name"]
+        for s in services
+    }
     keep = {(s.namespace, s.name) for s in existing if s.ports}
     jobs += [
         lambda s=spec: backend.ensure_service(s)
@@ -61,9 +67,9 @@ def repair(
         if spec.ports and (spec.namespace, spec.name) not in listed
     ]
     jobs += [
-        lambda ns=ns, name=name: backend.delete_service(name, ns)
-        for ns, name in sorted(listed - keep)
-        if name not in report.statuses  # a pod shutting down had it deleted already
+        lambda ns=key[0], name=listed[key]: backend.delete_service(name, ns)
+        for key in sorted(set(listed) - keep)
+        if key[1] not in report.statuses  # a pod shutting down had it deleted already
     ]
 
     def run(job: Callable[[], Any]) -> None:
