@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -291,11 +292,14 @@ class FakeApiServer:
         # A ClusterRole's rules the kubeconfig's user is bound to; None: allowed anything.
         self.rbac_rules: list[dict] | None = None
         self.rbac_user = "system:serviceaccount:gpupool:gpupool"
+        # Validating admission webhooks on pod create: name -> why it denies (or None).
+        self.webhooks: dict[str, Callable[[dict], str | None]] = {}
         self.denied: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
         self.allowed: set[tuple[str, str, str]] = set()  # (verb, group, resource) used
         self.down = False
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
+        self.queries: list[tuple[str, str, dict]] = []  # method, path, query parameters
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
@@ -578,6 +582,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             with api.lock:
                 api.requests.append((method, url.path))
+                api.queries.append((method, url.path, query))
             fault = api._fault_for(method, url.path)
             if fault and fault.kind == "timeout":
                 time.sleep(api.timeout_s)
@@ -635,7 +640,17 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         # --- handlers ---------------------------------------------------------------------
         def _version(self, method: str, *, query: dict, body: Any) -> tuple[int, Any]:
-            return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpupool-fake"}
+            return 200, {
+                "major": "1",
+                "minor": "31",
+                "gitVersion": "v1.31.0-gpupool-fake",
+                "gitCommit": "0" * 40,
+                "gitTreeState": "clean",
+                "buildDate": "2024-08-13T07:28:49Z",
+                "goVersion": "go1.22.5",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
 
         def _collection(self, method: str, resource: str, *, query: dict, body: Any):
             if method == "POST" and resource in CLUSTER_SCOPED:
@@ -806,6 +821,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             refusal = pod_security_violation(pod, labels, api.pod_security_default)
             if refusal:
                 raise ApiError(403, "Forbidden", refusal)
+            for webhook, check in sorted(api.webhooks.items()):
+                if (why := check(pod)) is not None:
+                    message = f'admission webhook "{webhook}" denied the request: {why}'
+                    raise ApiError(403, "Forbidden", message)
             pod["status"] = {"phase": "Pending", "qosClass": qos_class(pod["spec"])}
 
         def _kubelet_start(self, pod: dict) -> None:

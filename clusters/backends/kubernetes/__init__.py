@@ -173,6 +173,14 @@ class KubernetesBackend(Backend):
             raise BackendUnreachable(f"{self.cluster.name}: {exc.status} {exc.reason}") from exc
         return f"Kubernetes {version.get('gitVersion', '?')}: {len(nodes)} nodes"
 
+    def kube_system_uid(self) -> str:
+        """The uid of the cluster's kube-system namespace: made with the cluster and never
+        changed, it tells one cluster from another whatever URL reaches it."""
+        try:
+            return str(self._json(self.api.read_namespace, "kube-system")["metadata"]["uid"])
+        except ApiException as exc:
+            raise BackendUnreachable(f"{self.cluster.name}: {_said(exc)}") from exc
+
     def list_inventory(self) -> list[NodeInfo]:
         try:
             items = self._json(self.api.list_node)["items"]
