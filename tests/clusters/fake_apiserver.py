@@ -665,6 +665,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if method == "DELETE":
                 with api.lock:
                     self._get(resource, "", name)
+                    if resource == "namespaces":  # the namespace controller empties it
+                        for kind in ("pods", "services"):
+                            for key in [k for k in api.objects[kind] if k[0] == name]:
+                                api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
             if method == "PATCH":
                 return self._patch_metadata(resource, "", name, body or {})
