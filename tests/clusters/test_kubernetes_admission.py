@@ -10,6 +10,7 @@ from clusters.backends.kubernetes import KubernetesBackend
 from clusters.models import Node
 from clusters.reconcile import cluster_reconcile
 from scheduling.models import WorkloadState
+from scheduling.specs import clean_spec
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 
@@ -150,3 +151,13 @@ def test_reservation_pods_run_under_a_priority_class_gpupool_makes_once(kube, or
     assert list(fake.objects["priorityclasses"]) == [("", "gpupool-reservation")]
     roles = [p["metadata"]["labels"]["gpupool.io/role"] for p in fake.pods()]
     assert sorted(roles) == ["reservation", "workload", "workload"]
+
+
+def test_a_submission_declares_that_its_image_needs_root_as_a_boolean():
+    base = {"image": "ubuntu:24.04", "command": ["apt-get", "update"]}
+    cleaned, errors = clean_spec("training", "apt", {**base, "run_as_root": "true"})
+    assert errors == {} and cleaned["spec"]["run_as_root"] is True
+    cleaned, errors = clean_spec("training", "apt", base)
+    assert errors == {} and "run_as_root" not in cleaned["spec"]
+    _, errors = clean_spec("training", "apt", {**base, "run_as_root": "perhaps"})
+    assert errors == {"run_as_root": ["Enter true or false."]}
