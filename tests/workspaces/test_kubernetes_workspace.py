@@ -9,6 +9,7 @@ from clusters.reconcile import cluster_reconcile
 from scheduling.tasks import run_cycle
 from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 from workspaces.models import Environment
+from workspaces.selectors import workspace_upstream
 from workspaces.services import LaunchRequest, workspace_launch
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
@@ -49,3 +50,7 @@ def test_a_launched_workspace_mounts_its_pvc_at_the_notebook_directory(kube, org
     assert (env["GPUPOOL_PORT"], env["GPUPOOL_PORT_HTTP"]) == ("8888", "8888")
     workload.refresh_from_db()
     assert workload.allocations.get().endpoint == f"{name}.gp-ml-vision.svc:8888"
+    # Before an endpoint is recorded the proxy falls back to the Service's DNS name: the
+    # same name, with this installation's and cluster record's identities.
+    workload.allocations.update(endpoint="")
+    assert workspace_upstream(workspace) == f"{name}.gp-ml-vision.svc:8888"
