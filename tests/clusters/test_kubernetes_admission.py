@@ -161,3 +161,27 @@ def test_a_submission_declares_that_its_image_needs_root_as_a_boolean():
     assert errors == {} and "run_as_root" not in cleaned["spec"]
     _, errors = clean_spec("training", "apt", {**base, "run_as_root": "perhaps"})
     assert errors == {"run_as_root": ["Enter true or false."]}
+
+
+def test_under_a_cluster_wide_restricted_default_every_gpupool_pod_is_admitted(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    fake.pod_security_default = "restricted"
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    node = Node.objects.get(name="gpu-a")
+    whole, half = job(org, "whole"), job(org, "half", gpu_request="fraction", gpus="0.5")
+    lab = job(org, "lab", kind="workspace", spec={"ports": [{"name": "http", "port": 8888}]})
+    admit(whole, node, pods=[{"gpu_indices": [0]}])
+    admit(half, node, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
+    admit(lab, node)
+    for _ in range(3):  # the reservation, its device, the shared pod
+        assert cluster_reconcile(cluster).errors == []
+    for workload in (whole, half, lab):
+        workload.refresh_from_db()
+        assert workload.state == S.RUNNING, workload.name
+    assert sorted(p["metadata"]["labels"]["gpupool.io/role"] for p in fake.pods()) == [
+        "reservation",
+        "workload",
+        "workload",
+        "workload",
+    ]
