@@ -59,6 +59,9 @@ class Cluster(models.Model):
     reachable = models.BooleanField(default=True)
     last_contact_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # Kubernetes: the highest resourceVersion of a pod and a service GPUPool wrote
+    # ({"pods": "123", "services": "45"}); a pass trusts its watch cache once it has seen them.
+    watch_state = models.JSONField(default=dict, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clusters.backends import PodSpec, PortSpec, VolumeSpec, pod_name
-from clusters.models import Gpu
+from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
+from clusters.backends.kubernetes.ownership import Owner, owner_of
+from clusters.models import Backend, Gpu
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -33,6 +34,58 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     return env
 
 
+DISTRIBUTED = "distributed"  # scheduling.models.WorkloadKind.DISTRIBUTED
+RENDEZVOUS_PORT = 29500  # PyTorch's default MASTER_PORT
+LOCAL_PORTS = (29500, 10000)  # on one machine: 29500 + workload id mod 10000
+HOSTFILE = "/etc/gpupool/hostfile"
+
+
+def rendezvous_for(
+    workload: Any, namespace: str, peers: tuple[int, ...], *, owner: Owner | None
+) -> Rendezvous | None:
+    """Where a distributed workload's pods meet: on Kubernetes (`owner`: whose objects
+    they are) the rank-0 pod's stable name through the workload's headless Service
+    (`<pod>.<service>.<namespace>.svc`, both names carrying the owner's identities as the
+    backend names them), on one machine 127.0.0.1 and a port of the workload's own.
+    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods), in
+    rank order."""
+    if workload.kind != DISTRIBUTED:
+        return None
+    gpus = workload.gpus or 0
+    slots = max(int(gpus), 1)
+    names = [pod_name(workload.pk, i) for i in peers]
+    if owner is None:
+        port = LOCAL_PORTS[0] + workload.pk % LOCAL_PORTS[1]
+        return Rendezvous(service="", port=port, hosts=("127.0.0.1",) * len(names), slots=slots)
+    service = owner.object_name(names[0].rsplit("-", 1)[0])  # gp-<id>-...: no pod is named so
+    hosts = tuple(f"{owner.object_name(name)}.{service}.{namespace}.svc" for name in names)
+    return Rendezvous(service=service, port=RENDEZVOUS_PORT, hosts=hosts, slots=slots)
+
+
+def rendezvous_env(rendezvous: Rendezvous, rank: int) -> dict[str, str]:
+    """What PyTorch expects: MASTER_ADDR/PORT, WORLD_SIZE, RANK, LOCAL_RANK for a process
+    started directly (one per pod, or the first of the pod's), NODE_RANK, and the PET_*
+    variables `torchrun` reads in place of its flags (it sets RANK... for its workers)."""
+    nodes, slots = len(rendezvous.hosts), rendezvous.slots
+    master, port = rendezvous.hosts[0], str(rendezvous.port)
+    env = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": port,
+        "WORLD_SIZE": str(nodes * slots),
+        "RANK": str(rank * slots),
+        "LOCAL_RANK": "0",
+        "NODE_RANK": str(rank),
+        "PET_NNODES": str(nodes),
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": str(slots),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": port,
+    }
+    if rendezvous.service:  # Kubernetes mounts the hostfile for MPI-style launchers
+        env.update(GPUPOOL_HOSTFILE=HOSTFILE, OMPI_MCA_orte_default_hostfile=HOSTFILE)
+    return env
+
+
 def pod_volumes(spec: dict[str, Any]) -> tuple[VolumeSpec, ...]:
     """Volumes a workload asks for in its spec (a workspace's data volume, or any other
     workload's): {"name", "claim", "mount_path", "read_only"}."""
@@ -51,8 +104,17 @@ def pod_spec(
     allocation: PodAllocation,
     uuids: dict[tuple[int, int], str] | None = None,
     graces: dict[int, int] | None = None,
+    *,
+    owner: Owner | None = None,
+    peers: tuple[int, ...] = (),
 ) -> PodSpec:
     workload = allocation.workload
+    namespace = workload.project.namespace
+    peers = peers or tuple(range(workload.pods))
+    rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
+    env = pod_env(allocation)
+    if rendezvous is not None and allocation.pod_index in peers:
+        env.update(rendezvous_env(rendezvous, peers.index(allocation.pod_index)))
     uuids = uuids or {}
     node_id = allocation.node_id
     shared = allocation.shared_gpu_index
@@ -63,7 +125,7 @@ def pod_spec(
     duration = (workload.spec or {}).get("duration_s")
     return PodSpec(
         name=pod_name(workload.pk, allocation.pod_index),
-        namespace=workload.project.namespace,
+        namespace=namespace,
         workload_id=workload.pk,
         pod_index=allocation.pod_index,
         node_name=allocation.node.name,
@@ -73,7 +135,7 @@ def pod_spec(
         image=workload.image,
         command=tuple(str(c) for c in workload.command or ()),
         args=tuple(str(a) for a in workload.args or ()),
-        env=pod_env(allocation),
+        env=env,
         cpu=float(workload.cpu),
         memory_mib=int(workload.memory_mib),
         gpu_indices=tuple(int(i) for i in allocation.gpu_indices or ()),
@@ -90,6 +152,7 @@ def pod_spec(
         volumes=pod_volumes(workload.spec or {}),
         run_as_root=bool((workload.spec or {}).get("run_as_root")),
         backend_ref=allocation.backend_ref,
+        rendezvous=rendezvous,
     )
 
 
@@ -104,4 +167,17 @@ def pod_specs_for(
             "node_id", "index", "uuid"
         )
     }
-    return [pod_spec(a, uuids, graces) for a in allocations]
+    owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
+    peers: dict[int, list[int]] = {}
+    for allocation in allocations:
+        peers.setdefault(allocation.workload_id, []).append(allocation.pod_index)
+    return [
+        pod_spec(
+            a,
+            uuids,
+            graces,
+            owner=owner,
+            peers=tuple(sorted(peers[a.workload_id])),
+        )
+        for a in allocations
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_process_init, worker_ready
 from django.core.cache import cache
 from django.db import transaction
 
@@ -15,6 +16,7 @@ from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
 
 log = logging.getLogger(__name__)
 LOCK_TTL_S = 300
+SOON_S = 0.5  # a burst of pod changes seen by the watch makes one reconcile
 
 
 def _single_flight(key: str) -> bool:
@@ -30,7 +32,10 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         return None
     key = f"gpupool:reconcile:{cluster_id}"
     if not _single_flight(key):
-        log.info("reconcile of %s already running; skipped", cluster.name)
+        # The running pass may have observed the cluster before the change that asked
+        # for this one: it runs again when it ends.
+        cache.set(f"gpupool:reconcile-again:{cluster_id}", "1", LOCK_TTL_S)
+        log.info("reconcile of %s already running; it runs again after", cluster.name)
         return None
     try:
         result = cluster_reconcile(cluster)
@@ -42,7 +47,26 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         raise
     finally:
         cache.delete(key)
+        if cache.delete(f"gpupool:reconcile-again:{cluster_id}"):
+            reconcile_soon(cluster_id)
     return {"created": result.created, "deleted": result.deleted, "errors": result.errors}
+
+
+def reconcile_soon(cluster_id: int) -> None:
+    """A watch saw a pod change (finished, failed, deleted): reconcile now rather than at
+    the next beat tick. cache.add makes a burst of changes, in any process, one task."""
+    if cache.add(f"gpupool:reconcile-soon:{cluster_id}", "1", SOON_S):
+        reconcile_cluster.apply_async((cluster_id,), countdown=SOON_S)
+
+
+@worker_process_init.connect
+@worker_ready.connect
+def _watch_triggers_reconcile(**_: object) -> None:
+    """In a worker (not the web server, not a test), the Kubernetes watches of this process
+    enqueue a reconcile when a pod changes."""
+    from clusters.backends.kubernetes.watch import set_change_listener  # noqa: PLC0415 - heavy
+
+    set_change_listener(reconcile_soon)
 
 
 @shared_task(ignore_result=True)

@@ -85,6 +85,16 @@ class VolumeSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """How the pods of a distributed workload find each other (clusters.podspecs)."""
+
+    service: str  # the headless Service (Kubernetes): every pod's DNS subdomain
+    port: int  # MASTER_PORT, on the rank-0 pod
+    hosts: tuple[str, ...]  # every pod's address, in rank order
+    slots: int  # processes per pod: the hostfile's slots, PET_NPROC_PER_NODE
+
+
+@dataclass(frozen=True, slots=True)
 class PodSpec:
     """One pod the database wants running. `name` is unique in the cluster."""
 
@@ -122,6 +132,8 @@ class PodSpec:
     run_as_root: bool = False
     # What the backend recorded last time (a pid and start time, a pod uid).
     backend_ref: str = ""
+    # Distributed workloads: the peers' addresses (the env already holds MASTER_ADDR...).
+    rendezvous: Rendezvous | None = None
 
 
 @dataclass(slots=True)

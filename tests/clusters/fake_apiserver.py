@@ -24,6 +24,7 @@ them with an exit code; deletions wait for `complete_deletions()` when `deferred
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import json
@@ -32,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +42,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
+from tests.clusters.fake_generic import generic_route
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -109,6 +112,29 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
+def _version(value: Any) -> int | None:
+    """A resourceVersion parameter: absent, or a number; anything else is 400."""
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f'invalid resource version "{value}"') from None
+
+
+def _bounded_int(query: dict, name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        number = int(raw)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f'invalid {name} "{raw}"') from None
+    if number < 0:
+        raise ApiError(400, "BadRequest", f"{name}: must be >= 0")
+    return number
+
+
 # Kubernetes 1.30+ (RelaxedEnvironmentVariableValidation): printable ASCII but '='.
 ENV_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")
 ENV_NAME_MESSAGE = (
@@ -130,6 +156,9 @@ def _validate_pod(pod: dict) -> None:
     if (spec.get("terminationGracePeriodSeconds") or 0) < 0:
         raise ApiError(422, "Invalid", "spec.terminationGracePeriodSeconds: must be >= 0")
     volumes = _validate_volumes(spec.get("volumes") or [])
+    for field in ("hostname", "subdomain"):  # DNS labels, as the pod's DNS name needs
+        if field in spec and not DNS_LABEL.fullmatch(str(spec[field])):
+            raise ApiError(422, "Invalid", f'spec.{field}: Invalid value: "{spec[field]}"')
     for container in containers:
         for port in container.get("ports") or []:
             name = port.get("name", "")
@@ -138,14 +167,7 @@ def _validate_pod(pod: dict) -> None:
             ):
                 message = f'spec.containers[0].ports.name: Invalid value: "{name}"'
                 raise ApiError(422, "Invalid", message)
-        for index, env in enumerate(container.get("env") or []):
-            name = env.get("name", "")
-            field = f"spec.containers[0].env[{index}].name"
-            if not name:
-                raise ApiError(422, "Invalid", f"{field}: Required value")
-            if not ENV_NAME.fullmatch(name):
-                message = f'{field}: Invalid value: "{name}": {ENV_NAME_MESSAGE}'
-                raise ApiError(422, "Invalid", message)
+        _validate_env(container)
         _validate_resources(container)
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") not in volumes:
@@ -153,6 +175,17 @@ def _validate_pod(pod: dict) -> None:
                 raise ApiError(422, "Invalid", message)
             if not str(mount.get("mountPath", "")).startswith("/"):
                 raise ApiError(422, "Invalid", "spec.containers[0].volumeMounts.mountPath")
+
+
+def _validate_env(container: dict) -> None:
+    for index, env in enumerate(container.get("env") or []):
+        name = env.get("name", "")
+        field = f"spec.containers[0].env[{index}].name"
+        if not name:
+            raise ApiError(422, "Invalid", f"{field}: Required value")
+        if not ENV_NAME.fullmatch(name):
+            message = f'{field}: Invalid value: "{name}": {ENV_NAME_MESSAGE}'
+            raise ApiError(422, "Invalid", message)
 
 
 def _validate_resources(container: dict) -> None:
@@ -212,6 +245,8 @@ def _validate_volumes(volumes: list[dict]) -> set[str]:
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
         if "persistentVolumeClaim" in volume and not claim:
             raise ApiError(422, "Invalid", "spec.volumes.persistentVolumeClaim.claimName")
+        if "configMap" in volume and not (volume["configMap"] or {}).get("name"):
+            raise ApiError(422, "Invalid", "spec.volumes.configMap.name: Required value")
         names.add(name)
     return names
 
@@ -258,6 +293,36 @@ def _validate_priority_class(obj: dict) -> None:
         raise ApiError(422, "Invalid", message)
 
 
+CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def _validate_config_map(config_map: dict) -> None:
+    data = config_map.get("data") or {}
+    for key in data:
+        if not CONFIG_KEY.fullmatch(key):
+            raise ApiError(422, "Invalid", f'data[{key}]: Invalid value: "{key}"')
+    if sum(len(k) + len(str(v)) for k, v in data.items()) > 1024 * 1024:
+        raise ApiError(422, "Invalid", "data: Too long: must have at most 1048576 bytes")
+
+
+def _validate_owners(meta: dict) -> None:
+    for owner in meta.get("ownerReferences") or []:
+        for field in ("apiVersion", "kind", "name", "uid"):
+            if not owner.get(field):
+                raise ApiError(422, "Invalid", f"metadata.ownerReferences.{field}: Required value")
+
+
+def _seen_as(kind: str, obj: dict, labels_before: dict | None, visible: Any) -> str | None:
+    """The event a watch with this selector sees, if any. A change of labels moves an
+    object into or out of the selector: ADDED or DELETED, as the real server sends."""
+    now_in = visible(obj)
+    if kind == "MODIFIED" and labels_before is not None:
+        was_in = visible({**obj, "metadata": {**obj["metadata"], "labels": labels_before}})
+        if was_in != now_in:
+            return "ADDED" if now_in else "DELETED"
+    return kind if now_in else None
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (a timed-out request, a "down" server) are expected."""
@@ -281,6 +346,7 @@ class FakeApiServer:
             "pods": {},
             "services": {},
             "priorityclasses": {},
+            "configmaps": {},
         }
         self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
         self.faults: list[Fault] = []
@@ -300,6 +366,18 @@ class FakeApiServer:
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
         self.queries: list[tuple[str, str, dict]] = []  # method, path, query parameters
+        # Watches: the server's timeoutSeconds when a client sets none (the real one picks
+        # 30 to 60 minutes), how often BOOKMARKs go out (about a minute on the real one,
+        # and one shortly before a watch times out), how long a watch from a version the
+        # server has not reached yet waits before 504 (3 s on the real one).
+        self.default_watch_timeout_s = 5
+        self.bookmark_interval_s = 60.0
+        self.bookmark_lead_s = 2.0
+        self.too_large_wait_s = 0.5
+        self.event_window = EVENT_WINDOW
+        self.list_calls: Counter[str] = Counter()  # full lists (not watches) per resource
+        self._labels_stored: dict[tuple[str, str, str], dict] = {}
+        self.labels_before: dict[int, dict] = {}  # MODIFIED event's version -> old labels
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
@@ -446,6 +524,10 @@ class FakeApiServer:
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
+        key = (resource, ns, obj["metadata"]["name"])
+        if event == "MODIFIED":  # a watch's selector may have matched the labels before only
+            self.labels_before[rv] = self._labels_stored.get(key, {})
+        self._labels_stored[key] = dict(obj["metadata"].get("labels") or {})
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -453,11 +535,22 @@ class FakeApiServer:
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
         self.devices.pop((ns, name), None)
+        self._labels_stored.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         self._event(rv, resource, "DELETED", obj)
+        self._collect_garbage(obj["metadata"].get("uid"))
         return obj
+
+    def _collect_garbage(self, uid: str | None) -> None:
+        """The garbage collector: objects whose owner is gone go too (background
+        propagation; the real one does it a moment later)."""
+        for resource, objects in self.objects.items():
+            for (ns, name), obj in list(objects.items()):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if uid and any(o.get("uid") == uid for o in owners):
+                    self._delete(resource, ns, name)
 
     def _allocate_devices(self, pod: dict) -> bool:
         """The device plugin: the lowest free GPUs of the node, whatever GPUPool had in
@@ -481,7 +574,9 @@ class FakeApiServer:
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
         self.events.append((rv, resource, kind, copy.deepcopy(obj)))
-        del self.events[:-EVENT_WINDOW]
+        for old, *_ in self.events[: -self.event_window]:
+            self.labels_before.pop(old, None)
+        del self.events[: -self.event_window]
         self.changed.notify_all()
 
     def _fault_for(self, method: str, path: str) -> Fault | None:
@@ -502,8 +597,8 @@ ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
     (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services)$"), "collection"),
     (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services)$"), "ns_collection"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services)/([^/]+)$"), "ns_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)$"), "ns_collection"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)/([^/]+)$"), "ns_item"),
     (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)$"), "collection"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)/([^/]+)$"), "cluster_item"),
@@ -514,6 +609,7 @@ KINDS = {
     "pods": "Pod",
     "services": "Service",
     "priorityclasses": "PriorityClass",
+    "configmaps": "ConfigMap",
 }
 API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
 CLUSTER_SCOPED = {"nodes", "namespaces", "priorityclasses"}
@@ -621,6 +717,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return getattr(self, f"_{name}")(
                         method, *match.groups(), query=query, body=body
                     )
+            # The kinds of GPUPool's own manifests (deploy/): tests/clusters/fake_generic.py.
+            generic = generic_route(api, method, path, query, body)
+            if generic is not None:
+                return generic
             raise ApiError(
                 404, "NotFound", f"the server could not find the requested resource {path}"
             )
@@ -666,7 +766,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 with api.lock:
                     self._get(resource, "", name)
                     if resource == "namespaces":  # the namespace controller empties it
-                        for kind in ("pods", "services"):
+                        for kind in ("pods", "services", "configmaps"):
                             for key in [k for k in api.objects[kind] if k[0] == name]:
                                 api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
@@ -791,8 +891,11 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 obj["kind"] = KINDS[resource]
                 meta = obj["metadata"]
                 meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+                _validate_owners(meta)
                 if ns:
                     meta["namespace"] = ns
+                if resource == "configmaps":
+                    _validate_config_map(obj)
                 if resource == "pods":
                     self._admit_pod(obj, ns)
                     if obj["spec"].get("nodeName"):
@@ -803,7 +906,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     obj["status"] = {"phase": "Active"}
                 if resource == "priorityclasses":
                     _validate_priority_class(obj)
-                if resource == "services":
+                if resource == "services" and obj["spec"].get("clusterIP") != "None":
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
                 return 201, copy.deepcopy(api._store(resource, ns, obj, "ADDED"))
@@ -834,6 +937,31 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _kubelet_start(self, pod: dict) -> None:
             node = pod["spec"]["nodeName"]
             if ("", node) not in api.objects["nodes"] or not api.auto_run:
+                return
+            missing = [
+                v["configMap"]["name"]
+                for v in pod["spec"].get("volumes") or []
+                if "configMap" in v
+                and not v["configMap"].get("optional")
+                and (pod["metadata"]["namespace"], v["configMap"]["name"])
+                not in api.objects["configmaps"]
+            ]
+            if missing:  # the kubelet cannot mount the volume: the pod waits
+                waiting = {
+                    "reason": "ContainerCreating",
+                    "message": f'configmap "{missing[0]}" not found',
+                }
+                pod["status"]["containerStatuses"] = [
+                    {
+                        "name": c["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {"waiting": waiting},
+                    }
+                    for c in pod["spec"]["containers"]
+                ]
                 return
             if not api._allocate_devices(pod):
                 pod["status"] = {
@@ -885,6 +1013,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._watch(resource, ns, query)
                 return None
             with api.lock:
+                api.list_calls[resource] += 1
                 items = [
                     copy.deepcopy(obj)
                     for (obj_ns, _), obj in sorted(api.objects[resource].items())
@@ -901,35 +1030,113 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             }
 
         def _watch(self, resource: str, ns: str | None, query: dict) -> None:
-            """Stream events after resourceVersion as JSON lines until timeoutSeconds."""
-            since = int(query.get("resourceVersion") or api.last_rv)
-            deadline = time.monotonic() + float(query.get("timeoutSeconds") or 5)
+            """Stream events after resourceVersion as JSON lines until timeoutSeconds, as
+            the API server's watch cache does:
+            - no resourceVersion, or "0": synthetic ADDED events for what exists, then
+              changes; a version: changes after it (exclusive);
+            - a version older than the event window: an ERROR event with 410 Expired; one
+              newer than the server's: an ERROR event with 504 (too large);
+            - allowWatchBookmarks: BOOKMARK events (only a resourceVersion) every
+              `bookmark_interval_s` and just before the timeout ends the watch;
+            - a watcher the window left behind (its events were dropped before they were
+              sent), or a server that goes down, has its stream cut."""
+            timeout = _bounded_int(query, "timeoutSeconds", api.default_watch_timeout_s)
+            bookmarks = str(query.get("allowWatchBookmarks", "")).lower() in ("true", "1")
+            since = _version(query.get("resourceVersion"))
+            deadline = time.monotonic() + timeout
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+
+            def visible(obj: dict) -> bool:
+                meta = obj["metadata"]
+                return (ns is None or meta.get("namespace") == ns) and _matches(
+                    query.get("labelSelector"), meta.get("labels") or {}
+                )
+
+            start = self._watch_start(resource, since, timeout)
+            if start is None:
+                return
+            since, initial = start
+            for obj in initial:
+                if visible(obj):
+                    self._chunk({"type": "ADDED", "object": obj})
+            if self._watch_stream(resource, since, deadline, bookmarks, visible):
+                self._chunk(None)
+
+        def _watch_start(
+            self, resource: str, since: int | None, timeout: int
+        ) -> tuple[int, list[dict]] | None:
+            """Where the watch starts, and the synthetic ADDED objects it begins with;
+            None once an ERROR event ended it."""
             with api.lock:
                 oldest = api.events[0][0] if api.events else api.last_rv + 1
-                if since < oldest - 1 and since < api.last_rv:
-                    gone = status_body(
-                        410, "Expired", f"too old resource version: {since} ({oldest - 1})"
-                    )
-                    self._chunk({"type": "ERROR", "object": gone})
-                    self._chunk(None)
-                    return
-            while time.monotonic() < deadline:
-                with api.lock:
-                    fresh = [e for e in api.events if e[0] > since and e[1] == resource]
-                    if not fresh:
-                        api.changed.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
-                        continue
-                for rv, _, kind, obj in fresh:
-                    since = rv
-                    if (ns is None or obj["metadata"].get("namespace") == ns) and _matches(
-                        query.get("labelSelector"), obj["metadata"].get("labels") or {}
-                    ):
-                        self._chunk({"type": kind, "object": obj})
+                current = api.last_rv
+                if since in (None, 0):
+                    return current, [copy.deepcopy(o) for o in api.objects[resource].values()]
+                if since < oldest - 1 and since < current:
+                    message = f"too old resource version: {since} ({oldest - 1})"
+                    return self._error(410, "Expired", message)
+                if since <= current:
+                    return since, []
+            time.sleep(min(timeout, api.too_large_wait_s))  # the cache waits to catch up
+            with api.lock:
+                if since > api.last_rv:
+                    message = f"Too large resource version: {since}, current: {current}"
+                    return self._error(504, "Timeout", message)
+            return since, []
+
+        def _error(self, code: int, reason: str, message: str) -> None:
+            self._chunk({"type": "ERROR", "object": status_body(code, reason, message)})
             self._chunk(None)
+
+        def _watch_stream(
+            self,
+            resource: str,
+            since: int,
+            deadline: float,
+            bookmarks: bool,
+            visible: Any,
+        ) -> bool:
+            """Send events after `since` until the deadline; False when the stream was
+            cut (a server going down, a watcher the window left behind)."""
+            next_bookmark = time.monotonic() + api.bookmark_interval_s
+            while True:
+                now = time.monotonic()
+                with api.lock:
+                    if api.down:
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return False
+                    start = bisect.bisect_right(api.events, since, key=lambda e: e[0])
+                    if start == 0 and api.events and api.events[0][0] > since + 1:
+                        # Events this watcher had not been sent left the window: the real
+                        # server closes such a watch; the client resumes and gets 410.
+                        self.close_connection = True
+                        self._chunk(None)
+                        return False
+                    fresh = api.events[start:]
+                    if not fresh and now < deadline:
+                        wake = min(deadline, next_bookmark) if bookmarks else deadline
+                        api.changed.wait(timeout=max(0.0, min(0.2, wake - now)))
+                for rv, kind_of, kind, obj in fresh:
+                    since = rv
+                    seen = _seen_as(kind, obj, api.labels_before.get(rv), visible)
+                    if kind_of == resource and seen:
+                        self._chunk({"type": seen, "object": obj})
+                last_call = now >= deadline - api.bookmark_lead_s
+                if bookmarks and (now >= next_bookmark or last_call):
+                    self._bookmark(resource, since)
+                    # After the one shortly before the end, none until the end.
+                    next_bookmark = deadline + 1 if last_call else now + api.bookmark_interval_s
+                if now >= deadline:
+                    return True
+
+        def _bookmark(self, resource: str, version: int) -> None:
+            obj = {"kind": KINDS[resource], "apiVersion": "v1"}
+            obj["metadata"] = {"resourceVersion": str(version)}
+            self._chunk({"type": "BOOKMARK", "object": obj})
 
         def _chunk(self, event: dict | None) -> None:
             data = b"" if event is None else (json.dumps(event) + "\n").encode()
@@ -940,10 +1147,12 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> None:
-    """`python -m tests.clusters.fake_apiserver NODES GPUS`: serve in its own process (so
+    """`python -m tests.clusters.fake_apiserver NODES GPUS [WINDOW]`: serve in its own process (so
     a benchmark's client does not share a GIL with it), print the URL, stop at EOF."""
     nodes, gpus = int(sys.argv[1]), int(sys.argv[2])
     with FakeApiServer() as api:
+        if len(sys.argv) > 3:  # events kept for watches (a real server keeps minutes' worth)
+            api.event_window = int(sys.argv[3])
         for i in range(nodes):
             api.add_node(f"bench-{i}", gpus=gpus, labels={"gpupool.io/node-pool": "bench"})
         print(api.url, flush=True)

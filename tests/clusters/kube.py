@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client import CoreV1Api
 
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.watch import watches_stop
 from clusters.crypto import kubeconfig_encrypt
 from clusters.inventory import inventory_sync
 from clusters.models import Backend, Cluster, Node, installation_uid
@@ -69,6 +70,10 @@ class Harness:
 
     def cluster(self, name: str = "kube", **config) -> Cluster:
         defaults = {"retries": 3, "backoff_s": 0.01, "timeout_s": 0.5, "connect_timeout_s": 0.5}
+        # These tests change the cluster and expect the very next pass to see it: they
+        # observe by listing. The watch (the default) is tested in test_kubernetes_watch.py,
+        # where a test waits for the watch to deliver what it changed.
+        defaults["watch"] = False
         if self.fake is None:
             defaults.update(timeout_s=10, connect_timeout_s=5, grace_period_s=1)
         cluster = Cluster.objects.create(
@@ -96,6 +101,7 @@ def kube(db, settings, request):
                 project.namespace = harness.namespace(project.namespace)
                 project.save(update_fields=["namespace"])
         yield harness
+        watches_stop()
         harness.clean_up()
         return
     with FakeApiServer() as fake:
@@ -107,3 +113,4 @@ def kube(db, settings, request):
         )
         fake.timeout_s = 0.8
         yield Harness(fake.kubeconfig(), fake)
+        watches_stop()  # a test's watches (the default) end before their server does

@@ -22,9 +22,6 @@ from tests.clusters.kube import kube  # noqa: F401 - the fixture
 S = WorkloadState
 pytestmark = pytest.mark.timeout(90)
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
-# Granted for the watch path (list-then-watch of pods and services), which this branch's
-# reconcile does not take yet; nothing else may be granted and unused.
-NOT_EXERCISED = {("watch", "", "pods"), ("watch", "", "services")}
 
 
 def cluster_role() -> dict:
@@ -60,8 +57,9 @@ def test_the_manifest_binds_the_role_to_gpupools_service_account():
 
 
 def everything_gpupool_does(kube, org) -> list:  # noqa: F811
-    """Register, test, sync, adopt a namespace, run whole, shared and served workloads,
-    read logs, read back a pod whose create conflicted, bind pods, stop it all."""
+    """Register, test, sync, adopt a namespace, run whole, shared, served and distributed
+    workloads observed through the watch (the default), read logs, read back a pod and a
+    rendezvous Service whose creates conflicted, bind pods, stop it all."""
     fake = kube.fake
     KubernetesBackend(kube.cluster("setup")).api.create_namespace(
         {"metadata": {"name": org.project_a.namespace}}  # made by hand: adopted, patched
@@ -95,19 +93,24 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         spec={"ports": [{"name": "http", "port": 8888}]},
     )
     pinned = make_workload(org.project_a2, org.researcher, "pinned", command=["x"])
+    ddp = make_workload(
+        org.project_a, org.researcher, "ddp", kind="distributed", pods=2, min_pods=2, command=["x"]
+    )
     admit(whole, gpu_a, pods=[{"gpu_indices": [0]}])
     admit(half, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
     admit(lab, gpu_a)
     admit(pinned, Node.objects.get(cluster=bound, name="gpu-b"), pods=[{"gpu_indices": [0]}])
-    # A conflict on create: the pod is read back to see whose it is.
+    admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
+    # Conflicts on create: the pod, and the headless Service, are read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
+    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
     for _ in range(3):  # reservation; its device; the shared pod
         cluster_reconcile(cluster)
     for _ in range(2):  # the pod, bound after its create; its phase
         cluster_reconcile(bound)
     logs = KubernetesBackend(cluster).pod_logs(f"gp-{whole.pk}-0", org.project_a.namespace)
     assert logs.startswith("GPU-gpu-a-")  # the device plugin's device, as nvidia-smi names it
-    workloads = [whole, half, lab, pinned]
+    workloads = [whole, half, lab, pinned, ddp]
     for workload in workloads:
         workload.refresh_from_db()
     states = [w.state for w in workloads]
@@ -123,10 +126,11 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     fake = kube.require_fake()
     states = everything_gpupool_does(kube, org)
     assert fake.denied == []
-    assert states == [S.RUNNING] * 4
+    assert states == [S.RUNNING] * 5
     assert fake.pods() == [] and fake.services() == []
+    assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
     unused = granted(cluster_role()["rules"]) - fake.allowed
-    assert unused <= NOT_EXERCISED, f"granted but never used: {sorted(unused - NOT_EXERCISED)}"
+    assert not unused, f"granted but never used: {sorted(unused)}"
 
 
 def test_a_verb_missing_from_the_role_fails_and_is_retried_not_blamed_on_the_workload(

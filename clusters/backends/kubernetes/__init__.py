@@ -18,10 +18,15 @@
   cluster that cannot be listed is unreachable (the caller keeps its workloads).
 - Lists and creates skip the client's model deserialization (`_preload_content=False`):
   it dominates the cost of large reconciles.
+- Pods and services are observed through a list-then-watch cache (watch.py) kept per
+  cluster in each worker process; a pass lists the cluster only when that cache cannot be
+  trusted, and every `resync_s` (default 300) as a safety resync. Config `watch: false`
+  lists on every pass (the poll).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -57,18 +62,22 @@ from clusters.backends.kubernetes.manifests import (
     PROJECT_LABEL,
     ROLE,
     WORKLOAD_CONTAINER,
+    hostfile_manifest,
     node_info,
     pod_manifest,
     pod_status,
+    rendezvous_service_manifest,
     service_manifest,
 )
-from clusters.backends.kubernetes.ownership import Owner
+from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
+from clusters.backends.kubernetes.watch import as_version, watch_get, watch_start
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
 RETRYABLE = {429, 500, 502, 503, 504}
+WRITTEN_KINDS = {"Pod": "pods", "Service": "services"}
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
@@ -82,7 +91,9 @@ class KubernetesBackend(Backend):
         self._owner: Owner | None = None
         self._api: k8s.CoreV1Api | None = None
         self._namespaces: set[str] = set()
+        self._rendezvous: set[tuple[str, str]] = set()
         self._listed: list[dict] | None = None
+        self._services: list[dict] | None = None
         self.reservations = Reservations(self)
         config = cluster.config or {}
         self.attempts = int(config.get("retries", 4))
@@ -97,6 +108,17 @@ class KubernetesBackend(Backend):
         self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
         self.priority_class = config.get("reservation_priority_class", "gpupool-reservation")
         self.run_as_user = config.get("run_as_user", DEFAULT_UID)
+        self.watch = bool(config.get("watch", True))
+        self.resync_s = float(config.get("resync_s", 300))
+        self.watch_wait_s = float(config.get("watch_wait_s", 2))
+        # The highest resourceVersion of a pod / service this installation wrote, kept on
+        # the Cluster row: a pass reads the watch cache only once it has seen them.
+        state = getattr(cluster, "watch_state", None) or {}
+        self.written = {r: as_version(state.get(r)) or 0 for r in ("pods", "services")}
+        self._written_saved = dict(self.written)
+        self.observed_by = ""  # "watch" or "list": how the last pass saw the cluster
+        self.requests = 0  # API requests this instance made (the bench counts them)
+        self.bytes_read = 0
 
     # --- plumbing ----------------------------------------------------------------------------
     @property
@@ -104,11 +126,7 @@ class KubernetesBackend(Backend):
         """This installation and Cluster record: in every label selector, name and
         namespace annotation (read from the database once per backend)."""
         if self._owner is None:
-            if self._installation is None:
-                from clusters.models import installation_uid  # noqa: PLC0415 - apps ready
-
-                self._installation = installation_uid()
-            self._owner = Owner(self._installation, str(self.cluster.uid))
+            self._owner = owner_of(self.cluster, self._installation)
         return self._owner
 
     @property
@@ -138,6 +156,7 @@ class KubernetesBackend(Backend):
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the API, retrying transient faults; ApiException for 4xx is raised at once."""
         kwargs.setdefault("_request_timeout", self.timeout)
+        self.requests += 1
         for attempt in range(self.attempts):
             try:
                 return fn(*args, **kwargs)
@@ -162,7 +181,13 @@ class KubernetesBackend(Backend):
 
     def _json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
         response = self.call(fn, *args, _preload_content=False, **kwargs)
-        return json.loads(response.data)
+        self.bytes_read += len(response.data)
+        answer = json.loads(response.data)
+        resource = WRITTEN_KINDS.get(answer.get("kind", "")) if isinstance(answer, dict) else None
+        if resource and fn.__name__.startswith(("create_", "delete_", "patch_", "replace_")):
+            version = as_version((answer.get("metadata") or {}).get("resourceVersion")) or 0
+            self.written[resource] = max(self.written[resource], version)
+        return answer
 
     # --- inventory ---------------------------------------------------------------------------
     def test_connection(self) -> str:
@@ -189,18 +214,72 @@ class KubernetesBackend(Backend):
         return [node_info(item) for item in items]
 
     # --- pods --------------------------------------------------------------------------------
-    def _managed_pods(self) -> list[dict]:
+    def _list(self, fn: Callable[..., Any], what: str) -> dict:
         try:
-            return self._json(
-                self.api.list_pod_for_all_namespaces, label_selector=self.owner.selector
-            )["items"]
+            return self._json(fn, label_selector=self.owner.selector)
         except ApiException as exc:
-            raise BackendUnreachable(f"cannot list pods: {exc.status} {exc.reason}") from exc
+            raise BackendUnreachable(f"cannot list {what}: {exc.status} {exc.reason}") from exc
+
+    def _observe(self) -> None:
+        """GPUPool's pods and services now: from this process's watch cache when it has
+        caught up with our own writes and is not due a resync, else from a full list
+        (which also starts the watch, or refreshes its cache)."""
+        fingerprint = _fingerprint(self)
+        watch = watch_get(self.cluster.pk, fingerprint) if self.watch else None
+        if watch is not None:
+            pods = watch.pods.cache.fresh(self.written["pods"], self.resync_s, self.watch_wait_s)
+            services = watch.services.cache.fresh(
+                self.written["services"], self.resync_s, self.watch_wait_s
+            )
+            if pods is not None and services is not None:
+                # A pass that reads the cache still asks the server one small thing: a
+                # cluster that stopped answering is marked unreachable, as the poll did,
+                # even while a half-open watch connection has not noticed yet.
+                self._alive()
+                self._listed, self._services, self.observed_by = pods, services, "watch"
+                return
+        pods = self._list(self.api.list_pod_for_all_namespaces, "pods")
+        services = self._list(self.api.list_service_for_all_namespaces, "services")
+        self._listed, self._services = pods["items"], services["items"]
+        self.observed_by = "list"
+        if not self.watch:
+            return
+        seeds = {
+            "pods": (pods["items"], pods["metadata"].get("resourceVersion")),
+            "services": (services["items"], services["metadata"].get("resourceVersion")),
+        }
+        if watch is None:
+            watch_start(self, fingerprint, seeds)
+        else:  # the periodic resync, or the watch fell behind: the cache takes the list
+            for resource, (items, version) in seeds.items():
+                getattr(watch, resource).cache.replace(items, version)
+
+    def _alive(self) -> None:
+        try:
+            self._json(k8s.VersionApi(self.api.api_client).get_code)
+        except ApiException as exc:
+            raise BackendUnreachable(f"{self.cluster.name}: {exc.status} {exc.reason}") from exc
+
+    def managed_services(self) -> list[dict]:
+        """The services observed with this pass's pods (repairs compares them)."""
+        if self._services is None:
+            self._observe()
+        return list(self._services or [])
+
+    def save_written(self) -> None:
+        """Keep the versions this pass wrote on the Cluster row, for the next pass in
+        whichever worker process runs it (read-your-writes through the watch cache)."""
+        if self.written == self._written_saved or not getattr(self.cluster, "pk", None):
+            return
+        state = {r: str(v) for r, v in self.written.items()}
+        type(self.cluster).objects.filter(pk=self.cluster.pk).update(watch_state=state)
+        self.cluster.watch_state = state
+        self._written_saved = dict(self.written)
 
     def pod_statuses(self) -> dict[str, PodStatus]:
-        # Kept for the reconcile that usually follows at once: one list per pass, not two.
-        self._listed = self._managed_pods()
-        return _workload_statuses(self._listed)
+        # Kept for the reconcile that usually follows at once: one observation per pass.
+        self._observe()
+        return _workload_statuses(self._listed or [])
 
     def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
         """A project's namespace belongs to one installation and Cluster record (its
@@ -259,6 +338,7 @@ class KubernetesBackend(Backend):
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         self.ensure_namespace(spec.namespace, spec.project)
+        self.ensure_rendezvous(spec)
         body = pod_manifest(
             spec, self.owner, pin_with_node_name=self.pin != "binding", uid=self.run_as_user
         )
@@ -314,15 +394,54 @@ class KubernetesBackend(Backend):
 
     def ensure_service(self, spec: PodSpec) -> None:
         try:
-            self.call(
+            self._json(
                 self.api.create_namespaced_service,
                 spec.namespace,
                 service_manifest(spec, self.owner),
-                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status != 409:
                 raise BackendError(f"service {spec.name}: {_said(exc)}") from exc
+
+    def ensure_rendezvous(self, spec: PodSpec) -> None:
+        """A distributed workload's headless Service and hostfile ConfigMap, made before
+        its first pod (another pod of the workload may race us: 409 is fine)."""
+        if spec.rendezvous is None or (spec.namespace, spec.rendezvous.service) in self._rendezvous:
+            return
+        name = spec.rendezvous.service
+        try:
+            try:
+                service = self._json(
+                    self.api.create_namespaced_service,
+                    spec.namespace,
+                    rendezvous_service_manifest(spec, self.owner),
+                )
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                service = self._json(self.api.read_namespaced_service, name, spec.namespace)
+                labels = service["metadata"].get("labels") or {}
+                if (
+                    labels.get(ROLE) != "rendezvous"
+                    or not self.owner.owns(labels)
+                    or labels.get("gpupool.io/workload-id") != str(spec.workload_id)
+                ):
+                    raise BackendError(
+                        f"a service named {spec.namespace}/{name} exists that GPUPool did not "
+                        "create"
+                    ) from exc
+            try:
+                self._json(
+                    self.api.create_namespaced_config_map,
+                    spec.namespace,
+                    hostfile_manifest(spec, service),
+                )
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        except ApiException as exc:
+            raise BackendError(f"rendezvous {name}: {_said(exc)}") from exc
+        self._rendezvous.add((spec.namespace, name))
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating and not status.stuck:
@@ -393,8 +512,9 @@ class KubernetesBackend(Backend):
         in namespaces that exist; 5. repair what an earlier pass left half done (a pod
         whose Binding failed, a Service missing or left over).
         Deletes and creates run on a thread pool: reconcile is latency-bound."""
-        pods = self._listed if self._listed is not None else self._managed_pods()
-        self._listed = None
+        if self._listed is None:
+            self._observe()
+        pods = self._listed or []
         report = ReconcileReport(statuses=_workload_statuses(pods))
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
@@ -421,6 +541,8 @@ class KubernetesBackend(Backend):
             missing = [s for s in missing if s.namespace in ready]
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
+        self._listed = self._services = None  # the next pass observes afresh
+        self.save_written()
         return report
 
     def _namespaces_into(self, report: ReconcileReport, needed: set[tuple[str, str]]) -> set:
@@ -441,6 +563,14 @@ def _workload_statuses(pods: list[dict]) -> dict[str, PodStatus]:
     """The workload pods' statuses by their names in GPUPool (`gp-<workload>-<index>`)."""
     statuses = (pod_status(p) for p in pods if p["metadata"]["labels"].get(ROLE) == "workload")
     return {status.name: status for status in statuses}
+
+
+def _fingerprint(backend: KubernetesBackend) -> str:
+    """Which API server, credentials and owner (installation and Cluster record) a watch
+    was made with: a changed kubeconfig, or another owner, gets a watch of its own."""
+    source = backend._kubeconfig or getattr(backend.cluster, "kubeconfig_encrypted", "")
+    raw = json.dumps([source, backend.owner.selector], sort_keys=True, default=str).encode()
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _on_device(spec: PodSpec, devices: dict[tuple[str, int], str]) -> PodSpec | None:

@@ -175,6 +175,8 @@ def pod_manifest(
     }
     if spec.volumes:
         _mount_volumes(pod_spec, container, spec)
+    if spec.rendezvous is not None:
+        _rendezvous(pod_spec, container, spec, owner)
     if spec.termination_grace_s is not None:
         # GPUPool passes the grace period on each delete; this one covers deletions it
         # does not make (a node drain), so a job can still checkpoint.
@@ -213,6 +215,74 @@ def _mount_volumes(pod_spec: dict[str, Any], container: dict[str, Any], spec: Po
     container["volumeMounts"] = [
         {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in spec.volumes
     ]
+
+
+HOSTFILE_VOLUME = "gpupool-hostfile"
+
+
+def _rendezvous(
+    pod_spec: dict[str, Any], container: dict[str, Any], spec: PodSpec, owner: Owner
+) -> None:
+    """A distributed pod is `<pod>.<service>.<namespace>.svc` in the cluster's DNS
+    (hostname + subdomain of the headless Service), and reads the hostfile at
+    /etc/gpupool/hostfile. The hostname is the pod's Kubernetes name (a DNS label: at
+    most 63 characters), as clusters.podspecs wrote it into the peers' addresses."""
+    assert spec.rendezvous is not None
+    pod_spec["hostname"] = owner.object_name(spec.name)
+    pod_spec["subdomain"] = spec.rendezvous.service
+    pod_spec.setdefault("volumes", []).append(
+        {"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_name(spec)}}
+    )
+    container.setdefault("volumeMounts", []).append(
+        {"name": HOSTFILE_VOLUME, "mountPath": "/etc/gpupool", "readOnly": True}
+    )
+
+
+def hostfile_name(spec: PodSpec) -> str:
+    assert spec.rendezvous is not None
+    return f"{spec.rendezvous.service}-hostfile"
+
+
+def rendezvous_service_manifest(spec: PodSpec, owner: Owner) -> dict:
+    """The headless Service of a distributed workload: a DNS record per pod, published
+    before the pods are ready (the peers meet while they start). Its name carries the
+    owner's identities (clusters.podspecs), its selector both of them: another GPUPool's
+    pods of a workload with the same id are not its peers."""
+    assert spec.rendezvous is not None
+    labels = {**_labels(spec, owner), ROLE: "rendezvous"}
+    for per_pod in (POD_LABEL, "gpupool.io/pod-index"):
+        labels.pop(per_pod)
+    port = spec.rendezvous.port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": spec.rendezvous.service, "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {**owner.labels, "gpupool.io/workload-id": str(spec.workload_id)},
+            "ports": [{"name": "rendezvous", "port": port, "targetPort": port}],
+        },
+    }
+
+
+def hostfile_manifest(spec: PodSpec, service: dict) -> dict:
+    """The MPI hostfile (`host slots=N` per pod, rank order), owned by the headless
+    Service: the garbage collector removes it with the Service."""
+    assert spec.rendezvous is not None
+    text = "".join(f"{host} slots={spec.rendezvous.slots}\n" for host in spec.rendezvous.hosts)
+    meta = service["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Service", "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": hostfile_name(spec),
+            "labels": meta.get("labels") or {},
+            "ownerReferences": [owner],
+        },
+        "data": {"hostfile": text},
+    }
 
 
 def service_manifest(spec: PodSpec, owner: Owner) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL
 
@@ -48,3 +49,13 @@ class Owner:
         """The Kubernetes name of a pod (and of its Service) GPUPool calls `pod`
         (`gp-<workload>-<index>`): at most 63 characters, a DNS label as Services need."""
         return f"{pod}-{self.tag}"
+
+
+def owner_of(cluster: Any, installation: str | None = None) -> Owner:
+    """The owner of a Cluster record's objects: this installation (read from the database
+    unless given) and the record."""
+    if installation is None:
+        from clusters.models import installation_uid  # noqa: PLC0415 - models need apps ready
+
+        installation = installation_uid()
+    return Owner(installation, str(cluster.uid))

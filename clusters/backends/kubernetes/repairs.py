@@ -20,7 +20,7 @@ from clusters.backends import (
     PodSpec,
     ReconcileReport,
 )
-from clusters.backends.kubernetes.manifests import POD_LABEL
+from clusters.backends.kubernetes.manifests import POD_LABEL, ROLE
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -46,30 +46,42 @@ def repair(
         ]
         jobs += [lambda s=spec: backend.bind(s) for spec in unbound]
     try:
-        services = backend._json(
-            backend.api.list_service_for_all_namespaces, label_selector=backend.owner.selector
-        )["items"]
-    except ApiException as exc:
-        report.errors.append(f"cannot list services: {exc.status} {exc.reason}")
+        services = backend.managed_services()  # observed with the pods (watch or list)
+    except BackendError as exc:
+        report.errors.append(f"cannot list services: {exc}")
         services = []
         existing = []  # unknown which exist: create none, and delete none
-    # (namespace, the pod's name in GPUPool) -> the Service's name in the cluster
-    listed = {
-        (s["metadata"]["namespace"], (s["metadata"].get("labels") or {}).get(POD_LABEL, "")): s[
-            "metadata"
-        ]["name"]
-        for s in services
-    }
-    keep = {(s.namespace, s.name) for s in existing if s.ports}
+    # Services by their names in the cluster (the owner's identities in each).
+    listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
+    name = backend.owner.object_name
+    keep = {(s.namespace, name(s.name)) for s in existing if s.ports}
     jobs += [
         lambda s=spec: backend.ensure_service(s)
         for spec in existing
-        if spec.ports and (spec.namespace, spec.name) not in listed
+        if spec.ports and (spec.namespace, name(spec.name)) not in listed
     ]
     jobs += [
-        lambda ns=key[0], name=listed[key]: backend.delete_service(name, ns)
-        for key in sorted(set(listed) - keep)
-        if key[1] not in report.statuses  # a pod shutting down had it deleted already
+        lambda s=spec: backend.ensure_rendezvous(s)
+        for spec in existing
+        if spec.rendezvous and (spec.namespace, spec.rendezvous.service) not in listed
+    ]
+    # A headless Service stays while any pod of its workload is there (running, starting,
+    # shutting down); a pod's own Service goes with its pod (deleted with it already).
+    # Pods are known by their names in GPUPool: a pod's Service carries it as a label.
+    workloads = {(s.namespace, str(s.workload_id)) for s in report.statuses.values()}
+    jobs += [
+        lambda ns=ns, service=service: backend.delete_service(service, ns)
+        for ns, service, labels in sorted(
+            (s["metadata"]["namespace"], s["metadata"]["name"], s["metadata"].get("labels") or {})
+            for s in services
+        )
+        if (ns, service) not in keep
+        and (
+            (ns, labels.get("gpupool.io/workload-id")) not in workloads
+            if labels.get(ROLE) == "rendezvous"
+            else labels.get(POD_LABEL) not in report.statuses
+            and labels.get(POD_LABEL) not in report.deleted
+        )
     ]
 
     def run(job: Callable[[], Any]) -> None:

@@ -111,12 +111,7 @@ class Reservations:
             backend.owner, *key, backend.reservation_image, backend.priority_class
         )
         try:
-            backend.call(
-                backend.api.create_namespaced_pod,
-                backend.system_namespace,
-                body,
-                _preload_content=False,
-            )
+            backend._json(backend.api.create_namespaced_pod, backend.system_namespace, body)
         except ApiException as exc:
             if refused_by_admission(exc):
                 _fail_sharers(key, desired, report, said(exc))
@@ -145,12 +140,8 @@ class Reservations:
             report.errors.append(f"reservation pod {meta['name']} runs but reported no GPU UUID")
             return None
         patch: dict[str, Any] = {"metadata": {"annotations": {UUID_ANNOTATION: match.group(0)}}}
-        self.backend.call(
-            self.backend.api.patch_namespaced_pod,
-            meta["name"],
-            meta["namespace"],
-            patch,
-            _preload_content=False,
+        self.backend._json(
+            self.backend.api.patch_namespaced_pod, meta["name"], meta["namespace"], patch
         )
         return match.group(0)
 

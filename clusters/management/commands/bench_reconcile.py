@@ -26,6 +26,7 @@ from django.db import transaction
 from kubernetes.client.exceptions import ApiException
 
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.watch import watches_stop
 from clusters.models import Backend, Cluster, Gpu, Node
 from clusters.reconcile import cluster_reconcile
 from portal.models import Department, Project, User
@@ -117,6 +118,7 @@ class Command(BaseCommand):
         cleanup = cluster_reconcile(
             cluster, backend=KubernetesBackend(cluster, kubeconfig=kubeconfig)
         )
+        watches_stop(cluster.pk)  # the API server goes with the bench
         return {
             "pods": options["pods"],
             "created": first.created,

@@ -1,0 +1,274 @@
+"""More kinds for the fake API server: what GPUPool's own manifests (deploy/) create.
+
+ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets (apps/v1); Jobs
+(batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings (rbac/v1); PriorityClasses
+(scheduling/v1); NetworkPolicies (networking/v1); PodDisruptionBudgets (policy/v1): create,
+get, list (label selectors), delete, over the real REST paths. Like the real API server it
+refuses a kind or namespace that does not match the URL, a missing or badly formed name or
+label, an unknown namespace, a duplicate, a workload whose selector does not match its pod
+template, a pod template the server would refuse, a restart policy its controller cannot
+run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
+adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
+initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
+Job's selector. No controller runs: a Deployment makes no pods.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+import uuid
+from typing import Any, NoReturn
+
+RBAC = "rbac.authorization.k8s.io/v1"
+# (apiVersion, plural) -> (kind, namespaced)
+KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "configmaps"): ("ConfigMap", True),
+    ("v1", "secrets"): ("Secret", True),
+    ("v1", "serviceaccounts"): ("ServiceAccount", True),
+    ("apps/v1", "deployments"): ("Deployment", True),
+    ("apps/v1", "daemonsets"): ("DaemonSet", True),
+    ("apps/v1", "statefulsets"): ("StatefulSet", True),
+    ("batch/v1", "jobs"): ("Job", True),
+    (RBAC, "roles"): ("Role", True),
+    (RBAC, "rolebindings"): ("RoleBinding", True),
+    (RBAC, "clusterroles"): ("ClusterRole", False),
+    (RBAC, "clusterrolebindings"): ("ClusterRoleBinding", False),
+    ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
+    ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
+    ("policy/v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
+}
+# The status a new object gets before its controller acts (the required fields at zero).
+INITIAL_STATUS = {
+    "Deployment": {},
+    "DaemonSet": {
+        "currentNumberScheduled": 0,
+        "numberMisscheduled": 0,
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+    },
+    "StatefulSet": {"replicas": 0, "availableReplicas": 0},
+    "Job": {},
+    "PodDisruptionBudget": {
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "disruptionsAllowed": 0,
+        "expectedPods": 0,
+    },
+}
+PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?$"
+)
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+DATA_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+USER_PRIORITY_MAX = 1_000_000_000
+
+
+def generic_route(api: Any, method: str, path: str, query: dict, body: Any):
+    """(code, payload) for a path of a kind above, or None to let the caller answer 404."""
+    match = PATH.match(path)
+    parts = match.groupdict() if match else {}
+    api_version = "v1" if parts.get("core") else f"{parts.get('group')}/{parts.get('version')}"
+    kind, namespaced = KINDS.get((api_version, parts.get("resource", "")), ("", False))
+    ns, name = parts.get("ns") or "", parts.get("name")
+    if not kind or (ns and not namespaced):  # unknown, or a cluster-scoped kind in a namespace
+        return None
+    store = f"{api_version}/{parts['resource']}"
+    with api.lock:
+        api.objects.setdefault(store, {})
+        if (method, name is None) == ("POST", True):
+            return _create(api, store, api_version, kind, namespaced, ns, body or {})
+        if (method, name is None) == ("GET", True):
+            return _list(api, store, api_version, kind, ns, query)
+        obj = _get(api, store, ns, name or "", parts["resource"])
+        if method == "GET":
+            return 200, copy.deepcopy(obj)
+        if method == "DELETE":
+            return 200, copy.deepcopy(api._delete(store, ns, obj["metadata"]["name"]))
+    return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+
+def _error(code: int, reason: str, message: str) -> NoReturn:
+    from tests.clusters.fake_apiserver import ApiError  # they import us
+
+    raise ApiError(code, reason, message)
+
+
+def _get(api: Any, store: str, ns: str, name: str, resource: str) -> dict:
+    obj = api.objects[store].get((ns, name))
+    if obj is None:
+        _error(404, "NotFound", f'{resource} "{name}" not found')
+    return obj
+
+
+def _list(api: Any, store: str, api_version: str, kind: str, ns: str, query: dict):
+    from tests.clusters.fake_apiserver import _matches
+
+    items = [
+        copy.deepcopy(obj)
+        for (obj_ns, _), obj in sorted(api.objects[store].items())
+        if (not ns or obj_ns == ns)
+        and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+    ]
+    meta = {"resourceVersion": str(api.last_rv)}
+    return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
+
+
+def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool, ns: str, body):
+    """1. the object matches its URL; 2. its name and labels are valid; 3. its namespace
+    exists and the name is free; 4. the kind's own checks; 5. stored with what the server adds."""
+    # Left out, they are the URL's (the official client sends none); given, they must match.
+    if (body.get("apiVersion") or api_version) != api_version or (body.get("kind") or kind) != kind:
+        _error(400, "BadRequest", f"the object is not a {api_version} {kind}")
+    meta = body.get("metadata") or {}
+    if namespaced and not ns:
+        _error(404, "NotFound", f"{kind} is namespaced: POST it to /namespaces/NAME/...")
+    if meta.get("namespace") not in (None, ns):
+        _error(400, "BadRequest", "the namespace of the object does not match the request's")
+    name = meta.get("name") or ""
+    _check_name(kind, name)
+    _check_labels(meta.get("labels") or {})
+    if ns and ("", ns) not in api.objects["namespaces"]:
+        _error(404, "NotFound", f'namespaces "{ns}" not found')
+    store_objects = api.objects[store]
+    if (ns, name) in store_objects:
+        _error(409, "AlreadyExists", f'{kind} "{name}" already exists')
+    obj = {"apiVersion": api_version, "kind": kind, **copy.deepcopy(body)}
+    CHECKS.get(kind, lambda _obj: None)(obj)
+    meta = obj.setdefault("metadata", {})
+    meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+    if ns:
+        meta["namespace"] = ns
+    if kind in INITIAL_STATUS:
+        meta["generation"] = 1
+        obj["status"] = dict(INITIAL_STATUS[kind])
+    return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
+
+
+def _now() -> str:
+    from tests.clusters.fake_apiserver import _now as now
+
+    return now()
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not name:
+        _error(422, "Invalid", "metadata.name: Required value: name or generateName is required")
+    if kind.startswith(("Cluster", "Role")) or kind == "RoleBinding":
+        valid = name not in (".", "..") and "/" not in name and "%" not in name  # a path segment
+    else:
+        valid = len(name) <= 253 and bool(DNS_SUBDOMAIN.fullmatch(name))
+    if not valid:
+        _error(422, "Invalid", f'metadata.name: Invalid value: "{name}"')
+
+
+def _check_labels(labels: dict) -> None:
+    for key, value in labels.items():
+        prefix, _, label = key.rpartition("/")
+        ok_key = (
+            len(label) <= 63
+            and LABEL_NAME.fullmatch(label)
+            and (not prefix or (len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix)))
+        )
+        ok_value = isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.fullmatch(value)
+        if not (ok_key and ok_value):
+            _error(422, "Invalid", f'metadata.labels: Invalid value: "{key}": "{value}"')
+
+
+def _check_data_keys(obj: dict) -> None:
+    for field in ("data", "stringData", "binaryData"):
+        for key in obj.get(field) or {}:
+            if len(key) > 253 or not DATA_KEY.fullmatch(key):
+                _error(422, "Invalid", f'{field}[{key}]: Invalid value: "{key}"')
+
+
+def _secret(obj: dict) -> None:
+    """stringData is write-only: the server folds it into data, base64-encoded."""
+    _check_data_keys(obj)
+    data = obj.setdefault("data", {})
+    for key, value in (obj.pop("stringData", None) or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    obj.setdefault("type", "Opaque")
+
+
+def _workload(obj: dict) -> None:
+    """The pod template must be a pod the server would take, with a restart policy the
+    controller can run, and the selector must select it."""
+    from tests.clusters.fake_apiserver import ApiError, _validate_pod
+
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    policy = (template.get("spec") or {}).get("restartPolicy", "Always")
+    allowed = ("OnFailure", "Never") if obj["kind"] == "Job" else ("Always",)
+    if policy not in allowed:
+        _error(422, "Invalid", f'spec.template.spec.restartPolicy: Unsupported value: "{policy}"')
+    pod_spec = copy.deepcopy(template.get("spec") or {})
+    for claim in spec.get("volumeClaimTemplates") or []:  # a StatefulSet's pods mount these
+        name = (claim.get("metadata") or {}).get("name", "")
+        pod_spec.setdefault("volumes", []).append(
+            {"name": name, "persistentVolumeClaim": {"claimName": name}}
+        )
+    try:
+        _validate_pod({"spec": pod_spec})
+    except ApiError as err:
+        _error(422, "Invalid", f"spec.template.{err.body['message']}")
+    if obj["kind"] == "Job" and "selector" not in spec:  # the server picks one
+        uid_label = {"batch.kubernetes.io/controller-uid": str(uuid.uuid4())}
+        spec["selector"] = {"matchLabels": uid_label}
+        template.setdefault("metadata", {}).setdefault("labels", {}).update(uid_label)
+        return
+    selector = (spec.get("selector") or {}).get("matchLabels") or {}
+    if not selector:
+        _error(422, "Invalid", "spec.selector: Required value")
+    if any(labels.get(k) != v for k, v in selector.items()):
+        _error(422, "Invalid", "spec.template.metadata.labels: `selector` does not match")
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate" and "rollingUpdate" in strategy:
+        _error(422, "Forbidden", "spec.strategy.rollingUpdate: may not be specified for Recreate")
+
+
+def _rules(obj: dict) -> None:
+    for index, rule in enumerate(obj.get("rules") or []):
+        if not rule.get("verbs"):
+            _error(422, "Invalid", f"rules[{index}].verbs: Required value")
+
+
+def _binding(obj: dict) -> None:
+    if not (obj.get("roleRef") or {}).get("name"):
+        _error(422, "Invalid", "roleRef.name: Required value")
+    for index, subject in enumerate(obj.get("subjects") or []):
+        cluster_wide = obj["kind"] == "ClusterRoleBinding"
+        if (
+            cluster_wide
+            and subject.get("kind") == "ServiceAccount"
+            and not subject.get("namespace")
+        ):
+            _error(422, "Invalid", f"subjects[{index}].namespace: Required value")
+
+
+def _priority_class(obj: dict) -> None:
+    value = obj.get("value")
+    if not isinstance(value, int) or value > USER_PRIORITY_MAX:
+        _error(422, "Forbidden", f"value: must be no greater than {USER_PRIORITY_MAX}")
+    if obj["metadata"]["name"].startswith("system-"):
+        _error(422, "Forbidden", 'metadata.name: the prefix "system-" is reserved')
+
+
+CHECKS = {
+    "ConfigMap": _check_data_keys,
+    "Secret": _secret,
+    "Deployment": _workload,
+    "DaemonSet": _workload,
+    "StatefulSet": _workload,
+    "Job": _workload,
+    "Role": _rules,
+    "ClusterRole": _rules,
+    "RoleBinding": _binding,
+    "ClusterRoleBinding": _binding,
+    "PriorityClass": _priority_class,
+}
