@@ -13,8 +13,9 @@ from rest_framework.views import APIView
 
 from clusters import selectors, services
 from clusters.models import Backend, Cluster
-from portal.api import call, valid
+from portal.api import call, query_number, valid
 from portal.permissions import is_platform_admin
+from scheduling import bounds
 
 
 class ClusterSerializer(serializers.Serializer):
@@ -76,12 +77,10 @@ class NodeListView(APIView):
     """Every node with its GPUs and their holders; unseen projects' workloads are masked."""
 
     def get(self, request: Request) -> Response:
-        cluster = request.query_params.get("cluster")
-        pool = request.query_params.get("pool")
         rows = selectors.node_rows(
             request.user,
-            cluster_id=int(cluster) if cluster and cluster.isdigit() else None,
-            pool_id=int(pool) if pool and pool.isdigit() else None,
+            cluster_id=query_number(request, "cluster", bounds.ID),
+            pool_id=query_number(request, "pool", bounds.ID),
         )
         return Response(
             [

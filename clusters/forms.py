@@ -43,6 +43,15 @@ class ClusterForm(forms.Form):
         required=False, widget=forms.Textarea(attrs={"rows": 8}), help_text=DESCRIPTION_HELP
     )
     description_file = forms.FileField(required=False, label="…or upload the description")
+    data_volume_roots = forms.CharField(
+        required=False,
+        max_length=5000,
+        label="Data-volume roots",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Local clusters only: one absolute directory per line, e.g. /srv/datasets. "
+        "A workspace's data volume must lie under one of them; with none, workloads get "
+        "no data volume here.",
+    )
     enabled = forms.BooleanField(required=False, initial=True)
 
     def __init__(self, *args: object, editing: bool = False, **kwargs: object):
@@ -55,6 +64,10 @@ class ClusterForm(forms.Form):
     def clean_topology_labels(self) -> list[str]:
         raw = self.cleaned_data.get("topology_labels") or ""
         return [part.strip() for part in raw.split(",") if part.strip()]
+
+    def clean_data_volume_roots(self) -> list[str]:
+        raw = self.cleaned_data.get("data_volume_roots") or ""
+        return [line.strip() for line in raw.splitlines() if line.strip()]
 
     def service_fields(self) -> dict[str, object]:
         data = dict(self.cleaned_data)

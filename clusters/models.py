@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from django.db import models
+
+if TYPE_CHECKING:
+    from clusters.backends.sandbox import Isolation
 
 
 class Installation(models.Model):
@@ -55,6 +59,9 @@ class Cluster(models.Model):
     )
     # Backend-specific description (the simulated cluster's nodes, the local work folder).
     config = models.JSONField(default=dict, blank=True)
+    # Local clusters: the directories (absolute, resolved) under which a workload's data
+    # volume may lie. Empty: no data volumes. Anything else (/etc) is refused.
+    data_volume_roots = models.JSONField(default=list, blank=True)
     enabled = models.BooleanField(default=True)
     reachable = models.BooleanField(default=True)
     last_contact_at = models.DateTimeField(null=True, blank=True)
@@ -69,6 +76,15 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def isolation(self) -> Isolation | None:
+        """A local cluster's sandboxing (can it isolate tenants here?); None on others."""
+        if self.backend != Backend.LOCAL:
+            return None
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+
+        return LocalBackend(self).reported_isolation()
 
 
 class PlacementStrategy(models.TextChoices):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ObjectDoesNotExist
+
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.models import Backend, Gpu
+from portal.permissions import is_platform_admin
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -31,6 +34,7 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
         env["GPUPOOL_GPU_FRACTION"] = str(allocation.gpu_share.normalize())
     if allocation.gpu_memory_mib:
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(allocation.gpu_memory_mib)
+    env.update(_secret_env(workload))
     return env
 
 
@@ -86,6 +90,16 @@ def rendezvous_env(rendezvous: Rendezvous, rank: int) -> dict[str, str]:
     return env
 
 
+def _secret_env(workload: Any) -> dict[str, str]:
+    """A workspace's tool token: kept on the Workspace row, never in the workload's env
+    (which the API and pages show), and handed to the pod only here."""
+    try:
+        token = workload.workspace.token
+    except ObjectDoesNotExist:  # not a workspace
+        return {}
+    return {"JUPYTER_TOKEN": token}
+
+
 def pod_volumes(spec: dict[str, Any]) -> tuple[VolumeSpec, ...]:
     """Volumes a workload asks for in its spec (a workspace's data volume, or any other
     workload's): {"name", "claim", "mount_path", "read_only"}."""
@@ -130,6 +144,7 @@ def pod_spec(
         pod_index=allocation.pod_index,
         node_name=allocation.node.name,
         project=workload.project.name,
+        project_id=workload.project_id,
         workload_name=workload.name,
         kind=workload.kind,
         image=workload.image,
@@ -153,6 +168,7 @@ def pod_spec(
         run_as_root=bool((workload.spec or {}).get("run_as_root")),
         backend_ref=allocation.backend_ref,
         rendezvous=rendezvous,
+        submitted_by_admin=is_platform_admin(workload.submitted_by),
     )
 
 

@@ -122,7 +122,9 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
 def _allocations(cluster: Cluster) -> list[PodAllocation]:
     allocations = list(
         PodAllocation.objects.filter(node__cluster=cluster)
-        .select_related("workload", "workload__project", "node")
+        .select_related(
+            "workload", "workload__project", "workload__submitted_by", "workload__workspace", "node"
+        )
         .order_by("workload_id", "pod_index")
     )
     # One Workload instance per workload, so a transition is seen by all of its pods.

@@ -7,7 +7,9 @@ they touch the database and never appear in the audit log or on a page.
 from __future__ import annotations
 
 import logging
+import os
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +28,9 @@ from portal.errors import ValidationFailed
 from portal.models import k8s_name_validator
 
 log = logging.getLogger(__name__)
-AUDITED = ["name", "backend", "node_pool_label", "topology_labels", "config", "enabled"]
+AUDITED = ["name", "backend", "node_pool_label", "topology_labels", "config",
+           "data_volume_roots", "enabled"]  # fmt: skip
+MAX_DATA_VOLUME_ROOTS = 20
 # A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of at most
 # 63 characters (alphanumerics, with "-", "_" and "." inside).
 LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -130,6 +134,26 @@ def _config_for(backend: str, description: str, current: dict[str, Any]) -> dict
     return current
 
 
+def _data_volume_roots(backend: str, roots: list[str]) -> list[str]:
+    """Existing absolute directories, resolved (no link or '..' leads elsewhere later), and
+    never the whole machine: a workload's data volume must lie under one of them."""
+    if roots and backend != Backend.LOCAL:
+        raise ValidationFailed({"data_volume_roots": ["Only local clusters take data roots."]})
+    if len(roots) > MAX_DATA_VOLUME_ROOTS:
+        raise ValidationFailed(
+            {"data_volume_roots": [f"At most {MAX_DATA_VOLUME_ROOTS} directories."]}
+        )
+    resolved = []
+    for root in roots:
+        path = Path(os.path.realpath(root)) if root.startswith("/") else None
+        if path is None or not path.is_dir() or path == Path("/"):
+            raise ValidationFailed(
+                {"data_volume_roots": [f"{root[:200]} is not an absolute directory (not /)."]}
+            )
+        resolved.append(str(path))
+    return list(dict.fromkeys(resolved))
+
+
 def _check_name(name: str, cluster: Cluster | None) -> None:
     try:
         k8s_name_validator(name)
@@ -149,6 +173,7 @@ def cluster_register(
     node_pool_label: str = "gpupool.io/node-pool",
     topology_labels: list[str] | None = None,
     description: str = "",
+    data_volume_roots: list[str] | None = None,
 ) -> Cluster:
     """Register a cluster and sync its inventory once the row is committed."""
     _check_name(name, None)
@@ -167,6 +192,7 @@ def cluster_register(
         identity = _kubernetes_identity(name, kubeconfig)
         _check_registered_once(identity, None)
     config = _config_for(backend, description, {})
+    roots = _data_volume_roots(backend, list(data_volume_roots or []))
     with transaction.atomic():
         cluster = Cluster.objects.create(
             name=name,
@@ -176,6 +202,7 @@ def cluster_register(
             node_pool_label=node_pool_label or "gpupool.io/node-pool",
             topology_labels=list(topology_labels or []),
             config=config,
+            data_volume_roots=roots,
         )
         audit_log(
             actor=actor, action="cluster_register", obj=cluster, after=snapshot(cluster, AUDITED)
@@ -193,6 +220,7 @@ def cluster_update(
     node_pool_label: str,
     topology_labels: list[str],
     description: str = "",
+    data_volume_roots: list[str] | None = None,
     enabled: bool = True,
 ) -> Cluster:
     """Change a cluster; an empty kubeconfig or description keeps the stored one."""
@@ -204,6 +232,9 @@ def cluster_update(
         "node_pool_label": node_pool_label or "gpupool.io/node-pool",
         "topology_labels": list(topology_labels),
         "config": _config_for(cluster.backend, description, cluster.config),
+        "data_volume_roots": cluster.data_volume_roots
+        if data_volume_roots is None
+        else _data_volume_roots(cluster.backend, data_volume_roots),
         "enabled": enabled,
     }
     if cluster.backend == Backend.KUBERNETES and kubeconfig.strip():

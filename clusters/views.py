@@ -17,6 +17,7 @@ from clusters.reconcile import cluster_mark_unreachable
 from portal.errors import ValidationFailed
 from portal.forms import show_errors
 from portal.permissions import platform_admin_required
+from scheduling.bounds import query_id
 
 
 @platform_admin_required
@@ -47,6 +48,7 @@ def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "node_pool_label": cluster.node_pool_label,
         "topology_labels": ", ".join(cluster.topology_labels or []),
         "description": _description_text(cluster),
+        "data_volume_roots": "\n".join(cluster.data_volume_roots),
         "enabled": cluster.enabled,
     }
     form = ClusterForm(request.POST or None, request.FILES or None, initial=initial, editing=True)
@@ -104,13 +106,9 @@ def cluster_sync(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("cluster_list")
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
-
-
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
-    cluster_id, pool_id = _int(request.GET.get("cluster")), _int(request.GET.get("pool"))
+    cluster_id, pool_id = query_id(request.GET.get("cluster")), query_id(request.GET.get("pool"))
     rows = selectors.node_rows(request.user, cluster_id=cluster_id, pool_id=pool_id)
     context = {
         "rows": rows,

@@ -13,6 +13,7 @@ from django.contrib.auth import authenticate
 from django.shortcuts import get_object_or_404
 from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,6 +24,8 @@ from portal import selectors, services
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import visible_projects
+from scheduling import bounds
+from scheduling.bounds import Bound
 
 
 def call(service: Callable[..., Any], **kwargs: Any) -> Any:
@@ -38,6 +41,57 @@ def valid(serializer_class: type[serializers.Serializer], data: Any, **kw: Any) 
     serializer = serializer_class(data=data, **kw)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+def query_number(request: Request, name: str, bound: Bound, default: int | None = None) -> Any:
+    """A whole-number query parameter within `bound` (`default` when absent), else a 400
+    naming the parameter."""
+    value = request.query_params.get(name)
+    if value in (None, ""):
+        return default
+    number, error = bound.whole(value)
+    if error:
+        raise serializers.ValidationError({name: [error]})
+    return number
+
+
+def _help(bound: Bound, kwargs: dict[str, Any]) -> str:
+    return " ".join(filter(None, [kwargs.pop("help_text", ""), bound.describe()]))
+
+
+def bounded_integer(bound: Bound, **kwargs: Any) -> serializers.IntegerField:
+    """A serializer field for a whole number within `bound` (scheduling.bounds)."""
+    return serializers.IntegerField(
+        min_value=int(bound.low),
+        max_value=int(bound.high),
+        help_text=_help(bound, kwargs),
+        **kwargs,
+    )
+
+
+def bounded_decimal(bound: Bound, **kwargs: Any) -> serializers.DecimalField:
+    """A serializer field for a number within `bound`, with at most its decimal places."""
+    return serializers.DecimalField(
+        max_digits=len(str(int(bound.high))) + bound.places,
+        decimal_places=bound.places,
+        min_value=bound.low,
+        max_value=bound.high,
+        help_text=_help(bound, kwargs),
+        **kwargs,
+    )
+
+
+class BoundedPagination(LimitOffsetPagination):
+    """?limit= and ?offset= within bounds; anything else is a 400 naming the parameter
+    (DRF's own would pass a huge offset on to the database, which overflows)."""
+
+    max_limit = int(bounds.PAGE_LIMIT.high)
+
+    def get_limit(self, request: Request) -> int | None:
+        return query_number(request, self.limit_query_param, bounds.PAGE_LIMIT, self.default_limit)
+
+    def get_offset(self, request: Request) -> int:
+        return query_number(request, self.offset_query_param, bounds.PAGE_OFFSET, 0)
 
 
 # --- Serializers ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from portal.errors import ValidationFailed
 from portal.models import Department, Project, Role, User
 from portal.permissions import departments_for_admin, visible_projects
 from portal.selectors import QuotaRow
+from scheduling.bounds import date_error
 
 
 def show_errors(form: forms.Form, exc: ValidationFailed) -> None:
@@ -185,6 +186,13 @@ class AuditFilterForm(forms.Form):
             ("", "any"),
             *((c, c) for c in choices["object_types"]),
         ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in ("since", "until"):  # a day past year 9999 cannot even be computed
+            if error := date_error(data.get(name)):
+                self.add_error(name, error)
+        return data
 
 
 class InvitedUsersPasswordResetForm(PasswordResetForm):

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from scheduling.bounds import QUOTA
+
 RESOURCES = ("gpus", "cpu", "memory_gib")
 LABELS = {"gpus": "GPUs", "cpu": "CPU cores", "memory_gib": "GiB of memory"}
 NUMBER_FIELDS = (*RESOURCES, *(f"{r}_limit" for r in RESOURCES), "over_quota_weight")
@@ -24,7 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "over_quota_allowed": True,
 }
 # The columns are DECIMAL(9, 2) (memory 11, 2): refuse what the database would round or reject.
-MAX_VALUE = Decimal("9999999.99")
+MAX_VALUE = QUOTA.high
 
 
 def fmt(value: Decimal) -> str:
@@ -59,7 +61,9 @@ def row_errors(row: Mapping[str, Any]) -> dict[str, list[str]]:
         value = row.get(field)
         if not isinstance(value, Decimal):
             continue
-        if value < 0:
+        if not value.is_finite():  # NaN cannot even be compared with 0
+            errors.setdefault(field, []).append("Enter a number.")
+        elif value < 0:
             errors.setdefault(field, []).append("Must not be negative.")
         elif value > MAX_VALUE:
             errors.setdefault(field, []).append(f"Must be at most {fmt(MAX_VALUE)}.")

@@ -18,6 +18,7 @@ from portal.permissions import (
     is_platform_admin,
     visible_projects,
 )
+from scheduling.bounds import query_id
 
 
 def project_named(projects: QuerySet[Project], value: Any) -> QuerySet[Project]:
@@ -27,7 +28,10 @@ def project_named(projects: QuerySet[Project], value: Any) -> QuerySet[Project]:
     if not text.isdigit():
         return projects.filter(name=text)
     by_name = projects.filter(name=text)
-    return by_name if by_name.exists() else projects.filter(pk=int(text))
+    if by_name.exists():
+        return by_name
+    pk = query_id(text)  # an id no row can have (too many digits) matches nothing
+    return projects.filter(pk=pk) if pk else projects.none()
 
 
 def project_list_for_user(user: Any) -> QuerySet[Project]:

@@ -11,12 +11,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from drf_spectacular.views import SpectacularRedocView
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import call
+from portal.api import BoundedPagination, bounded_decimal, bounded_integer, call, query_number
 from portal.models import Department, Project
 from portal.permissions import (
     can_admin_department,
@@ -26,12 +25,22 @@ from portal.permissions import (
     visible_projects,
 )
 from portal.selectors import project_named
-from scheduling import selectors, services
-from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
+from scheduling import bounds, selectors, services
+from scheduling.models import (
+    CycleRun,
+    GpuRequestKind,
+    PriorityClass,
+    Workload,
+    WorkloadKind,
+    WorkloadPolicy,
+    WorkloadState,
+)
 from scheduling.policies import FIELDS as POLICY_FIELDS
+from scheduling.specs import SPEC_KEYS
 from scheduling.views import pod_logs
 
-MAX_LOG_LINES = 10_000
+MAX_LOG_LINES = int(bounds.LOG_LINES.high)
+SHAPE_KEYS = ("project", "kind", "name")
 
 
 class AllocationSerializer(serializers.Serializer):
@@ -93,6 +102,43 @@ class SubmitSerializer(serializers.Serializer):
         return kind
 
 
+class SubmitSpecSerializer(SubmitSerializer):
+    """The schema of a submission's fields with their bounds, for the API's documentation
+    (and generated clients); workload_submit checks them, with the same bounds."""
+
+    image = serializers.CharField(max_length=300)
+    command = serializers.ListField(child=serializers.CharField(), required=False)
+    args = serializers.ListField(child=serializers.CharField(), required=False)
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    gpu_request = serializers.ChoiceField(choices=GpuRequestKind.choices, required=False)
+    gpus = bounded_decimal(bounds.GPUS, required=False)
+    gpu_memory_mib = bounded_integer(bounds.GPU_MEMORY_MIB, required=False)
+    cpu = bounded_decimal(bounds.CPU, required=False)
+    memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
+    workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    master = serializers.BooleanField(required=False, help_text="distributed")
+    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    ports = serializers.ListField(
+        child=inline_serializer(
+            "Port",
+            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+        ),
+        max_length=bounds.PORTS_MAX,
+        required=False,
+    )
+    node_pools = serializers.ListField(child=serializers.CharField(), required=False)
+    gpu_model = serializers.CharField(max_length=200, required=False)
+    topology_level = serializers.CharField(max_length=63, required=False)
+    topology_required = serializers.BooleanField(required=False)
+    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
+    preemptible = serializers.BooleanField(required=False)
+    max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
+    checkpoint_dir = serializers.CharField(max_length=500, required=False)
+    duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
+
+
 def _project_for(user: Any, value: str) -> Project:
     projects = visible_projects(user)
     found = project_named(projects, value).first()
@@ -150,10 +196,10 @@ LIST_PARAMETERS = [
     OpenApiParameter("kind", str, enum=WorkloadKind.values),
     OpenApiParameter("state", str, enum=WorkloadState.values),
     OpenApiParameter("user", str, description="Username of the submitter."),
-    OpenApiParameter("parent", int, description="The HPO sweep whose trials to list."),
+    OpenApiParameter("parent", int, description="The id of the HPO sweep whose trials to list."),
     OpenApiParameter("sort", str, enum=[k for key in selectors.SORTS for k in (key, f"-{key}")]),
-    OpenApiParameter("limit", int),
-    OpenApiParameter("offset", int),
+    OpenApiParameter("limit", int, description=bounds.PAGE_LIMIT.describe()),
+    OpenApiParameter("offset", int, description=bounds.PAGE_OFFSET.describe()),
 ]
 WORKLOAD_PAGE = inline_serializer(
     "WorkloadPage",
@@ -172,19 +218,25 @@ class WorkloadListView(APIView):
     )
     def get(self, request: Request) -> Response:
         """Workloads you can see; filters: project, kind, state, user, parent; sort."""
+        for name in ("parent", "cluster"):  # an id no row can have is a 400, not an overflow
+            if request.query_params.get(name, "").isdigit():
+                query_number(request, name, bounds.ID)
         qs = selectors.workload_list(request.user, request.query_params).prefetch_related(
             "allocations__node__cluster"
         )
-        paginator = LimitOffsetPagination()
+        paginator = BoundedPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(WorkloadSerializer(page, many=True).data)
 
-    @extend_schema(request=SubmitSerializer, responses={201: WorkloadSerializer})
+    @extend_schema(request=SubmitSpecSerializer, responses={201: WorkloadSerializer})
     def post(self, request: Request) -> Response:
         """Submit a workload: project, kind, name and the kind's fields (see the forms)."""
         shape = SubmitSerializer(data=request.data)
         shape.is_valid(raise_exception=True)
-        spec = {k: v for k, v in request.data.items() if k not in ("project", "kind", "name")}
+        spec = {k: v for k, v in request.data.items() if k not in SHAPE_KEYS}
+        # Only the spec's own fields reach the service: never `actor` or anything else.
+        if unknown := sorted(set(spec) - SPEC_KEYS):
+            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         workload = call(
             services.workload_submit,
             actor=request.user,
@@ -230,12 +282,8 @@ class WorkloadLogsView(APIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         """Each pod's recent output, or why logs are unavailable."""
-        tail = request.query_params.get("tail") or "500"
-        if not tail.isdigit() or not 1 <= int(tail) <= MAX_LOG_LINES:
-            raise serializers.ValidationError(
-                {"tail": [f"Give a number of lines from 1 to {MAX_LOG_LINES}."]}
-            )
-        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=int(tail))
+        tail = query_number(request, "tail", bounds.LOG_LINES, 500)
+        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=tail)
         data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
         return Response(data)
 
@@ -274,18 +322,16 @@ class QueueView(APIView):
 
 
 class PolicySerializer(serializers.Serializer):
-    max_gpus_per_workload = serializers.DecimalField(
-        max_digits=7, decimal_places=3, min_value=0, allow_null=True, required=False
-    )
+    max_gpus_per_workload = bounded_decimal(bounds.POLICY_GPUS, allow_null=True, required=False)
     allowed_kinds = serializers.ListField(
         child=serializers.ChoiceField(choices=WorkloadKind.choices), allow_null=True, required=False
     )
-    default_runtime_s = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    max_runtime_s = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    default_runtime_s = bounded_integer(bounds.RUNTIME_S, allow_null=True, required=False)
+    max_runtime_s = bounded_integer(bounds.RUNTIME_S, allow_null=True, required=False)
     preemptible_classes = serializers.ListField(
         child=serializers.CharField(), allow_null=True, required=False
     )
-    termination_grace_s = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    termination_grace_s = bounded_integer(bounds.GRACE_S, allow_null=True, required=False)
 
 
 class PolicyOutSerializer(PolicySerializer):

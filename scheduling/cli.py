@@ -22,6 +22,9 @@ from typing import Any
 import click
 import requests
 
+from scheduling import bounds
+from scheduling.bounds import Bound
+
 TIMEOUT_S = 30
 
 
@@ -200,6 +203,25 @@ def project_of(ctx: click.Context, given: str | None) -> str:
 # --- submit ----------------------------------------------------------------------------
 
 
+class Bounded(click.ParamType):
+    """A number within one of scheduling.bounds' limits, checked before anything is sent:
+    whole numbers as int, others as the decimal text the API takes."""
+
+    name = "number"
+
+    def __init__(self, bound: Bound) -> None:
+        self.bound = bound
+
+    def convert(self, value: Any, param: Any, ctx: click.Context | None) -> Any:
+        number, error = self.bound.check(value)
+        if number is None:
+            self.fail(error or self.bound.describe(), param, ctx)
+        return int(number) if self.bound.places == 0 else bounds.fmt(number)
+
+
+ID = Bounded(bounds.ID)
+
+
 def with_options(command: Any, options: list[Any]) -> Any:
     for option in reversed(options):
         command = option(command)
@@ -209,10 +231,21 @@ def with_options(command: Any, options: list[Any]) -> Any:
 # What every submission asks for, workspaces included.
 RESOURCE_OPTIONS = [
     click.option("--project", help="Defaults to `gpupool project set`."),
-    click.option("--gpus", default="0", help="Whole GPUs per pod, or a fraction like 0.5."),
-    click.option("--gpu-memory", type=int, help="GPU memory per pod in MiB (shared GPU)."),
-    click.option("--cpu", default="1", help="CPU cores per pod."),
-    click.option("--memory", type=int, default=4096, help="Memory per pod in MiB."),
+    click.option(
+        "--gpus",
+        type=Bounded(bounds.GPUS),
+        default="0",
+        help="Whole GPUs per pod, or a fraction like 0.5.",
+    ),
+    click.option(
+        "--gpu-memory",
+        type=Bounded(bounds.GPU_MEMORY_MIB),
+        help="GPU memory per pod in MiB (shared GPU).",
+    ),
+    click.option("--cpu", type=Bounded(bounds.CPU), default="1", help="CPU cores per pod."),
+    click.option(
+        "--memory", type=Bounded(bounds.MEMORY_MIB), default=4096, help="Memory per pod in MiB."
+    ),
     click.option("--env", "-e", multiple=True, help="NAME=value, repeatable."),
 ]
 
@@ -230,8 +263,12 @@ def submit_options(command: Any) -> Any:
         click.option("--gpu-model", default="", help="e.g. A100|H100."),
         click.option("--priority-class", type=click.Choice(["build", "train", "inference"])),
         click.option("--preemptible/--not-preemptible", default=None),
-        click.option("--max-runtime", type=int, help="Seconds before it is stopped."),
-        click.option("--duration", type=int, help="Simulated clusters: seconds it runs."),
+        click.option(
+            "--max-runtime", type=Bounded(bounds.RUNTIME_S), help="Seconds before it is stopped."
+        ),
+        click.option(
+            "--duration", type=Bounded(bounds.DURATION_S), help="Simulated clusters: seconds."
+        ),
         click.argument("name"),
         click.argument("command", nargs=-1),
     ]
@@ -294,9 +331,9 @@ def submit_training(ctx: click.Context, **options: Any) -> None:
 
 @submit.command("distributed")
 @submit_options
-@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--workers", type=Bounded(bounds.PODS), default=2, show_default=True)
 @click.option("--master", is_flag=True, help="Add a master pod.")
-@click.option("--min-pods", type=int, help="Gang minimum; default all pods.")
+@click.option("--min-pods", type=Bounded(bounds.PODS), help="Gang minimum; default all pods.")
 @click.option("--checkpoint-dir")
 @click.pass_context
 def submit_distributed(ctx: click.Context, **options: Any) -> None:
@@ -346,8 +383,8 @@ def only_environment(api: Api) -> str:
 
 @submit.command("inference")
 @submit_options
-@click.option("--replicas", type=int, default=1, show_default=True)
-@click.option("--port", type=int, multiple=True, required=True, help="Repeatable.")
+@click.option("--replicas", type=Bounded(bounds.PODS), default=1, show_default=True)
+@click.option("--port", type=Bounded(bounds.PORT), multiple=True, required=True, help="Repeatable.")
 @click.pass_context
 def submit_inference(ctx: click.Context, **options: Any) -> None:
     """A long-running service with replicas."""
@@ -383,7 +420,7 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
 
 
 @main.command()
-@click.argument("workload_id", type=int)
+@click.argument("workload_id", type=ID)
 @click.pass_context
 def describe(ctx: click.Context, workload_id: int) -> None:
     """A workload's settings, allocation and events."""
@@ -400,8 +437,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
 
 
 @main.command()
-@click.argument("workload_id", type=int)
-@click.option("--tail", type=int, default=500, show_default=True)
+@click.argument("workload_id", type=ID)
+@click.option("--tail", type=Bounded(bounds.LOG_LINES), default=500, show_default=True)
 @click.pass_context
 def logs(ctx: click.Context, workload_id: int, tail: int) -> None:
     """Each pod's recent output."""
@@ -414,7 +451,7 @@ def logs(ctx: click.Context, workload_id: int, tail: int) -> None:
 
 
 @main.command()
-@click.argument("workload_id", type=int)
+@click.argument("workload_id", type=ID)
 @click.pass_context
 def stop(ctx: click.Context, workload_id: int) -> None:
     """Stop a workload."""
@@ -423,7 +460,7 @@ def stop(ctx: click.Context, workload_id: int) -> None:
 
 
 @main.command()
-@click.argument("workload_id", type=int)
+@click.argument("workload_id", type=ID)
 @click.pass_context
 def delete(ctx: click.Context, workload_id: int) -> None:
     """Delete a finished or pending workload."""

@@ -10,7 +10,10 @@ from typing import Any
 from django import forms
 
 from portal.errors import ValidationFailed
+from portal.parsers import MAX_DEPTH, depth
 from portal.permissions import submittable_projects
+from scheduling import bounds
+from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
 
 FORM_KINDS = (
@@ -28,11 +31,31 @@ KIND_FIELDS = {
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
+TOO_DEEP = object()  # json.loads gave up: nested past Python's recursion limit
 TRI_STATE = [("", "Policy default"), ("yes", "Yes"), ("no", "No")]
 
 
 def _text(label: str = "", **kwargs: Any) -> forms.CharField:
     return forms.CharField(label=label or None, required=False, **kwargs)
+
+
+def whole_field(bound: Bound, label: str | None = None, **kwargs: Any) -> forms.IntegerField:
+    """A form field for a whole number within `bound` (scheduling.bounds)."""
+    return forms.IntegerField(
+        label=label, min_value=int(bound.low), max_value=int(bound.high), **kwargs
+    )
+
+
+def decimal_field(bound: Bound, label: str | None = None, **kwargs: Any) -> forms.DecimalField:
+    """A form field for a number within `bound`, with at most its decimal places."""
+    return forms.DecimalField(
+        label=label,
+        min_value=bound.low,
+        max_value=bound.high,
+        decimal_places=bound.places,
+        max_digits=len(str(int(bound.high))) + bound.places,
+        **kwargs,
+    )
 
 
 class WorkloadForm(forms.Form):
@@ -43,27 +66,29 @@ class WorkloadForm(forms.Form):
     args = _text()
     env = _text("Environment", widget=forms.Textarea(attrs={"rows": 3}), help_text="NAME=value")
     gpu_request = forms.ChoiceField(label="GPU request", choices=GpuRequestKind.choices)
-    gpus = forms.DecimalField(label="GPUs per pod", min_value=0, initial=1, decimal_places=3)
-    gpu_memory_mib = forms.IntegerField(label="GPU memory (MiB)", required=False, min_value=0)
-    cpu = forms.DecimalField(label="CPU cores per pod", initial=1, min_value=0, decimal_places=2)
-    memory_mib = forms.IntegerField(label="Memory per pod (MiB)", initial=4096, min_value=1)
-    workers = forms.IntegerField(required=False, min_value=1, initial=2)
+    gpus = decimal_field(bounds.GPUS, "GPUs per pod", initial=1)
+    gpu_memory_mib = whole_field(bounds.GPU_MEMORY_MIB, "GPU memory (MiB)", required=False)
+    cpu = decimal_field(bounds.CPU, "CPU cores per pod", initial=1)
+    memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
+    workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
-    min_pods = forms.IntegerField(label="Gang minimum", required=False, min_value=1)
-    replicas = forms.IntegerField(required=False, min_value=1, initial=1)
+    min_pods = whole_field(bounds.PODS, "Gang minimum", required=False)
+    replicas = whole_field(bounds.PODS, required=False, initial=1)
     ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
     node_pools = _text("Node pools", help_text="In order of preference, comma separated.")
-    gpu_model = _text("GPU model", help_text="e.g. A100|H100; empty = any.")
-    topology_level = _text(help_text="Keep pods in one domain of this level, e.g. rack.")
+    gpu_model = _text("GPU model", max_length=200, help_text="e.g. A100|H100; empty = any.")
+    topology_level = _text(
+        max_length=63, help_text="Keep pods in one domain of this level, e.g. rack."
+    )
     topology_required = forms.BooleanField(required=False)
     priority_class = forms.ChoiceField(
         choices=[("", "Default for the kind"), *PriorityClass.choices], required=False
     )
     preemptible = forms.ChoiceField(choices=TRI_STATE, required=False)
-    max_runtime_s = forms.IntegerField(label="Max runtime (s)", required=False, min_value=1)
-    checkpoint_dir = _text("Checkpoint directory")
-    duration_s = forms.IntegerField(
-        label="Duration (s)", required=False, min_value=1, help_text="Simulated clusters only."
+    max_runtime_s = whole_field(bounds.RUNTIME_S, "Max runtime (s)", required=False)
+    checkpoint_dir = _text("Checkpoint directory", max_length=500)
+    duration_s = whole_field(
+        bounds.DURATION_S, "Duration (s)", required=False, help_text="Simulated clusters only."
     )
     search_method = forms.ChoiceField(
         choices=[("grid", "Grid"), ("random", "Random")], required=False
@@ -72,9 +97,9 @@ class WorkloadForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text='JSON: {"lr": [0.1, 0.01]} or {"lr": {"min": 1e-4, "max": 0.1, "log": true}}',
     )
-    trials = forms.IntegerField(required=False, min_value=1, help_text="Random search only.")
-    parallelism = forms.IntegerField(required=False, min_value=1, initial=2)
-    seed = forms.IntegerField(required=False, min_value=0, initial=0)
+    trials = whole_field(bounds.TRIALS, required=False, help_text="Random search only.")
+    parallelism = whole_field(bounds.TRIALS, required=False, initial=2)
+    seed = whole_field(bounds.SEED, required=False, initial=0)
 
     def __init__(self, *args: Any, user: Any, kind: str, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -102,6 +127,10 @@ class WorkloadForm(forms.Form):
             parameters = json.loads(data.pop("parameters", "") or "{}")
         except json.JSONDecodeError as exc:
             raise ValidationFailed({"parameters": [f"Not valid JSON: {exc.msg}."]}) from exc
+        except RecursionError:
+            parameters = TOO_DEEP
+        if parameters is TOO_DEEP or depth(parameters) > MAX_DEPTH:
+            raise ValidationFailed({"parameters": [f"Nest at most {MAX_DEPTH} levels deep."]})
         search = {"method": data.pop("search_method", "grid"), "parameters": parameters}
         for key in ("trials", "parallelism", "seed"):
             if key in data:
@@ -116,7 +145,7 @@ def parse_ports(text: str) -> list[dict[str, Any]] | str:
         name, _, number = item.rpartition(":")
         if not number.isdigit():
             return text  # left for the service to refuse with its message
-        ports.append({"name": name or "http", "port": int(number)})
+        ports.append({"name": name or "http", "port": number})  # the service bounds it
     return ports
 
 
@@ -173,8 +202,8 @@ def show_errors(form: forms.Form, exc: ValidationFailed) -> None:
 
 
 class PolicyForm(forms.Form):
-    max_gpus_per_workload = forms.DecimalField(
-        label="Max GPUs per workload", required=False, min_value=0, decimal_places=3
+    max_gpus_per_workload = decimal_field(
+        bounds.POLICY_GPUS, "Max GPUs per workload", required=False
     )
     allowed_kinds = forms.MultipleChoiceField(
         choices=WorkloadKind.choices,
@@ -182,21 +211,18 @@ class PolicyForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked = inherit (any kind).",
     )
-    default_runtime_s = forms.IntegerField(
-        label="Default max runtime (s)", required=False, min_value=1
-    )
-    max_runtime_s = forms.IntegerField(label="Max runtime (s)", required=False, min_value=1)
+    default_runtime_s = whole_field(bounds.RUNTIME_S, "Default max runtime (s)", required=False)
+    max_runtime_s = whole_field(bounds.RUNTIME_S, "Max runtime (s)", required=False)
     preemptible_classes = forms.MultipleChoiceField(
         choices=PriorityClass.choices,
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="Classes that may be preempted. None ticked = inherit (train only).",
     )
-    termination_grace_s = forms.IntegerField(
-        label="Termination grace period (s)",
+    termination_grace_s = whole_field(
+        bounds.GRACE_S,
+        "Termination grace period (s)",
         required=False,
-        min_value=0,
-        max_value=86_400,
         help_text="Time from SIGTERM to SIGKILL when a workload is preempted or stopped, so "
         "training can checkpoint. Empty = inherit (the cluster's default, usually 30 s).",
     )

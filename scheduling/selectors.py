@@ -27,6 +27,7 @@ from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from portal.selectors import project_named
 from scheduling.adapters import project_queue
+from scheduling.bounds import query_id
 from scheduling.models import (
     ACTIVE_STATES,
     CycleRun,
@@ -78,12 +79,13 @@ def workload_list(user: Any, params: Any = None) -> QuerySet[Workload]:
         qs = qs.filter(submitted_by__username=params["user"])
     if params.get("cluster"):  # where it runs or last ran (name or id)
         cluster = str(params["cluster"])
-        qs = (
-            qs.filter(cluster_id=cluster) if cluster.isdigit() else qs.filter(cluster__name=cluster)
-        )
+        if cluster.isdigit():  # an id no row can have matches nothing
+            qs = qs.filter(cluster_id=query_id(cluster)) if query_id(cluster) else qs.none()
+        else:
+            qs = qs.filter(cluster__name=cluster)
     if params.get("parent"):
-        parent = str(params["parent"])
-        qs = qs.filter(parent_id=int(parent)) if parent.isdigit() else qs.none()
+        parent = query_id(params["parent"])
+        qs = qs.filter(parent_id=parent) if parent else qs.none()
     sort = params.get("sort", "")
     column = SORTS.get(sort.lstrip("-"), "")
     if column in ANNOTATED_SORTS:

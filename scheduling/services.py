@@ -16,7 +16,7 @@ from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import can_admin_department, can_admin_project, can_submit_to_project
-from scheduling import sweeps
+from scheduling import bounds, sweeps
 from scheduling.lifecycle import workload_event, workload_transition
 from scheduling.models import (
     FINISHED_STATES,
@@ -31,8 +31,13 @@ from scheduling.policies import apply_defaults, effective_policy, policy_errors
 from scheduling.specs import clean_spec
 from scheduling.tasks import reconcile_clusters_later, request_cycle
 
-# A day: longer would let one stopped workload hold its GPUs hostage.
-MAX_GRACE_S = 86_400
+# Policy numbers and the bound each must keep.
+POLICY_BOUNDS = {
+    "max_gpus_per_workload": bounds.POLICY_GPUS,
+    "default_runtime_s": bounds.RUNTIME_S,
+    "max_runtime_s": bounds.RUNTIME_S,
+    "termination_grace_s": bounds.GRACE_S,
+}
 AUDIT_FIELDS = ["kind", "name", "image", "gpus", "pods", "priority_class", "preemptible", "state"]
 
 
@@ -250,14 +255,11 @@ def _check_policy(values: dict[str, Any]) -> None:
     classes = values.get("preemptible_classes") or []
     if set(classes) - set(PriorityClass.values):
         errors["preemptible_classes"] = [f"Classes are among {', '.join(PriorityClass)}."]
+    for field, bound in POLICY_BOUNDS.items():
+        if values.get(field) is not None and (error := bound.check(values[field])[1]):
+            errors[field] = [error]
     default, cap = values.get("default_runtime_s"), values.get("max_runtime_s")
-    if default and cap and default > cap:
+    if default and cap and not errors and default > cap:
         errors["default_runtime_s"] = ["The default runtime cannot exceed the maximum."]
-    cap_gpus = values.get("max_gpus_per_workload")
-    if cap_gpus is not None and cap_gpus < 0:
-        errors["max_gpus_per_workload"] = ["Enter zero or more GPUs."]
-    grace = values.get("termination_grace_s")
-    if grace is not None and not 0 <= grace <= MAX_GRACE_S:
-        errors["termination_grace_s"] = [f"Enter 0 to {MAX_GRACE_S} seconds."]
     if errors:
         raise ValidationFailed(errors)

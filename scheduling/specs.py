@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import re
 import shlex
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from clusters.models import NodePool
+from scheduling import bounds
+from scheduling.bounds import Bound
+from scheduling.fits import fit_errors
 from scheduling.models import GpuRequestKind, PriorityClass, WorkloadKind
 from scheduling.sweeps import clean_search
 
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A Kubernetes port name (IANA service name): 1 to 15 characters.
+PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+PORT_NAME_HELP = "Use 1 to 15 lower-case letters, digits or '-'."
 NAME_HELP = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one."
 
 DEFAULT_CLASS = {
@@ -54,6 +60,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -63,9 +70,8 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     out: dict[str, Any] = {"spec": {}}
     if kind not in WorkloadKind.values:
         return out, {"kind": [f"Unknown kind {kind!r}; use one of {', '.join(WorkloadKind)}."]}
-    unknown = sorted(set(raw) - COLUMN_KEYS - EXTRA_KEYS - {"params"})
-    if unknown:
-        errors["__all__"] = [f"Unknown fields: {', '.join(unknown)}."]
+    for key in sorted(set(raw) - SPEC_KEYS, key=str):
+        _add(errors, str(key), "Unknown field.")
     _clean_name(name, kind, errors)
     _clean_program(raw, out, errors)
     _clean_resources(raw, out, errors)
@@ -73,6 +79,8 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
+    if not errors:  # only a request that is sound on its own is compared with the nodes
+        errors.update(fit_errors(out))
     return out, errors
 
 
@@ -134,20 +142,26 @@ def _clean_program(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> 
     out["command"] = _as_list(raw.get("command"), "command", errors)
     out["args"] = _as_list(raw.get("args"), "args", errors)
     out["env"] = _as_env(raw.get("env"), errors)
+    for field in ("command", "args", "env"):
+        size = sum(len(str(k)) + len(str(v)) for k, v in _items(out[field]))
+        if size > bounds.PROGRAM_TEXT_MAX:
+            _add(errors, field, f"Keep it under {bounds.PROGRAM_TEXT_MAX} characters in all.")
 
 
-def _number(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> Decimal | None:
+def _items(value: list[str] | dict[str, str]) -> Any:
+    return value.items() if isinstance(value, dict) else (("", word) for word in value)
+
+
+def _number(
+    raw: dict[str, Any], field: str, default: Any, bound: Bound, errors: Errors
+) -> Decimal | None:
+    """The field's value (or `default` when not given) within `bound`, else None."""
     value = raw.get(field)
-    if value in (None, ""):
+    if value is None or value == "":
         value = default
-    try:
-        number = Decimal(str(value))
-    except InvalidOperation:
-        _add(errors, field, "Enter a number.")
-        return None
-    if not number.is_finite() or number < 0:
-        _add(errors, field, "Enter a number of zero or more.")
-        return None
+    number, error = bound.check(value)
+    if error:
+        _add(errors, field, error)
     return number
 
 
@@ -169,14 +183,11 @@ def _boolean(raw: dict[str, Any], field: str, errors: Errors) -> bool | None:
     return None
 
 
-def _integer(raw: dict[str, Any], field: str, default: Any, errors: Errors) -> int | None:
-    number = _number(raw, field, default, errors)
-    if number is None:
-        return None
-    if number != number.to_integral_value():
-        _add(errors, field, "Enter a whole number.")
-        return None
-    return int(number)
+def _integer(
+    raw: dict[str, Any], field: str, default: Any, bound: Bound, errors: Errors
+) -> int | None:
+    number = _number(raw, field, default, bound, errors)
+    return None if number is None else int(number)
 
 
 def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
@@ -184,8 +195,8 @@ def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
     if request not in GpuRequestKind.values:
         _add(errors, "gpu_request", f"Use one of {', '.join(GpuRequestKind)}.")
         request = GpuRequestKind.WHOLE
-    gpus = _number(raw, "gpus", 0, errors)
-    memory = _integer(raw, "gpu_memory_mib", 0, errors)
+    gpus = _number(raw, "gpus", 0, bounds.GPUS, errors)
+    memory = _integer(raw, "gpu_memory_mib", 0, bounds.GPU_MEMORY_MIB, errors)
     if request == GpuRequestKind.WHOLE and gpus is not None and gpus != int(gpus):
         _add(errors, "gpus", "Whole GPUs are counted in whole numbers; ask for a fraction.")
     if request == GpuRequestKind.FRACTION and gpus is not None and not 0 < gpus < 1:
@@ -196,12 +207,10 @@ def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
             _add(errors, "gpu_memory_mib", "Give the GPU memory to reserve, in MiB.")
     else:
         memory = 0
-    cpu = _number(raw, "cpu", 1, errors)
+    cpu = _number(raw, "cpu", 1, bounds.CPU, errors)
     if cpu is not None and cpu <= 0:
         _add(errors, "cpu", "Ask for more than 0 CPU cores.")
-    memory_mib = _integer(raw, "memory_mib", 1024, errors)
-    if memory_mib is not None and memory_mib <= 0:
-        _add(errors, "memory_mib", "Ask for more than 0 MiB of memory.")
+    memory_mib = _integer(raw, "memory_mib", 1024, bounds.MEMORY_MIB, errors)
     out.update(gpu_request=request, gpus=gpus, gpu_memory_mib=memory, cpu=cpu)
     out["memory_mib"] = memory_mib
 
@@ -209,19 +218,15 @@ def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
 def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
     pods, min_pods = 1, 1
     if kind == WorkloadKind.DISTRIBUTED:
-        workers = _integer(raw, "workers", raw.get("pods") or 2, errors) or 0
-        if workers < 1:
-            _add(errors, "workers", "A distributed job needs at least one worker.")
+        workers = _integer(raw, "workers", raw.get("pods") or 2, bounds.PODS, errors) or 1
         master = bool(_boolean(raw, "master", errors))
         pods = workers + int(master)
-        min_pods = _integer(raw, "min_pods", pods, errors) or pods
+        min_pods = _integer(raw, "min_pods", pods, bounds.PODS, errors) or pods
         if not 1 <= min_pods <= pods:
             _add(errors, "min_pods", f"The gang minimum is between 1 and {pods} pods.")
         out["spec"].update(workers=workers, master=master)
     elif kind == WorkloadKind.INFERENCE:
-        pods = _integer(raw, "replicas", raw.get("pods") or 1, errors) or 0
-        if pods < 1:
-            _add(errors, "replicas", "An inference service needs at least one replica.")
+        pods = _integer(raw, "replicas", raw.get("pods") or 1, bounds.PODS, errors) or 1
         out["spec"]["replicas"] = pods
     elif raw.get("pods") not in (None, "", 1, "1"):
         _add(errors, "pods", "This kind runs exactly one pod.")
@@ -240,11 +245,20 @@ def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
     if missing:
         _add(errors, "node_pools", f"No such node pool: {', '.join(missing)}.")
     out["node_pools"] = list(dict.fromkeys(pools))
-    out["gpu_model"] = str(raw.get("gpu_model") or "").strip()
-    out["topology_level"] = str(raw.get("topology_level") or "").strip()
+    out["gpu_model"] = _text(raw, "gpu_model", 200, errors)
+    out["topology_level"] = _text(raw, "topology_level", 63, errors)
     out["topology_required"] = bool(_boolean(raw, "topology_required", errors))
     if out["topology_required"] and not out["topology_level"]:
         _add(errors, "topology_level", "Name the topology level (e.g. rack) to keep pods in.")
+
+
+def _text(raw: dict[str, Any], field: str, limit: int, errors: Errors) -> str:
+    """A one-line string of at most `limit` characters (the column's length)."""
+    text = str(raw.get(field) or "").strip()
+    if len(text) > limit:
+        _add(errors, field, f"Use at most {limit} characters.")
+        return text[:limit]
+    return text
 
 
 def _clean_lifecycle(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
@@ -259,10 +273,8 @@ def _clean_lifecycle(kind: str, raw: dict[str, Any], out: dict[str, Any], errors
     runtime = raw.get("max_runtime_s")
     out["max_runtime_s"] = None
     if runtime not in (None, ""):
-        out["max_runtime_s"] = _integer(raw, "max_runtime_s", None, errors)
-        if out["max_runtime_s"] == 0:
-            _add(errors, "max_runtime_s", "A maximum runtime is at least one second.")
-    out["checkpoint_dir"] = str(raw.get("checkpoint_dir") or "").strip()
+        out["max_runtime_s"] = _integer(raw, "max_runtime_s", None, bounds.RUNTIME_S, errors)
+    out["checkpoint_dir"] = _text(raw, "checkpoint_dir", 500, errors)
     if out["checkpoint_dir"] and kind in (WorkloadKind.INFERENCE, WorkloadKind.WORKSPACE):
         _add(errors, "checkpoint_dir", "Only training work keeps a checkpoint directory.")
 
@@ -274,7 +286,7 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
     elif kind == WorkloadKind.INFERENCE:
         _add(errors, "ports", "An inference service exposes at least one port.")
     if raw.get("duration_s") not in (None, ""):
-        spec["duration_s"] = _integer(raw, "duration_s", None, errors)
+        spec["duration_s"] = _integer(raw, "duration_s", None, bounds.DURATION_S, errors)
     if kind == WorkloadKind.HPO:
         spec["search"] = clean_search(raw.get("search"), errors)
     elif raw.get("search"):
@@ -288,18 +300,22 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
 
 
 def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:
-    if isinstance(value, int | str) and str(value).isdigit():
-        value = [{"name": "http", "port": int(value)}]
+    if isinstance(value, int | str):
+        value = [value]
     if not isinstance(value, list):
         _add(errors, "ports", "Give a list of {name, port}.")
         return []
     ports = []
-    for raw_item in value:
-        item = {"name": "http", "port": raw_item} if isinstance(raw_item, int) else raw_item
-        port = item.get("port") if isinstance(item, dict) else None
-        name = str(item.get("name") or "http") if isinstance(item, dict) else ""
-        if not isinstance(port, int) or not 1 <= port <= 65535:
-            _add(errors, "ports", f"Not a port number: {port!r}.")
-            continue
-        ports.append({"name": name, "port": port})
+    for raw_item in value[: bounds.PORTS_MAX + 1]:
+        item = raw_item if isinstance(raw_item, dict) else {"port": raw_item}
+        port, error = bounds.PORT.whole(item.get("port"))
+        name = str(item.get("name") or "http")
+        if port is None:
+            _add(errors, "ports", f"Not a port number: {str(item.get('port'))[:20]!r}. {error}")
+        elif not PORT_NAME.match(name):
+            _add(errors, "ports", f"Not a port name: {name[:20]!r}. {PORT_NAME_HELP}")
+        else:
+            ports.append({"name": name, "port": port})
+    if len(value) > bounds.PORTS_MAX:
+        _add(errors, "ports", f"Expose at most {bounds.PORTS_MAX} ports.")
     return ports

@@ -19,7 +19,10 @@ import random
 import re
 from typing import Any
 
-MAX_TRIALS = 200
+from scheduling import bounds
+from scheduling.bounds import Bound
+
+MAX_TRIALS = int(bounds.TRIALS.high)
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Errors = dict[str, list[str]]
 
@@ -42,11 +45,11 @@ def clean_search(value: Any, errors: Errors) -> dict[str, Any]:
     search = {
         "method": method,
         "parameters": params,
-        "parallelism": _positive(value.get("parallelism", 1), "parallelism", problems),
-        "seed": _positive(value.get("seed", 0), "seed", problems, minimum=0),
+        "parallelism": _whole(value.get("parallelism", 1), "parallelism", bounds.TRIALS, problems),
+        "seed": _whole(value.get("seed", 0), "seed", bounds.SEED, problems),
     }
     if method == "random":
-        search["trials"] = _positive(value.get("trials", 1), "trials", problems)
+        search["trials"] = _whole(value.get("trials", 1), "trials", bounds.TRIALS, problems)
     if not problems and trial_count(search) > MAX_TRIALS:
         problems.append(f"A sweep runs at most {MAX_TRIALS} trials.")
     if problems:
@@ -70,14 +73,11 @@ def _space_problems(name: str, space: Any, method: str) -> list[str]:
     return [f"Parameter {name}: give a list of values (or min/max for random search)."]
 
 
-def _positive(value: Any, field: str, problems: list[str], minimum: int = 1) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = minimum - 1
-    if number < minimum:
-        problems.append(f"{field.capitalize()} must be a whole number of at least {minimum}.")
-        return minimum
+def _whole(value: Any, field: str, bound: Bound, problems: list[str]) -> int:
+    number, error = bound.whole(value)
+    if number is None:
+        problems.append(f"{field.capitalize()}: {error}")
+        return int(bound.low)
     return number
 
 

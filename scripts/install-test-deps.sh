@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite needs, where missing: PostgreSQL and Redis
 # servers (started by tests/services.py on free loopback ports) and Chromium (driven by
-# Playwright for the browser tests; never a downloaded browser).
+# Playwright for the browser tests; never a downloaded browser), and bubblewrap, the sandbox
+# of local pods (tests/clusters/test_local_sandbox.py; setpriv comes with util-linux).
 set -euo pipefail
 need=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || need+=(postgresql)
 command -v redis-server > /dev/null || need+=(redis-server)
 command -v chromium > /dev/null || need+=(chromium)
+command -v bwrap > /dev/null || need+=(bubblewrap)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -12,8 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters.models import NodePool
+from portal.api import bounded_decimal, bounded_integer
 from portal.errors import ValidationFailed
 from portal.models import Project
+from scheduling import bounds
 from workspaces import selectors, services
 from workspaces.models import Environment, Workspace
 
@@ -49,14 +51,16 @@ class LaunchSerializer(serializers.Serializer):
     )
     name = serializers.CharField(max_length=63)
     gpu_request = serializers.ChoiceField(["whole", "fraction", "memory"], default="whole")
-    gpus = serializers.DecimalField(max_digits=6, decimal_places=3, min_value=0, default=0)
-    gpu_memory_mib = serializers.IntegerField(min_value=0, default=0)
-    cpu = serializers.DecimalField(max_digits=7, decimal_places=2, min_value=0, default=1)
-    memory_mib = serializers.IntegerField(min_value=1, default=4096)
+    gpus = bounded_decimal(bounds.GPUS, default=0)
+    gpu_memory_mib = bounded_integer(bounds.GPU_MEMORY_MIB, default=0)
+    cpu = bounded_decimal(bounds.CPU, default=1)
+    memory_mib = bounded_integer(bounds.MEMORY_MIB, default=4096)
     node_pool = serializers.SlugRelatedField(
         slug_field="name", queryset=NodePool.objects.all(), required=False, allow_null=True
     )
-    data_volume = serializers.CharField(required=False, allow_blank=True, default="")
+    data_volume = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=500
+    )
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
     shared_with_project = serializers.BooleanField(default=False)
 

@@ -11,9 +11,11 @@ from django import forms
 from clusters.models import NodePool
 from clusters.selectors import simulated_pool_ids
 from portal.errors import ValidationFailed
+from scheduling import bounds
+from scheduling.forms import decimal_field, whole_field
 from scheduling.models import GpuRequestKind
 from workspaces.models import Environment, WorkspaceTemplate
-from workspaces.services import LaunchRequest
+from workspaces.services import LaunchRequest, data_volume_roots
 
 # The services' field names that the form shows under another name.
 FIELD_ALIASES = {"memory_mib": "memory_gib", "gpu_memory_mib": "gpu_memory_gib"}
@@ -34,16 +36,12 @@ class LaunchForm(forms.Form):
     gpu_request = forms.ChoiceField(
         label="GPU request", choices=GpuRequestKind.choices, initial="whole"
     )
-    gpus = forms.DecimalField(
-        label="GPUs",
-        min_value=0,
-        initial=0,
-        decimal_places=3,
-        help_text="Whole GPUs, or the fraction of one GPU (0.5).",
+    gpus = decimal_field(
+        bounds.GPUS, "GPUs", initial=0, help_text="Whole GPUs, or the fraction of one GPU (0.5)."
     )
-    gpu_memory_gib = forms.IntegerField(label="GPU memory (GiB)", min_value=0, initial=0)
-    cpu = forms.DecimalField(label="CPU cores", min_value=0, initial=1, decimal_places=2)
-    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1, initial=4)
+    gpu_memory_gib = whole_field(bounds.GPU_MEMORY_GIB, "GPU memory (GiB)", initial=0)
+    cpu = decimal_field(bounds.CPU, "CPU cores", initial=1)
+    memory_gib = whole_field(bounds.MEMORY_GIB, "Memory (GiB)", initial=4)
     node_pool = forms.ModelChoiceField(
         queryset=NodePool.objects.all(),
         required=False,
@@ -62,7 +60,7 @@ class LaunchForm(forms.Form):
         help_text="One NAME=value per line.",
     )
     shared_with_project = forms.BooleanField(
-        label="Let the members of the project open it", required=False
+        label="Let the project's researchers open it", required=False
     )
 
     def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
@@ -77,6 +75,13 @@ class LaunchForm(forms.Form):
             project__in=projects, environment__enabled=True
         ).select_related("project", "environment")
         label_simulated_pools(self.fields["node_pool"])
+        # The directories the administrators offer as data volumes on the local machine.
+        self.data_volume_roots = data_volume_roots([])
+        if self.data_volume_roots:
+            self.fields["data_volume"].widget.attrs["list"] = "data-volume-roots"
+            self.fields["data_volume"].help_text += (
+                " Local directories lie under " + ", ".join(self.data_volume_roots) + "."
+            )
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -150,6 +155,10 @@ def label_simulated_pools(field: forms.ModelChoiceField) -> None:
 
 
 class EnvironmentForm(forms.ModelForm):
+    port = whole_field(bounds.PORT, help_text="The port the tool listens on in its container.")
+    default_gpus = decimal_field(bounds.GPUS, "Default GPUs")
+    default_cpu = decimal_field(bounds.CPU, "Default CPU cores")
+    default_memory_mib = whole_field(bounds.MEMORY_MIB, "Default memory (MiB)")
     command_line = forms.CharField(
         label="Command",
         help_text="The tool's executable and fixed arguments, e.g. 'jupyter lab': for "
@@ -202,6 +211,11 @@ class EnvironmentForm(forms.ModelForm):
 
 
 class TemplateForm(forms.ModelForm):
+    gpus = decimal_field(bounds.GPUS, "GPUs")
+    gpu_memory_mib = whole_field(bounds.GPU_MEMORY_MIB, "GPU memory (MiB)")
+    cpu = decimal_field(bounds.CPU, "CPU cores")
+    memory_mib = whole_field(bounds.MEMORY_MIB, "Memory (MiB)")
+
     class Meta:
         model = WorkspaceTemplate
         fields = ["project", "name", "environment", "gpu_request", "gpus", "gpu_memory_mib",
@@ -218,8 +232,8 @@ class TemplateForm(forms.ModelForm):
 class IdlePolicyForm(forms.Form):
     scope = forms.ChoiceField(help_text="Where it applies: a project's policy wins over its "
                               "department's, which wins over the platform's.")  # fmt: skip
-    warn_after_min = forms.IntegerField(label="Warn after (idle minutes)", min_value=1)
-    stop_after_min = forms.IntegerField(label="Stop after (idle minutes)", min_value=1)
+    warn_after_min = whole_field(bounds.IDLE_MINUTES, "Warn after (idle minutes)")
+    stop_after_min = whole_field(bounds.IDLE_MINUTES, "Stop after (idle minutes)")
     gpu_util_threshold_pct = forms.IntegerField(
         label="GPU utilisation under (%)", min_value=0, max_value=100, initial=5
     )

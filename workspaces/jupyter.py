@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import httpx
 
 from workspaces.activity import last_proxied
 from workspaces.models import Workspace
+from workspaces.proxy import upstream_address
 from workspaces.selectors import workspace_upstream
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,15 @@ class JupyterActivity:
 
 
 def tool_url(workspace: Workspace, upstream: str, path: str = "") -> str:
-    return f"http://{upstream}/workspaces/{workspace.workload_id}/lab/{path}"
+    host, _ = upstream_address(upstream)
+    return f"http://{host}/workspaces/{workspace.workload_id}/lab/{path}"
+
+
+def tool_client(upstream: str, **options: Any) -> httpx.Client:
+    """A client that reaches the tool: over its unix socket on the local backend."""
+    _, socket_path = upstream_address(upstream)
+    transport = httpx.HTTPTransport(uds=socket_path) if socket_path else None
+    return httpx.Client(transport=transport, **options)
 
 
 def auth_headers(workspace: Workspace) -> dict[str, str]:
@@ -41,12 +51,11 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
         return False
     jupyter = is_jupyter(workspace)
     try:
-        response = httpx.get(
-            tool_url(workspace, upstream, "api/status" if jupyter else ""),
-            params={"no_track_activity": "1"} if jupyter else None,
-            headers=auth_headers(workspace),
-            timeout=timeout,
-        )
+        with tool_client(upstream, headers=auth_headers(workspace), timeout=timeout) as client:
+            response = client.get(
+                tool_url(workspace, upstream, "api/status" if jupyter else ""),
+                params={"no_track_activity": "1"} if jupyter else None,
+            )
     except httpx.HTTPError:
         return False
     return response.status_code == 200 if jupyter else response.status_code < 500
@@ -73,8 +82,11 @@ def jupyter_activity(workspace: Workspace, *, timeout: float = 5.0) -> JupyterAc
         return None
     try:
         # no_track_activity: our own probe must not count as someone using the server.
-        with httpx.Client(
-            headers=auth_headers(workspace), params={"no_track_activity": "1"}, timeout=timeout
+        with tool_client(
+            upstream,
+            headers=auth_headers(workspace),
+            params={"no_track_activity": "1"},
+            timeout=timeout,
         ) as client:
             status = client.get(tool_url(workspace, upstream, "api/status"))
             kernels = client.get(tool_url(workspace, upstream, "api/kernels"))

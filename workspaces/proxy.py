@@ -5,6 +5,10 @@ the workspace's tool; everything else goes to Django. Every HTTP request and eve
 WebSocket handshake is checked against the portal's session: only the owner, or the
 project's members when the owner shares it, get through. The tool's token is added here,
 server-side, so the browser never holds it.
+
+On the local backend a tool listens on a unix socket (`unix:/path` as its upstream) in a
+folder only the portal and the pod's own user may enter: no other user of the machine can
+reach it past this proxy. Elsewhere the upstream is host:port.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from functools import partial
 from typing import Any
 
 import httpx
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
 from workspaces import activity, proxy_auth
@@ -46,11 +50,13 @@ DROP_REQUEST = {
 }
 DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "upgrade", "trailer"}
 
+UNIX_PREFIX = "unix:"
 Scope = dict[str, Any]
 Check = Callable[[], Awaitable[proxy_auth.Access]]
 Touch = Callable[[], Awaitable[None]]
 # How often an open WebSocket's access is asked again (a DB read per socket).
 RECHECK_S = 30.0
+TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 
 
 @dataclass
@@ -91,8 +97,7 @@ class WorkspaceProxy:
 
     def _client(self) -> httpx.AsyncClient:
         if self.client is None:
-            timeout = httpx.Timeout(120.0, connect=5.0)
-            self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+            self.client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
         return self.client
 
     async def proxy_http(
@@ -101,22 +106,47 @@ class WorkspaceProxy:
         if not access.allowed:
             return await send_refusal(send, access)
         body = await read_body(receive)
-        request = self._client().build_request(
+        host, socket_path = upstream_address(access.upstream)
+        # A socket's client lives for one request: sockets come and go with workspaces.
+        client = self._client() if socket_path is None else socket_client(socket_path)
+        request = client.build_request(
             scope["method"],
-            upstream_url("http", access.upstream, scope),
+            upstream_url("http", host, scope),
             headers=upstream_headers(scope, access),
             content=body,
         )
         try:
-            response = await self._client().send(request, stream=True)
-        except httpx.HTTPError as exc:
-            log.warning("workspace proxy: %s unreachable: %s", access.upstream, exc)
-            refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
-            return await send_refusal(send, refusal)
-        try:
-            await relay_response(response, send, access.token)
+            await forward(client, request, send, access)
         finally:
-            await response.aclose()
+            if socket_path is not None:
+                await client.aclose()
+
+
+async def forward(
+    client: httpx.AsyncClient, request: httpx.Request, send: Any, access: proxy_auth.Access
+) -> None:
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        log.warning("workspace proxy: %s unreachable: %s", access.upstream, exc)
+        refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
+        return await send_refusal(send, refusal)
+    try:
+        await relay_response(response, send, access.token)
+    finally:
+        await response.aclose()
+
+
+def upstream_address(upstream: str) -> tuple[str, str | None]:
+    """The host for URLs and the Host header, and the unix socket to dial (None: TCP)."""
+    if upstream.startswith(UNIX_PREFIX):
+        return "localhost", upstream.removeprefix(UNIX_PREFIX)
+    return upstream, None
+
+
+def socket_client(path: str) -> httpx.AsyncClient:
+    transport = httpx.AsyncHTTPTransport(uds=path)
+    return httpx.AsyncClient(transport=transport, timeout=TIMEOUT, follow_redirects=False)
 
 
 async def read_body(receive: Any) -> bytes:
@@ -148,7 +178,7 @@ def upstream_headers(scope: Scope, access: proxy_auth.Access) -> list[tuple[str,
             kept = proxy_auth.cookies_without_portal(raw_value.decode("latin-1"))
             if kept:
                 headers.append(("cookie", kept))
-    headers.append(("host", access.upstream))
+    headers.append(("host", upstream_address(access.upstream)[0]))
     headers.append(("authorization", f"token {access.token}"))
     return headers
 
@@ -202,14 +232,19 @@ async def proxy_websocket(
         await send({"type": "websocket.close", "code": 1008})
         return
     headers = [(n, v) for n, v in upstream_headers(scope, access) if n != "host"]
+    host, socket_path = upstream_address(access.upstream)
+    options = {
+        "additional_headers": headers,
+        "subprotocols": scope.get("subprotocols") or None,
+        "max_size": None,
+        "open_timeout": 15,
+    }
+    url = upstream_url("ws", host, scope)
     try:
-        upstream = await connect(
-            upstream_url("ws", access.upstream, scope),
-            additional_headers=headers,
-            subprotocols=scope.get("subprotocols") or None,
-            max_size=None,
-            open_timeout=15,
-        )
+        if socket_path is None:
+            upstream = await connect(url, **options)
+        else:
+            upstream = await unix_connect(socket_path, url, **options)
     except Exception as exc:  # refused, unreachable, timed out: the handshake fails
         log.warning("workspace proxy: WebSocket to %s failed: %s", access.upstream, exc)
         await send({"type": "websocket.close", "code": 1011})

@@ -16,7 +16,7 @@ from clusters.backends import pod_name
 from clusters.backends.kubernetes.ownership import owner_of
 from clusters.metrics.models import GpuSample
 from clusters.models import Backend, NodePool
-from portal.models import Membership, Project
+from portal.models import Membership, Project, Role
 from portal.permissions import can_admin_project, can_view_project, visible_projects
 from scheduling.models import ACTIVE_STATES, Workload, WorkloadState
 from scheduling.policies import effective_policy
@@ -57,10 +57,11 @@ def can_open_workspace(user: Any, workspace: Workspace) -> bool:
         return False
     if user.pk == workspace.workload.submitted_by_id:
         return can_view_project(user, workspace.workload.project)
-    return (
-        workspace.shared_with_project
-        and Membership.objects.filter(user=user, project_id=workspace.workload.project_id).exists()
+    # Shared with the project's researchers: a viewer may look at the page, not run code.
+    members = Membership.objects.filter(
+        user=user, project_id=workspace.workload.project_id, role=Role.RESEARCHER
     )
+    return workspace.shared_with_project and members.exists()
 
 
 def can_manage_workspace(user: Any, workspace: Workspace) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from clusters.models import Backend, Cluster, NodePool
@@ -55,8 +56,9 @@ class LaunchRequest:
 def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) -> Workspace:
     """Submit a workspace workload running the environment's tool behind the portal's proxy.
 
-    The tool's token is generated here, travels only in the workload's environment and the
-    Workspace row, and is added to proxied requests; users never see it.
+    The tool's token is generated here and kept on the Workspace row only: the backend hands
+    it to the pod (`clusters.podspecs`), the proxy adds it to proxied requests. Neither the
+    workload's env nor any page or API answer holds it.
     """
     if not can_submit_to_project(actor, project):
         raise PermissionDenied("You may not launch workspaces in this project.")
@@ -64,30 +66,29 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
         raise ValidationFailed({"environment": ["This environment is disabled."]})
     token = secrets.token_urlsafe(32)
     pools = launch_pools(request.node_pool)
-    _check_data_volume(request.data_volume, pools)
+    volume = _check_data_volume(request.data_volume, pools)
     with transaction.atomic():
         workload = workload_submit(
             actor=actor,
             project=project,
             kind=WorkloadKind.WORKSPACE,
             name=request.name,
-            **_workload_spec(request, token, pools),
+            **_workload_spec(request, pools),
         )
         # The base URL holds the workload's id, known only now; the cycle that starts the
         # pod runs after this transaction commits, so it sees the final command.
-        workload.command = tool_command(request.environment, workload.id, request.data_volume)
-        if request.data_volume and not request.data_volume.startswith("/"):
-            # A PVC on Kubernetes, mounted where the notebooks live.
-            workload.spec["volumes"] = [
-                {"name": "data", "claim": request.data_volume, "mount_path": PVC_MOUNT_PATH}
-            ]
+        workload.command = tool_command(
+            request.environment, workload.id, volume, local_only=_local_only(pools)
+        )
+        if volume:
+            workload.spec["volumes"] = [_volume(volume)]
         workload.save(update_fields=["command", "spec"])
         workspace = Workspace.objects.create(
             workload=workload,
             environment=request.environment,
             token=token,
             shared_with_project=request.shared_with_project,
-            data_volume=request.data_volume,
+            data_volume=volume,
         )
         audit_log(
             actor=actor,
@@ -97,6 +98,14 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
             department=project.department,
         )
     return workspace
+
+
+def _volume(volume: str) -> dict[str, str]:
+    """A PVC on Kubernetes, mounted where the notebooks live; a directory of the machine on
+    the local backend, bound at its own path inside the pod's sandbox."""
+    if volume.startswith("/"):
+        return {"name": "data", "claim": volume, "mount_path": volume}
+    return {"name": "data", "claim": volume, "mount_path": PVC_MOUNT_PATH}
 
 
 def launch_pools(chosen: NodePool | None) -> list[str]:
@@ -118,11 +127,13 @@ def launch_pools(chosen: NodePool | None) -> list[str]:
     return real
 
 
-def _check_data_volume(volume: str, pools: list[str]) -> None:
-    """An absolute directory that exists (local backend) or a PVC name (Kubernetes, a DNS
-    subdomain), matching the backends the workspace may land on."""
+def _check_data_volume(volume: str, pools: list[str]) -> str:
+    """An absolute directory under a data-volume root of the local clusters (the admin's
+    choice per cluster), or a PVC name (Kubernetes, a DNS subdomain), matching the backends
+    the workspace may land on. Returns the volume, a directory resolved (no link or '..'
+    leads out of its root later)."""
     if not volume:
-        return
+        return ""
     backends = _pool_backends(pools) - {Backend.SIMULATED}
     if not volume.startswith("/"):
         if not PVC_NAME.fullmatch(volume):
@@ -133,21 +144,37 @@ def _check_data_volume(volume: str, pools: list[str]) -> None:
                 "absolute directory, or pick a Kubernetes pool."
             )
         else:
-            return
+            return volume
     elif Backend.KUBERNETES in backends:
         error = (
             "A directory is for the local backend: on Kubernetes give a PVC name, or pick "
             "a local node pool."
         )
-    elif Backend.LOCAL in backends and not Path(volume).is_dir():
-        error = f"There is no directory {volume} on this machine."
+    elif Backend.LOCAL in backends:
+        path = Path(os.path.realpath(volume))
+        roots = data_volume_roots(pools)
+        if not path.is_dir():
+            error = f"There is no directory {volume} on this machine."
+        elif not any(path.is_relative_to(root) for root in roots):
+            where = ", ".join(roots) or "none: an administrator sets them on the cluster"
+            error = f"{volume} is not under a data-volume root of this cluster ({where})."
+        else:
+            return str(path)
     else:
-        return
+        return volume
     raise ValidationFailed({"data_volume": [error]})
 
 
-def _workload_spec(request: LaunchRequest, token: str, pools: list[str]) -> dict[str, Any]:
-    env = {**request.env, "JUPYTER_TOKEN": token, "WORKSPACE_BIND_HOST": _bind_host(pools)}
+def data_volume_roots(pools: list[str]) -> list[str]:
+    """The directories the local clusters a workload may land on offer as data volumes."""
+    roots: list[str] = []
+    for cluster in _pool_clusters(pools).filter(backend=Backend.LOCAL):
+        roots.extend(root for root in cluster.data_volume_roots if root not in roots)
+    return roots
+
+
+def _workload_spec(request: LaunchRequest, pools: list[str]) -> dict[str, Any]:
+    env = {**request.env, "WORKSPACE_BIND_HOST": _bind_host(pools)}
     return {
         "image": request.environment.image,
         "command": list(request.environment.command),
@@ -164,27 +191,40 @@ def _workload_spec(request: LaunchRequest, token: str, pools: list[str]) -> dict
     }
 
 
-def _pool_backends(pools: list[str]) -> set[str]:
-    """The backends of the enabled clusters a workload with this preference may land on."""
+def _pool_clusters(pools: list[str]) -> QuerySet[Cluster]:
+    """The enabled clusters a workload with this preference may land on."""
     clusters = Cluster.objects.filter(enabled=True)
     if pools:
         clusters = clusters.filter(
             Q(node_pools__name__in=pools) | Q(nodes__pool__name__in=pools)
         ).distinct()
-    return set(clusters.values_list("backend", flat=True))
+    return clusters
+
+
+def _pool_backends(pools: list[str]) -> set[str]:
+    """The backends of the enabled clusters a workload with this preference may land on."""
+    return set(_pool_clusters(pools).values_list("backend", flat=True))
+
+
+def _local_only(pools: list[str]) -> bool:
+    return _pool_backends(pools) <= {Backend.LOCAL}
 
 
 def _bind_host(pools: list[str]) -> str:
     """Loopback when the workspace can only land on the local backend (the proxy is on the
     same machine); all interfaces on Kubernetes, where the Service must reach the pod."""
-    return "127.0.0.1" if _pool_backends(pools) <= {Backend.LOCAL} else "0.0.0.0"
+    return "127.0.0.1" if _local_only(pools) else "0.0.0.0"
 
 
-def tool_command(environment: Environment, workspace_id: int, data_volume: str) -> list[str]:
+def tool_command(
+    environment: Environment, workspace_id: int, data_volume: str, *, local_only: bool = False
+) -> list[str]:
     """The tool's command line; `$(VAR)`s are expanded by the backend from the pod's env.
 
     Jupyter reads its token from JUPYTER_TOKEN in its environment: never on the command
-    line, where `ps` and the backends' logs would show it.
+    line, where `ps` and the backends' logs would show it. On the local backend it listens
+    on the unix socket the backend gives the pod (GPUPOOL_SOCKET), in a folder only the
+    portal and the pod reach: no port another user of the machine could connect to.
     """
     base_url = f"/workspaces/{workspace_id}/lab/"
     if data_volume.startswith("/"):
@@ -195,13 +235,17 @@ def tool_command(environment: Environment, workspace_id: int, data_volume: str) 
         # VS Code server and TensorBoard take their own flags; the environment's command
         # carries them, with $(GPUPOOL_PORT) and $(JUPYTER_TOKEN) where they need them.
         return [arg.replace("{base_url}", base_url) for arg in environment.command]
+    if local_only:
+        # 0660: the socket's folder gives it the portal's group (clusters/README.md).
+        listen = ["--ServerApp.sock=$(GPUPOOL_SOCKET)", "--ServerApp.sock_mode=0660"]
+    else:
+        listen = ["--ServerApp.port=$(GPUPOOL_PORT)", "--ServerApp.ip=$(WORKSPACE_BIND_HOST)"]
     return [
         *environment.command,
         "--no-browser",
         "--allow-root",
         f"--ServerApp.base_url={base_url}",
-        "--ServerApp.port=$(GPUPOOL_PORT)",
-        "--ServerApp.ip=$(WORKSPACE_BIND_HOST)",
+        *listen,
         f"--ServerApp.root_dir={root_dir}",
     ]
 

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from portal.errors import ValidationFailed
 from portal.permissions import submittable_projects
+from scheduling.bounds import query_id
 from workspaces import selectors, services
 from workspaces.forms import LaunchForm
 from workspaces.jupyter import tool_answers
@@ -63,10 +64,10 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
 
 def _relaunch(request: HttpRequest) -> dict:
     """`?from=<id>`: the owner launches a finished workspace again (its settings, its files)."""
-    source = request.GET.get("from", "")
-    if request.method != "GET" or not source.isdigit():
+    source = query_id(request.GET.get("from"))
+    if request.method != "GET" or source is None:
         return {}
-    workspace = _workspace_for(request, int(source))
+    workspace = _workspace_for(request, source)
     if request.user.pk != workspace.workload.submitted_by_id:
         raise PermissionDenied("Only the owner launches a workspace again.")
     return selectors.relaunch_initial(workspace)

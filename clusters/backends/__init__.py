@@ -104,6 +104,7 @@ class PodSpec:
     pod_index: int
     node_name: str
     project: str = ""
+    project_id: int = 0
     workload_name: str = ""
     kind: str = ""
     image: str = ""
@@ -134,6 +135,8 @@ class PodSpec:
     backend_ref: str = ""
     # Distributed workloads: the peers' addresses (the env already holds MASTER_ADDR...).
     rendezvous: Rendezvous | None = None
+    # Submitted by a platform admin: the only work a local machine that cannot sandbox runs.
+    submitted_by_admin: bool = False
 
 
 @dataclass(slots=True)

@@ -2,25 +2,35 @@
 
 Like JupyterHub's LocalProcessSpawner. A pod's record lives in a small JSON file under
 var/local/<cluster>/pods/, so a restarted worker finds its processes again by pid and
-start time (a reused pid has another start time). Each process runs under a tiny shell
+start time (a reused pid has another start time). Each process runs under a tiny
 wrapper that writes the exit code to a file, because only the process's parent can
 wait() for it and the parent may be a worker that has since restarted.
+
+Tenants are isolated (`sandbox`): each pod runs in a bubblewrap sandbox as a user of its
+own, with an environment built only from its workload's and GPUPool's variables, and a
+tool that serves a port listens on a unix socket only the portal can reach. A machine that
+cannot sandbox runs only platform admins' pods.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 
@@ -33,6 +43,7 @@ from clusters.backends import (
     PodSpecInvalid,
     PodStatus,
     expand_vars,
+    sandbox,
 )
 from clusters.backends.localgpus import local_gpus
 
@@ -43,6 +54,13 @@ WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # How long a record written just before a spawn may lack its process before it is dropped.
 SPAWN_GRACE_S = 10
+# The only variables a pod gets besides its workload's and GPUPool's own: never the worker's
+# (SECRET_KEY, DATABASE_URL, mail passwords).
+SOCKET_NAME = "tool.sock"
+SOCKETS_RUN_DIR = Path("/run/gpupool")
+# The worker probes at least every inventory sync (60 s): older, it may be gone.
+ISOLATION_REPORT_TTL_S = 600
+BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -87,12 +105,43 @@ class LocalBackend(Backend):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def isolation(self) -> sandbox.Isolation:
+        """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off.
+        Kept in var/ for the pages: the web process may run as another user than the
+        worker that starts the pods, and only the worker's answer counts."""
+        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        report = {"available": isolation.available, "reason": isolation.reason, "at": time.time()}
+        _write_atomic(self._isolation_path, json.dumps(report))
+        return isolation
+
+    def reported_isolation(self) -> sandbox.Isolation:
+        """The worker's last answer (it probes on every inventory sync and pod start), or,
+        when it has given none lately, this process's own."""
+        if not self._sandbox_enabled:
+            return sandbox.probe(enabled=False)
+        try:
+            report = json.loads(self._isolation_path.read_text())
+        except (OSError, ValueError):
+            report = None
+        if report is None or time.time() - report["at"] > ISOLATION_REPORT_TTL_S:
+            return sandbox.probe()
+        return sandbox.Isolation(bool(report["available"]), str(report["reason"]))
+
+    @property
+    def _sandbox_enabled(self) -> bool:
+        return self.cluster.config.get("sandbox", True) is not False
+
+    @property
+    def _isolation_path(self) -> Path:
+        return self.state_dir.parent / "isolation.json"
+
     # --- inventory -------------------------------------------------------------------------
     def test_connection(self) -> str:
         gpus = local_gpus()
         return f"Local machine {self.node_name}: {os.cpu_count()} CPUs, {len(gpus)} GPUs"
 
     def list_inventory(self) -> list[NodeInfo]:
+        self.isolation()  # the worker's answer, for the clusters page
         labels = {self.cluster.node_pool_label: self.cluster.config.get("pool", "local")}
         labels.update(self.cluster.config.get("labels", {}))
         return [
@@ -117,10 +166,7 @@ class LocalBackend(Backend):
             return None
 
     def _write(self, record: dict) -> None:
-        path = self._record_path(record["name"])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)  # atomic: a reader never sees half a record
+        _write_atomic(self._record_path(record["name"]), json.dumps(record))
 
     def pod_statuses(self) -> dict[str, PodStatus]:
         statuses = {}
@@ -183,13 +229,24 @@ class LocalBackend(Backend):
         return record
 
     def _spawn(self, spec: PodSpec) -> dict:
-        """Start the pod's process: 1. environment and ports, 2. command, 3. record it."""
+        """Start the pod's process: 1. sandbox or refusal, 2. environment and ports,
+        3. command, 4. record it, 5. start it."""
+        isolation = self.isolation()
+        if not isolation.available and not spec.submitted_by_admin:
+            raise PodSpecInvalid(
+                f"this machine cannot isolate pods ({isolation.reason}), so it runs only "
+                "platform administrators' work"
+            )
         workdir = self.workload_dir(spec.workload_id)
-        env, endpoint = self._environment(spec, workdir)
+        socket_dir = self._socket_dir(spec.name)
+        socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env, endpoint = self._environment(spec, socket_dir, sandboxed=isolation.available)
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
-        log_path = workdir / f"pod-{spec.pod_index}.log"
+        argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
+        exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
+        exit_file.unlink(missing_ok=True)
         record = {
             "name": spec.name,
             "namespace": spec.namespace,
@@ -199,17 +256,40 @@ class LocalBackend(Backend):
             "start_time": None,
             "token": env["GPUPOOL_POD_TOKEN"],
             "written_at": time.time(),
-            "exit_file": env["GPUPOOL_EXIT_FILE"],
-            "log": str(log_path),
+            "exit_file": str(exit_file),
+            "log": str(workdir / f"pod-{spec.pod_index}.log"),
             "endpoint": endpoint,
             "command": command,
+            "argv": argv,
             "terminating_since": None,
+            "sandboxed": isolation.available,
         }
         self._write(record)  # first: a crash between spawn and record must not lose it
-        with log_path.open("ab") as out:
+        return self._start(record, env, workdir)
+
+    def _argv(
+        self, spec: PodSpec, command: list[str], socket_dir: Path, *, sandboxed: bool
+    ) -> list[str]:
+        """The command as it runs: in a sandbox, as the pod's own user, where the machine
+        can. Its data volumes are checked either way."""
+        mounts = (*self._data_mounts(spec), sandbox.Mount(str(socket_dir), sandbox.SOCKET_DIR))
+        if not sandboxed:
+            return command
+        workdir = self.workload_dir(spec.workload_id)
+        uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
+        _own(workdir, uid, gid, 0o700)
+        # The pod's user creates its socket; the portal's group (var/'s) connects to it.
+        _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
+        return sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
+
+    def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
+        wrapper = [sys.executable, "-I", WRAPPER]
+        if record["sandboxed"]:
+            wrapper.append("--sandboxed")
+        with _open_log(Path(record["log"])) as out:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", WRAPPER, env["GPUPOOL_EXIT_FILE"], *command],
+                    [*wrapper, record["exit_file"], *record["argv"]],
                     cwd=workdir,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -218,25 +298,69 @@ class LocalBackend(Backend):
                     start_new_session=True,  # its own process group: stop signals reach all
                 )
             except OSError as exc:
-                self._record_path(spec.name).unlink(missing_ok=True)
-                raise BackendError(f"cannot start {shlex.join(command)}: {exc}") from exc
+                self._record_path(record["name"]).unlink(missing_ok=True)
+                raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
-        log.info("started %s as pid %s: %s", spec.name, proc.pid, shlex.join(command))
+        how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
+        command = shlex.join(record["command"])
+        log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
         return record
 
-    def _environment(self, spec: PodSpec, workdir: Path) -> tuple[dict[str, str], str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    def _socket_dir(self, name: str) -> Path:
+        """The pod's socket folder: only the pod's user and the portal's group enter it.
+
+        Under /run when the worker may write there: a socket's path must fit in 107 bytes,
+        which a deep var/ would not leave. One folder per var/ (a digest of its path), so
+        that two portals on one machine never meet."""
+        base = self.state_dir.parent / "sockets"
+        if os.access(SOCKETS_RUN_DIR.parent, os.W_OK):
+            digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+            base = SOCKETS_RUN_DIR / digest
+            SOCKETS_RUN_DIR.mkdir(mode=0o755, exist_ok=True)
+        return base / name
+
+    def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
+        """Volumes that name a directory of this machine (a workspace's data volume), and an
+        absolute checkpoint directory, each inside one of the cluster's data-volume roots:
+        anything else is refused. (A relative checkpoint directory is in the work folder.)"""
+        mounts = []
+        for volume in spec.volumes:
+            if not volume.claim.startswith("/"):
+                raise PodSpecInvalid(f"volume {volume.name}: a PVC needs a Kubernetes cluster")
+            path = self._under_roots(f"volume {volume.name}", volume.claim)
+            mounts.append(sandbox.Mount(path, volume.mount_path, volume.read_only))
+        if spec.checkpoint_dir.startswith("/"):
+            path = self._under_roots("the checkpoint directory", spec.checkpoint_dir)
+            mounts.append(sandbox.Mount(path, spec.checkpoint_dir))
+        return tuple(mounts)
+
+    def _under_roots(self, what: str, directory: str) -> str:
+        path = Path(os.path.realpath(directory))
+        roots = [Path(root) for root in self.cluster.data_volume_roots]
+        if not path.is_dir() or not any(path.is_relative_to(root) for root in roots):
+            raise PodSpecInvalid(
+                f"{what}: {directory} is not a directory under this cluster's data-volume roots"
+            )
+        return str(path)
+
+    def _environment(
+        self, spec: PodSpec, socket_dir: Path, *, sandboxed: bool
+    ) -> tuple[dict[str, str], str]:
+        """Built from nothing: the workload's variables, GPUPool's, a PATH and a locale."""
+        workdir = self.workload_dir(spec.workload_id)
+        env = {
+            **BASE_ENV,
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(workdir),
+        }
         env.update({k: str(v) for k, v in spec.env.items()})
         gpus = spec.gpu_indices if spec.shared_gpu_index is None else (spec.shared_gpu_index,)
         # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only pod. Indices are
         # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        exit_file = workdir / f".pod-{spec.pod_index}.exit"
-        exit_file.unlink(missing_ok=True)
-        env["GPUPOOL_EXIT_FILE"] = str(exit_file)
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
         endpoint = ""
         for number, port in enumerate(spec.ports):
@@ -245,6 +369,12 @@ class LocalBackend(Backend):
             if number == 0:
                 env["GPUPOOL_PORT"] = str(host_port)
                 endpoint = f"127.0.0.1:{host_port}"
+        if spec.ports:
+            # A tool that listens here is reached by the portal alone (see _socket_dir).
+            inside = sandbox.SOCKET_DIR if sandboxed else str(socket_dir)
+            env["GPUPOOL_SOCKET"] = f"{inside}/{SOCKET_NAME}"
+            if any("$(GPUPOOL_SOCKET)" in part for part in (*spec.command, *spec.args)):
+                endpoint = f"unix:{socket_dir / SOCKET_NAME}"
         return env, endpoint
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
@@ -264,14 +394,31 @@ class LocalBackend(Backend):
         if _alive(pid, start) or _pids_with_token(token):
             if not record.get("terminating_since"):
                 record["terminating_since"] = time.time()
+                record["signalled"] = _signal_pod(pid, start, token, signal.SIGTERM)
                 self._write(record)
-                _signal_pod(pid, start, token, signal.SIGTERM)
+            else:
+                self._signal_late_comers(record)
             if time.time() - record["terminating_since"] >= grace_period_s:
                 _signal_pod(pid, start, token, signal.SIGKILL)
             if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
         path.unlink(missing_ok=True)
+        Path(record["exit_file"]).unlink(missing_ok=True)
+        shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
         return True
+
+    def _signal_late_comers(self, record: dict) -> None:
+        """SIGTERM what started after the first one: a pod stopped while its sandbox was
+        being built gets its command only then (a fork loses the signals its parent had
+        pending), and the command must not wait out the grace period for its SIGKILL."""
+        signalled = set(record.get("signalled") or ())
+        late = [pid for pid in _pids_with_token(record["token"]) if pid not in signalled]
+        for pid in late:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if late:
+            record["signalled"] = sorted(signalled | set(late))
+            self._write(record)
 
     def stop_all(self, *, grace_period_s: int) -> int:
         """Stop every pod of this cluster and wait until each is gone: SIGTERM, SIGKILL after
@@ -319,15 +466,17 @@ def _find_by_token(token: str) -> int | None:
     return None
 
 
-def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> None:
+def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> list[int]:
     """The wrapper's group while the wrapper lives (its pid cannot name another group
-    then), and each process with the pod's token."""
+    then), and each process with the pod's token. Returns those processes."""
+    holders = _pids_with_token(token)
     if _alive(pid, start_time):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
-    for other in _pids_with_token(token):
+    for other in holders:
         with contextlib.suppress(ProcessLookupError):
             os.kill(other, sig)
+    return holders
 
 
 def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool:
@@ -339,6 +488,42 @@ def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool
     return True
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def _own(path: Path, uid: int, gid: int, mode: int) -> None:
+    os.chown(path, uid, gid)
+    path.chmod(mode)
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """The pod's log, appended to as the portal (root): never through a link the pod's user
+    put in its folder, never a FIFO (it would hang the worker), never a file that user owns
+    or linked (it would learn what root wrote). Anything else there is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    for _ in range(2):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO):
+                raise BackendError(f"cannot open the pod's log {path}: {exc}") from exc
+        else:
+            if _portal_file(fd):
+                os.set_blocking(fd, True)
+                return os.fdopen(fd, "ab")
+            os.close(fd)
+        path.unlink(missing_ok=True)  # what the pod's user put there: start a fresh log
+    raise BackendError(f"cannot open the pod's log {path}: something keeps replacing it")
+
+
+def _portal_file(fd: int) -> bool:
+    info = os.fstat(fd)
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
+
+
 def _read_exit_code(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -348,7 +533,11 @@ def _read_exit_code(path: Path) -> int | None:
 
 def _tail(path: Path, lines: int) -> str:
     try:
-        with path.open("rb") as handle:
+        # No link the pod put in its folder leads the portal into another file.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        with open(fd, "rb") as handle:
+            if not _portal_file(fd):
+                return ""
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 256 * 1024))
             data = handle.read().decode("utf-8", "replace")

@@ -4,6 +4,7 @@ from django import forms
 
 from clusters.metrics.reports import GROUPS
 from clusters.models import Cluster
+from scheduling.bounds import date_error
 
 PRESETS = [("this_month", "This month"), ("last_month", "Last month"), ("custom", "Custom")]
 GROUP_LABELS = {
@@ -31,6 +32,9 @@ class UsageReportForm(forms.Form):
         data = super().clean()
         data["period"] = data.get("period") or "this_month"
         data["group"] = data.get("group") or "project"
+        for name in ("start", "end"):
+            if error := date_error(data.get(name)):
+                self.add_error(name, error)
         if data["period"] == "custom":
             start, end = data.get("start"), data.get("end")
             if not start or not end:

@@ -11,12 +11,13 @@ from django.utils import timezone
 
 from clusters.metrics import charts, conf, heatmap, selectors
 from portal.permissions import visible_projects
+from scheduling.bounds import query_id
 
 TOTALS = ("total", "allocated", "used", "used_unallocated")  # PoolNow fields the cards add up
 
 
 def _pool_ids(request: HttpRequest) -> list[int]:
-    return [int(v) for v in request.GET.getlist("pool") if v.isdigit()]
+    return [pk for pk in map(query_id, request.GET.getlist("pool")) if pk is not None]
 
 
 def _overview_figure(request: HttpRequest) -> dict[str, Any]:

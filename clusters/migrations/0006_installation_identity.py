@@ -18,7 +18,7 @@ def identities(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("clusters", "0004_node_unschedulable_reason"),
+        ("clusters", "0005_local_sandbox"),
     ]
 
     operations = [

@@ -153,7 +153,7 @@ def test_reservation_pods_run_under_a_priority_class_gpupool_makes_once(kube, or
     assert sorted(roles) == ["reservation", "workload", "workload"]
 
 
-def test_a_submission_declares_that_its_image_needs_root_as_a_boolean():
+def test_a_submission_declares_that_its_image_needs_root_as_a_boolean(db):  # node pools read
     base = {"image": "ubuntu:24.04", "command": ["apt-get", "update"]}
     cleaned, errors = clean_spec("training", "apt", {**base, "run_as_root": "true"})
     assert errors == {} and cleaned["spec"]["run_as_root"] is True

@@ -126,9 +126,12 @@ def test_a_pod_ignoring_sigterm_is_killed_after_the_grace_period(backend):
     assert backend.pod_statuses() == {}
 
 
-def test_processes_a_finished_pod_left_behind_are_stopped_with_it(backend, tmp_path):
+def test_processes_a_finished_pod_left_behind_are_stopped_with_it(db, tmp_path):
     """A daemon in a session of its own (outside the process group) that outlives its pod
-    would hold the pod's GPU: it carries the pod's token, and goes with the pod."""
+    would hold the pod's GPU: it carries the pod's token, and goes with the pod. Unsandboxed
+    (an admin's pod where sandboxing is off): in a sandbox the daemon dies with the pod's PID
+    namespace (test_local_sandbox.py)."""
+    backend = LocalBackend(make_cluster(config={"node_name": "here", "sandbox": False}))
     pid_file = tmp_path / "daemon.pid"
     code = (
         "import subprocess, sys\n"
@@ -136,7 +139,7 @@ def test_processes_a_finished_pod_left_behind_are_stopped_with_it(backend, tmp_p
         " start_new_session=True)\n"
         f"open({str(pid_file)!r}, 'w').write(str(daemon.pid))\n"
     )
-    backend.ensure_pod(spec(command=(PY, "-c", code)))
+    backend.ensure_pod(spec(command=(PY, "-c", code), submitted_by_admin=True))
     status = wait_until(
         lambda: (s := backend.pod_statuses()["gp-1-0"]).phase == PodPhase.SUCCEEDED and s
     )

@@ -59,3 +59,14 @@ def submit():
         return workload_submit(actor=actor, project=project, kind=kind, name=name, **spec)
 
     return _submit
+
+
+def outgrown(submit, actor, project, name, *, gpus, **spec):
+    """Work that no node can hold any more: queued while its pool had a larger node, since
+    gone (a submit asking for more than every node is refused, so it is grown after)."""
+    from scheduling.models import Workload
+
+    workload = submit(actor, project, name, gpus=1, **spec)
+    Workload.objects.filter(pk=workload.pk).update(gpus=gpus)
+    workload.refresh_from_db()
+    return workload

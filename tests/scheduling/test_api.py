@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadPolicy, WorkloadState
+from tests.scheduling.conftest import outgrown
 
 pytestmark = pytest.mark.django_db
 PERSONAS = ("platform_admin", "dept_admin", "researcher", "outsider")
@@ -249,7 +250,7 @@ def test_logs_say_why_they_are_unavailable(api, job):
     for tail in ("abc", "0", "-5", "10001"):
         response = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/?tail={tail}")
         assert response.status_code == 400
-        assert response.json() == {"tail": ["Give a number of lines from 1 to 10000."]}
+        assert response.json() == {"tail": ["Enter a whole number from 1 to 10000 lines."]}
 
 
 @pytest.mark.parametrize(
@@ -262,7 +263,7 @@ def test_logs_say_why_they_are_unavailable(api, job):
     ],
 )
 def test_the_queue_per_persona(api, org, cluster, submit, persona, projects):
-    submit(org.researcher, org.project_a, "waits", gpus=16)
+    outgrown(submit, org.researcher, org.project_a, "waits", gpus=16)
     cycle_run()
     body = api(persona).get("/api/v1/queue/").json()
     assert {q["project"] for q in body["queues"]} == projects

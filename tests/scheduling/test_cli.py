@@ -14,6 +14,7 @@ from scheduling.cli import main
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadPolicy, WorkloadState
 from tests import factories as f
+from tests.scheduling.conftest import outgrown
 from workspaces.models import Environment, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,7 +143,10 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     assert gp("stop", str(wl.pk)).strip() == "resnet: stopped."
     assert "resnet has already stopped." in gp("stop", str(wl.pk), ok=False)
     assert "pods of resnet are still stopping" in gp("delete", str(wl.pk), ok=False)
-    gp("submit", "training", "too-big", "--image", "img", "--gpus", "16")
+    out = gp("submit", "training", "too-big", "--image", "img", "--gpus", "16", ok=False)
+    assert "gpus: No node of pool a100 can hold 16 GPUs for one pod" in out
+    # Each pod fits a node, the gang does not fit the cluster: it waits.
+    gp("submit", "distributed", "too-big", "--image", "img", "--gpus", "4", "--workers", "3")
     cycle_run()
     waiting = Workload.objects.get(name="too-big")
     assert waiting.state == WorkloadState.PENDING
@@ -172,7 +176,7 @@ def test_policy_refusals_exit_non_zero_naming_the_rule(logged_in, org):
 
 
 def test_queue_and_logs(logged_in, org, cluster, submit):
-    wl = submit(org.researcher, org.project_a, "big", gpus=16)
+    wl = outgrown(submit, org.researcher, org.project_a, "big", gpus=16)
     cycle_run()
     out = logged_in("queue")
     assert "ml-vision" in out and "Needs 16 GPUs in pool a100" in out

@@ -12,7 +12,7 @@ from portal.models import DepartmentQuota
 from scheduling.cycle import cycle_run
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
-from tests.scheduling.conftest import make_nodes
+from tests.scheduling.conftest import make_nodes, outgrown
 
 pytestmark = pytest.mark.django_db
 S = WorkloadState
@@ -61,7 +61,7 @@ def test_a_gang_is_admitted_whole_across_nodes(org, cluster, submit):
 
 
 def test_a_workload_that_cannot_fit_keeps_a_readable_pending_reason(org, cluster, submit):
-    submit(org.researcher, org.project_a, "big", gpus=6)
+    outgrown(submit, org.researcher, org.project_a, "big", gpus=6)
     cycle_run()
     wl = Workload.objects.get(name="big")
     assert wl.state == S.PENDING
@@ -242,7 +242,7 @@ def test_the_cycle_reads_the_database_in_a_fixed_number_of_queries(
     cycle_run()  # admits all 30: the next cycle sees 30 running workloads
     # 30 more that fit on no node: the cycle only reads, decides and saves reasons.
     for i in range(30):
-        submit(org.researcher, org.project_a, f"wait-{i}", gpus=16)
+        outgrown(submit, org.researcher, org.project_a, f"wait-{i}", gpus=16)
     with django_assert_max_num_queries(25):
         run = cycle_run()
     assert (run.workloads, run.admitted, run.pending) == (60, 0, 30)

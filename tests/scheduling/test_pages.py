@@ -9,6 +9,7 @@ import pytest
 
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadPolicy, WorkloadState
+from tests.scheduling.conftest import outgrown
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +73,7 @@ def test_every_computed_column_sorts_the_whole_list(client_as, org, cluster, sub
     submit(org.researcher, org.project_a, "one", gpus=1)
     submit(org.researcher, org.project_a, "half", gpu_request="fraction", gpus="0.5")
     submit(org.researcher, org.project_a, "elsewhere", gpus=3, node_pools=["h100"])
-    submit(org.researcher, org.project_a, "waiting", gpus=16)
+    outgrown(submit, org.researcher, org.project_a, "waiting", gpus=16)
     cycle_run()
     now = timezone.now()
     for name, minutes in (("two", 5), ("one", 50), ("half", 20), ("elsewhere", 1)):
@@ -100,7 +101,7 @@ def test_every_computed_column_sorts_the_whole_list(client_as, org, cluster, sub
 
 def test_the_csv_holds_the_filtered_rows(client_as, org, cluster, submit):
     submit(org.researcher, org.project_a, "placed", gpus=2)
-    submit(org.researcher, org.project_a, "waiting", gpus=16)
+    outgrown(submit, org.researcher, org.project_a, "waiting", gpus=16)
     cycle_run()
     response = client_as(org.researcher).get("/workloads/?format=csv&sort=name")
     assert response["Content-Type"] == "text/csv"
@@ -287,8 +288,8 @@ def test_the_queue_lists_pending_work_in_consideration_order_with_reasons(
     client_as, org, cluster, submit
 ):
     submit(org.researcher, org.project_a, "runs", gpus=4)
-    submit(org.researcher, org.project_a, "a-waits", gpus=16)
-    submit(org.outsider, org.project_b, "b-waits", gpus=16)
+    outgrown(submit, org.researcher, org.project_a, "a-waits", gpus=16)
+    outgrown(submit, org.outsider, org.project_b, "b-waits", gpus=16)
     cycle_run()
     response = client_as(org.platform_admin).get("/workloads/queue/")
     order = [wl.name for _, wl in response.context["order"]]

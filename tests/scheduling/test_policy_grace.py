@@ -51,7 +51,9 @@ def test_setting_the_grace_period_is_audited_with_before_and_after(org):
 def test_a_grace_period_over_a_day_is_refused_and_only_admins_may_set_one(org):
     with pytest.raises(ValidationFailed) as caught:
         policy_set(actor=org.dept_admin, project=org.project_a, termination_grace_s=86_401)
-    assert caught.value.errors == {"termination_grace_s": ["Enter 0 to 86400 seconds."]}
+    assert caught.value.errors == {
+        "termination_grace_s": ["Enter a whole number from 0 to 86400 seconds."]
+    }
     with pytest.raises(PermissionDenied):
         policy_set(actor=org.researcher, project=org.project_a, termination_grace_s=10)
     assert not WorkloadPolicy.objects.exists()

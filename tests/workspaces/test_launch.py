@@ -58,13 +58,13 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
     assert workload.spec["ports"] == [{"name": "http", "port": 8888}]
     assert workload.memory_mib == 2048 and workload.submitted_by == org.researcher
     assert workload.env["WANDB_MODE"] == "offline"
-    assert workload.env["JUPYTER_TOKEN"] == workspace.token and len(workspace.token) >= 32
+    assert "JUPYTER_TOKEN" not in workload.env and len(workspace.token) >= 32  # server-side
     assert not any(workspace.token in part for part in workload.command)
     assert workload.command == [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
         f"--ServerApp.base_url=/workspaces/{workload.id}/lab/",
-        "--ServerApp.port=$(GPUPOOL_PORT)",
-        "--ServerApp.ip=$(WORKSPACE_BIND_HOST)", "--ServerApp.root_dir=/d",
+        "--ServerApp.sock=$(GPUPOOL_SOCKET)", "--ServerApp.sock_mode=0660",
+        "--ServerApp.root_dir=/d",
     ]  # fmt: skip
     assert workload.env["WORKSPACE_BIND_HOST"] == "127.0.0.1"  # no Kubernetes cluster here
     assert AuditLog.objects.filter(action="workspace_launch", actor=org.researcher).exists()
@@ -184,7 +184,7 @@ def test_the_owner_launches_a_stopped_workspace_again_with_its_settings_and_its_
     new = Workspace.objects.exclude(pk=old.pk).get()
     assert new.workload.name == "lab-2" and new.token != old.token
     assert f"--ServerApp.root_dir={folder}" in new.workload.command
-    assert new.workload.env["JUPYTER_TOKEN"] == new.token
+    assert "JUPYTER_TOKEN" not in new.workload.env
 
 
 def test_only_the_owner_may_launch_a_workspace_again(client_as, org, jupyterlab):

@@ -136,6 +136,9 @@ def test_a_data_volume_must_suit_the_backend_the_workspace_lands_on(
     # "Any node pool" here is the local pool (the other one is simulated).
     assert "needs a Kubernetes node pool" in refusal(data_volume="rita-notebooks")
     assert "no directory /nowhere/at-all" in refusal(data_volume="/nowhere/at-all")
+    # A directory only under the roots the administrator gave the local cluster.
+    assert "not under a data-volume root" in refusal(data_volume=str(tmp_path))
+    Cluster.objects.filter(name="local").update(data_volume_roots=[str(tmp_path)])
     workload = _launch(org, jupyterlab, data_volume=str(tmp_path))
     assert f"--ServerApp.root_dir={tmp_path}" in workload.command
 
