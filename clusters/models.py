@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from django.db import models
 
 if TYPE_CHECKING:
     from clusters.backends.sandbox import Isolation
+
+
+class Installation(models.Model):
+    """This GPUPool database's identity: one row, made by the migration (or on first use).
+
+    Every object GPUPool makes in a cluster carries it, so that two GPUPool databases on
+    one cluster never take, list or delete each other's pods."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return str(self.uid)
+
+
+def installation_uid() -> str:
+    """The installation's identity; made on first use where the row is missing (a database
+    flushed by a test, or restored without it)."""
+    row = Installation.objects.order_by("pk").first()
+    if row is None:
+        row, _ = Installation.objects.get_or_create(pk=1)
+    return str(row.uid)
 
 
 class Backend(models.TextChoices):
@@ -18,9 +41,16 @@ class Backend(models.TextChoices):
 
 class Cluster(models.Model):
     name = models.CharField(max_length=63, unique=True)
+    # The record's identity in the cluster's objects (labels, pod names, namespace
+    # annotations): a second record for the same cluster never touches this one's pods.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     backend = models.CharField(max_length=16, choices=Backend.choices)
     # Fernet token of the kubeconfig (GPUPOOL_KUBECONFIG_KEY); never rendered back.
     kubeconfig_encrypted = models.TextField(blank=True)
+    # Where the kubeconfig points (normalized), and the uid of the cluster's kube-system
+    # namespace when it could be read: a cluster is registered once.
+    api_server = models.CharField(max_length=2048, blank=True, db_index=True)
+    kube_system_uid = models.CharField(max_length=64, blank=True, db_index=True)
     node_pool_label = models.CharField(max_length=253, default="gpupool.io/node-pool")
     topology_labels = models.JSONField(
         default=list,

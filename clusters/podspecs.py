@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ObjectDoesNotExist
 
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
+from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.models import Backend, Gpu
 from portal.permissions import is_platform_admin
 
@@ -44,22 +45,24 @@ HOSTFILE = "/etc/gpupool/hostfile"
 
 
 def rendezvous_for(
-    workload: Any, namespace: str, peers: tuple[int, ...], *, kubernetes: bool
+    workload: Any, namespace: str, peers: tuple[int, ...], *, owner: Owner | None
 ) -> Rendezvous | None:
-    """Where a distributed workload's pods meet: on Kubernetes the rank-0 pod's stable
-    name through the workload's headless Service (`<pod>.<service>.<namespace>.svc`), on
-    one machine 127.0.0.1 and a port of the workload's own. `peers`: the pod indices
-    admitted (a gang may run with `min_pods` of its pods), in rank order."""
+    """Where a distributed workload's pods meet: on Kubernetes (`owner`: whose objects
+    they are) the rank-0 pod's stable name through the workload's headless Service
+    (`<pod>.<service>.<namespace>.svc`, both names carrying the owner's identities as the
+    backend names them), on one machine 127.0.0.1 and a port of the workload's own.
+    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods), in
+    rank order."""
     if workload.kind != DISTRIBUTED:
         return None
     gpus = workload.gpus or 0
     slots = max(int(gpus), 1)
     names = [pod_name(workload.pk, i) for i in peers]
-    if not kubernetes:
+    if owner is None:
         port = LOCAL_PORTS[0] + workload.pk % LOCAL_PORTS[1]
         return Rendezvous(service="", port=port, hosts=("127.0.0.1",) * len(names), slots=slots)
-    service = names[0].rsplit("-", 1)[0]  # gp-<id>: no pod is named so
-    hosts = tuple(f"{name}.{service}.{namespace}.svc" for name in names)
+    service = owner.object_name(names[0].rsplit("-", 1)[0])  # gp-<id>-...: no pod is named so
+    hosts = tuple(f"{owner.object_name(name)}.{service}.{namespace}.svc" for name in names)
     return Rendezvous(service=service, port=RENDEZVOUS_PORT, hosts=hosts, slots=slots)
 
 
@@ -116,13 +119,13 @@ def pod_spec(
     uuids: dict[tuple[int, int], str] | None = None,
     graces: dict[int, int] | None = None,
     *,
-    kubernetes: bool = True,
+    owner: Owner | None = None,
     peers: tuple[int, ...] = (),
 ) -> PodSpec:
     workload = allocation.workload
     namespace = workload.project.namespace
     peers = peers or tuple(range(workload.pods))
-    rendezvous = rendezvous_for(workload, namespace, peers, kubernetes=kubernetes)
+    rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
     env = pod_env(allocation)
     if rendezvous is not None and allocation.pod_index in peers:
         env.update(rendezvous_env(rendezvous, peers.index(allocation.pod_index)))
@@ -162,6 +165,7 @@ def pod_spec(
         duration_s=float(duration) if duration is not None else None,
         termination_grace_s=(graces or {}).get(workload.pk),
         volumes=pod_volumes(workload.spec or {}),
+        run_as_root=bool((workload.spec or {}).get("run_as_root")),
         backend_ref=allocation.backend_ref,
         rendezvous=rendezvous,
         submitted_by_admin=is_platform_admin(workload.submitted_by),
@@ -179,7 +183,7 @@ def pod_specs_for(
             "node_id", "index", "uuid"
         )
     }
-    kubernetes = cluster.backend == Backend.KUBERNETES
+    owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
     peers: dict[int, list[int]] = {}
     for allocation in allocations:
         peers.setdefault(allocation.workload_id, []).append(allocation.pod_index)
@@ -188,7 +192,7 @@ def pod_specs_for(
             a,
             uuids,
             graces,
-            kubernetes=kubernetes,
+            owner=owner,
             peers=tuple(sorted(peers[a.workload_id])),
         )
         for a in allocations

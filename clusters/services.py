@@ -6,10 +6,12 @@ they touch the database and never appear in the audit log or on a page.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from django.db import transaction
@@ -25,6 +27,7 @@ from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
 from portal.models import k8s_name_validator
 
+log = logging.getLogger(__name__)
 AUDITED = ["name", "backend", "node_pool_label", "topology_labels", "config",
            "data_volume_roots", "enabled"]  # fmt: skip
 MAX_DATA_VOLUME_ROOTS = 20
@@ -69,6 +72,56 @@ def _kubeconfig_token(text: str) -> str:
         return kubeconfig_encrypt(text)
     except KubeconfigKeyMissing as exc:
         raise ValidationFailed({"kubeconfig": [str(exc)]}) from None
+
+
+def kubeconfig_api_server(data: dict) -> str:
+    """The API server the kubeconfig's current context points at, normalized (scheme and
+    host lower-case, the default port written out, no trailing slash)."""
+    contexts = {c.get("name"): c.get("context") or {} for c in data.get("contexts") or []}
+    context = contexts.get(data.get("current-context")) or next(iter(contexts.values()), {})
+    clusters = {c.get("name"): c.get("cluster") or {} for c in data.get("clusters") or []}
+    server = str((clusters.get(context.get("cluster")) or {}).get("server") or "")
+    try:
+        url = urlsplit(server.strip())
+        port = url.port or {"https": 443, "http": 80}.get(url.scheme.lower())
+    except ValueError:
+        raise ValidationFailed({"kubeconfig": [f"Not a URL: {server!r}."]}) from None
+    if not url.hostname:
+        raise ValidationFailed({"kubeconfig": ["The kubeconfig names no API server."]})
+    return f"{url.scheme.lower()}://{url.hostname.lower()}:{port}{url.path.rstrip('/')}"
+
+
+def _kubernetes_identity(name: str, text: str) -> dict[str, str]:
+    """Where the kubeconfig points, and the cluster's kube-system namespace uid when the
+    cluster answers now (briefly: an unreachable cluster may still be registered)."""
+    from clusters.backends.kubernetes import KubernetesBackend  # noqa: PLC0415 - heavy
+
+    data = yaml.safe_load(text)
+    identity = {"api_server": kubeconfig_api_server(data), "kube_system_uid": ""}
+    probe = Cluster(
+        name=name,
+        backend=Backend.KUBERNETES,
+        config={"retries": 1, "connect_timeout_s": 2, "timeout_s": 5},
+    )
+    try:
+        identity["kube_system_uid"] = KubernetesBackend(probe, kubeconfig=data).kube_system_uid()
+    except Exception as exc:  # the client fails on an unreachable cluster in many ways
+        log.info("%s: kube-system not read at registration: %s", name, exc)
+    return identity
+
+
+def _check_registered_once(identity: dict[str, str], cluster: Cluster | None) -> None:
+    """One Cluster record per cluster: a second would offer its GPUs twice."""
+    others = Cluster.objects.exclude(pk=getattr(cluster, "pk", None))
+    for field, words in (
+        ("api_server", "the same API server"),
+        ("kube_system_uid", "the same kube-system namespace"),
+    ):
+        value = identity[field]
+        same = others.filter(**{field: value}).first() if value else None
+        if same is not None:
+            message = f"This cluster is registered already as {same.name} ({words}: {value})."
+            raise ValidationFailed({"kubeconfig": [message]})
 
 
 def _config_for(backend: str, description: str, current: dict[str, Any]) -> dict[str, Any]:
@@ -131,11 +184,13 @@ def cluster_register(
     if backend == Backend.LOCAL and local is not None:
         # Two local clusters would offer the same machine's GPUs twice.
         raise ValidationFailed({"backend": [f"This machine is registered already: {local}."]})
-    token = ""
+    token, identity = "", {}
     if backend == Backend.KUBERNETES:
         if not kubeconfig.strip():
             raise ValidationFailed({"kubeconfig": ["A Kubernetes cluster needs a kubeconfig."]})
         token = _kubeconfig_token(kubeconfig)
+        identity = _kubernetes_identity(name, kubeconfig)
+        _check_registered_once(identity, None)
     config = _config_for(backend, description, {})
     roots = _data_volume_roots(backend, list(data_volume_roots or []))
     with transaction.atomic():
@@ -143,6 +198,7 @@ def cluster_register(
             name=name,
             backend=backend,
             kubeconfig_encrypted=token,
+            **identity,
             node_pool_label=node_pool_label or "gpupool.io/node-pool",
             topology_labels=list(topology_labels or []),
             config=config,
@@ -183,6 +239,9 @@ def cluster_update(
     }
     if cluster.backend == Backend.KUBERNETES and kubeconfig.strip():
         changes["kubeconfig_encrypted"] = _kubeconfig_token(kubeconfig)
+        identity = _kubernetes_identity(name, kubeconfig)
+        _check_registered_once(identity, cluster)
+        changes.update(identity)
     with transaction.atomic():
         for field, value in changes.items():
             setattr(cluster, field, value)

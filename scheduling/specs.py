@@ -38,7 +38,7 @@ CLASS_PRIORITY = {PriorityClass.TRAIN: 50, PriorityClass.BUILD: 100, PriorityCla
 DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
 
 # Spec keys kept in Workload.spec rather than in a column.
-EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search"}
+EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search", "run_as_root"}
 COLUMN_KEYS = {
     "image",
     "command",
@@ -293,6 +293,10 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
         _add(errors, "search", "Only an HPO sweep has a search space.")
     if raw.get("params"):
         spec["params"] = raw["params"]
+    if _boolean(raw, "run_as_root", errors):
+        # The image needs root (apt at run time, a root-only tool): on Kubernetes its pods
+        # then run only in namespaces whose Pod Security level allows it.
+        spec["run_as_root"] = True
 
 
 def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.backends import pod_name
+from clusters.backends.kubernetes.ownership import owner_of
 from clusters.metrics.models import GpuSample
 from clusters.models import Backend, NodePool
 from portal.models import Membership, Project, Role
@@ -110,9 +111,11 @@ def workspace_upstream(workspace: Workspace) -> str | None:
     if allocation.endpoint:
         return allocation.endpoint
     if allocation.node.cluster.backend == Backend.KUBERNETES:
-        # The backend names a pod's Service after the pod.
+        # The backend names a pod's Service after the pod, as the cluster knows it.
         port = workload.spec.get("ports", [{}])[0].get("port", 8888)
-        service = pod_name(workload.id, allocation.pod_index)
+        service = owner_of(allocation.node.cluster).object_name(
+            pod_name(workload.id, allocation.pod_index)
+        )
         return f"{service}.{workload.project.namespace}.svc:{port}"
     return None
 

@@ -128,6 +128,9 @@ class PodSpec:
     termination_grace_s: int | None = None
     # Data volumes: {"name", "claim" (a PVC on Kubernetes), "mount_path"}.
     volumes: tuple[VolumeSpec, ...] = ()
+    # The image must run as root (Workload.spec["run_as_root"]); otherwise Kubernetes
+    # pods run as a non-root user, as the `restricted` Pod Security level asks.
+    run_as_root: bool = False
     # What the backend recorded last time (a pid and start time, a pod uid).
     backend_ref: str = ""
     # Distributed workloads: the peers' addresses (the env already holds MASTER_ADDR...).
@@ -238,14 +241,7 @@ class Backend(abc.ABC):
         except BackendUnreachable:
             raise
         except PodSpecInvalid as exc:
-            report.statuses[spec.name] = PodStatus(
-                name=spec.name,
-                namespace=spec.namespace,
-                workload_id=spec.workload_id,
-                pod_index=spec.pod_index,
-                phase=PodPhase.FAILED,
-                message=f"The pod cannot run: {exc}",
-            )
+            report.statuses[spec.name] = never_runs(spec, str(exc))
         except BackendError as exc:
             report.errors.append(f"create {spec.name}: {exc}")
 
@@ -262,6 +258,18 @@ class Backend(abc.ABC):
             report.deleted.append(status.name)
         else:
             status.terminating = True
+
+
+def never_runs(spec: PodSpec, why: str) -> PodStatus:
+    """The status of a pod the cluster will never run: its workload fails with `why`."""
+    return PodStatus(
+        name=spec.name,
+        namespace=spec.namespace,
+        workload_id=spec.workload_id,
+        pod_index=spec.pod_index,
+        phase=PodPhase.FAILED,
+        message=f"The pod cannot run: {why}",
+    )
 
 
 def grace_for(status: PodStatus, default: int, per_workload: Mapping[int, int] | None) -> int:

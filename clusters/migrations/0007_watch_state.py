@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("clusters", "0005_local_sandbox"),
+        ("clusters", "0006_installation_identity"),
     ]
 
     operations = [

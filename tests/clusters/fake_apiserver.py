@@ -2,10 +2,21 @@
 
 It implements what GPUPool's kubernetes backend uses: /version; nodes; namespaces; pods
 (create, get, list across namespaces with label selectors, delete with a grace period,
-binding, status, log); services; list + watch with resourceVersions. Errors are real
-`Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
-compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
-409s, and a server that drops every connection ("down").
+binding, status, log); services; priorityclasses (scheduling.k8s.io/v1); list + watch
+with resourceVersions. Errors are real `Status` objects: 404 NotFound, 409
+AlreadyExists/Conflict, 410 Gone for a watch from a compacted resourceVersion. Faults can
+be injected: 500s, slow answers (client timeouts), 409s, and a server that drops every
+connection ("down").
+
+It refuses what a real one refuses and adds what it adds (tests/clusters/
+test_fake_apiserver_strict.py): a log asked of a container the pod lacks is 400; namespaces
+get `kubernetes.io/metadata.name`, and the cluster has default, kube-system, kube-public
+and kube-node-lease; a new node is tainted `node.kubernetes.io/not-ready` until it is
+Ready; the Pod Security level a namespace enforces (`pod-security.kubernetes.io/enforce`,
+else `pod_security_default`) is admitted as the real plugin does, with its message; a
+pod's priorityClassName must exist; pods get their QoS class; with `rbac_rules` set (a
+ClusterRole's rules), any request they do not allow is 403 Forbidden; env names are
+checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty).
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
@@ -23,15 +34,21 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
 from tests.clusters.fake_generic import generic_route
 
 CORE = "/api/v1"
+SCHEDULING = "/apis/scheduling.k8s.io/v1"
+NAME_LABEL = "kubernetes.io/metadata.name"
+NOT_READY = "node.kubernetes.io/not-ready"
+SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 GPU = "nvidia.com/gpu"
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
@@ -118,7 +135,12 @@ def _bounded_int(query: dict, name: str, default: int) -> int:
     return number
 
 
-ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+# Kubernetes 1.30+ (RelaxedEnvironmentVariableValidation): printable ASCII but '='.
+ENV_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")
+ENV_NAME_MESSAGE = (
+    "a valid environment variable name must consist only of printable ASCII characters "
+    "other than '='"
+)
 
 
 PORT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")  # an IANA service name
@@ -145,16 +167,73 @@ def _validate_pod(pod: dict) -> None:
             ):
                 message = f'spec.containers[0].ports.name: Invalid value: "{name}"'
                 raise ApiError(422, "Invalid", message)
-        for env in container.get("env") or []:
-            if not ENV_NAME.fullmatch(env.get("name", "")):
-                message = f'spec.containers[0].env.name: Invalid value: "{env.get("name")}"'
-                raise ApiError(422, "Invalid", message)
+        _validate_env(container)
+        _validate_resources(container)
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") not in volumes:
                 message = f'spec.containers[0].volumeMounts.name: Not found: "{mount.get("name")}"'
                 raise ApiError(422, "Invalid", message)
             if not str(mount.get("mountPath", "")).startswith("/"):
                 raise ApiError(422, "Invalid", "spec.containers[0].volumeMounts.mountPath")
+
+
+def _validate_env(container: dict) -> None:
+    for index, env in enumerate(container.get("env") or []):
+        name = env.get("name", "")
+        field = f"spec.containers[0].env[{index}].name"
+        if not name:
+            raise ApiError(422, "Invalid", f"{field}: Required value")
+        if not ENV_NAME.fullmatch(name):
+            message = f'{field}: Invalid value: "{name}": {ENV_NAME_MESSAGE}'
+            raise ApiError(422, "Invalid", message)
+
+
+def _validate_resources(container: dict) -> None:
+    """Requests at most the limits; an extended resource (a GPU) requested as much as its
+    limit, since it cannot be overcommitted."""
+    resources = container.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    for name, request in requests.items():
+        if name in limits and _quantity(request) > _quantity(limits[name]):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'spec.containers[0].resources.requests: Invalid value: "{request}": '
+                f"must be less than or equal to {name} limit of {limits[name]}",
+            )
+        if "/" in name and name in limits and _quantity(request) != _quantity(limits[name]):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'spec.containers[0].resources.requests[{name}]: Invalid value: "{request}": '
+                f"must be equal to {name} limit of {limits[name]}",
+            )
+
+
+def _quantity(value: object) -> float:
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", str(value))
+    if not match:
+        raise ApiError(422, "Invalid", f'quantities must match the regular expression: "{value}"')
+    return float(match.group(1)) * units.get(match.group(2), 1)
+
+
+def qos_class(spec: dict) -> str:
+    """Guaranteed when every container has cpu and memory limits equal to its requests
+    (requests default to limits), BestEffort when none asks for either, else Burstable."""
+    containers = spec.get("containers") or []
+    asked, guaranteed = False, True
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = {**limits, **(resources.get("requests") or {})}
+        for name in ("cpu", "memory"):
+            asked = asked or name in requests or name in limits
+            if name not in limits or _quantity(requests[name]) != _quantity(limits[name]):
+                guaranteed = False
+    if guaranteed and containers:
+        return "Guaranteed"
+    return "Burstable" if asked else "BestEffort"
 
 
 def _validate_volumes(volumes: list[dict]) -> set[str]:
@@ -170,6 +249,48 @@ def _validate_volumes(volumes: list[dict]) -> set[str]:
             raise ApiError(422, "Invalid", "spec.volumes.configMap.name: Required value")
         names.add(name)
     return names
+
+
+def _namespace(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": _now(),
+            "labels": {NAME_LABEL: name},
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def _node_ready(node: dict, ready: bool) -> None:
+    """The kubelet's Ready condition, and the node lifecycle controller's taint with it."""
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != NOT_READY]
+    if not ready:
+        taints.append({"key": NOT_READY, "effect": "NoSchedule", "timeAdded": _now()})
+    node["spec"]["taints"] = taints
+
+
+def _validate_priority_class(obj: dict) -> None:
+    name = obj["metadata"].get("name", "")
+    if name.startswith("system-"):
+        message = (
+            f'metadata.name: Invalid value: "{name}": '
+            "priority class names with 'system-' prefix are reserved"
+        )
+        raise ApiError(422, "Invalid", message)
+    if not isinstance(obj.get("value"), int):
+        raise ApiError(422, "Invalid", "value: Required value")
+    if obj["value"] > MAX_USER_PRIORITY:
+        message = (
+            f'PriorityClass.scheduling.k8s.io "{name}" is invalid: value: Forbidden: '
+            f"maximum allowed value of a user defined priority is {MAX_USER_PRIORITY}"
+        )
+        raise ApiError(422, "Invalid", message)
 
 
 CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -224,15 +345,27 @@ class FakeApiServer:
             "namespaces": {},
             "pods": {},
             "services": {},
+            "priorityclasses": {},
             "configmaps": {},
         }
         self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
         self.faults: list[Fault] = []
         # Namespaces the cluster forbids creating (RBAC, an admission webhook): 403.
         self.forbidden_namespaces: set[str] = set()
+        # The level of namespaces without a pod-security.kubernetes.io/enforce label
+        # (the AdmissionConfiguration's default; "privileged" unless a cluster sets one).
+        self.pod_security_default = "privileged"
+        # A ClusterRole's rules the kubeconfig's user is bound to; None: allowed anything.
+        self.rbac_rules: list[dict] | None = None
+        self.rbac_user = "system:serviceaccount:gpupool:gpupool"
+        # Validating admission webhooks on pod create: name -> why it denies (or None).
+        self.webhooks: dict[str, Callable[[dict], str | None]] = {}
+        self.denied: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
+        self.allowed: set[tuple[str, str, str]] = set()  # (verb, group, resource) used
         self.down = False
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
+        self.queries: list[tuple[str, str, dict]] = []  # method, path, query parameters
         # Watches: the server's timeoutSeconds when a client sets none (the real one picks
         # 30 to 60 minutes), how often BOOKMARKs go out (about a minute on the real one,
         # and one shortly before a watch times out), how long a watch from a version the
@@ -250,6 +383,9 @@ class FakeApiServer:
         self.server = _Server(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        with self.lock:
+            for name in SYSTEM_NAMESPACES:
+                self._store("namespaces", "", _namespace(name), "ADDED")
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> FakeApiServer:
@@ -296,17 +432,33 @@ class FakeApiServer:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": all_labels},
-            "spec": {"unschedulable": unschedulable, "taints": taints or []},
+            "metadata": {"name": name, "labels": all_labels, "uid": str(uuid.uuid4())},
+            "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
             "status": {
                 "allocatable": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},
                 "capacity": {"cpu": "96", "memory": "1056Gi", "nvidia.com/gpu": str(gpus)},
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             },
         }
+        # A node registers NotReady and tainted; its kubelet then reports it Ready.
+        _node_ready(node, False)
         with self.lock:
             self._store("nodes", "", node, "ADDED")
-        return node
+            if ready:
+                self.set_ready(name, True)
+        return copy.deepcopy(self.objects["nodes"][("", name)])
+
+    def set_ready(self, name: str, ready: bool) -> None:
+        with self.lock:
+            node = self.objects["nodes"][("", name)]
+            _node_ready(node, ready)
+            self._store("nodes", "", node, "MODIFIED")
+
+    def allow(self, rules: list[dict] | None) -> None:
+        """Answer as if the kubeconfig's user were bound to a ClusterRole with `rules`."""
+        with self.lock:
+            self.rbac_rules = rules
+            self.denied.clear()
+            self.allowed.clear()
 
     def remove_node(self, name: str) -> None:
         """The node is gone, and the node controller deletes its pods."""
@@ -335,16 +487,18 @@ class FakeApiServer:
     def finish(self, namespace: str, name: str, exit_code: int = 0) -> None:
         with self.lock:
             pod = self.objects["pods"][(namespace, name)]
+            container = pod["spec"]["containers"][0]["name"]
             phase = "Succeeded" if exit_code == 0 else "Failed"
             terminated = {
                 "exitCode": exit_code,
                 "reason": "Completed" if not exit_code else "Error",
             }
             pod["status"] = {
+                **pod["status"],
                 "phase": phase,
                 "containerStatuses": [
                     {
-                        "name": "main",
+                        "name": container,
                         "ready": False,
                         "restartCount": 0,
                         "image": "x",
@@ -446,14 +600,49 @@ ROUTES = [
     (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)$"), "ns_collection"),
     (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)/([^/]+)$"), "ns_item"),
     (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
+    (re.compile(rf"^{SCHEDULING}/(priorityclasses)$"), "collection"),
+    (re.compile(rf"^{SCHEDULING}/(priorityclasses)/([^/]+)$"), "cluster_item"),
 ]
 KINDS = {
     "nodes": "Node",
     "namespaces": "Namespace",
     "pods": "Pod",
     "services": "Service",
+    "priorityclasses": "PriorityClass",
     "configmaps": "ConfigMap",
 }
+API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "priorityclasses"}
+MAX_USER_PRIORITY = 1_000_000_000
+
+
+def request_attributes(method: str, path: str, query: dict) -> tuple[str, ...] | None:
+    """(verb, API group, resource[/subresource], namespace, name) as the authorizer sees a
+    request; None for a non-resource URL (/version, readable by anyone)."""
+    if path.startswith(SCHEDULING):
+        group, rest = "scheduling.k8s.io", path[len(SCHEDULING) :]
+    elif path.startswith(CORE):
+        group, rest = "", path[len(CORE) :]
+    else:
+        return None
+    parts = [p for p in rest.split("/") if p]
+    ns = ""
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        ns, parts = parts[1], parts[2:]
+    if not parts:
+        return None
+    resource, name = parts[0], parts[1] if len(parts) > 1 else ""
+    if len(parts) > 2:
+        resource = f"{resource}/{parts[2]}"
+    watching = str(query.get("watch", "")).lower() in ("true", "1")
+    verb = {
+        "GET": "get" if name else ("watch" if watching else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if name else "deletecollection",
+    }[method]
+    return verb, group, resource, ns, name
 
 
 def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
@@ -489,6 +678,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             with api.lock:
                 api.requests.append((method, url.path))
+                api.queries.append((method, url.path, query))
             fault = api._fault_for(method, url.path)
             if fault and fault.kind == "timeout":
                 time.sleep(api.timeout_s)
@@ -500,6 +690,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 body = status_body(429, "TooManyRequests", "too many requests, retry later")
                 return self._send(429, body, {"Retry-After": "1"})
             try:
+                self._authorize(method, url.path, query)
                 body = json.loads(raw) if raw else None
                 result = self._route(method, url.path, query, body)
             except ApiError as err:
@@ -534,12 +725,35 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 404, "NotFound", f"the server could not find the requested resource {path}"
             )
 
+        def _authorize(self, method: str, path: str, query: dict) -> None:
+            """RBAC: with rules set, a request they do not allow is 403 Forbidden."""
+            attributes = request_attributes(method, path, query)
+            if attributes is None or api.rbac_rules is None:
+                return
+            verb, group, resource, ns, name = attributes
+            with api.lock:
+                if not rbac_allows(api.rbac_rules, verb, group, resource):
+                    api.denied.append((verb, resource, ns))
+                    message = rbac_forbidden(api.rbac_user, verb, group, resource, ns, name)
+                    raise ApiError(403, "Forbidden", message)
+                api.allowed.add((verb, group, resource))
+
         # --- handlers ---------------------------------------------------------------------
         def _version(self, method: str, *, query: dict, body: Any) -> tuple[int, Any]:
-            return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpupool-fake"}
+            return 200, {
+                "major": "1",
+                "minor": "31",
+                "gitVersion": "v1.31.0-gpupool-fake",
+                "gitCommit": "0" * 40,
+                "gitTreeState": "clean",
+                "buildDate": "2024-08-13T07:28:49Z",
+                "goVersion": "go1.22.5",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
 
         def _collection(self, method: str, resource: str, *, query: dict, body: Any):
-            if method == "POST" and resource in ("namespaces", "nodes"):
+            if method == "POST" and resource in CLUSTER_SCOPED:
                 return self._create(resource, "", body)
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", method)
@@ -551,6 +765,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if method == "DELETE":
                 with api.lock:
                     self._get(resource, "", name)
+                    if resource == "namespaces":  # the namespace controller empties it
+                        for kind in ("pods", "services", "configmaps"):
+                            for key in [k for k in api.objects[kind] if k[0] == name]:
+                                api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
             if method == "PATCH":
                 return self._patch_metadata(resource, "", name, body or {})
@@ -583,12 +801,15 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         current.update({k: v for k, v in patch.items() if v is not None})
                         for k in [k for k, v in patch.items() if v is None]:
                             current.pop(k, None)
+                if resource == "namespaces":  # the API server keeps it, whatever a patch says
+                    obj["metadata"].setdefault("labels", {})[NAME_LABEL] = name
                 return 200, copy.deepcopy(api._store(resource, ns, obj, "MODIFIED"))
 
         def _pod_sub(self, method: str, ns: str, name: str, sub: str, *, query: dict, body: Any):
             with api.lock:
                 pod = self._get("pods", ns, name, copy_=False)
                 if sub == "log":
+                    self._check_log(pod, query)
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
                     if pod["spec"].get("nodeName"):
@@ -607,6 +828,36 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     pod["status"] = {**pod.get("status", {}), **body.get("status", {})}
                     return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
                 return 200, copy.deepcopy(pod)
+
+        def _check_log(self, pod: dict, query: dict) -> None:
+            """A log is of one container of the pod, which must have started: 400 else."""
+            name = pod["metadata"]["name"]
+            containers = [c["name"] for c in pod["spec"]["containers"]]
+            container = query.get("container")
+            if not container:
+                if len(containers) != 1:
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        f"a container name must be specified for pod {name}, "
+                        f"choose one of: [{' '.join(containers)}]",
+                    )
+                container = containers[0]
+            if container not in containers:
+                raise ApiError(
+                    400, "BadRequest", f"container {container} is not valid for pod {name}"
+                )
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                state = status.get("state") or {}
+                if status.get("name") == container and (
+                    "running" in state or "terminated" in state
+                ):
+                    return
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating',
+            )
 
         # --- semantics ----------------------------------------------------------------------
         def _get(self, resource: str, ns: str, name: str, *, copy_: bool = True) -> dict:
@@ -636,7 +887,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if resource == "namespaces" and name in api.forbidden_namespaces:
                     raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden')
                 obj = copy.deepcopy(body)
-                obj.setdefault("apiVersion", "v1")
+                obj.setdefault("apiVersion", API_VERSIONS.get(resource, "v1"))
                 obj["kind"] = KINDS[resource]
                 meta = obj["metadata"]
                 meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
@@ -646,16 +897,42 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if resource == "configmaps":
                     _validate_config_map(obj)
                 if resource == "pods":
-                    _validate_pod(obj)
-                    obj["status"] = {"phase": "Pending"}
+                    self._admit_pod(obj, ns)
                     if obj["spec"].get("nodeName"):
                         self._kubelet_start(obj)
                 if resource == "namespaces":
+                    meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: name}
+                    obj["spec"] = {"finalizers": ["kubernetes"]}
                     obj["status"] = {"phase": "Active"}
+                if resource == "priorityclasses":
+                    _validate_priority_class(obj)
                 if resource == "services" and obj["spec"].get("clusterIP") != "None":
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
                 return 201, copy.deepcopy(api._store(resource, ns, obj, "ADDED"))
+
+        def _admit_pod(self, pod: dict, ns: str) -> None:
+            """Priority (the class must exist), validation, then Pod Security."""
+            name = pod["metadata"].get("name", "")
+            wanted = pod["spec"].get("priorityClassName")
+            if wanted:
+                klass = api.objects["priorityclasses"].get(("", wanted))
+                if klass is None:
+                    message = (
+                        f'pods "{name}" is forbidden: no PriorityClass with name {wanted} was found'
+                    )
+                    raise ApiError(403, "Forbidden", message)
+                pod["spec"]["priority"] = klass["value"]
+            _validate_pod(pod)
+            labels = api.objects["namespaces"][("", ns)]["metadata"].get("labels") or {}
+            refusal = pod_security_violation(pod, labels, api.pod_security_default)
+            if refusal:
+                raise ApiError(403, "Forbidden", refusal)
+            for webhook, check in sorted(api.webhooks.items()):
+                if (why := check(pod)) is not None:
+                    message = f'admission webhook "{webhook}" denied the request: {why}'
+                    raise ApiError(403, "Forbidden", message)
+            pod["status"] = {"phase": "Pending", "qosClass": qos_class(pod["spec"])}
 
         def _kubelet_start(self, pod: dict) -> None:
             node = pod["spec"]["nodeName"]
@@ -694,18 +971,20 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 }
                 return
             pod["status"] = {
+                **pod.get("status", {}),
                 "phase": "Running",
                 "hostIP": "10.0.0.1",
                 "podIP": f"10.244.0.{api.last_rv % 250 + 1}",
                 "containerStatuses": [
                     {
-                        "name": "main",
+                        "name": container["name"],
                         "ready": True,
                         "restartCount": 0,
-                        "image": "x",
+                        "image": container.get("image", ""),
                         "imageID": "",
                         "state": {"running": {"startedAt": _now()}},
                     }
+                    for container in pod["spec"]["containers"]
                 ],
             }
 
@@ -745,7 +1024,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             kind = KINDS[resource] + "List"
             return 200, {
                 "kind": kind,
-                "apiVersion": "v1",
+                "apiVersion": API_VERSIONS.get(resource, "v1"),
                 "metadata": {"resourceVersion": rv},
                 "items": items,
             }

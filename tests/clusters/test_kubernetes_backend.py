@@ -11,14 +11,15 @@ from kubernetes import watch
 
 from clusters.backends import BackendError, PodPhase, get_backend
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.manifests import reservation_name
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
-from clusters.models import Node
+from clusters.models import Node, installation_uid
 from clusters.reconcile import cluster_reconcile
 from clusters.tasks import sync_inventory
 from scheduling.lifecycle import workload_transition
 from scheduling.models import PodAllocation, WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_workload
-from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 
 S = WorkloadState
 pytestmark = pytest.mark.timeout(60)
@@ -29,6 +30,10 @@ def setup(kube, org):  # noqa: F811
     cluster = kube.cluster()
     nodes = kube.nodes(cluster)
     return cluster, nodes
+
+
+def reserve_name(cluster, node: str, index: int) -> str:
+    return reservation_name(KubernetesBackend(cluster).owner, node, index)
 
 
 def posts(fake, fragment: str) -> int:
@@ -99,15 +104,19 @@ def test_reconcile_creates_pinned_labelled_pods_once_and_deletes_them_on_stop(ku
     names = [f"gp-{workload.pk}-0", f"gp-{workload.pk}-1"]
     first = {name: s.backend_ref for name, s in backend.pod_statuses().items()}
     assert sorted(first) == names
-    pod = backend.api.read_namespaced_pod(names[0], "gp-ml-vision")
+    namespace = org.project_a.namespace
+    pod = backend.api.read_namespaced_pod(k8s_name(cluster, names[0]), namespace)
     assert pod.spec.node_name == nodes[0].name
     container = pod.spec.containers[0]
     assert (container.resources.limits or {}).get("nvidia.com/gpu") == ("2" if gpus else None)
     env = {e.name: e.value for e in container.env}
     assert env["EPOCHS"] == "3" and env["GPUPOOL_WORKLOAD_ID"] == str(workload.pk)
     assert pod.metadata.labels["app.kubernetes.io/managed-by"] == "gpupool"
-    namespace = backend.api.read_namespace("gp-ml-vision")
-    assert namespace.metadata.labels["gpupool.io/project"] == "ml-vision"
+    assert pod.metadata.labels["gpupool.io/installation"] == installation_uid()
+    assert pod.metadata.labels["gpupool.io/cluster"] == str(cluster.uid)
+    made = backend.api.read_namespace(namespace)
+    assert made.metadata.labels["gpupool.io/project"] == "ml-vision"
+    assert made.metadata.annotations["gpupool.io/cluster"] == str(cluster.uid)
     cluster_reconcile(cluster)  # the second pass re-creates nothing: same pods, same uids
     again = {name: s.backend_ref for name, s in KubernetesBackend(cluster).pod_statuses().items()}
     assert again == first
@@ -133,7 +142,7 @@ def test_a_finished_pod_sets_the_exit_code_and_frees_the_gpus(kube, setup, org):
     workload = training(org, "fails")
     admit(workload, nodes[0], pods=[{"gpu_indices": [2]}])
     cluster_reconcile(cluster)
-    fake.finish("gp-ml-vision", f"gp-{workload.pk}-0", exit_code=3)
+    fake.finish("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"), exit_code=3)
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert (workload.state, workload.exit_code) == (S.FAILED, 3)
@@ -152,7 +161,7 @@ def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, s
     cluster_reconcile(cluster)
     workload_transition(workload, S.PREEMPTED, reason="Reclaim")
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 45
     assert workload.allocations.get().phase == "Terminating"  # GPU still held
     cluster_reconcile(cluster)
@@ -246,7 +255,7 @@ def test_pods_gpupool_did_not_create_are_never_touched(kube, setup, org):  # noq
     backend.ensure_namespace("gp-ml-vision")
     workload = training(org, "squatted")
     squatter = {
-        "metadata": {"name": f"gp-{workload.pk}-0"},
+        "metadata": {"name": k8s_name(cluster, f"gp-{workload.pk}-0")},
         "spec": {"containers": [{"name": "x", "image": "x"}]},
     }
     stranger = {
@@ -261,7 +270,7 @@ def test_pods_gpupool_did_not_create_are_never_touched(kube, setup, org):  # noq
     workload_transition(workload, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
     assert sorted(p["metadata"]["name"] for p in fake.pods()) == [
-        f"gp-{workload.pk}-0",
+        k8s_name(cluster, f"gp-{workload.pk}-0"),
         "someone-elses",
     ]
 
@@ -301,23 +310,29 @@ def test_fractions_share_one_reservation_pod_per_gpu_on_the_device_it_holds(kube
     [reservation] = [
         p for p in fake.pods() if p["metadata"]["labels"]["gpupool.io/role"] == "reservation"
     ]
-    assert reservation["metadata"]["name"] == "gp-reserve-gpu-a-3"
-    assert reservation["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert fake.pod("gp-ml-vision", f"gp-{first.pk}-0") is None
+    reserved = reserve_name(cluster, "gpu-a", 3)
+    assert reservation["metadata"]["name"] == reserved
+    assert reservation["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # Guaranteed, and above every sharer: a node under pressure evicts the sharers first.
+    assert reservation["status"]["qosClass"] == "Guaranteed"
+    assert reservation["spec"]["priority"] == 1_000_000
+    assert fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{first.pk}-0")) is None
     cluster_reconcile(cluster)
     # The device plugin handed out devices in the order pods came: the reservation got
     # device 0, not the index 3 the cycle numbered; the shared pods follow the device.
-    annotations = fake.pod("gpupool-system", "gp-reserve-gpu-a-3")["metadata"]["annotations"]
+    annotations = fake.pod("gpupool-system", reserved)["metadata"]["annotations"]
     assert annotations["gpupool.io/gpu-uuid"] == "GPU-gpu-a-0"
     for workload in (first, second):
-        shared = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")["spec"]["containers"][0]
+        shared = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))["spec"][
+            "containers"
+        ][0]
         env = {e["name"]: e["value"] for e in shared["env"]}
         assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-gpu-a-0"
         assert env["GPUPOOL_GPU_FRACTION"] == "0.5"
         assert "nvidia.com/gpu" not in shared["resources"]["limits"]
-    logs_read = sum(1 for m, p in fake.requests if p.endswith("gp-reserve-gpu-a-3/log"))
+    logs_read = sum(1 for m, p in fake.requests if p.endswith(f"{reserved}/log"))
     cluster_reconcile(cluster)
-    assert sum(1 for m, p in fake.requests if p.endswith("gp-reserve-gpu-a-3/log")) == logs_read
+    assert sum(1 for m, p in fake.requests if p.endswith(f"{reserved}/log")) == logs_read
     for workload in (whole, first, second):
         workload_transition(workload, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
@@ -337,7 +352,7 @@ def test_a_reservation_is_kept_while_a_shared_pod_is_still_shutting_down(kube, s
     workload_transition(shared, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
     cluster_reconcile(cluster)
-    assert fake.pod("gpupool-system", "gp-reserve-gpu-b-0") is not None
+    assert fake.pod("gpupool-system", reserve_name(cluster, "gpu-b", 0)) is not None
     fake.complete_deletions()
     cluster_reconcile(cluster)
     assert fake.pods() == []
@@ -353,8 +368,13 @@ def test_workloads_with_ports_get_a_service_and_an_endpoint(kube, setup, org):  
     admit(workload, nodes[0])
     cluster_reconcile(cluster)
     [service] = fake.services()
-    assert service["spec"]["selector"] == {"gpupool.io/pod": f"gp-{workload.pk}-0"}
-    assert workload.allocations.get().endpoint == f"gp-{workload.pk}-0.gp-ml-vision.svc:8888"
+    name = k8s_name(cluster, f"gp-{workload.pk}-0")
+    assert service["spec"]["selector"] == {
+        "gpupool.io/pod": f"gp-{workload.pk}-0",
+        "gpupool.io/installation": installation_uid(),
+        "gpupool.io/cluster": str(cluster.uid),
+    }
+    assert workload.allocations.get().endpoint == f"{name}.gp-ml-vision.svc:8888"
     workload_transition(workload, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
     assert fake.services() == []
@@ -367,7 +387,7 @@ def test_pods_can_be_pinned_with_a_binding_instead_of_node_name(kube, org):  # n
     workload = training(org, "bound")
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert pod["spec"]["nodeName"] == nodes[0].name and pod["spec"]["schedulerName"] == "gpupool"
     assert posts(fake, "/binding") == 1
     assert get_backend(cluster).pod_statuses()[f"gp-{workload.pk}-0"].phase == PodPhase.RUNNING
@@ -434,13 +454,14 @@ def test_pod_status_is_read_and_written_with_conflicts_on_stale_versions(kube, s
 
 def test_a_manifest_the_api_server_rejects_fails_the_workload_with_its_message(kube, setup, org):  # noqa: F811
     cluster, nodes = setup
-    workload = training(org, "bad-env", env={"NOT A NAME": "x"})
+    # Kubernetes 1.30+ takes any printable ASCII but "=" in a variable's name.
+    workload = training(org, "bad-env", env={"A=B": "x"})
     admit(workload, nodes[0])
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert workload.state == S.FAILED
     message = workload.events.last().message
-    assert message.startswith("The pod cannot run: 422") and "NOT A NAME" in message
+    assert message.startswith("The pod cannot run: 422") and "A=B" in message
     assert workload.allocations.count() == 0
 
 
@@ -450,7 +471,7 @@ def test_a_pod_evicted_by_its_node_requeues_the_workload_instead_of_failing_it(k
     workload = training(org, "evicted")
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     with fake.lock:
         stored = fake.objects["pods"][("gp-ml-vision", pod["metadata"]["name"])]
         stored["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
@@ -479,14 +500,17 @@ def test_stopped_pods_are_deleted_with_their_policy_grace_period_else_the_cluste
     for index, workload in enumerate((own, inherited, default)):
         admit(workload, nodes[0], pods=[{"gpu_indices": [index]}])
     cluster_reconcile(cluster)
-    manifests = {w.name: fake.pod(w.project.namespace, f"gp-{w.pk}-0") for w in (own, default)}
+    manifests = {
+        w.name: fake.pod(w.project.namespace, k8s_name(cluster, f"gp-{w.pk}-0"))
+        for w in (own, default)
+    }
     assert manifests["own-policy"]["spec"]["terminationGracePeriodSeconds"] == 7
     assert "terminationGracePeriodSeconds" not in manifests["no-policy"]["spec"]
     for workload in (own, inherited, default):
         workload_transition(workload, S.STOPPED, reason="Stopped")
     cluster_reconcile(cluster)
     graces = {
-        w.name: fake.pod(w.project.namespace, f"gp-{w.pk}-0")["metadata"][
+        w.name: fake.pod(w.project.namespace, k8s_name(cluster, f"gp-{w.pk}-0"))["metadata"][
             "deletionGracePeriodSeconds"
         ]
         for w in (own, inherited, default)
@@ -512,7 +536,7 @@ def test_a_workspace_data_volume_is_mounted_at_the_notebook_directory(kube, setu
     admit(workspace, nodes[0])
     admit(job, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workspace.pk}-0")["spec"]
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workspace.pk}-0"))["spec"]
     assert pod["volumes"] == [
         {
             "name": "data",
@@ -522,7 +546,7 @@ def test_a_workspace_data_volume_is_mounted_at_the_notebook_directory(kube, setu
     assert pod["containers"][0]["volumeMounts"] == [
         {"name": "data", "mountPath": "/data", "readOnly": False}
     ]
-    reader = fake.pod("gp-ml-vision", f"gp-{job.pk}-0")["spec"]
+    reader = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{job.pk}-0"))["spec"]
     assert reader["volumes"][0]["persistentVolumeClaim"] == {
         "claimName": "imagenet",
         "readOnly": True,
@@ -558,7 +582,7 @@ def test_a_service_that_failed_after_its_pod_is_created_on_the_next_pass(kube, s
     fake.faults.clear()
     cluster_reconcile(cluster)
     [service] = fake.services()
-    assert service["metadata"]["name"] == f"gp-{workload.pk}-0"
+    assert service["metadata"]["name"] == k8s_name(cluster, f"gp-{workload.pk}-0")
     assert posts(fake, "/pods") == 1  # the pod was not made again
     made = posts(fake, "/services")
     cluster_reconcile(cluster)
@@ -571,14 +595,19 @@ def test_a_service_left_without_its_pod_is_deleted_and_strangers_are_not(kube, s
     backend = KubernetesBackend(cluster)
     backend.ensure_namespace("gp-ml-vision")
     ours = {
-        "metadata": {"name": "gp-999-0", "labels": {"app.kubernetes.io/managed-by": "gpupool"}},
+        "metadata": {"name": k8s_name(cluster, "gp-999-0"), "labels": backend.owner.labels},
         "spec": {"selector": {"gpupool.io/pod": "gp-999-0"}, "ports": [{"port": 80}]},
     }
     theirs = {"metadata": {"name": "gp-998-0"}, "spec": {"ports": [{"port": 80}]}}
-    backend.api.create_namespaced_service("gp-ml-vision", ours)
-    backend.api.create_namespaced_service("gp-ml-vision", theirs)
+    # Another GPUPool's (no identities of ours): never deleted, though managed by gpupool.
+    other = {
+        "metadata": {"name": "gp-997-0", "labels": {"app.kubernetes.io/managed-by": "gpupool"}},
+        "spec": {"selector": {"gpupool.io/pod": "gp-997-0"}, "ports": [{"port": 80}]},
+    }
+    for service in (ours, theirs, other):
+        backend.api.create_namespaced_service("gp-ml-vision", service)
     cluster_reconcile(cluster)
-    assert [s["metadata"]["name"] for s in fake.services()] == ["gp-998-0"]
+    assert sorted(s["metadata"]["name"] for s in fake.services()) == ["gp-997-0", "gp-998-0"]
 
 
 def test_a_namespace_the_cluster_refuses_holds_back_only_its_projects_pods(kube, setup, org):  # noqa: F811
@@ -612,11 +641,11 @@ def test_a_binding_that_failed_after_its_pod_is_made_on_the_next_pass(kube, org)
     workload = training(org, "unbound")
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     result = cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert not pod["spec"].get("nodeName") and any("500" in e for e in result.errors)
     fake.faults.clear()
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert pod["spec"]["nodeName"] == nodes[0].name and posts(fake, "/pods") == 1
     cluster_reconcile(cluster)
     workload.refresh_from_db()
@@ -660,14 +689,16 @@ def test_a_reservation_the_node_refuses_is_made_again_once_a_device_is_free(kube
     shared = training(org, "squeezed", gpu_request="fraction", gpus="0.5")
     admit(shared, Node.objects.get(name="gpu-a"), pods=[{"shared_gpu_index": 0, "gpu_share": 0.5}])
     cluster_reconcile(cluster)
-    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0")["status"]["phase"] == "Failed"
+    reserved = reserve_name(cluster, "gpu-a", 0)
+    assert fake.pod("gpupool-system", reserved)["status"]["phase"] == "Failed"
     result = cluster_reconcile(cluster)
-    assert any("reservation pod gp-reserve-gpu-a-0 failed" in e for e in result.errors)
-    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0") is None
+    failed = f"reservation pod {reserved} failed"
+    assert any(failed in e for e in result.errors)
+    assert fake.pod("gpupool-system", reserved) is None
     backend.api.delete_namespaced_pod("hog", "other-team")
     for _ in range(3):  # make the reservation, read its device, make the shared pod
         cluster_reconcile(cluster)
-    assert fake.pod("gpupool-system", "gp-reserve-gpu-a-0")["status"]["phase"] == "Running"
+    assert fake.pod("gpupool-system", reserved)["status"]["phase"] == "Running"
     shared.refresh_from_db()
     assert shared.state == S.RUNNING
 
@@ -677,7 +708,10 @@ def waiting(backend, workload, reason: str, message: str) -> None:
     state = {"waiting": {"reason": reason, "message": message}}
     status = {"phase": "Pending", "containerStatuses": [{"name": "main", "state": state}]}
     backend.api.patch_namespaced_pod_status(
-        f"gp-{workload.pk}-0", "gp-ml-vision", {"status": status}, _preload_content=False
+        backend.owner.object_name(f"gp-{workload.pk}-0"),
+        "gp-ml-vision",
+        {"status": status},
+        _preload_content=False,
     )
 
 
@@ -714,7 +748,7 @@ def test_pods_stuck_terminating_on_a_silent_node_are_requeued_and_deleted_by_for
     workload = training(org, "partitioned")
     admit(workload, Node.objects.get(name="gpu-a"), pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    name = f"gp-{workload.pk}-0"
+    name = k8s_name(cluster, f"gp-{workload.pk}-0")
     # gpu-a stops answering; the node controller evicts its pods, the kubelet never confirms.
     fake.add_node("gpu-a", ready=False, labels={"gpupool.io/node-pool": "a100"})
     KubernetesBackend(cluster).api.delete_namespaced_pod(name, "gp-ml-vision")
@@ -747,7 +781,7 @@ def test_changes_made_while_the_cluster_was_unreachable_are_applied_once_when_it
     admit(kept, nodes[0], pods=[{"gpu_indices": [0]}])
     admit(stopped, nodes[0], pods=[{"gpu_indices": [1]}])
     cluster_reconcile(cluster)
-    uid = fake.pod("gp-ml-vision", f"gp-{kept.pk}-0")["metadata"]["uid"]
+    uid = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{kept.pk}-0"))["metadata"]["uid"]
     fake.down = True
     workload_transition(stopped, S.STOPPED, reason="Stopped")
     admit(later, nodes[1], pods=[{"gpu_indices": [0]}])
@@ -758,8 +792,8 @@ def test_changes_made_while_the_cluster_was_unreachable_are_applied_once_when_it
     cluster_reconcile(cluster)
     cluster_reconcile(cluster)
     names = sorted(p["metadata"]["name"] for p in fake.pods())
-    assert names == sorted([f"gp-{kept.pk}-0", f"gp-{later.pk}-0"])
-    assert fake.pod("gp-ml-vision", f"gp-{kept.pk}-0")["metadata"]["uid"] == uid
+    assert names == sorted(k8s_name(cluster, f"gp-{w.pk}-0") for w in (kept, later))
+    assert fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{kept.pk}-0"))["metadata"]["uid"] == uid
     assert posts(fake, "/pods") == 3  # kept, stopped, later: each made once
     for workload in (kept, stopped, later):
         workload.refresh_from_db()
@@ -776,11 +810,16 @@ def test_a_shared_pod_whose_binding_failed_is_bound_on_the_next_pass(kube, org):
     cluster_reconcile(cluster)  # the reservation pod, on the node by name
     fake.inject("500", 100, method="POST", path="/binding")
     cluster_reconcile(cluster)  # its device is known: the shared pod, whose Binding fails
-    assert not fake.pod("gp-ml-vision", f"gp-{shared.pk}-0")["spec"].get("nodeName")
+    assert not fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{shared.pk}-0"))["spec"].get(
+        "nodeName"
+    )
     fake.faults.clear()
     cluster_reconcile(cluster)
     cluster_reconcile(cluster)
-    assert fake.pod("gp-ml-vision", f"gp-{shared.pk}-0")["spec"]["nodeName"] == "gpu-a"
+    assert (
+        fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{shared.pk}-0"))["spec"]["nodeName"]
+        == "gpu-a"
+    )
     shared.refresh_from_db()
     assert shared.state == S.RUNNING
 
@@ -821,32 +860,37 @@ def test_a_throttled_request_waits_as_long_as_the_api_server_asks(kube, setup, o
 def test_an_existing_namespace_is_adopted_with_gpupools_labels(kube, setup, caplog):  # noqa: F811
     cluster, _ = setup
     api = KubernetesBackend(cluster).api
-    api.create_namespace({"metadata": {"name": "made-by-hand", "labels": {"team": "vision"}}})
-    KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision")
-    labels = api.read_namespace("made-by-hand").metadata.labels
-    assert labels == {
-        "team": "vision",
-        "app.kubernetes.io/managed-by": "gpupool",
-        "gpupool.io/project": "ml-vision",
-    }
-    assert "adopted the existing namespace made-by-hand" in caplog.text
-    # A project renamed since: its label follows; already right: nothing to write.
-    KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision-2")
-    assert api.read_namespace("made-by-hand").metadata.labels["gpupool.io/project"] == (
-        "ml-vision-2"
+    name = kube.namespace("made-by-hand")
+    api.create_namespace({"metadata": {"name": name, "labels": {"team": "vision"}}})
+    KubernetesBackend(cluster).ensure_namespace(name, "ml-vision")
+    found = api.read_namespace(name).metadata
+    # Not the whole map: a real API server adds labels of its own.
+    assert (found.labels["team"], found.labels["app.kubernetes.io/managed-by"]) == (
+        "vision",
+        "gpupool",
     )
+    assert found.labels["gpupool.io/project"] == "ml-vision"
+    assert found.labels["kubernetes.io/metadata.name"] == name
+    assert found.annotations["gpupool.io/installation"] == installation_uid()
+    assert f"adopted the existing namespace {name}" in caplog.text
+    # A project renamed since: its label follows; already right: nothing to write.
+    KubernetesBackend(cluster).ensure_namespace(name, "ml-vision-2")
+    assert api.read_namespace(name).metadata.labels["gpupool.io/project"] == "ml-vision-2"
     if kube.fake:
-        patches = [p for m, p in kube.fake.requests if m == "PATCH" and "made-by-hand" in p]
-        KubernetesBackend(cluster).ensure_namespace("made-by-hand", "ml-vision-2")
-        again = [p for m, p in kube.fake.requests if m == "PATCH" and "made-by-hand" in p]
+        patches = [p for m, p in kube.fake.requests if m == "PATCH" and name in p]
+        KubernetesBackend(cluster).ensure_namespace(name, "ml-vision-2")
+        again = [p for m, p in kube.fake.requests if m == "PATCH" and name in p]
         assert len(patches) == 2 and again == patches
 
 
 def test_a_namespace_another_tool_manages_is_refused_not_taken(kube, setup):  # noqa: F811
     cluster, _ = setup
     api = KubernetesBackend(cluster).api
+    name = kube.namespace("helm-owned")
     helm = {"app.kubernetes.io/managed-by": "Helm"}
-    api.create_namespace({"metadata": {"name": "helm-owned", "labels": helm}})
-    with pytest.raises(BackendError, match="helm-owned exists and is managed by Helm"):
-        KubernetesBackend(cluster).ensure_namespace("helm-owned", "ml-vision")
-    assert api.read_namespace("helm-owned").metadata.labels == helm
+    api.create_namespace({"metadata": {"name": name, "labels": helm}})
+    with pytest.raises(BackendError, match=f"{name} exists and is managed by Helm"):
+        KubernetesBackend(cluster).ensure_namespace(name, "ml-vision")
+    found = api.read_namespace(name).metadata
+    assert found.labels["app.kubernetes.io/managed-by"] == "Helm"
+    assert "gpupool.io/project" not in found.labels and not found.annotations

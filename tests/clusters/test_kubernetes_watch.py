@@ -16,7 +16,7 @@ from clusters.models import Cluster
 from clusters.reconcile import cluster_reconcile
 from scheduling.models import WorkloadState as S
 from tests.clusters.conftest import admit
-from tests.clusters.kube import kube  # noqa: F401 - fixture
+from tests.clusters.kube import k8s_name, kube  # noqa: F401 - fixture
 from tests.clusters.test_kubernetes_backend import setup, training  # noqa: F401 - fixtures
 from tests.clusters.test_local_backend import wait_until
 
@@ -166,7 +166,7 @@ def test_the_watch_is_the_default_and_a_pass_reads_its_cache_not_a_list(watched,
     cluster_reconcile(cluster, backend=backend)
     assert backend.observed_by == "list"  # the first pass of this process lists...
     listed = fake.list_calls["pods"]
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     cluster.refresh_from_db()
     # ...and keeps the version of what it wrote, for the next pass in any process.
     assert int(cluster.watch_state["pods"]) >= int(pod["metadata"]["resourceVersion"])
@@ -187,7 +187,7 @@ def test_a_pod_that_finishes_is_seen_through_the_watch_and_asks_for_a_reconcile(
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
     assert asked == []  # its own creates ask for nothing
-    fake.finish("gp-ml-vision", f"gp-{workload.pk}-0", exit_code=3)
+    fake.finish("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"), exit_code=3)
     wait_until(lambda: asked == [cluster.pk])
     backend = KubernetesBackend(Cluster.objects.get(pk=cluster.pk))
     cluster_reconcile(backend.cluster, backend=backend)
@@ -227,7 +227,7 @@ def test_an_expired_watch_lists_again_and_the_cache_follows_the_cluster(watched)
     for i in range(5):
         fake.add_node(f"extra-{i}")
     with fake.lock:
-        pod = {"apiVersion": "v1", "kind": "Pod", **_pod("made-meanwhile", _managed())}
+        pod = {"apiVersion": "v1", "kind": "Pod", **_pod("made-meanwhile", _managed(backend))}
         pod["metadata"]["namespace"] = "gp-ml-vision"
         fake._store("pods", "gp-ml-vision", pod, "ADDED")
     fake.down = False
@@ -269,8 +269,9 @@ def test_a_cluster_that_stops_answering_is_unreachable_though_its_cache_is_warm(
     assert workload.state in (S.ADMITTED, S.RUNNING)
 
 
-def _managed() -> dict:
-    return {"app.kubernetes.io/managed-by": "gpupool", "gpupool.io/role": "workload"}
+def _managed(backend: KubernetesBackend) -> dict:
+    """The labels of a workload pod of this installation and Cluster record."""
+    return {**backend.owner.labels, "gpupool.io/role": "workload"}
 
 
 def _fingerprint_of(backend: KubernetesBackend) -> str:

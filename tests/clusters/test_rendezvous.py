@@ -16,7 +16,7 @@ from clusters.reconcile import cluster_reconcile
 from scheduling.models import PodAllocation
 from scheduling.models import WorkloadState as S
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
-from tests.clusters.kube import kube  # noqa: F401 - fixture
+from tests.clusters.kube import k8s_name, kube  # noqa: F401 - fixture
 from tests.clusters.test_kubernetes_backend import setup  # noqa: F401 - fixture
 from tests.clusters.test_local_backend import wait_until
 
@@ -56,17 +56,22 @@ def test_a_distributed_workload_gets_a_headless_service_dns_names_and_its_rendez
     )
     cluster_reconcile(cluster)
     wid = workload.pk
-    service = {s["metadata"]["name"]: s for s in fake.services()}[f"gp-{wid}"]
+    # Names carry the installation's and the Cluster record's identities, as pods' do.
+    headless = k8s_name(cluster, f"gp-{wid}")
+    service = {s["metadata"]["name"]: s for s in fake.services()}[headless]
     assert service["spec"]["clusterIP"] == "None"  # headless: one DNS record per pod
     assert service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["selector"]["gpupool.io/workload-id"] == str(wid)
-    master = f"gp-{wid}-0.gp-{wid}.{NS}.svc"
+    owner = KubernetesBackend(cluster).owner
+    assert service["spec"]["selector"] == {**owner.labels, "gpupool.io/workload-id": str(wid)}
+    assert owner.owns(service["metadata"]["labels"])
+    master = f"{k8s_name(cluster, f'gp-{wid}-0')}.{headless}.{NS}.svc"
     for index in (0, 1):
-        pod = fake.pod(NS, f"gp-{wid}-{index}")
+        pod = fake.pod(NS, k8s_name(cluster, f"gp-{wid}-{index}"))
         assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (
-            f"gp-{wid}-{index}",
-            f"gp-{wid}",
+            pod["metadata"]["name"],
+            headless,
         )
+        assert len(pod["spec"]["hostname"]) <= 63
         env = _env(pod)
         assert {k: env[k] for k in env if k.startswith(("PET_", "MASTER_")) or k in RANKS} == {
             "MASTER_ADDR": master,
@@ -84,9 +89,9 @@ def test_a_distributed_workload_gets_a_headless_service_dns_names_and_its_rendez
         assert env["GPUPOOL_HOSTFILE"] == "/etc/gpupool/hostfile"
         mounts = pod["spec"]["containers"][0]["volumeMounts"]
         assert {"name": "gpupool-hostfile", "mountPath": "/etc/gpupool", "readOnly": True} in mounts
-    hostfile = fake.objects["configmaps"][(NS, f"gp-{wid}-hostfile")]
-    assert hostfile["data"]["hostfile"] == (
-        f"gp-{wid}-0.gp-{wid}.{NS}.svc slots=2\ngp-{wid}-1.gp-{wid}.{NS}.svc slots=2\n"
+    hostfile = fake.objects["configmaps"][(NS, f"{headless}-hostfile")]
+    assert hostfile["data"]["hostfile"] == "".join(
+        f"{k8s_name(cluster, f'gp-{wid}-{i}')}.{headless}.{NS}.svc slots=2\n" for i in (0, 1)
     )
     assert hostfile["metadata"]["ownerReferences"][0]["uid"] == service["metadata"]["uid"]
     cluster_reconcile(cluster)  # pods run: the hostfile could be mounted
@@ -108,13 +113,14 @@ def test_the_headless_service_and_hostfile_go_when_the_workload_ends(
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}, {"gpu_indices": [1]}])
     cluster_reconcile(cluster)
     fake.api = KubernetesBackend(cluster).api
-    fake.api.delete_namespaced_service(f"gp-{workload.pk}", NS)  # lost: made again
+    headless = k8s_name(cluster, f"gp-{workload.pk}")
+    fake.api.delete_namespaced_service(headless, NS)  # lost: made again
     assert not fake.objects["configmaps"]  # the garbage collector took its hostfile
     cluster_reconcile(cluster)
-    assert (NS, f"gp-{workload.pk}") in fake.objects["services"]
-    assert (NS, f"gp-{workload.pk}-hostfile") in fake.objects["configmaps"]
+    assert (NS, headless) in fake.objects["services"]
+    assert (NS, f"{headless}-hostfile") in fake.objects["configmaps"]
     for index in (0, 1):
-        fake.finish(NS, f"gp-{workload.pk}-{index}", exit_code=0)
+        fake.finish(NS, k8s_name(cluster, f"gp-{workload.pk}-{index}"), exit_code=0)
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert workload.state == S.SUCCEEDED
@@ -130,7 +136,7 @@ def test_other_kinds_get_no_rendezvous(kube, setup, org):  # noqa: F811
     )
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    pod = fake.pod(NS, f"gp-{workload.pk}-0")
+    pod = fake.pod(NS, k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
     assert not {"MASTER_ADDR", "RANK", "PET_NNODES"} & set(_env(pod))
     assert fake.services() == [] and fake.objects["configmaps"] == {}

@@ -7,8 +7,9 @@ import pytest
 
 from clusters.reconcile import cluster_reconcile
 from scheduling.tasks import run_cycle
-from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 from workspaces.models import Environment
+from workspaces.selectors import workspace_upstream
 from workspaces.services import LaunchRequest, workspace_launch
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
@@ -30,7 +31,8 @@ def test_a_launched_workspace_mounts_its_pvc_at_the_notebook_directory(kube, org
     assert workload.node_pools == ["a100"]
     run_cycle()
     cluster_reconcile(cluster)
-    pod = fake.pod("gp-ml-vision", f"gp-{workload.pk}-0")
+    name = k8s_name(cluster, f"gp-{workload.pk}-0")
+    pod = fake.pod("gp-ml-vision", name)
     assert pod is not None, workload.pending_reason
     spec, container = pod["spec"], pod["spec"]["containers"][0]
     assert spec["volumes"] == [
@@ -47,4 +49,8 @@ def test_a_launched_workspace_mounts_its_pvc_at_the_notebook_directory(kube, org
     assert "--ServerApp.port=$(GPUPOOL_PORT)" in container["command"]
     assert (env["GPUPOOL_PORT"], env["GPUPOOL_PORT_HTTP"]) == ("8888", "8888")
     workload.refresh_from_db()
-    assert workload.allocations.get().endpoint == f"gp-{workload.pk}-0.gp-ml-vision.svc:8888"
+    assert workload.allocations.get().endpoint == f"{name}.gp-ml-vision.svc:8888"
+    # Before an endpoint is recorded the proxy falls back to the Service's DNS name: the
+    # same name, with this installation's and cluster record's identities.
+    workload.allocations.update(endpoint="")
+    assert workspace_upstream(workspace) == f"{name}.gp-ml-vision.svc:8888"

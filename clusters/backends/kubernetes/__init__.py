@@ -1,9 +1,14 @@
 """A Kubernetes cluster through the official `kubernetes` client.
 
-- Objects GPUPool creates carry `app.kubernetes.io/managed-by=gpupool`; only those are
-  listed, and nothing else is ever changed or deleted (but an adopted namespace's labels).
-- A namespace per project (labelled). One that exists already is adopted: it gets the
-  labels (a namespace another tool's managed-by label claims is refused, never taken).
+- Objects GPUPool creates carry `app.kubernetes.io/managed-by=gpupool` and the identities
+  of this installation and this Cluster record (`ownership.py`); only those are listed,
+  and nothing else is ever changed or deleted (but an adopted namespace's labels).
+- A namespace per project (labelled, and annotated with its owner). One that exists
+  already is adopted: it gets the labels and annotations (a namespace another tool's
+  managed-by label, or another GPUPool's annotations, claims is refused, never taken).
+- Pods satisfy the `restricted` Pod Security level unless their workload needs root; a
+  pod the cluster's admission refuses (Pod Security, a webhook) fails its workload with
+  the API server's message.
   Pods pinned to the node the cycle chose
   (`spec.nodeName`, or a Binding when config `pin: binding`), whole GPUs as
   `nvidia.com/gpu` limits. A fractional pod gets no GPU limit: a reservation pod per
@@ -50,10 +55,13 @@ from clusters.backends import (
     ReconcileReport,
     grace_for,
 )
+from clusters.backends.kubernetes.errors import refused_by_admission
+from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.manifests import (
+    DEFAULT_UID,
     PROJECT_LABEL,
     ROLE,
-    SELECTOR,
+    WORKLOAD_CONTAINER,
     hostfile_manifest,
     node_info,
     pod_manifest,
@@ -61,6 +69,7 @@ from clusters.backends.kubernetes.manifests import (
     rendezvous_service_manifest,
     service_manifest,
 )
+from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
 from clusters.backends.kubernetes.watch import as_version, watch_get, watch_start
@@ -73,9 +82,13 @@ TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
 class KubernetesBackend(Backend):
-    def __init__(self, cluster: Any, *, kubeconfig: dict | None = None):
+    def __init__(
+        self, cluster: Any, *, kubeconfig: dict | None = None, installation: str | None = None
+    ):
         super().__init__(cluster)
         self._kubeconfig = kubeconfig
+        self._installation = installation
+        self._owner: Owner | None = None
         self._api: k8s.CoreV1Api | None = None
         self._namespaces: set[str] = set()
         self._rendezvous: set[tuple[str, str]] = set()
@@ -93,7 +106,8 @@ class KubernetesBackend(Backend):
         self.pin = config.get("pin", "nodeName")
         self.system_namespace = config.get("system_namespace", "gpupool-system")
         self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
-        self.selector = SELECTOR
+        self.priority_class = config.get("reservation_priority_class", "gpupool-reservation")
+        self.run_as_user = config.get("run_as_user", DEFAULT_UID)
         self.watch = bool(config.get("watch", True))
         self.resync_s = float(config.get("resync_s", 300))
         self.watch_wait_s = float(config.get("watch_wait_s", 2))
@@ -107,6 +121,14 @@ class KubernetesBackend(Backend):
         self.bytes_read = 0
 
     # --- plumbing ----------------------------------------------------------------------------
+    @property
+    def owner(self) -> Owner:
+        """This installation and Cluster record: in every label selector, name and
+        namespace annotation (read from the database once per backend)."""
+        if self._owner is None:
+            self._owner = owner_of(self.cluster, self._installation)
+        return self._owner
+
     @property
     def api(self) -> k8s.CoreV1Api:
         if self._api is None:
@@ -176,6 +198,14 @@ class KubernetesBackend(Backend):
             raise BackendUnreachable(f"{self.cluster.name}: {exc.status} {exc.reason}") from exc
         return f"Kubernetes {version.get('gitVersion', '?')}: {len(nodes)} nodes"
 
+    def kube_system_uid(self) -> str:
+        """The uid of the cluster's kube-system namespace: made with the cluster and never
+        changed, it tells one cluster from another whatever URL reaches it."""
+        try:
+            return str(self._json(self.api.read_namespace, "kube-system")["metadata"]["uid"])
+        except ApiException as exc:
+            raise BackendUnreachable(f"{self.cluster.name}: {_said(exc)}") from exc
+
     def list_inventory(self) -> list[NodeInfo]:
         try:
             items = self._json(self.api.list_node)["items"]
@@ -186,7 +216,7 @@ class KubernetesBackend(Backend):
     # --- pods --------------------------------------------------------------------------------
     def _list(self, fn: Callable[..., Any], what: str) -> dict:
         try:
-            return self._json(fn, label_selector=self.selector)
+            return self._json(fn, label_selector=self.owner.selector)
         except ApiException as exc:
             raise BackendUnreachable(f"cannot list {what}: {exc.status} {exc.reason}") from exc
 
@@ -249,62 +279,78 @@ class KubernetesBackend(Backend):
     def pod_statuses(self) -> dict[str, PodStatus]:
         # Kept for the reconcile that usually follows at once: one observation per pass.
         self._observe()
-        return {
-            pod["metadata"]["name"]: pod_status(pod)
-            for pod in self._listed or []
-            if pod["metadata"]["labels"].get(ROLE) == "workload"
-        }
+        return _workload_statuses(self._listed or [])
 
-    def ensure_namespace(self, name: str, project: str = "") -> None:
+    def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
+        """A project's namespace belongs to one installation and Cluster record (its
+        annotations say which); the system namespace of reservation pods is `shared` by
+        every GPUPool on the cluster, whose pods there are told apart by their labels."""
         if name in self._namespaces:
             return
-        labels = {MANAGED_BY_LABEL: MANAGED_BY, PROJECT_LABEL: (project or name)[:63]}
-        body = {"metadata": {"name": name, "labels": labels}}
+        labels = {MANAGED_BY_LABEL: MANAGED_BY}
+        if not shared:
+            labels[PROJECT_LABEL] = (project or name)[:63]
+        annotations = {} if shared else self.owner.identity
+        body = {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
         try:
             self.call(self.api.create_namespace, body, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
-                raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
-            self._adopt_namespace(name, labels)
+                raise BackendError(f"namespace {name}: {_said(exc)}") from exc
+            self._adopt_namespace(name, labels, annotations)
         self._namespaces.add(name)
 
-    def _adopt_namespace(self, name: str, labels: dict[str, str]) -> None:
+    def _adopt_namespace(self, name: str, labels: dict[str, str], annotations: dict) -> None:
         """The namespace exists already: ours (from an earlier try, or before a rename of
-        the project) or made by hand for the project. It gets GPUPool's labels, so that
-        it is known as the project's; one another tool manages is refused, not taken."""
+        the project) or made by hand for the project. It gets GPUPool's labels and owner
+        annotations, so that it is known as the project's; one another tool manages, or
+        another GPUPool (installation or Cluster record) owns, is refused, not taken."""
         try:
             found = self._json(self.api.read_namespace, name)
         except ApiException as exc:
-            raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
+            raise BackendError(f"namespace {name}: {_said(exc)}") from exc
         current = found.get("metadata", {}).get("labels") or {}
+        claimed = found.get("metadata", {}).get("annotations") or {}
         manager = current.get(MANAGED_BY_LABEL)
         if manager not in (None, MANAGED_BY):
             raise BackendError(
                 f"namespace {name} exists and is managed by {manager}: give the project "
                 "another namespace or remove that label"
             )
-        if all(current.get(k) == v for k, v in labels.items()):
+        others = {k: claimed[k] for k, v in annotations.items() if claimed.get(k, v) != v}
+        if others:
+            owner = ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
+            raise BackendError(
+                f"namespace {name} belongs to another GPUPool ({owner}): give the project "
+                "another namespace, or remove those annotations if that GPUPool is gone"
+            )
+        if all(current.get(k) == v for k, v in labels.items()) and all(
+            claimed.get(k) == v for k, v in annotations.items()
+        ):
             return
+        patch = {"metadata": {"labels": labels, "annotations": annotations}}
         try:
-            self.call(self.api.patch_namespace, name, {"metadata": {"labels": labels}})
+            self.call(self.api.patch_namespace, name, patch, _preload_content=False)
         except ApiException as exc:
-            raise BackendError(f"namespace {name}: {exc.status} {exc.reason}") from exc
+            raise BackendError(f"namespace {name}: {_said(exc)}") from exc
         if manager is None:
             log.info("%s: adopted the existing namespace %s", self.cluster.name, name)
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         self.ensure_namespace(spec.namespace, spec.project)
         self.ensure_rendezvous(spec)
-        body = pod_manifest(spec, pin_with_node_name=self.pin != "binding")
+        body = pod_manifest(
+            spec, self.owner, pin_with_node_name=self.pin != "binding", uid=self.run_as_user
+        )
         try:
             created = self._json(self.api.create_namespaced_pod, spec.namespace, body)
             if self.pin == "binding":
                 self.bind(spec)
         except ApiException as exc:
-            if exc.status in (400, 422):
-                raise PodSpecInvalid(f"{exc.status} {exc.reason}: {_message(exc)}") from exc
+            if exc.status in (400, 422) or refused_by_admission(exc):
+                raise PodSpecInvalid(_said(exc)) from exc
             if exc.status != 409:
-                raise BackendError(f"pod {spec.name}: {exc.status} {exc.reason}") from exc
+                raise BackendError(f"pod {spec.name}: {_said(exc)}") from exc
             created = self._adopt(spec)
         if spec.ports:
             self.ensure_service(spec)
@@ -314,13 +360,13 @@ class KubernetesBackend(Backend):
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": spec.name},
+            "metadata": {"name": self.owner.object_name(spec.name)},
             "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
         }
         try:
             self.call(
                 self.api.create_namespaced_pod_binding,
-                spec.name,
+                self.owner.object_name(spec.name),
                 spec.namespace,
                 body,
                 _preload_content=False,
@@ -330,26 +376,32 @@ class KubernetesBackend(Backend):
                 raise
 
     def _adopt(self, spec: PodSpec) -> dict:
-        """409 on create: ours from an earlier attempt whose answer was lost, or a stranger's."""
+        """409 on create: ours from an earlier attempt whose answer was lost, or a stranger's
+        (another GPUPool's among them): only a pod with both of our identities is ours."""
+        name = self.owner.object_name(spec.name)
         try:
-            pod = self._json(self.api.read_namespaced_pod, spec.name, spec.namespace)
+            pod = self._json(self.api.read_namespaced_pod, name, spec.namespace)
         except ApiException as exc:  # an injected or racing conflict: retry next pass
             raise BackendError(f"pod {spec.name}: conflict, then {exc.status}") from exc
         labels = pod["metadata"].get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(
-            "gpupool.io/workload-id"
-        ) != str(spec.workload_id):
+        if not self.owner.owns(labels) or labels.get("gpupool.io/workload-id") != str(
+            spec.workload_id
+        ):
             raise BackendError(
-                f"a pod named {spec.namespace}/{spec.name} exists that GPUPool did not create"
+                f"a pod named {spec.namespace}/{name} exists that GPUPool did not create"
             )
         return pod
 
     def ensure_service(self, spec: PodSpec) -> None:
         try:
-            self._json(self.api.create_namespaced_service, spec.namespace, service_manifest(spec))
+            self._json(
+                self.api.create_namespaced_service,
+                spec.namespace,
+                service_manifest(spec, self.owner),
+            )
         except ApiException as exc:
             if exc.status != 409:
-                raise BackendError(f"service {spec.name}: {exc.status} {exc.reason}") from exc
+                raise BackendError(f"service {spec.name}: {_said(exc)}") from exc
 
     def ensure_rendezvous(self, spec: PodSpec) -> None:
         """A distributed workload's headless Service and hostfile ConfigMap, made before
@@ -362,14 +414,18 @@ class KubernetesBackend(Backend):
                 service = self._json(
                     self.api.create_namespaced_service,
                     spec.namespace,
-                    rendezvous_service_manifest(spec),
+                    rendezvous_service_manifest(spec, self.owner),
                 )
             except ApiException as exc:
                 if exc.status != 409:
                     raise
                 service = self._json(self.api.read_namespaced_service, name, spec.namespace)
                 labels = service["metadata"].get("labels") or {}
-                if labels.get(ROLE) != "rendezvous" or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+                if (
+                    labels.get(ROLE) != "rendezvous"
+                    or not self.owner.owns(labels)
+                    or labels.get("gpupool.io/workload-id") != str(spec.workload_id)
+                ):
                     raise BackendError(
                         f"a service named {spec.namespace}/{name} exists that GPUPool did not "
                         "create"
@@ -384,16 +440,17 @@ class KubernetesBackend(Backend):
                 if exc.status != 409:
                     raise
         except ApiException as exc:
-            raise BackendError(f"rendezvous {name}: {exc.status} {_message(exc)}") from exc
+            raise BackendError(f"rendezvous {name}: {_said(exc)}") from exc
         self._rendezvous.add((spec.namespace, name))
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
-        self.delete_service(status.name, status.namespace)
+        name = self.owner.object_name(status.name)
+        self.delete_service(name, status.namespace)
         gone = self.delete_quietly(
             self.api.delete_namespaced_pod,
-            status.name,
+            name,
             status.namespace,
             grace_period_seconds=0 if status.stuck else grace_period_s,
         )
@@ -422,16 +479,23 @@ class KubernetesBackend(Backend):
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         try:
-            response = self.call(
-                self.api.read_namespaced_pod_log,
-                name,
-                namespace,
-                container="main",
-                tail_lines=tail_lines,
-                _preload_content=False,
+            return self.read_log(
+                self.owner.object_name(name), namespace, WORKLOAD_CONTAINER, tail_lines
             )
         except (ApiException, BackendError) as exc:
             return f"(logs unavailable: {exc})"
+
+    def read_log(self, name: str, namespace: str, container: str, tail_lines: int) -> str:
+        """The log of one container of a pod, by its Kubernetes name; raises ApiException
+        (400 when the container is not the pod's, or has not started)."""
+        response = self.call(
+            self.api.read_namespaced_pod_log,
+            name,
+            namespace,
+            container=container,
+            tail_lines=tail_lines,
+            _preload_content=False,
+        )
         return response.data.decode("utf-8", "replace")
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -451,13 +515,7 @@ class KubernetesBackend(Backend):
         if self._listed is None:
             self._observe()
         pods = self._listed or []
-        report = ReconcileReport(
-            statuses={
-                p["metadata"]["name"]: pod_status(p)
-                for p in pods
-                if p["metadata"]["labels"].get(ROLE) == "workload"
-            }
-        )
+        report = ReconcileReport(statuses=_workload_statuses(pods))
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -501,11 +559,17 @@ class KubernetesBackend(Backend):
         return ready
 
 
+def _workload_statuses(pods: list[dict]) -> dict[str, PodStatus]:
+    """The workload pods' statuses by their names in GPUPool (`gp-<workload>-<index>`)."""
+    statuses = (pod_status(p) for p in pods if p["metadata"]["labels"].get(ROLE) == "workload")
+    return {status.name: status for status in statuses}
+
+
 def _fingerprint(backend: KubernetesBackend) -> str:
-    """Which API server and credentials a watch was made with: a changed kubeconfig
-    gets a new watch."""
+    """Which API server, credentials and owner (installation and Cluster record) a watch
+    was made with: a changed kubeconfig, or another owner, gets a watch of its own."""
     source = backend._kubeconfig or getattr(backend.cluster, "kubeconfig_encrypted", "")
-    raw = json.dumps(source, sort_keys=True, default=str).encode()
+    raw = json.dumps([source, backend.owner.selector], sort_keys=True, default=str).encode()
     return hashlib.sha256(raw).hexdigest()
 
 
@@ -524,10 +588,3 @@ def _retry_after(error: Exception) -> float:
         return min(float((headers or {}).get("Retry-After", 0)), 60.0)
     except (TypeError, ValueError):
         return 0.0
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message", ""))
-    except ValueError:
-        return str(exc.body or "")[:500]

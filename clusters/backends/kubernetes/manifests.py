@@ -15,10 +15,21 @@ from clusters.backends import (
     PodSpec,
     PodStatus,
 )
+from clusters.backends.kubernetes.ownership import Owner
 
 ROLE = "gpupool.io/role"
 PROJECT_LABEL = "gpupool.io/project"
-SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"  # lists only what GPUPool made
+POD_LABEL = "gpupool.io/pod"  # the pod's name in GPUPool: gp-<workload>-<index>
+WORKLOAD_CONTAINER = "main"
+RESERVATION_CONTAINER = "hold"
+# The user a pod runs as unless its workload needs root (`run_as_user` in the cluster's
+# config): the restricted Pod Security level refuses root, and an image's USER root would
+# make the kubelet refuse `runAsNonRoot`. 1000 is the usual notebook user (jovyan).
+DEFAULT_UID = 1000
+RESERVATION_UID = 65534  # nobody: nvidia-smi needs no privilege
+# Reservation pods are Guaranteed (requests equal limits), the last a node evicts.
+RESERVATION_RESOURCES = {"cpu": "10m", "memory": "64Mi"}
+RESERVATION_PRIORITY = 1_000_000  # above every user pod; system classes are above 1e9
 GPU_RESOURCE = "nvidia.com/gpu"
 TOLERATED = {GPU_RESOURCE}  # the taints every GPUPool pod tolerates (see pod_manifest)
 # A pod that failed for one of these reasons was pushed out by its node (kubelet eviction,
@@ -68,15 +79,15 @@ def cpu_cores(value: str) -> float:
     return float(value[:-1]) / 1000 if value.endswith("m") else float(value or 0)
 
 
-def reservation_name(node: str, index: int) -> str:
-    return f"gp-reserve-{node}-{index}"[:253]
+def reservation_name(owner: Owner, node: str, index: int) -> str:
+    return f"gp-reserve-{owner.tag}-{node}-{index}"[:253]
 
 
-def _labels(spec: PodSpec) -> dict[str, str]:
+def _labels(spec: PodSpec, owner: Owner) -> dict[str, str]:
     return {
-        MANAGED_BY_LABEL: MANAGED_BY,
+        **owner.labels,
         ROLE: "workload",
-        "gpupool.io/pod": spec.name,
+        POD_LABEL: spec.name,
         "gpupool.io/workload-id": str(spec.workload_id),
         "gpupool.io/pod-index": str(spec.pod_index),
         PROJECT_LABEL: spec.project[:63],
@@ -107,7 +118,25 @@ def port_env(spec: PodSpec) -> dict[str, str]:
     return env
 
 
-def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
+def security_contexts(*, run_as_root: bool, uid: int | None) -> tuple[dict, dict]:
+    """(pod, container) securityContext. By default what the `restricted` Pod Security
+    level asks: a non-root user, no privilege escalation, every capability dropped, the
+    runtime's seccomp profile. A workload that needs root keeps the image's user and its
+    capabilities (the `baseline` level), still without privilege escalation."""
+    pod: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    container: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if run_as_root:
+        return pod, container
+    pod["runAsNonRoot"] = True
+    if uid is not None:
+        pod.update(runAsUser=uid, runAsGroup=uid, fsGroup=uid)  # fsGroup: volumes writable
+    container["capabilities"] = {"drop": ["ALL"]}
+    return pod, container
+
+
+def pod_manifest(
+    spec: PodSpec, owner: Owner, *, pin_with_node_name: bool = True, uid: int | None = DEFAULT_UID
+) -> dict:
     env = {**port_env(spec), **spec.env}
     limits: dict[str, str] = {"memory": f"{spec.memory_mib}Mi"}
     if spec.gpu_indices:
@@ -117,8 +146,9 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
         env["NVIDIA_VISIBLE_DEVICES"] = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
     else:
         env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a CPU-only pod sees no GPU
+    pod_security, container_security = security_contexts(run_as_root=spec.run_as_root, uid=uid)
     container: dict[str, Any] = {
-        "name": "main",
+        "name": WORKLOAD_CONTAINER,
         "image": spec.image or "busybox:1.36",
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": {
@@ -129,6 +159,7 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
             {"name": name, "containerPort": p.port}
             for name, p in zip(port_names(spec), spec.ports, strict=True)
         ],
+        "securityContext": container_security,
     }
     if spec.command:
         container["command"] = list(spec.command)
@@ -136,6 +167,7 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
         container["args"] = list(spec.args)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": pod_security,
         "containers": [container],
         "tolerations": [
             {"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in sorted(TOLERATED)
@@ -144,7 +176,7 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
     if spec.volumes:
         _mount_volumes(pod_spec, container, spec)
     if spec.rendezvous is not None:
-        _rendezvous(pod_spec, container, spec)
+        _rendezvous(pod_spec, container, spec, owner)
     if spec.termination_grace_s is not None:
         # GPUPool passes the grace period on each delete; this one covers deletions it
         # does not make (a node drain), so a job can still checkpoint.
@@ -162,7 +194,11 @@ def pod_manifest(spec: PodSpec, *, pin_with_node_name: bool = True) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": spec.name, "labels": _labels(spec), "annotations": annotations},
+        "metadata": {
+            "name": owner.object_name(spec.name),
+            "labels": _labels(spec, owner),
+            "annotations": annotations,
+        },
         "spec": pod_spec,
     }
 
@@ -184,12 +220,15 @@ def _mount_volumes(pod_spec: dict[str, Any], container: dict[str, Any], spec: Po
 HOSTFILE_VOLUME = "gpupool-hostfile"
 
 
-def _rendezvous(pod_spec: dict[str, Any], container: dict[str, Any], spec: PodSpec) -> None:
+def _rendezvous(
+    pod_spec: dict[str, Any], container: dict[str, Any], spec: PodSpec, owner: Owner
+) -> None:
     """A distributed pod is `<pod>.<service>.<namespace>.svc` in the cluster's DNS
     (hostname + subdomain of the headless Service), and reads the hostfile at
-    /etc/gpupool/hostfile."""
+    /etc/gpupool/hostfile. The hostname is the pod's Kubernetes name (a DNS label: at
+    most 63 characters), as clusters.podspecs wrote it into the peers' addresses."""
     assert spec.rendezvous is not None
-    pod_spec["hostname"] = spec.name
+    pod_spec["hostname"] = owner.object_name(spec.name)
     pod_spec["subdomain"] = spec.rendezvous.service
     pod_spec.setdefault("volumes", []).append(
         {"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_name(spec)}}
@@ -204,12 +243,14 @@ def hostfile_name(spec: PodSpec) -> str:
     return f"{spec.rendezvous.service}-hostfile"
 
 
-def rendezvous_service_manifest(spec: PodSpec) -> dict:
+def rendezvous_service_manifest(spec: PodSpec, owner: Owner) -> dict:
     """The headless Service of a distributed workload: a DNS record per pod, published
-    before the pods are ready (the peers meet while they start)."""
+    before the pods are ready (the peers meet while they start). Its name carries the
+    owner's identities (clusters.podspecs), its selector both of them: another GPUPool's
+    pods of a workload with the same id are not its peers."""
     assert spec.rendezvous is not None
-    labels = {**_labels(spec), ROLE: "rendezvous"}
-    for per_pod in ("gpupool.io/pod", "gpupool.io/pod-index"):
+    labels = {**_labels(spec, owner), ROLE: "rendezvous"}
+    for per_pod in (POD_LABEL, "gpupool.io/pod-index"):
         labels.pop(per_pod)
     port = spec.rendezvous.port
     return {
@@ -219,10 +260,7 @@ def rendezvous_service_manifest(spec: PodSpec) -> dict:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {
-                MANAGED_BY_LABEL: MANAGED_BY,
-                "gpupool.io/workload-id": str(spec.workload_id),
-            },
+            "selector": {**owner.labels, "gpupool.io/workload-id": str(spec.workload_id)},
             "ports": [{"name": "rendezvous", "port": port, "targetPort": port}],
         },
     }
@@ -247,13 +285,14 @@ def hostfile_manifest(spec: PodSpec, service: dict) -> dict:
     }
 
 
-def service_manifest(spec: PodSpec) -> dict:
+def service_manifest(spec: PodSpec, owner: Owner) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": spec.name, "labels": _labels(spec)},
+        "metadata": {"name": owner.object_name(spec.name), "labels": _labels(spec, owner)},
         "spec": {
-            "selector": {"gpupool.io/pod": spec.name},
+            # The owner's labels too: another GPUPool's pod of the same name is not selected.
+            "selector": {POD_LABEL: spec.name, **owner.identity},
             "ports": [
                 {"name": name, "port": p.port, "targetPort": p.port}
                 for name, p in zip(port_names(spec), spec.ports, strict=True)
@@ -262,14 +301,31 @@ def service_manifest(spec: PodSpec) -> dict:
     }
 
 
-def reservation_manifest(node: str, index: int, image: str) -> dict:
+def priority_class_manifest(name: str) -> dict:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "value": RESERVATION_PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": "GPUPool reservation pods: they hold a shared GPU for its sharers, "
+        "so a node under pressure must evict the sharers first.",
+    }
+
+
+def reservation_manifest(
+    owner: Owner, node: str, index: int, image: str, priority_class: str
+) -> dict:
+    pod_security, container_security = security_contexts(run_as_root=False, uid=RESERVATION_UID)
+    limits = {**RESERVATION_RESOURCES, GPU_RESOURCE: "1"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": reservation_name(node, index),
+            "name": reservation_name(owner, node, index),
             "labels": {
-                MANAGED_BY_LABEL: MANAGED_BY,
+                **owner.labels,
                 ROLE: "reservation",
                 "gpupool.io/gpu-index": str(index),
             },
@@ -279,13 +335,17 @@ def reservation_manifest(node: str, index: int, image: str) -> dict:
             "nodeName": node,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 0,
+            "priorityClassName": priority_class,
+            "securityContext": pod_security,
             "containers": [
                 {
-                    "name": "hold",
+                    "name": RESERVATION_CONTAINER,
                     "image": image,
                     "command": RESERVATION_COMMAND,
                     "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}],
-                    "resources": {"limits": {GPU_RESOURCE: "1"}},
+                    # Guaranteed: equal requests and limits of cpu and memory.
+                    "resources": {"requests": dict(limits), "limits": limits},
+                    "securityContext": container_security,
                 }
             ],
             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -352,7 +412,7 @@ def pod_status(pod: dict) -> PodStatus:
     labels = meta.get("labels") or {}
     phase = status.get("phase") or "Pending"
     result = PodStatus(
-        name=meta["name"],
+        name=labels.get(POD_LABEL) or meta["name"],
         namespace=meta.get("namespace", ""),
         workload_id=int(labels.get("gpupool.io/workload-id", 0)),
         pod_index=int(labels.get("gpupool.io/pod-index", 0)),

@@ -20,7 +20,7 @@ from clusters.backends import (
     PodSpec,
     ReconcileReport,
 )
-from clusters.backends.kubernetes.manifests import ROLE
+from clusters.backends.kubernetes.manifests import POD_LABEL, ROLE
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -51,12 +51,14 @@ def repair(
         report.errors.append(f"cannot list services: {exc}")
         services = []
         existing = []  # unknown which exist: create none, and delete none
+    # Services by their names in the cluster (the owner's identities in each).
     listed = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services}
-    keep = {(s.namespace, s.name) for s in existing if s.ports}
+    name = backend.owner.object_name
+    keep = {(s.namespace, name(s.name)) for s in existing if s.ports}
     jobs += [
         lambda s=spec: backend.ensure_service(s)
         for spec in existing
-        if spec.ports and (spec.namespace, spec.name) not in listed
+        if spec.ports and (spec.namespace, name(spec.name)) not in listed
     ]
     jobs += [
         lambda s=spec: backend.ensure_rendezvous(s)
@@ -65,18 +67,20 @@ def repair(
     ]
     # A headless Service stays while any pod of its workload is there (running, starting,
     # shutting down); a pod's own Service goes with its pod (deleted with it already).
+    # Pods are known by their names in GPUPool: a pod's Service carries it as a label.
     workloads = {(s.namespace, str(s.workload_id)) for s in report.statuses.values()}
     jobs += [
-        lambda ns=ns, name=name: backend.delete_service(name, ns)
-        for ns, name, labels in sorted(
+        lambda ns=ns, service=service: backend.delete_service(service, ns)
+        for ns, service, labels in sorted(
             (s["metadata"]["namespace"], s["metadata"]["name"], s["metadata"].get("labels") or {})
             for s in services
         )
-        if (ns, name) not in keep
+        if (ns, service) not in keep
         and (
             (ns, labels.get("gpupool.io/workload-id")) not in workloads
             if labels.get(ROLE) == "rendezvous"
-            else name not in report.statuses and name not in report.deleted
+            else labels.get(POD_LABEL) not in report.statuses
+            and labels.get(POD_LABEL) not in report.deleted
         )
     ]
 

@@ -5,6 +5,11 @@ device while any share of it is in use. The device plugin, not GPUPool, picks wh
 that is, so the reservation pod prints the UUID it was given; GPUPool reads it from the
 pod's log once, keeps it as an annotation on the reservation pod, and points the shared
 pods at it with NVIDIA_VISIBLE_DEVICES. Shared pods are created only once it is known.
+
+Reservation pods are Guaranteed and run under a PriorityClass GPUPool makes (once, and
+again if someone deleted it), so that a node under pressure evicts the sharers first: a
+reservation evicted before them would let the kubelet hand their GPU to someone else.
+A reservation the cluster's admission refuses fails the workloads that share its GPU.
 """
 
 from __future__ import annotations
@@ -12,10 +17,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from clusters.backends import BackendError, PodSpec, ReconcileReport
-from clusters.backends.kubernetes.manifests import ROLE, reservation_manifest
+from clusters.backends import BackendError, PodSpec, ReconcileReport, never_runs
+from clusters.backends.kubernetes.errors import priority_class_missing, refused_by_admission, said
+from clusters.backends.kubernetes.manifests import (
+    POD_LABEL,
+    RESERVATION_CONTAINER,
+    ROLE,
+    priority_class_manifest,
+    reservation_manifest,
+)
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -36,7 +49,7 @@ def _sharers_left(pods: list[dict], report: ReconcileReport) -> set[Key]:
     for pod in pods:
         meta = pod["metadata"]
         shared = (meta.get("annotations") or {}).get("gpupool.io/shared-gpu")
-        if shared and meta["name"] in report.statuses:
+        if shared and (meta.get("labels") or {}).get(POD_LABEL) in report.statuses:
             # The node GPUPool chose: a pod whose Binding failed has no nodeName yet.
             keys.add((meta["annotations"]["gpupool.io/node"], int(shared.split(":")[0])))
     return keys
@@ -49,6 +62,7 @@ def _failed(pod: dict) -> bool:
 class Reservations:
     def __init__(self, backend: KubernetesBackend):
         self.backend = backend
+        self._priority_class_made = False
 
     def sync(self, pods: list[dict], desired: list[PodSpec], report: ReconcileReport) -> dict:
         """1. create a reservation for each shared GPU in use; 2. read the device each one
@@ -61,10 +75,11 @@ class Reservations:
         devices: dict[Key, str] = {}
         try:
             if in_use:
-                self.backend.ensure_namespace(self.backend.system_namespace)
+                self.backend.ensure_namespace(self.backend.system_namespace, shared=True)
+                self._ensure_priority_class()
             for key in sorted(in_use):
                 if key not in held:
-                    self._create(*key)
+                    self._create(key, desired, report)
                 elif _failed(held[key]):
                     self._give_up(held.pop(key), report)
                 elif device := self._device(held[key], report):
@@ -76,13 +91,34 @@ class Reservations:
             report.errors.append(f"reservation pods: {exc}")
         return devices
 
-    def _create(self, node: str, index: int) -> None:
-        body = reservation_manifest(node, index, self.backend.reservation_image)
-        api = self.backend.api
+    def _ensure_priority_class(self) -> None:
+        """Once per backend: create the PriorityClass; 409 means it is there already."""
+        if self._priority_class_made:
+            return
+        api = k8s.SchedulingV1Api(self.backend.api.api_client)
+        body = priority_class_manifest(self.backend.priority_class)
         try:
-            self.backend._json(api.create_namespaced_pod, self.backend.system_namespace, body)
+            self.backend.call(api.create_priority_class, body, _preload_content=False)
         except ApiException as exc:
-            if exc.status != 409:  # 409: created by an earlier pass whose answer was lost
+            if exc.status != 409:
+                name = body["metadata"]["name"]
+                raise BackendError(f"priority class {name}: {said(exc)}") from exc
+        self._priority_class_made = True
+
+    def _create(self, key: Key, desired: list[PodSpec], report: ReconcileReport) -> None:
+        backend = self.backend
+        body = reservation_manifest(
+            backend.owner, *key, backend.reservation_image, backend.priority_class
+        )
+        try:
+            backend._json(backend.api.create_namespaced_pod, backend.system_namespace, body)
+        except ApiException as exc:
+            if refused_by_admission(exc):
+                _fail_sharers(key, desired, report, said(exc))
+            elif priority_class_missing(exc):
+                self._priority_class_made = False  # deleted by someone: made again next pass
+                raise
+            elif exc.status != 409:  # 409: created by an earlier pass whose answer was lost
                 raise
 
     def _device(self, pod: dict, report: ReconcileReport) -> str | None:
@@ -92,7 +128,13 @@ class Reservations:
             return str(known)
         if (pod.get("status") or {}).get("phase") != "Running":
             return None
-        text = self.backend.pod_logs(meta["name"], meta["namespace"], tail_lines=20)
+        try:
+            text = self.backend.read_log(
+                meta["name"], meta["namespace"], RESERVATION_CONTAINER, tail_lines=20
+            )
+        except ApiException as exc:
+            report.errors.append(f"reservation pod {meta['name']}: its log: {said(exc)}")
+            return None
         match = UUID.search(text)
         if match is None:
             report.errors.append(f"reservation pod {meta['name']} runs but reported no GPU UUID")
@@ -119,3 +161,12 @@ class Reservations:
             meta["namespace"],
             grace_period_seconds=0,
         )
+
+
+def _fail_sharers(key: Key, desired: list[PodSpec], report: ReconcileReport, said: str) -> None:
+    """The cluster will never run this reservation: the pods that would share its GPU
+    fail with the API server's reason, so their workloads release it in this pass."""
+    report.errors.append(f"reservation pod for {key[0]} GPU {key[1]} refused: {said}")
+    for spec in desired:
+        if (spec.node_name, spec.shared_gpu_index) == key and spec.name not in report.statuses:
+            report.statuses[spec.name] = never_runs(spec, f"its GPU's reservation pod: {said}")

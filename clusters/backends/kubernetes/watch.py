@@ -203,7 +203,7 @@ class ClusterWatch:
         self.backend = backend
         self.name = backend.cluster.name
         self.fingerprint = fingerprint
-        self.selector = backend.selector
+        self.selector = backend.owner.selector  # this installation's and record's objects
         self.timeout_s = int(config.get("watch_timeout_s", 300))
         self.idle_s = float(config.get("watch_idle_s", 600))
         self.backoff_s = backend.backoff_s
@@ -285,7 +285,10 @@ def watch_start(backend: Any, fingerprint: str, seeds: dict[str, tuple[list, Any
             listener(cluster_id)
 
     # Its own client: the pass's backend is made per task run, the watch outlives it.
-    own = type(backend)(backend.cluster, kubeconfig=backend._kubeconfig)
+    # The owner is read from the database here, not in the watch's threads.
+    own = type(backend)(
+        backend.cluster, kubeconfig=backend._kubeconfig, installation=backend.owner.installation
+    )
     watch = ClusterWatch(own, fingerprint=fingerprint, on_change=changed)
     for resource, (items, version) in seeds.items():
         cache = getattr(watch, resource).cache

@@ -1,8 +1,10 @@
 """Reconcile N admitted pods into a Kubernetes API server and report pods per second.
 
 Against the in-process fake API server of the test suite, or the cluster named by
-GPUPOOL_TEST_KUBECONFIG. Every database row it makes is rolled back at the end; on a
-real cluster, the pods it created are deleted again.
+GPUPOOL_TEST_KUBECONFIG. Every database row it makes is rolled back at the end. It works
+in a namespace of its own (`gp-bench-<random>`) under a Cluster record of its own, so it
+counts, and deletes, only the pods it made, whatever else runs there (another GPUPool's
+pods included); at the end it deletes that namespace.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import ExitStack
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from kubernetes.client.exceptions import ApiException
 
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.watch import watches_stop
@@ -88,9 +92,18 @@ class Command(BaseCommand):
         )
         backend = _TimedBackend(cluster, kubeconfig=kubeconfig)
         if not node_names:  # a real cluster: spread over its nodes
-            node_names = [n.name for n in backend.list_inventory()]
-        # Whole GPUs on the fake; on a real cluster CPU-only pods, which any node admits.
-        _admit(cluster, node_names, options["pods"], gpus=not os.environ.get(REAL))
+            node_names = [n.name for n in backend.list_inventory() if n.schedulable]
+        namespace = f"gp-bench-{uuid.uuid4().hex[:8]}"
+        try:
+            # Whole GPUs on the fake; on a real cluster CPU-only pods, which any node admits.
+            _admit(cluster, node_names, options["pods"], namespace, gpus=not os.environ.get(REAL))
+            return self._passes(cluster, backend, kubeconfig, options) | {"namespace": namespace}
+        finally:
+            _remove_namespace(backend, namespace)
+
+    def _passes(
+        self, cluster: Cluster, backend: _TimedBackend, kubeconfig: dict, options: dict
+    ) -> dict[str, Any]:
         started = time.perf_counter()
         first = cluster_reconcile(cluster, backend=backend)
         elapsed = time.perf_counter() - started
@@ -135,10 +148,21 @@ class _TimedBackend(KubernetesBackend):
             self.seconds += time.perf_counter() - started
 
 
-def _admit(cluster: Cluster, node_names: list[str], pods: int, *, gpus: bool) -> None:
+def _remove_namespace(backend: KubernetesBackend, namespace: str) -> None:
+    """The bench's own namespace, with anything of its own left in it."""
+    try:
+        backend.call(backend.api.delete_namespace, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 404:  # 404: the run failed before it was made
+            raise
+
+
+def _admit(
+    cluster: Cluster, node_names: list[str], pods: int, namespace: str, *, gpus: bool
+) -> None:
     user = User.objects.create(username=f"bench-{os.getpid()}")
     department = Department.objects.create(name=f"bench-{os.getpid()}")
-    project = Project.objects.create(department=department, name="bench", namespace="gp-bench")
+    project = Project.objects.create(department=department, name="bench", namespace=namespace)
     nodes = Node.objects.bulk_create(Node(cluster=cluster, name=name) for name in node_names)
     Gpu.objects.bulk_create(
         Gpu(node=node, index=i, model="bench") for node in nodes for i in range(GPUS_PER_NODE)

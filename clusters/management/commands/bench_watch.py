@@ -29,6 +29,7 @@ from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_reconcile
 
 MAX_PODS = 50_000
+NAMESPACE = "gp-bench"  # on a fake API server of its own: nobody else's pods there
 
 
 class Command(BaseCommand):
@@ -137,10 +138,10 @@ def _reaction_s(cluster: Cluster, kubeconfig: dict) -> float:
     set_change_listener(lambda cluster_id: asked.set())
     try:
         api = KubernetesBackend(cluster, kubeconfig=kubeconfig).api
-        pod = api.list_namespaced_pod("gp-bench", limit=1).items[0]
+        pod = api.list_namespaced_pod(NAMESPACE, limit=1).items[0]
         body = {"status": {"phase": "Succeeded"}}
         started = time.perf_counter()
-        api.patch_namespaced_pod_status(pod.metadata.name, "gp-bench", body)
+        api.patch_namespaced_pod_status(pod.metadata.name, NAMESPACE, body)
         if not asked.wait(30):
             return -1.0
         return round(time.perf_counter() - started, 4)
@@ -156,7 +157,7 @@ def _bench(kubeconfig: dict, options: dict) -> dict[str, Any]:
         config={"workers": options["workers"], "grace_period_s": 0, "watch": False},
     )
     nodes = [f"bench-{i}" for i in range(-(-pods // GPUS_PER_NODE))]
-    _admit(cluster, nodes, pods, gpus=True)
+    _admit(cluster, nodes, pods, NAMESPACE, gpus=True)
     started = time.perf_counter()
     first = cluster_reconcile(cluster, backend=KubernetesBackend(cluster, kubeconfig=kubeconfig))
     out: dict[str, Any] = {

@@ -1,0 +1,268 @@
+"""The fake API server refuses what a real one refuses and adds what a real one adds, where
+GPUPool depends on it. Each message is the real API server's (Kubernetes 1.30+)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from tests.clusters.fake_apiserver import FakeApiServer
+
+pytestmark = pytest.mark.timeout(30)
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+LOCKED_DOWN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.fixture
+def fake():
+    with FakeApiServer() as server:
+        server.add_node("gpu-a", gpus=2)
+        yield server
+
+
+@pytest.fixture
+def api(fake):
+    return k8s.CoreV1Api(k8s_config.new_client_from_config_dict(fake.kubeconfig()))
+
+
+def refusal(call, *args, **kwargs) -> tuple[int, str]:
+    with pytest.raises(ApiException) as err:
+        call(*args, **kwargs)
+    return err.value.status, json.loads(err.value.body)["message"]
+
+
+def pod(name: str, *, container: str = "main", pod_sc=None, container_sc=None, **spec):
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": "gpu-a",
+            "containers": [{"name": container, "image": "x", "securityContext": container_sc}],
+            **spec,
+        },
+    }
+    if pod_sc is not None:
+        body["spec"]["securityContext"] = pod_sc
+    return body
+
+
+def namespace(api, name: str, level: str | None = None) -> None:
+    labels = {"pod-security.kubernetes.io/enforce": level} if level else {}
+    api.create_namespace({"metadata": {"name": name, "labels": labels}})
+
+
+def test_a_log_is_of_a_container_the_pod_has(api, fake):
+    namespace(api, "sys")
+    api.create_namespaced_pod("sys", pod("gp-reserve-a-0", container="hold"))
+    fake.logs[("sys", "gp-reserve-a-0")] = "GPU-x\n"
+    status, message = refusal(
+        api.read_namespaced_pod_log, "gp-reserve-a-0", "sys", container="main"
+    )
+    assert (status, message) == (400, "container main is not valid for pod gp-reserve-a-0")
+    assert api.read_namespaced_pod_log("gp-reserve-a-0", "sys", container="hold") == "GPU-x\n"
+    # With one container the name may be left out; with two it may not.
+    assert api.read_namespaced_pod_log("gp-reserve-a-0", "sys") == "GPU-x\n"
+    two = pod("two")
+    two["spec"]["containers"].append({"name": "side", "image": "x"})
+    api.create_namespaced_pod("sys", two)
+    status, message = refusal(api.read_namespaced_pod_log, "two", "sys")
+    assert message == "a container name must be specified for pod two, choose one of: [main side]"
+
+
+def test_a_log_of_a_container_that_has_not_started_is_refused(api, fake):
+    fake.auto_run = False
+    namespace(api, "sys")
+    api.create_namespaced_pod("sys", pod("waiting"))
+    status, message = refusal(api.read_namespaced_pod_log, "waiting", "sys", container="main")
+    assert status == 400
+    assert message == 'container "main" in pod "waiting" is waiting to start: ContainerCreating'
+
+
+def test_namespaces_carry_their_name_label_and_the_system_ones_exist(api):
+    namespace(api, "team")
+    labels = api.read_namespace("team").metadata.labels
+    assert labels["kubernetes.io/metadata.name"] == "team"
+    # A patch cannot take it away or change it.
+    patch = {"metadata": {"labels": {"kubernetes.io/metadata.name": None, "a": "b"}}}
+    api.patch_namespace("team", patch)
+    assert api.read_namespace("team").metadata.labels["kubernetes.io/metadata.name"] == "team"
+    names = {n.metadata.name for n in api.list_namespace().items}
+    assert {"default", "kube-system", "kube-public", "kube-node-lease"} <= names
+    assert api.read_namespace("kube-system").metadata.uid
+
+
+def test_a_new_node_is_tainted_not_ready_until_it_reports_ready(api, fake):
+    fake.add_node("late", ready=False)
+    node = api.read_node("late")
+    assert [(t.key, t.effect) for t in node.spec.taints] == [
+        ("node.kubernetes.io/not-ready", "NoSchedule")
+    ]
+    fake.set_ready("late", True)
+    node = api.read_node("late")
+    assert not node.spec.taints
+    assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
+    # The node came up through NotReady: a watcher saw the taint first.
+    kinds = [kind for _, resource, kind, obj in fake.events if obj["metadata"]["name"] == "late"]
+    assert kinds == ["ADDED", "MODIFIED"]
+
+
+def test_a_restricted_namespace_refuses_a_pod_with_the_plugins_message(api):
+    namespace(api, "locked", "restricted")
+    status, message = refusal(api.create_namespaced_pod, "locked", pod("bare"))
+    assert status == 403
+    assert message == (
+        'pods "bare" is forbidden: violates PodSecurity "restricted:latest": '
+        'allowPrivilegeEscalation != false (container "main" must set '
+        "securityContext.allowPrivilegeEscalation=false), unrestricted capabilities "
+        '(container "main" must set securityContext.capabilities.drop=["ALL"]), '
+        'runAsNonRoot != true (pod or container "main" must set '
+        'securityContext.runAsNonRoot=true), seccompProfile (pod or container "main" must '
+        'set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+    )
+    fine = pod("fine", pod_sc=RESTRICTED, container_sc=LOCKED_DOWN)
+    assert api.create_namespaced_pod("locked", fine).metadata.name == "fine"
+    rooted = pod("rooted", pod_sc={**RESTRICTED, "runAsUser": 0}, container_sc=LOCKED_DOWN)
+    status, message = refusal(api.create_namespaced_pod, "locked", rooted)
+    assert "runAsUser=0 (pod must not set runAsUser=0)" in message
+    host = pod("host", pod_sc=RESTRICTED, container_sc=LOCKED_DOWN)
+    host["spec"]["volumes"] = [{"name": "dev", "hostPath": {"path": "/dev"}}]
+    _, message = refusal(api.create_namespaced_pod, "locked", host)
+    assert 'restricted volume types (volume "dev" uses restricted volume type "hostPath")' in (
+        message
+    )
+
+
+def test_baseline_refuses_privilege_but_not_root_and_privileged_refuses_nothing(api, fake):
+    namespace(api, "base", "baseline")
+    assert api.create_namespaced_pod("base", pod("root")).metadata.name == "root"
+    privileged = pod("priv", container_sc={"privileged": True})
+    status, message = refusal(api.create_namespaced_pod, "base", privileged)
+    assert (status, message) == (
+        403,
+        'pods "priv" is forbidden: violates PodSecurity "baseline:latest": privileged '
+        '(container "main" must not set securityContext.privileged=true)',
+    )
+    namespace(api, "open")
+    assert api.create_namespaced_pod("open", privileged).metadata.name == "priv"
+    # The cluster's default level holds where a namespace sets none.
+    fake.pod_security_default = "restricted"
+    namespace(api, "defaulted")
+    assert refusal(api.create_namespaced_pod, "defaulted", pod("bare"))[0] == 403
+
+
+def test_a_webhook_denial_is_forbidden_with_its_reason(api, fake):
+    namespace(api, "hooked")
+    fake.webhooks["images.example.com"] = lambda p: "image x is not signed"
+    status, message = refusal(api.create_namespaced_pod, "hooked", pod("p"))
+    assert (status, message) == (
+        403,
+        'admission webhook "images.example.com" denied the request: image x is not signed',
+    )
+
+
+def test_env_names_are_what_kubernetes_1_30_takes(api):
+    namespace(api, "env")
+    ok = pod("ok")
+    ok["spec"]["containers"][0]["env"] = [{"name": "1 weird.name-ok!", "value": "x"}]
+    assert api.create_namespaced_pod("env", ok).metadata.name == "ok"
+    for name, said in [
+        ("A=B", 'Invalid value: "A=B": a valid environment variable name must consist only'),
+        ("tab\there", "Invalid value"),
+        ("", "spec.containers[0].env[0].name: Required value"),
+    ]:
+        bad = pod("bad")
+        bad["spec"]["containers"][0]["env"] = [{"name": name, "value": "x"}]
+        status, message = refusal(api.create_namespaced_pod, "env", bad)
+        assert status == 422 and said in message, name
+
+
+def test_priority_classes_must_exist_and_stay_below_the_system_range(api, fake):
+    scheduling = k8s.SchedulingV1Api(api.api_client)
+    namespace(api, "prio")
+    status, message = refusal(
+        api.create_namespaced_pod, "prio", pod("p", priorityClassName="missing")
+    )
+    assert (status, message) == (
+        403,
+        'pods "p" is forbidden: no PriorityClass with name missing was found',
+    )
+    too_high = {"metadata": {"name": "huge"}, "value": 2_000_000_000}
+    status, message = refusal(scheduling.create_priority_class, too_high)
+    assert status == 422 and "maximum allowed value of a user defined priority" in message
+    reserved = {"metadata": {"name": "system-mine"}, "value": 1}
+    assert refusal(scheduling.create_priority_class, reserved)[0] == 422
+    scheduling.create_priority_class({"metadata": {"name": "high"}, "value": 1000})
+    assert refusal(scheduling.create_priority_class, {"metadata": {"name": "high"}, "value": 1})[
+        0
+    ] == (409)
+    made = api.create_namespaced_pod("prio", pod("p", priorityClassName="high"))
+    assert made.spec.priority == 1000
+
+
+def test_pods_get_their_qos_class_and_requests_above_limits_are_invalid(api):
+    namespace(api, "qos")
+
+    def with_resources(name: str, resources: dict) -> dict:
+        body = pod(name)
+        body["spec"]["containers"][0]["resources"] = resources
+        return body
+
+    equal = {"cpu": "10m", "memory": "64Mi"}
+    cases = {
+        "guaranteed": ({"requests": equal, "limits": equal}, "Guaranteed"),
+        "limits-only": ({"limits": {**equal, "nvidia.com/gpu": "1"}}, "Guaranteed"),
+        "burstable": ({"requests": equal, "limits": {"memory": "64Mi"}}, "Burstable"),
+        "besteffort": ({}, "BestEffort"),
+    }
+    for name, (resources, qos) in cases.items():
+        made = api.create_namespaced_pod("qos", with_resources(name, resources))
+        assert made.status.qos_class == qos, name
+    over = with_resources("over", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})
+    status, message = refusal(api.create_namespaced_pod, "qos", over)
+    assert status == 422 and "must be less than or equal to cpu limit of 1" in message
+    gpu = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}
+    status, message = refusal(api.create_namespaced_pod, "qos", with_resources("gpu", gpu))
+    assert status == 422 and "must be equal to nvidia.com/gpu limit of 2" in message
+
+
+def test_rbac_refuses_what_the_role_does_not_allow_with_the_authorizers_message(api, fake):
+    namespace(api, "rbac")
+    fake.allow([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
+    assert api.list_pod_for_all_namespaces().items == []
+    status, message = refusal(api.create_namespaced_pod, "rbac", pod("p"))
+    assert (status, message) == (
+        403,
+        'pods is forbidden: User "system:serviceaccount:gpupool:gpupool" cannot create '
+        'resource "pods" in API group "" in the namespace "rbac"',
+    )
+    status, message = refusal(api.read_namespaced_pod_log, "p", "rbac")
+    assert message.startswith('pods "p" is forbidden') and 'resource "pods/log"' in message
+    _, message = refusal(api.list_node)
+    assert message.endswith('cannot list resource "nodes" in API group "" at the cluster scope')
+    assert fake.denied == [
+        ("create", "pods", "rbac"),
+        ("get", "pods/log", "rbac"),
+        ("list", "nodes", ""),
+    ]
+    assert fake.allowed == {("list", "", "pods")}
+    # /version is readable by anyone, as system:public-info-viewer allows.
+    assert k8s.VersionApi(api.api_client).get_code().git_version
+
+
+def test_the_shipped_cluster_role_is_read_from_deploy(fake):
+    role = next(
+        doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc and doc["kind"] == "ClusterRole"
+    )
+    assert role["metadata"]["name"] == "gpupool-controller"
+    fake.allow(role["rules"])
+    assert fake.rbac_rules == role["rules"]

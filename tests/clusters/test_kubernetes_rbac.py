@@ -1,0 +1,158 @@
+"""The backend needs exactly the verbs deploy/base/rbac.yaml grants: the fake API server
+answers as if the kubeconfig's user were bound to that ClusterRole, so a verb missing
+from the file fails here, and a verb in the file that nothing uses is found too."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.models import Cluster, Node
+from clusters.reconcile import cluster_reconcile
+from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
+from scheduling.lifecycle import workload_transition
+from scheduling.models import WorkloadState
+from tests.clusters.conftest import admit, make_workload
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+
+S = WorkloadState
+pytestmark = pytest.mark.timeout(90)
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+
+
+def cluster_role() -> dict:
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    return next(d for d in docs if d["kind"] == "ClusterRole")
+
+
+def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {
+        (verb, group, resource)
+        for rule in rules
+        for verb in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_the_manifest_binds_the_role_to_gpupools_service_account():
+    docs = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text()) if d}
+    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    account = docs["ServiceAccount"]["metadata"]
+    assert (account["name"], account["namespace"]) == ("gpupool", "gpupool")
+    binding = docs["ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "gpupool-controller",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpupool", "namespace": "gpupool"}
+    ]
+    assert ("patch", "", "namespaces") in granted(cluster_role()["rules"])
+
+
+def everything_gpupool_does(kube, org) -> list:  # noqa: F811
+    """Register, test, sync, adopt a namespace, run whole, shared, served and distributed
+    workloads observed through the watch (the default), read logs, read back a pod and a
+    rendezvous Service whose creates conflicted, bind pods, stop it all."""
+    fake = kube.fake
+    KubernetesBackend(kube.cluster("setup")).api.create_namespace(
+        {"metadata": {"name": org.project_a.namespace}}  # made by hand: adopted, patched
+    )
+    Cluster.objects.filter(name="setup").delete()
+    rules = cluster_role()["rules"]
+    fake.allow(rules)
+    cluster = cluster_register(
+        actor=org.platform_admin,
+        name="kube",
+        backend="kubernetes",
+        kubeconfig=yaml.safe_dump(fake.kubeconfig()),
+    )
+    cluster.config = {"retries": 3, "backoff_s": 0.01, "timeout_s": 0.5}
+    cluster.save()
+    assert cluster_test_connection(actor=org.platform_admin, cluster=cluster)[0]
+    cluster_sync_inventory(actor=org.platform_admin, cluster=cluster)
+    bound = kube.cluster("bound", pin="binding")
+    kube.nodes(bound)
+    gpu_a = Node.objects.get(cluster=cluster, name="gpu-a")
+    whole = make_workload(org.project_a, org.researcher, "whole", command=["sleep", "9"])
+    half = make_workload(
+        org.project_a, org.researcher, "half", gpu_request="fraction", gpus="0.5", command=["x"]
+    )
+    lab = make_workload(
+        org.project_b,
+        org.outsider,
+        "lab",
+        kind="workspace",
+        command=["x"],
+        spec={"ports": [{"name": "http", "port": 8888}]},
+    )
+    pinned = make_workload(org.project_a2, org.researcher, "pinned", command=["x"])
+    ddp = make_workload(
+        org.project_a, org.researcher, "ddp", kind="distributed", pods=2, min_pods=2, command=["x"]
+    )
+    admit(whole, gpu_a, pods=[{"gpu_indices": [0]}])
+    admit(half, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
+    admit(lab, gpu_a)
+    admit(pinned, Node.objects.get(cluster=bound, name="gpu-b"), pods=[{"gpu_indices": [0]}])
+    admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
+    # Conflicts on create: the pod, and the headless Service, are read back to see whose.
+    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
+    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
+    for _ in range(3):  # reservation; its device; the shared pod
+        cluster_reconcile(cluster)
+    for _ in range(2):  # the pod, bound after its create; its phase
+        cluster_reconcile(bound)
+    logs = KubernetesBackend(cluster).pod_logs(f"gp-{whole.pk}-0", org.project_a.namespace)
+    assert logs.startswith("GPU-gpu-a-")  # the device plugin's device, as nvidia-smi names it
+    workloads = [whole, half, lab, pinned, ddp]
+    for workload in workloads:
+        workload.refresh_from_db()
+    states = [w.state for w in workloads]
+    for workload in workloads:
+        workload_transition(workload, S.STOPPED, reason="Stopped")
+    for _ in range(2):
+        cluster_reconcile(cluster)
+    cluster_reconcile(bound)
+    return states
+
+
+def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    states = everything_gpupool_does(kube, org)
+    assert fake.denied == []
+    assert states == [S.RUNNING] * 5
+    assert fake.pods() == [] and fake.services() == []
+    assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
+    unused = granted(cluster_role()["rules"]) - fake.allowed
+    assert not unused, f"granted but never used: {sorted(unused)}"
+
+
+def test_a_verb_missing_from_the_role_fails_and_is_retried_not_blamed_on_the_workload(
+    kube,  # noqa: F811
+    org,
+):
+    fake = kube.require_fake()
+    cluster = kube.cluster()
+    nodes = kube.nodes(cluster)
+    rules = copy.deepcopy(cluster_role()["rules"])
+    for rule in rules:
+        if rule["resources"] == ["pods"]:
+            rule["verbs"].remove("create")
+    fake.allow(rules)
+    workload = make_workload(org.project_a, org.researcher, "w", command=["sleep", "9"])
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    result = cluster_reconcile(cluster)
+    assert fake.denied == [("create", "pods", org.project_a.namespace)]
+    assert any('cannot create resource "pods"' in e for e in result.errors)
+    workload.refresh_from_db()
+    assert workload.state == S.ADMITTED and workload.allocations.count() == 1
+    fake.allow(cluster_role()["rules"])
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
