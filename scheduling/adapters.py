@@ -16,8 +16,10 @@ taken capacity.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from django.db.models import Q
 
@@ -74,6 +76,64 @@ class SnapshotRead:
     held_elsewhere: set[str] = field(default_factory=set)  # ids releasing GPUs (reachable)
     held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
     throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
+    # Rows that cannot be turned into an engine request, with why: the cycle fails them
+    # (quarantine) instead of letting one of them stop scheduling for everyone.
+    unrunnable: dict[str, tuple[Workload, str]] = field(default_factory=dict)
+
+
+# The most pods one workload may ask for: beyond this the request itself is unworkable
+# (the engine expands a workload into one request per pod).
+MAX_PODS = 4096
+
+
+def finite(value: object) -> bool:
+    return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
+
+
+def _bad_number(value: object, name: str, high: float, *, low: float = 0.0) -> str:
+    if not finite(value):
+        return f"{name}={value} is not a finite number"
+    number = float(value)
+    if not low <= number <= high:
+        return f"{name}={value} is outside {low:g}..{high:g}"
+    return ""
+
+
+def _column_max(name: str) -> float:
+    column = Workload._meta.get_field(name)
+    return float(10 ** (column.max_digits - column.decimal_places) - 10**-column.decimal_places)
+
+
+def request_problem(wl: Workload) -> str:
+    """Why this row cannot be turned into an engine request, or '' when it can."""
+    problems = [
+        _bad_number(wl.cpu, "cpu", _column_max("cpu")),
+        _bad_number(wl.gpus, "gpus", _column_max("gpus")),
+        _bad_number(wl.pods, "pods", MAX_PODS, low=1),
+        _bad_number(wl.min_pods, "min_pods", wl.pods if isinstance(wl.pods, int) else 0, low=1),
+    ]
+    if not problems[1] and wl.gpu_request == GpuRequestKind.FRACTION and not 0 < wl.gpus <= 1:
+        problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
+    if not problems[1] and wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
+        problems.append(f"{wl.gpus} whole GPUs is not a whole number")
+    return "; ".join(p for p in problems if p)
+
+
+def _convert(
+    rows: list[tuple[Workload, list[PodAllocation]]], unrunnable: dict[str, tuple[Workload, str]]
+) -> list[t.Workload]:
+    """Engine workloads for the rows that convert; the others go to `unrunnable`."""
+    converted = []
+    for wl, allocations in rows:
+        why = request_problem(wl)
+        if not why:
+            try:
+                converted.append(_workload(wl, allocations))
+                continue
+            except (ArithmeticError, TypeError, ValueError, OverflowError, MemoryError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        unrunnable[str(wl.pk)] = (wl, why)
+    return converted
 
 
 def read_snapshot() -> SnapshotRead:
@@ -91,9 +151,12 @@ def read_snapshot() -> SnapshotRead:
     by_workload: dict[int, list[PodAllocation]] = {}
     for alloc in allocations:
         by_workload.setdefault(alloc.workload_id, []).append(alloc)
-    workloads = [_workload(wl, by_workload.get(wl.pk, [])) for wl in managed.values()]
+    unrunnable: dict[str, tuple[Workload, str]] = {}
+    workloads = _convert([(wl, by_workload.get(wl.pk, [])) for wl in managed.values()], unrunnable)
+    workloads += _convert([(wl, []) for wl in pending], unrunnable)
+    # A running row that cannot be read keeps its GPUs (as taken capacity) until its pods go.
+    managed = {wid: wl for wid, wl in managed.items() if str(wid) not in unrunnable}
     on_node = by_node(allocations)
-    workloads += [_workload(wl, []) for wl in pending]
     snapshot = t.Snapshot(
         pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
         nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
@@ -110,11 +173,14 @@ def read_snapshot() -> SnapshotRead:
     }
     return SnapshotRead(
         snapshot=snapshot,
-        workloads={str(wl.pk): wl for wl in [*managed.values(), *waiting]},
+        workloads={
+            str(wl.pk): wl for wl in [*managed.values(), *waiting] if str(wl.pk) not in unrunnable
+        },
         nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
         held_devices=_devices(releasing),
         throttled=throttled,
+        unrunnable=unrunnable,
     )
 
 
