@@ -25,6 +25,7 @@ from django.db.models import Q
 
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from scheduling import bounds
 from scheduling.engine import types as t
 from scheduling.models import (
     ACTIVE_STATES,
@@ -81,42 +82,39 @@ class SnapshotRead:
     unrunnable: dict[str, tuple[Workload, str]] = field(default_factory=dict)
 
 
-# The most pods one workload may ask for: beyond this the request itself is unworkable
-# (the engine expands a workload into one request per pod).
-MAX_PODS = 4096
-
-
 def finite(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
 
 
-def _bad_number(value: object, name: str, high: float, *, low: float = 0.0) -> str:
-    if not finite(value):
-        return f"{name}={value} is not a finite number"
-    number = float(value)
-    if not low <= number <= high:
-        return f"{name}={value} is outside {low:g}..{high:g}"
-    return ""
-
-
-def _column_max(name: str) -> float:
-    column = Workload._meta.get_field(name)
-    return float(10 ** (column.max_digits - column.decimal_places) - 10**-column.decimal_places)
+# What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value
+# planted in the database or left by an older version is judged as a submit would be.
+REQUEST_BOUNDS = {
+    "cpu": bounds.CPU,
+    "gpus": bounds.GPUS,
+    "memory_mib": bounds.MEMORY_MIB,
+    "gpu_memory_mib": bounds.GPU_MEMORY_MIB,
+    "pods": bounds.PODS,
+    "min_pods": bounds.PODS,
+}
 
 
 def request_problem(wl: Workload) -> str:
     """Why this row cannot be turned into an engine request, or '' when it can."""
-    problems = [
-        _bad_number(wl.cpu, "cpu", _column_max("cpu")),
-        _bad_number(wl.gpus, "gpus", _column_max("gpus")),
-        _bad_number(wl.pods, "pods", MAX_PODS, low=1),
-        _bad_number(wl.min_pods, "min_pods", wl.pods if isinstance(wl.pods, int) else 0, low=1),
-    ]
-    if not problems[1] and wl.gpu_request == GpuRequestKind.FRACTION and not 0 < wl.gpus <= 1:
-        problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
-    if not problems[1] and wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
-        problems.append(f"{wl.gpus} whole GPUs is not a whole number")
-    return "; ".join(p for p in problems if p)
+    problems = []
+    for name, bound in REQUEST_BOUNDS.items():
+        value = getattr(wl, name)
+        if bound.check(value)[1]:
+            problems.append(
+                f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
+            )
+    if not problems:
+        if wl.min_pods > wl.pods:
+            problems.append(f"min_pods={wl.min_pods} is more than pods={wl.pods}")
+        if wl.gpu_request == GpuRequestKind.FRACTION and not 0 < wl.gpus <= 1:
+            problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
+        if wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
+            problems.append(f"{wl.gpus} whole GPUs is not a whole number")
+    return "; ".join(problems)
 
 
 def _convert(

@@ -353,9 +353,10 @@ def capacity_check(admissions: list[t.Admission]) -> None:
     nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
     if not nodes:
         return
-    memory = {
-        (gpu.node_id, gpu.index): gpu.memory_mib for gpu in Gpu.objects.filter(node_id__in=nodes)
-    }
+    # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
+    # second cycle writing to them waits, then sees these allocations when it re-checks.
+    gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes).order_by("node_id", "index")
+    memory = {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus}
     whole: dict[tuple[int, int], str] = {}
     shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
 

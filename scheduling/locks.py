@@ -102,7 +102,8 @@ def _heartbeat(lease: Lease, renew: Callable[[], bool], ttl_s: int) -> Iterator[
 @contextlib.contextmanager
 def _redis_lock(ttl_s: int) -> Iterator[tuple[Lease, Callable[[], bool]]]:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    lock = client.lock(REDIS_KEY, timeout=ttl_s, blocking=False)
+    # Not thread-local: the heartbeat thread renews with the token this thread took.
+    lock = client.lock(REDIS_KEY, timeout=ttl_s, blocking=False, thread_local=False)
     acquired = bool(lock.acquire())
     token = lock.local.token.decode() if acquired else ""
 

@@ -32,7 +32,8 @@ def _slow_engine(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(scheduling.cycle, "schedule", slow)
 
 
-def _run_together(count: int) -> list:
+def run_together(count: int, call=cycle_run) -> list:
+    """`call()` in `count` threads at once, each on its own database connection."""
     barrier = threading.Barrier(count)
     results: list = []
     errors: list = []
@@ -40,7 +41,7 @@ def _run_together(count: int) -> list:
     def worker():
         try:
             barrier.wait()
-            results.append(cycle_run())
+            results.append(call())
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
         finally:
@@ -65,7 +66,7 @@ def test_two_cycles_at_once_never_give_a_gpu_twice(org, cluster, submit, monkeyp
     for i in range(8):
         submit(org.researcher, org.project_a, f"job-{i}", gpus=1)
     _slow_engine(monkeypatch, 0.5)
-    results = _run_together(2)
+    results = run_together(2)
     ran = [r for r in results if r is not None]
     assert len(ran) == 1, "exactly one cycle holds the lock, the other stands aside"
     devices = [(a.node_id, int(i)) for a in PodAllocation.objects.all() for i in a.gpu_indices]
