@@ -103,7 +103,8 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             clusters |= max_runtime_enforce(now, run)
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
-            run.quarantined = quarantine(read)
+            clusters |= quarantine(read)
+            run.quarantined = len(read.unrunnable)
             result = schedule(read.snapshot, _config(read), now.timestamp())
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             clusters |= decisions_apply(read, result, run)
@@ -133,11 +134,14 @@ def nodes_lock() -> None:
     list(Node.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
 
 
-def quarantine(read: adapters.SnapshotRead) -> int:
+def quarantine(read: adapters.SnapshotRead) -> set[int]:
     """Fail each row that cannot be turned into an engine request, saying why, on its
-    timeline and in the audit log; how many. Values no column can hold again (NaN,
-    infinity) are reset to 0 so the row saves; the message keeps what was stored."""
+    timeline and in the audit log. Values no column can hold again (NaN, infinity) are
+    reset to 0 so the row saves; the message keeps what was stored. The clusters where
+    such a row has pods, to reconcile: they are deleted there, then its GPUs released."""
+    clusters: set[int] = set()
     for wl, why in read.unrunnable.values():
+        clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
         before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
         fields = {name: 0 for name in ("cpu", "gpus") if not adapters.finite(getattr(wl, name))}
         message = f"Cannot be scheduled: {why}. Submit it again with valid values."
@@ -158,7 +162,7 @@ def quarantine(read: adapters.SnapshotRead) -> int:
             department=wl.project.department,
         )
         logger.warning("workload %s quarantined: %s", wl.pk, why)
-    return len(read.unrunnable)
+    return clusters
 
 
 def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:

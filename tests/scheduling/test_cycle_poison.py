@@ -15,6 +15,7 @@ from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+import scheduling.cycle
 from portal.models import AuditLog
 from scheduling.cycle import cycle_run
 from scheduling.models import CycleRun, Workload, WorkloadEvent, WorkloadState
@@ -131,3 +132,29 @@ def test_the_bad_row_is_stopped_and_deleted_from_the_cli(org, cluster, submit, g
     assert gp("delete", str(bad.pk)).strip() == f"Deleted workload {bad.pk}."
     assert not Workload.objects.filter(pk=bad.pk).exists()
     assert CycleRun.objects.count() == 0  # stopping went without a cycle
+
+
+def test_a_running_row_planted_bad_is_failed_and_keeps_its_gpus_until_its_pods_go(
+    org, cluster, submit, monkeypatch
+):
+    from tests.scheduling.test_cycle_overlap import overcommits
+
+    running = submit(org.researcher, org.project_a, "running", gpus=4)
+    assert cycle_run().admitted == 1
+    held = {int(i) for a in running.allocations.all() for i in a.gpu_indices}
+    plant(running)
+    for i in range(3):
+        submit(org.outsider, org.project_b, f"hungry-{i}", gpus=4)
+    reconciled: list[set[int]] = []
+    monkeypatch.setattr(scheduling.cycle, "reconcile_later", reconciled.append)
+
+    run = cycle_run()
+
+    assert run.ok and run.quarantined == 1, run.error
+    assert cluster[0].cluster_id in reconciled[0], "its pods are deleted on its cluster"
+    running = Workload.objects.get(pk=running.pk)
+    assert running.state == WorkloadState.FAILED
+    # Its pods may still be on the GPUs: they stay taken until reconciliation frees them.
+    assert {int(i) for a in running.allocations.all() for i in a.gpu_indices} == held
+    assert overcommits() == []
+    assert Workload.objects.filter(state=WorkloadState.ADMITTED).count() == 1
