@@ -17,7 +17,7 @@ from django.utils import timezone
 
 import scheduling.cycle
 from scheduling.cycle import cycle_run
-from scheduling.locks import cycle_lock
+from scheduling.locks import _database_lock, cycle_lock, lock_ttl_s
 from scheduling.models import CycleLock, CycleRun, PodAllocation, Workload, WorkloadState
 
 
@@ -94,6 +94,24 @@ def test_a_lock_left_by_a_dead_worker_expires(settings):
     )
     with cycle_lock() as acquired:
         assert bool(acquired) is True
+
+
+@pytest.mark.django_db
+def test_the_database_lock_lasts_one_period_and_renewal_extends_it_for_its_holder_only(
+    settings,
+):
+    settings.REDIS_URL = ""
+    settings.GPUPOOL_CYCLE_INTERVAL_S = 7
+    assert lock_ttl_s() == 7, "a dead holder's lock is free again by the next beat"
+    with _database_lock(lock_ttl_s()) as (lease, renew):
+        assert lease
+        until = CycleLock.objects.get(pk=1).locked_until
+        assert timedelta(seconds=6) < until - timezone.now() <= timedelta(seconds=7)
+        CycleLock.objects.filter(pk=1).update(locked_until=timezone.now())
+        assert renew() is True
+        assert CycleLock.objects.get(pk=1).locked_until - timezone.now() > timedelta(seconds=6)
+        CycleLock.objects.filter(pk=1).update(holder="someone-else")
+        assert renew() is False, "a lock taken over is not renewed by its old holder"
 
 
 def _worker(var_dir, *args: str) -> subprocess.Popen:
