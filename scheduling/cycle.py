@@ -11,8 +11,9 @@ The cycle lock only saves work. What makes double allocation impossible is the
 database: the cycle locks the rows of every node it may place on (SELECT ... FOR UPDATE,
 in primary-key order) before it reads the snapshot, so a second cycle that runs without
 the lock waits for the first to commit and then reads its allocations; and just before
-writing, the new allocations are checked against the allocations the database holds
-(`capacity_check`), so a cycle that got past both can only fail, never over-commit.
+writing, with the rows of the GPUs it touches locked (in (node, index) order), the new
+allocations are checked against the allocations the database holds (`capacity_check`),
+so a cycle that got past both can only fail (rolled back, recorded), never over-commit.
 
 A row that cannot be turned into an engine request (a value out of range, planted in
 the database or left by an older version) is failed with the reason, on its timeline and
