@@ -16,13 +16,16 @@ taken capacity.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from django.db.models import Q
 
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from scheduling import bounds
 from scheduling.engine import types as t
 from scheduling.models import (
     ACTIVE_STATES,
@@ -74,6 +77,61 @@ class SnapshotRead:
     held_elsewhere: set[str] = field(default_factory=set)  # ids releasing GPUs (reachable)
     held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
     throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
+    # Rows that cannot be turned into an engine request, with why: the cycle fails them
+    # (quarantine) instead of letting one of them stop scheduling for everyone.
+    unrunnable: dict[str, tuple[Workload, str]] = field(default_factory=dict)
+
+
+def finite(value: object) -> bool:
+    return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
+
+
+# What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value
+# planted in the database or left by an older version is judged as a submit would be.
+REQUEST_BOUNDS = {
+    "cpu": bounds.CPU,
+    "gpus": bounds.GPUS,
+    "memory_mib": bounds.MEMORY_MIB,
+    "gpu_memory_mib": bounds.GPU_MEMORY_MIB,
+    "pods": bounds.PODS,
+    "min_pods": bounds.PODS,
+}
+
+
+def request_problem(wl: Workload) -> str:
+    """Why this row cannot be turned into an engine request, or '' when it can."""
+    problems = []
+    for name, bound in REQUEST_BOUNDS.items():
+        value = getattr(wl, name)
+        if bound.check(value)[1]:
+            problems.append(
+                f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
+            )
+    if not problems:
+        if wl.min_pods > wl.pods:
+            problems.append(f"min_pods={wl.min_pods} is more than pods={wl.pods}")
+        if wl.gpu_request == GpuRequestKind.FRACTION and not 0 < wl.gpus <= 1:
+            problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
+        if wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
+            problems.append(f"{wl.gpus} whole GPUs is not a whole number")
+    return "; ".join(problems)
+
+
+def _convert(
+    rows: list[tuple[Workload, list[PodAllocation]]], unrunnable: dict[str, tuple[Workload, str]]
+) -> list[t.Workload]:
+    """Engine workloads for the rows that convert; the others go to `unrunnable`."""
+    converted = []
+    for wl, allocations in rows:
+        why = request_problem(wl)
+        if not why:
+            try:
+                converted.append(_workload(wl, allocations))
+                continue
+            except (ArithmeticError, TypeError, ValueError, OverflowError, MemoryError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        unrunnable[str(wl.pk)] = (wl, why)
+    return converted
 
 
 def read_snapshot() -> SnapshotRead:
@@ -91,9 +149,12 @@ def read_snapshot() -> SnapshotRead:
     by_workload: dict[int, list[PodAllocation]] = {}
     for alloc in allocations:
         by_workload.setdefault(alloc.workload_id, []).append(alloc)
-    workloads = [_workload(wl, by_workload.get(wl.pk, [])) for wl in managed.values()]
+    unrunnable: dict[str, tuple[Workload, str]] = {}
+    workloads = _convert([(wl, by_workload.get(wl.pk, [])) for wl in managed.values()], unrunnable)
+    workloads += _convert([(wl, []) for wl in pending], unrunnable)
+    # A running row that cannot be read keeps its GPUs (as taken capacity) until its pods go.
+    managed = {wid: wl for wid, wl in managed.items() if str(wid) not in unrunnable}
     on_node = by_node(allocations)
-    workloads += [_workload(wl, []) for wl in pending]
     snapshot = t.Snapshot(
         pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
         nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
@@ -110,11 +171,14 @@ def read_snapshot() -> SnapshotRead:
     }
     return SnapshotRead(
         snapshot=snapshot,
-        workloads={str(wl.pk): wl for wl in [*managed.values(), *waiting]},
+        workloads={
+            str(wl.pk): wl for wl in [*managed.values(), *waiting] if str(wl.pk) not in unrunnable
+        },
         nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
         held_devices=_devices(releasing),
         throttled=throttled,
+        unrunnable=unrunnable,
     )
 
 

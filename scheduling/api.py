@@ -4,8 +4,10 @@ hold what the caller may see, other objects are 404, forbidden changes 403, refu
 
 from __future__ import annotations
 
+from decimal import InvalidOperation
 from typing import Any
 
+from django.db import models
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularRedocView
@@ -13,6 +15,7 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from portal.api import bounded_decimal, bounded_integer, call
@@ -56,7 +59,23 @@ class AllocationSerializer(serializers.Serializer):
     endpoint = serializers.CharField()
 
 
+class StoredDecimalField(serializers.DecimalField):
+    """A stored number as it is, even one its column cannot hold (planted out of range on
+    SQLite; the cycle fails such a row): one row must not make the whole list a 500."""
+
+    def to_representation(self, value: Any) -> Any:
+        try:
+            return super().to_representation(value)
+        except InvalidOperation:
+            as_string = getattr(self, "coerce_to_string", api_settings.COERCE_DECIMAL_TO_STRING)
+            return f"{value:f}" if as_string else value
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DecimalField: StoredDecimalField,
+    }
     project = serializers.CharField(source="project.name")
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)

@@ -6,6 +6,22 @@ moment: an admission that lands on GPUs still held by evicted or stopped pods is
 back (the workload stays pending, saying what it waits for) until reconciliation
 confirms those pods are gone; while any pod is still going away, the cycle starts no
 new evictions, so it does not evict a second victim for the same beneficiary.
+
+The cycle lock only saves work. What makes double allocation impossible is the
+database: the cycle locks the rows of every node it may place on (SELECT ... FOR UPDATE,
+in primary-key order) before it reads the snapshot, so a second cycle that runs without
+the lock waits for the first to commit and then reads its allocations; and just before
+writing, with the rows of the GPUs it touches locked (in (node, index) order), the new
+allocations are checked against the allocations the database holds (`capacity_check`),
+so a cycle that got past both can only fail (rolled back, recorded), never over-commit.
+
+A row that cannot be turned into an engine request (a value out of range, planted in
+the database or left by an older version) is failed with the reason, on its timeline and
+in the audit log (`quarantine`), and the rest of the cycle runs.
+
+Each cycle writes its CycleRun row first, as running, with its lock token: when a later
+cycle holds the lock and finds a running row with another token, that worker died
+mid-cycle, and the row is marked aborted.
 """
 
 from __future__ import annotations
@@ -19,15 +35,17 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.models import NodePool
+from clusters.models import Gpu, Node, NodePool
+from portal.audit import audit_log
 from scheduling import adapters
 from scheduling.engine import schedule
 from scheduling.engine import types as t
 from scheduling.lifecycle import workload_transition, workloads_transition
-from scheduling.locks import cycle_lock
+from scheduling.locks import Lease, cycle_lock
 from scheduling.models import (
     ACTIVE_STATES,
     CycleRun,
+    CycleState,
     PodAllocation,
     Workload,
     WorkloadKind,
@@ -44,41 +62,108 @@ EVICTION_TEXT = {
 }
 
 
+class OvercommitRefused(RuntimeError):
+    """The cycle's decisions would put more on a GPU than it holds: nothing is written."""
+
+
 def cycle_run(now: datetime | None = None) -> CycleRun | None:
     """Run a cycle if no other is running; None when another worker holds the lock."""
-    with cycle_lock() as acquired:
-        if not acquired:
+    with cycle_lock() as lease:
+        if not lease:
             logger.info("scheduling cycle skipped: another one is running")
             return None
-        return _run_locked(now or timezone.now())
+        return run_locked(now or timezone.now(), lease)
 
 
-def _run_locked(now: datetime) -> CycleRun:
-    run = CycleRun(started_at=now)
+def aborted_mark(holder: str) -> int:
+    """Runs left `running` by other holders: their worker died mid-cycle (we hold the lock
+    now, so theirs expired without renewal). Marked aborted; how many."""
+    return (
+        CycleRun.objects.filter(state=CycleState.RUNNING)
+        .exclude(holder=holder)
+        .update(
+            state=CycleState.ABORTED,
+            ok=False,
+            error="Aborted: the worker running this cycle stopped (its lock expired without "
+            "renewal); nothing it decided was written.",
+        )
+    )
+
+
+def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
+    """One cycle; the caller holds the lock (or, in tests, deliberately does not)."""
+    holder = lease.token if lease else ""
+    if lease:
+        aborted_mark(holder)
+    run = CycleRun.objects.create(started_at=now, state=CycleState.RUNNING, holder=holder)
     started = time.perf_counter()
     clusters: set[int] = set()
     try:
         with transaction.atomic():
+            nodes_lock()
             clusters |= max_runtime_enforce(now, run)
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
+            clusters |= quarantine(read)
+            run.quarantined = len(read.unrunnable)
             result = schedule(read.snapshot, _config(read), now.timestamp())
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             clusters |= decisions_apply(read, result, run)
             sweeps_update()
             run.duration_ms = (time.perf_counter() - started) * 1000
+            run.state = CycleState.OK
             run.save()
             transaction.on_commit(lambda: reconcile_later(clusters))
     except Exception as exc:
         # The cycle must leave a record even when it fails, for the admin page.
         logger.exception("scheduling cycle failed")
+        # The transaction rolled back: the counters it set describe nothing that happened.
+        run = CycleRun.objects.get(pk=run.pk)
         run.ok = False
+        run.state = CycleState.FAILED
         run.error = "".join(traceback.format_exception_only(exc)).strip()
         run.error += "\n" + traceback.format_exc(limit=-6)
         run.duration_ms = (time.perf_counter() - started) * 1000
-        run.pk = None
         run.save()
     return run
+
+
+def nodes_lock() -> None:
+    """Lock every node row (in primary-key order, so two cycles cannot deadlock) until the
+    cycle's transaction ends: an overlapping cycle waits here, then reads what this one
+    wrote. SQLite has no row locks; it lets one write transaction at a time."""
+    list(Node.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+
+
+def quarantine(read: adapters.SnapshotRead) -> set[int]:
+    """Fail each row that cannot be turned into an engine request, saying why, on its
+    timeline and in the audit log. Values no column can hold again (NaN, infinity) are
+    reset to 0 so the row saves; the message keeps what was stored. The clusters where
+    such a row has pods, to reconcile: they are deleted there, then its GPUs released."""
+    clusters: set[int] = set()
+    for wl, why in read.unrunnable.values():
+        clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
+        before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
+        fields = {name: 0 for name in ("cpu", "gpus") if not adapters.finite(getattr(wl, name))}
+        message = f"Cannot be scheduled: {why}. Submit it again with valid values."
+        workload_transition(
+            wl,
+            WorkloadState.FAILED,
+            reason="InvalidRequest",
+            message=message,
+            pending_reason="",
+            **fields,
+        )
+        audit_log(
+            actor=None,
+            action="workload_quarantine",
+            obj=wl,
+            before=before,
+            after={"state": wl.state, "reason": "InvalidRequest", "message": message},
+            department=wl.project.department,
+        )
+        logger.warning("workload %s quarantined: %s", wl.pk, why)
+    return clusters
 
 
 def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:
@@ -202,6 +287,7 @@ def _blocked_by(
 def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:
     """Pod allocations and ADMITTED transitions for all admissions, in a few batched
     statements (a first cycle may admit thousands)."""
+    capacity_check(admissions)
     PodAllocation.objects.bulk_create(
         (
             PodAllocation(
@@ -263,3 +349,56 @@ def shares_of(read: adapters.SnapshotRead, result: t.CycleResult) -> list[dict[s
         }
         for queue, pool, resource in keys
     ]
+
+
+def capacity_check(admissions: list[t.Admission]) -> None:
+    """Refuse (raise OvercommitRefused) admissions that, with the allocations the database
+    holds now, would put a GPU in two hands: a whole GPU taken twice or already shared, a
+    shared GPU given whole, or shares or memory beyond the GPU's."""
+    nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
+    if not nodes:
+        return
+    # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
+    # second cycle writing to them waits, then sees these allocations when it re-checks.
+    gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes).order_by("node_id", "index")
+    memory = {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus}
+    whole: dict[tuple[int, int], str] = {}
+    shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
+
+    def take(key: tuple[int, int], who: str, share: float | None, mib: int) -> None:
+        if who.startswith("held"):  # what is held already is counted, not judged
+            if share is None:
+                whole[key] = who
+            else:
+                shared.setdefault(key, []).append((share, mib))
+            return
+        if key not in memory:
+            raise OvercommitRefused(f"GPU {key} does not exist")
+        if key in whole or (share is None and key in shared):
+            held = whole.get(key, "shared")
+            raise OvercommitRefused(f"GPU {key}: {who} would take it, but it is {held}")
+        if share is None:
+            whole[key] = who
+            return
+        shared.setdefault(key, []).append((share, mib))
+        parts = shared[key]
+        if sum(p for p, _ in parts) > 1 + 1e-9 or sum(m for _, m in parts) > memory[key]:
+            raise OvercommitRefused(f"GPU {key} would be shared beyond its capacity by {who}")
+
+    for alloc in PodAllocation.objects.filter(node_id__in=nodes):
+        who = f"held by workload {alloc.workload_id}"
+        if alloc.shared_gpu_index is None:
+            for index in alloc.gpu_indices:
+                take((alloc.node_id, int(index)), who, None, 0)
+        else:
+            share = float(alloc.gpu_share or 0)
+            take((alloc.node_id, alloc.shared_gpu_index), who, share, alloc.gpu_memory_mib)
+    for admission in admissions:
+        who = f"workload {admission.workload_id}"
+        for pod in admission.pods:
+            node = int(pod.node_id)
+            if pod.shared_gpu is None:
+                for index in pod.gpus:
+                    take((node, int(index)), who, None, 0)
+            else:
+                take((node, pod.shared_gpu), who, float(pod.share), pod.gpu_memory_mib)

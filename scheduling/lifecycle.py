@@ -63,7 +63,12 @@ def workload_transition(
         workload.finished_at = now
     for name, value in fields.items():
         setattr(workload, name, value)
-    workload.save()
+    # Only what the move changed: a row holding a value its column cannot take back (one
+    # planted out of range on SQLite) can still be stopped or failed.
+    changed = {"state", "finished_at", *fields}
+    if to in _TIMESTAMP:
+        changed.add(_TIMESTAMP[to])
+    workload.save(update_fields=sorted(changed))
     workload_event(workload, type=to, reason=reason, message=message)
     return workload
 

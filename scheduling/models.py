@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import decimal
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
 from portal.models import Project, k8s_name_validator
+
+
+class TolerantDecimalField(models.DecimalField):
+    """A DecimalField whose rows load even when the stored value does not fit it.
+
+    SQLite stores any number in a decimal column, and Django's converter quantizes what it
+    reads with `max_digits` of precision, raising InvalidOperation for 100000 in a 7-digit
+    column (or for infinity). One such row then broke every page and every cycle. Reads
+    here use ample precision and do not trap: an oversized value loads as itself, a
+    non-finite one as NaN, and the scheduling cycle quarantines the row (adapters).
+    Writes still go through the column's own bounds.
+    """
+
+    @cached_property
+    def context(self) -> decimal.Context:
+        return decimal.Context(prec=max(self.max_digits or 0, 60), traps=[])
 
 
 class WorkloadKind(models.TextChoices):
@@ -67,14 +86,14 @@ class Workload(models.Model):
     gpu_request = models.CharField(
         max_length=16, choices=GpuRequestKind.choices, default=GpuRequestKind.WHOLE
     )
-    gpus = models.DecimalField(
+    gpus = TolerantDecimalField(
         max_digits=6,
         decimal_places=3,
         default=0,
         help_text="Whole GPUs per pod, or the fraction of one GPU.",
     )
     gpu_memory_mib = models.PositiveIntegerField(default=0)
-    cpu = models.DecimalField(max_digits=7, decimal_places=2, default=1)
+    cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=1)
     memory_mib = models.PositiveIntegerField(default=1024)
     pods = models.PositiveIntegerField(default=1)
     min_pods = models.PositiveIntegerField(default=1)
@@ -221,6 +240,13 @@ class WorkloadPolicy(models.Model):
         return f"policy of {self.project or self.department}"
 
 
+class CycleState(models.TextChoices):
+    RUNNING = "running", "Running"
+    OK = "ok", "Ok"
+    FAILED = "failed", "Failed"
+    ABORTED = "aborted", "Aborted"
+
+
 class CycleRun(models.Model):
     """One scheduling cycle: how long it took, what it decided, and what went wrong.
 
@@ -238,7 +264,15 @@ class CycleRun(models.Model):
     pending = models.PositiveIntegerField(default=0)
     stopped = models.PositiveIntegerField(default=0, help_text="Stopped for max runtime.")
     ok = models.BooleanField(default=True)
+    state = models.CharField(
+        max_length=16, choices=CycleState.choices, default=CycleState.OK, db_index=True
+    )
+    # The lock token of the worker running it, so a later cycle can tell a dead one.
+    holder = models.CharField(max_length=64, blank=True)
     error = models.TextField(blank=True)
+    quarantined = models.PositiveIntegerField(
+        default=0, help_text="Workloads failed because they cannot be turned into a request."
+    )
     shares = models.JSONField(default=list, blank=True)
     # Pending workload ids in the order the engine considered them this cycle.
     pending_order = models.JSONField(default=list, blank=True)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 import scheduling.cycle
 from scheduling.cycle import cycle_run
-from scheduling.locks import cycle_lock
+from scheduling.locks import _database_lock, cycle_lock, lock_ttl_s
 from scheduling.models import CycleLock, CycleRun, PodAllocation, Workload, WorkloadState
 
 
@@ -32,7 +32,8 @@ def _slow_engine(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(scheduling.cycle, "schedule", slow)
 
 
-def _run_together(count: int) -> list:
+def run_together(count: int, call=cycle_run) -> list:
+    """`call()` in `count` threads at once, each on its own database connection."""
     barrier = threading.Barrier(count)
     results: list = []
     errors: list = []
@@ -40,7 +41,7 @@ def _run_together(count: int) -> list:
     def worker():
         try:
             barrier.wait()
-            results.append(cycle_run())
+            results.append(call())
         except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
         finally:
@@ -65,7 +66,7 @@ def test_two_cycles_at_once_never_give_a_gpu_twice(org, cluster, submit, monkeyp
     for i in range(8):
         submit(org.researcher, org.project_a, f"job-{i}", gpus=1)
     _slow_engine(monkeypatch, 0.5)
-    results = _run_together(2)
+    results = run_together(2)
     ran = [r for r in results if r is not None]
     assert len(ran) == 1, "exactly one cycle holds the lock, the other stands aside"
     devices = [(a.node_id, int(i)) for a in PodAllocation.objects.all() for i in a.gpu_indices]
@@ -82,7 +83,7 @@ def test_the_database_lock_is_exclusive_and_released_after_use(settings):
     with cycle_lock() as first, cycle_lock() as second:
         assert (first, second) == (True, False)
     with cycle_lock() as again:
-        assert again is True
+        assert bool(again) is True
 
 
 @pytest.mark.django_db
@@ -92,7 +93,25 @@ def test_a_lock_left_by_a_dead_worker_expires(settings):
         pk=1, holder="dead-worker", locked_until=timezone.now() - timedelta(seconds=1)
     )
     with cycle_lock() as acquired:
-        assert acquired is True
+        assert bool(acquired) is True
+
+
+@pytest.mark.django_db
+def test_the_database_lock_lasts_one_period_and_renewal_extends_it_for_its_holder_only(
+    settings,
+):
+    settings.REDIS_URL = ""
+    settings.GPUPOOL_CYCLE_INTERVAL_S = 7
+    assert lock_ttl_s() == 7, "a dead holder's lock is free again by the next beat"
+    with _database_lock(lock_ttl_s()) as (lease, renew):
+        assert lease
+        until = CycleLock.objects.get(pk=1).locked_until
+        assert timedelta(seconds=6) < until - timezone.now() <= timedelta(seconds=7)
+        CycleLock.objects.filter(pk=1).update(locked_until=timezone.now())
+        assert renew() is True
+        assert CycleLock.objects.get(pk=1).locked_until - timezone.now() > timedelta(seconds=6)
+        CycleLock.objects.filter(pk=1).update(holder="someone-else")
+        assert renew() is False, "a lock taken over is not renewed by its old holder"
 
 
 def _worker(var_dir, *args: str) -> subprocess.Popen:
