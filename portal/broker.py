@@ -1,0 +1,126 @@
+"""The embedded Celery broker: a kombu transport on one SQLite file, nothing to install.
+
+Why not the transports kombu ships:
+- filesystem:// writes a message with a plain write() into the queue folder, and a consumer
+  can read the file half written: the worker dies on a JSONDecodeError after minutes of use
+  (kombu issue 1551, open since 2022).
+- sqla+sqlite:// (SQLAlchemy) swallows a write error in put(), so a message sent while the
+  file is locked past the timeout is silently lost, and it never deletes a consumed row.
+
+Here every put is one INSERT and every get is one `DELETE ... RETURNING` statement: SQLite
+runs each atomically, so a message is either whole in the queue or whole in one consumer's
+hands, never half of either, and no two consumers get the same one. WAL lets readers go on
+beside the writer, and a busy timeout makes a writer wait for the lock instead of failing;
+a put that still fails raises (an OperationalError, which Celery retries as a connection
+error) rather than dropping the message.
+
+What it does not do: fanout (remote control such as `celery inspect` sees only the worker's
+own process) and priorities. Messages a worker has taken are held by kombu until acked and
+put back when the worker stops; a worker killed outright loses the tasks it held, as with
+the filesystem transport. GPUPool's tasks are all re-sent by beat or the next cycle.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from json import dumps, loads
+from queue import Empty
+from typing import Any
+
+from kombu.transport import TRANSPORT_ALIASES, virtual
+
+ALIAS = "gpupool-sqlite"
+BUSY_TIMEOUT_S = 30.0
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS message (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS message_queue_id ON message (queue, id);
+"""
+
+
+def open_database(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (each statement its own transaction), WAL, with
+    the busy timeout; creates the file and its table on first use."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    db.execute("PRAGMA journal_mode = WAL")
+    # In WAL mode NORMAL still never corrupts the file; a power cut may lose the last
+    # commits, which a demo can live with.
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.executescript(SCHEMA)
+    return db
+
+
+class Channel(virtual.Channel):
+    """One queue table; a connection per thread (the web server publishes from several)."""
+
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self._local = threading.local()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = open_database(self.connection.client.transport_options["path"])
+        return db
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        """Queues need no declaration: a row names its queue."""
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return True
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        self.db.execute(
+            "INSERT INTO message (queue, payload) VALUES (?, ?)", (queue, dumps(message))
+        )
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        row = self.db.execute(
+            "DELETE FROM message WHERE id = "
+            "(SELECT id FROM message WHERE queue = ? ORDER BY id LIMIT 1) RETURNING payload",
+            (queue,),
+        ).fetchone()
+        if row is None:
+            raise Empty()
+        return loads(row[0])
+
+    def _size(self, queue: str) -> int:
+        return self.db.execute("SELECT count(*) FROM message WHERE queue = ?", (queue,)).fetchone()[
+            0
+        ]
+
+    def _purge(self, queue: str) -> int:
+        return self.db.execute("DELETE FROM message WHERE queue = ?", (queue,)).rowcount
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self._purge(queue)
+
+    def close(self) -> None:
+        super().close()
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+
+class Transport(virtual.Transport):
+    Channel = Channel
+    can_parse_url = False
+    default_port = 0
+    driver_type = "sqlite"
+    driver_name = "sqlite3"
+    # A lock held past the busy timeout: Celery's publish retry treats it as a lost connection.
+    connection_errors = (*virtual.Transport.connection_errors, sqlite3.OperationalError)
+    channel_errors = (*virtual.Transport.channel_errors, sqlite3.DatabaseError)
+
+    def driver_version(self) -> str:
+        return sqlite3.sqlite_version
+
+
+TRANSPORT_ALIASES.setdefault(ALIAS, f"{__name__}:Transport")
