@@ -32,6 +32,9 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 
 ALIAS = "gpupool-sqlite"
 BUSY_TIMEOUT_S = 30.0
+# How long a worker waits before it looks again at an empty queue, or again when it holds
+# as many tasks as it may (kombu's default is 1 s).
+POLLING_INTERVAL_S = 0.1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS message (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -81,6 +84,13 @@ class Channel(virtual.Channel):
         )
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        # An empty queue is seen with a read, which takes no lock (the worker polls often).
+        first = self.db.execute(
+            "SELECT id FROM message WHERE queue = ? ORDER BY id LIMIT 1", (queue,)
+        ).fetchone()
+        if first is None:
+            raise Empty()
+        # Another consumer may take the same row first: then it gets the next one instead.
         row = self.db.execute(
             "DELETE FROM message WHERE id = "
             "(SELECT id FROM message WHERE queue = ? ORDER BY id LIMIT 1) RETURNING payload",
@@ -111,6 +121,7 @@ class Channel(virtual.Channel):
 
 class Transport(virtual.Transport):
     Channel = Channel
+    polling_interval = POLLING_INTERVAL_S
     can_parse_url = False
     default_port = 0
     driver_type = "sqlite"
@@ -118,6 +129,15 @@ class Transport(virtual.Transport):
     # A lock held past the busy timeout: Celery's publish retry treats it as a lost connection.
     connection_errors = (*virtual.Transport.connection_errors, sqlite3.OperationalError)
     channel_errors = (*virtual.Transport.channel_errors, sqlite3.DatabaseError)
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Wait at most one polling interval. Celery's worker loop for a transport like this
+        one sends the acks of finished tasks only between two calls here, and calls with a
+        2 s timeout: with the worker full (it holds concurrency x prefetch tasks until they
+        are acked) that capped it at 2 tasks per 2 s, and beat's tasks piled up."""
+        if timeout is not None:
+            timeout = min(timeout, self.polling_interval)
+        super().drain_events(connection, timeout=timeout)
 
     def driver_version(self) -> str:
         return sqlite3.sqlite_version

@@ -44,9 +44,9 @@ class Supervised:
         self.restart_at: float | None = None
 
     def start(self) -> None:
-        print(f"starting {self.name}: {' '.join(self.cmd)}", flush=True)
         # Own process group, so Ctrl-C in the terminal reaches us once and we stop each cleanly.
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, start_new_session=True)
+        print(f"started {self.name} (pid {self.proc.pid}): {' '.join(self.cmd)}", flush=True)
         self.restart_at = None
 
     def check(self, now: float) -> bool:

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -117,6 +118,27 @@ class DemoProcess:
     def assert_nothing_restarted(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, self.tail()
         assert not self.restarts(), self.tail()
+
+    def pid_of(self, name: str) -> int | None:
+        """The pid of the demo's latest `name` process (web, worker, beat), from its log."""
+        started = re.findall(rf"^started {name} \(pid (\d+)\)", self.log(), re.MULTILINE)
+        return int(started[-1]) if started else None
+
+    def wait_for(self, check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(1)
+        raise AssertionError(f"timed out waiting until {what}\n{self.tail()}")
+
+    def broker_backlog(self) -> int:
+        """Messages waiting in the embedded broker: grows without end if the worker lags."""
+        db = sqlite3.connect(self.var / "celery-broker.sqlite3", timeout=30)
+        try:
+            return db.execute("SELECT count(*) FROM message").fetchone()[0]
+        finally:
+            db.close()
 
     def password(self, username: str) -> str:
         found = re.search(rf"^  {username}\s+(\S+)", self.log(), re.MULTILINE)

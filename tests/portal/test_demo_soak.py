@@ -22,6 +22,9 @@ from tests.portal.demo_process import FINAL, DemoProcess
 ROOT = Path(__file__).resolve().parents[2]
 SOAK_S = float(os.environ.get("GPUPOOL_SOAK_S", "600"))
 SUBMIT_EVERY_S = 2.0
+# Tasks waiting in the broker: beat sends about 3.5 a second here (a reconcile every second,
+# a cycle every 2), so a worker that keeps up holds a handful, one that lags a growing pile.
+MAX_BACKLOG = 60
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,6 +43,7 @@ def test_the_demo_runs_a_steady_stream_of_work_without_a_process_dying(tmp_path)
         projects = {"alice": "ml-vision", "bob": "nlp-llm"}
         submitted: dict[int, str] = {}
         stopped = 0
+        backlog: list[int] = []
         deadline = time.monotonic() + SOAK_S
         for n in itertools.count():
             if time.monotonic() >= deadline:
@@ -66,6 +70,8 @@ def test_the_demo_runs_a_steady_stream_of_work_without_a_process_dying(tmp_path)
                 assert status == 200, (status, body, demo.tail())
                 stopped += 1
             demo.assert_nothing_restarted()
+            backlog.append(demo.broker_backlog())
+            assert backlog[-1] <= MAX_BACKLOG, (backlog[-20:], demo.tail())
             time.sleep(SUBMIT_EVERY_S)
         assert len(submitted) >= SOAK_S / (SUBMIT_EVERY_S + 5)
 
@@ -85,7 +91,10 @@ def test_the_demo_runs_a_steady_stream_of_work_without_a_process_dying(tmp_path)
         assert not re.search(r"JSONDecodeError|Unrecoverable error|Traceback", demo.log()), (
             demo.tail()
         )
-    print(f"soak: {len(submitted)} workloads in {SOAK_S:.0f} s, states {_count(states)}")
+    print(
+        f"soak: {len(submitted)} workloads in {SOAK_S:.0f} s, states {_count(states)}, "
+        f"broker backlog max {max(backlog)} mean {sum(backlog) / len(backlog):.1f}"
+    )
 
 
 def _count(states: dict[int, str]) -> dict[str, int]:
