@@ -3,6 +3,7 @@ its output in a log file, the API reached over HTTP with the passwords the demo 
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -174,6 +176,39 @@ class DemoProcess:
                 assert status in (200, 400), (status, body)  # 400: stopped meanwhile (a trial)
             time.sleep(2)
         raise AssertionError(f"workloads still live after {timeout:.0f} s: {live}")
+
+    def browser(self, username: str) -> Callable[[str], tuple[int, str]]:
+        """Signs in on the login form (session and CSRF cookies) as a browser does; returns
+        get(path) -> (status, body), for pages such as a workspace's JupyterLab behind the
+        proxy (redirects followed)."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPCookieProcessor(jar)
+        )
+        with opener.open(f"{self.url}/accounts/login/", timeout=HTTP_TIMEOUT_S) as response:
+            page = response.read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert token, page[:2000]
+        form = urllib.parse.urlencode(
+            {
+                "csrfmiddlewaretoken": token.group(1),
+                "username": username,
+                "password": self.password(username),
+            }
+        ).encode()
+        login = urllib.request.Request(f"{self.url}/accounts/login/", data=form)
+        login.add_header("Referer", f"{self.url}/accounts/login/")
+        with opener.open(login, timeout=HTTP_TIMEOUT_S) as response:
+            assert "/accounts/login/" not in response.url, "signed in"
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with opener.open(f"{self.url}{path}", timeout=HTTP_TIMEOUT_S) as response:
+                    return response.status, response.read().decode(errors="replace")
+            except urllib.error.HTTPError as err:
+                return err.code, ""
+
+        return get
 
     @staticmethod
     def state(client: Client, pk: int) -> str:

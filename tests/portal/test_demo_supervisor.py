@@ -43,6 +43,12 @@ def _pids_with(marker: str) -> list[int]:
     return found
 
 
+def _jupyter_answers(browser, status_url: str) -> bool:
+    """Jupyter Server's own /api/status (not a login page a redirect led to)."""
+    status, body = browser(status_url)
+    return status == 200 and '"last_activity"' in body
+
+
 def _wait_dead(process, timeout: float = 30.0) -> None:
     process.proc.wait(timeout)
 
@@ -105,7 +111,7 @@ def test_deaths_outside_the_window_are_forgotten(capsys):
     not os.environ.get("GPUPOOL_TEST_EMBEDDED"),
     reason="runs once, in make test's embedded pass (GPUPOOL_TEST_EMBEDDED=1)",
 )
-def test_a_killed_worker_comes_back_and_the_web_server_and_local_work_carry_on(tmp_path):
+def test_a_killed_worker_comes_back_and_the_web_server_local_work_and_jupyterlab_carry_on(tmp_path):
     with DemoProcess(tmp_path) as running:
         admin, alice = running.api_client("admin"), running.api_client("alice")
         running.stop_all_workloads(admin)
@@ -125,7 +131,16 @@ def test_a_killed_worker_comes_back_and_the_web_server_and_local_work_carry_on(t
         )
         assert status == 201, (status, body)
         pk = body["id"]
+        status, lab = alice(
+            "POST",
+            "/api/v1/workspaces/",
+            {"project": "ml-vision", "environment": "JupyterLab", "name": "lab"},
+        )
+        assert status == 201, (status, lab)
+        browser = running.browser("alice")
+        status_url = f"{lab['url']}api/status"
         running.wait_for(lambda: running.state(alice, pk) == "running", "the local job runs")
+        running.wait_for(lambda: _jupyter_answers(browser, status_url), "JupyterLab answers")
         pods = _pids_with(marker)
         assert pods, "the local job is a process on this machine"
         worker = running.pid_of("worker")
@@ -156,6 +171,9 @@ def test_a_killed_worker_comes_back_and_the_web_server_and_local_work_carry_on(t
         status, job = alice("GET", f"/api/v1/workloads/{pk}/")
         assert (job["state"], job["restart_count"]) == ("running", 0), job
         assert _pids_with(marker) == pods  # the very processes, alive
+        status, workspace = alice("GET", f"/api/v1/workloads/{lab['id']}/")
+        assert (workspace["state"], workspace["restart_count"]) == ("running", 0), workspace
+        assert _jupyter_answers(browser, status_url)
         assert running.restarts() == ["worker"]
         status, _ = alice("POST", f"/api/v1/workloads/{pk}/stop/")
         assert status == 200
