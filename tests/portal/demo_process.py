@@ -163,12 +163,21 @@ class DemoProcess:
 
         return call
 
+    @staticmethod
+    def workloads(client: Client) -> list[dict]:
+        """Every workload the client may see, page by page."""
+        rows: list[dict] = []
+        while True:
+            status, page = client("GET", f"/api/v1/workloads/?limit=100&offset={len(rows)}")
+            assert status == 200, (status, page)
+            rows += page["results"]
+            if not page["next"]:
+                return rows
+
     def stop_all_workloads(self, client: Client, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status, page = client("GET", "/api/v1/workloads/?limit=500")
-            assert status == 200, (status, page)
-            live = [w for w in page["results"] if w["state"] not in FINAL]
+            live = [w for w in self.workloads(client) if w["state"] not in FINAL]
             if not live:
                 return
             for workload in live:

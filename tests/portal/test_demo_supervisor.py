@@ -10,11 +10,12 @@ import signal
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.portal.demo_process import FINAL, DemoProcess
+from tests.portal.demo_process import DemoProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,66 +116,47 @@ def test_a_killed_worker_comes_back_and_the_web_server_local_work_and_jupyterlab
     with DemoProcess(tmp_path) as running:
         admin, alice = running.api_client("admin"), running.api_client("alice")
         running.stop_all_workloads(admin)
+        # 1. A job on the local cluster and a JupyterLab run.
         marker = f"gpupool-test-{uuid.uuid4().hex}"
-        status, body = alice(
-            "POST",
-            "/api/v1/workloads/",
-            {
-                "project": "ml-vision",
-                "kind": "training",
-                "name": "long-local",
-                "image": "local",
-                "command": [sys.executable, "-c", "import time; time.sleep(600)", marker],
-                "gpus": 0,
-                "node_pools": ["local"],
-            },
-        )
-        assert status == 201, (status, body)
-        pk = body["id"]
-        status, lab = alice(
-            "POST",
-            "/api/v1/workspaces/",
-            {"project": "ml-vision", "environment": "JupyterLab", "name": "lab"},
-        )
-        assert status == 201, (status, lab)
+        sleeper = [sys.executable, "-c", "import time; time.sleep(600)", marker]
+        job = _submit(alice, "long-local", command=sleeper, gpus=0, node_pools=["local"])
+        lab = _submit(alice, "lab", path="/api/v1/workspaces/", environment="JupyterLab")
         browser = running.browser("alice")
-        status_url = f"{lab['url']}api/status"
-        running.wait_for(lambda: running.state(alice, pk) == "running", "the local job runs")
-        running.wait_for(lambda: _jupyter_answers(browser, status_url), "JupyterLab answers")
+        lab_answers = partial(_jupyter_answers, browser, f"/workspaces/{lab}/lab/api/status")
+        running.wait_for(lambda: running.state(alice, job) == "running", "the local job runs")
+        running.wait_for(lab_answers, "JupyterLab answers through the proxy")
         pods = _pids_with(marker)
         assert pods, "the local job is a process on this machine"
+        # 2. The worker is killed; the demo says so and starts another.
         worker = running.pid_of("worker")
         os.kill(worker, signal.SIGKILL)
-        running.wait_for(
-            lambda: running.pid_of("worker") not in (None, worker), "a new worker is started"
-        )
-        assert running.restarts() == ["worker"]
+        running.wait_for(lambda: running.pid_of("worker") not in (None, worker), "a new worker")
         assert "worker exited (code -9); restarting it in 1 s" in running.log()
-        # The new worker works: it runs cycles and reconciles (a short job goes through)...
-        status, body = alice(
-            "POST",
-            "/api/v1/workloads/",
-            {
-                "project": "ml-vision",
-                "kind": "training",
-                "name": "after-restart",
-                "image": "pytorch/pytorch:2.3",
-                "command": ["python", "train.py"],
-                "gpus": 1,
-                "node_pools": ["a100"],
-                "duration_s": 1,
-            },
-        )
-        assert status == 201, (status, body)
-        running.wait_for(lambda: running.state(alice, body["id"]) == "succeeded", "it succeeds")
-        # ...and the local job that ran before the restart still runs, never restarted.
-        status, job = alice("GET", f"/api/v1/workloads/{pk}/")
-        assert (job["state"], job["restart_count"]) == ("running", 0), job
-        assert _pids_with(marker) == pods  # the very processes, alive
-        status, workspace = alice("GET", f"/api/v1/workloads/{lab['id']}/")
-        assert (workspace["state"], workspace["restart_count"]) == ("running", 0), workspace
-        assert _jupyter_answers(browser, status_url)
+        # 3. The new worker runs cycles and reconciles: a short job goes through...
+        short = _submit(alice, "after-restart", duration_s=1)
+        running.wait_for(lambda: running.state(alice, short) == "succeeded", "it succeeds")
+        # 4. ...and what ran before still runs: the very processes, never restarted.
+        for pk in (job, lab):
+            _, row = alice("GET", f"/api/v1/workloads/{pk}/")
+            assert (row["state"], row["restart_count"]) == ("running", 0), row
+        assert _pids_with(marker) == pods
+        assert lab_answers()
         assert running.restarts() == ["worker"]
-        status, _ = alice("POST", f"/api/v1/workloads/{pk}/stop/")
-        assert status == 200
-        running.wait_for(lambda: running.state(alice, pk) in FINAL, "the local job stops")
+
+
+def _submit(client, name: str, path: str = "/api/v1/workloads/", **fields) -> int:
+    """A workload (a training job on the simulated pool unless told) or, at the workspaces
+    path, a workspace; in project ml-vision. Returns its id."""
+    body = {"project": "ml-vision", "name": name, **fields}
+    if path == "/api/v1/workloads/":
+        body = {
+            "kind": "training",
+            "image": "pytorch/pytorch:2.3",
+            "command": ["python", "train.py"],
+            "gpus": 1,
+            "node_pools": ["a100"],
+            **body,
+        }
+    status, created = client("POST", path, body)
+    assert status == 201, (status, created)
+    return created["id"]
