@@ -22,6 +22,7 @@ the filesystem transport. GPUPool's tasks are all re-sent by beat or the next cy
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from json import dumps, loads
@@ -67,9 +68,19 @@ class Channel(virtual.Channel):
 
     @property
     def db(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
+        db = self._own_db()
         if db is None:
-            db = self._local.db = open_database(self.connection.client.transport_options["path"])
+            db = open_database(self.connection.client.transport_options["path"])
+            self._local.db = (os.getpid(), db)
+        return db
+
+    def _own_db(self) -> sqlite3.Connection | None:
+        """This thread's connection, unless it was opened before a fork (Celery's pool
+        processes inherit the worker's channels): SQLite forbids using it in the child."""
+        pid, db = getattr(self._local, "db", None) or (None, None)
+        if pid != os.getpid():
+            self._local.db = None
+            return None
         return db
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
@@ -113,7 +124,7 @@ class Channel(virtual.Channel):
 
     def close(self) -> None:
         super().close()
-        db = getattr(self._local, "db", None)
+        db = self._own_db()
         if db is not None:
             db.close()
             self._local.db = None

@@ -117,3 +117,25 @@ def test_the_embedded_default_uses_the_sqlite_broker_in_var():
     path = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["path"])
     assert path.parent == Path(settings.VAR_DIR)
     assert settings.CELERY_RESULT_BACKEND is None
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(tmp_path):
+    """Celery's pool processes inherit the worker's channels; SQLite forbids using a
+    connection across fork, so the child opens its own, and closing its copy of the
+    channel does not close the parent's."""
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        channel = conn.default_channel
+        queue = conn.SimpleQueue("forked", channel=channel)
+        queue.put({"from": "parent"})
+        parents = channel.db
+        pid = os.fork()
+        if pid == 0:  # the child: exit code 0 only if all holds
+            ok = channel.db is not parents
+            channel._put("forked", {"body": "ignored"})
+            channel.close()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert channel.db is parents
+        assert parents.execute("SELECT count(*) FROM message").fetchone()[0] == 2
+        queue.close()
