@@ -112,9 +112,8 @@ class Channel(virtual.Channel):
         return loads(row[0])
 
     def _size(self, queue: str) -> int:
-        return self.db.execute("SELECT count(*) FROM message WHERE queue = ?", (queue,)).fetchone()[
-            0
-        ]
+        ((count,),) = self.db.execute("SELECT count(*) FROM message WHERE queue = ?", (queue,))
+        return count
 
     def _purge(self, queue: str) -> int:
         return self.db.execute("DELETE FROM message WHERE queue = ?", (queue,)).rowcount
