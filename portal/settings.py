@@ -140,8 +140,9 @@ else:
         }
     }
     # Celery's embedded broker: portal/broker.py, a kombu transport on one SQLite file (WAL,
-    # a 30 s busy timeout; each put one INSERT, each get one DELETE ... RETURNING), so no
-    # message is ever half written, read twice or dropped, and there is no server to install.
+    # a 30 s busy timeout; a put is one INSERT, a take one UPDATE ... RETURNING, the ack a
+    # DELETE; a killed worker's messages are delivered again), so no message is ever half
+    # written, given to two consumers or dropped, and there is no server to install.
     # kombu's filesystem:// transport (used before) crashes the worker on a half-written
     # message (kombu issue 1551); its SQLAlchemy one drops a message on a locked write.
     # No result backend: nothing reads a task's result, and none is stored.

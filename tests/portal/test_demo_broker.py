@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sqlite3
+import time
 from pathlib import Path
 from queue import Empty
 
@@ -93,6 +95,54 @@ def test_a_put_that_cannot_get_the_lock_raises_instead_of_dropping_the_message(
         assert len(queue) == 0
         queue.close()
     assert sqlite3.OperationalError in conn.transport.connection_errors
+
+
+def _take_one_and_hang(path: Path, flag: Path) -> None:
+    with _connection(path) as conn:
+        message = conn.SimpleQueue("held").get(timeout=5)
+        flag.write_text(str(message.payload["n"]))
+        time.sleep(120)  # killed long before
+
+
+def test_a_message_held_by_a_worker_killed_outright_is_delivered_again(tmp_path):
+    path, flag = tmp_path / "broker.sqlite3", tmp_path / "taken"
+    with _connection(path) as conn:
+        conn.SimpleQueue("held").put({"n": 1})
+    holder = multiprocessing.get_context("spawn").Process(
+        target=_take_one_and_hang, args=(path, flag)
+    )
+    holder.start()
+    deadline = time.monotonic() + 60
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert flag.read_text() == "1"
+    with _connection(path) as conn, pytest.raises(Empty):  # held while its holder lives
+        conn.SimpleQueue("held").get(timeout=0.5)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(timeout=30)
+    with _connection(path) as conn:  # the next process to open the broker releases it
+        queue = conn.SimpleQueue("held")
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM message").fetchone()[0] == 0
+
+
+def test_a_rejected_message_is_deleted_or_requeued_in_its_place(tmp_path):
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        queue = conn.SimpleQueue("rejected")
+        for n in (1, 2, 3):
+            queue.put({"n": n})
+        queue.get(timeout=1).reject()  # 1: gone
+        second = queue.get(timeout=1)
+        second.requeue()  # 2: ready again, before 3
+        got = [queue.get(timeout=1) for _ in range(2)]
+        assert [m.payload["n"] for m in got] == [2, 3]
+        for message in got:
+            message.ack()
+        assert len(queue) == 0
+        queue.close()
 
 
 def test_a_message_taken_but_not_acked_comes_back_when_the_consumer_closes(tmp_path):
