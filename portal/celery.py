@@ -8,6 +8,8 @@ from typing import Any
 from celery import Celery
 from django.conf import settings
 
+from portal import broker  # noqa: F401 - registers the embedded broker's URL scheme
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("gpupool")

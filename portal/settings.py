@@ -1,7 +1,7 @@
 """GPUPool settings, read from the environment (see portal/env.py).
 
-Defaults form the embedded mode: SQLite under var/, Celery over kombu's
-filesystem transport, a file-based cache; nothing to install. Production sets
+Defaults form the embedded mode: SQLite under var/, Celery over a queue in a SQLite
+file (portal/broker.py), a file-based cache; nothing to install. Production sets
 DATABASE_URL (PostgreSQL), REDIS_URL (Celery broker and cache) and SECRET_KEY.
 """
 
@@ -168,22 +168,17 @@ else:
             "LOCATION": str(VAR_DIR / "cache"),
         }
     }
-    _queue_dir = VAR_DIR / "celery" / "queue"
-    _processed_dir = VAR_DIR / "celery" / "processed"
-    _results_dir = VAR_DIR / "celery" / "results"
-    _control_dir = VAR_DIR / "celery" / "control"
-    for _folder in (_queue_dir, _processed_dir, _results_dir, _control_dir):
-        _folder.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir),
-        "data_folder_out": str(_queue_dir),
-        "processed_folder": str(_processed_dir),
-        # Broadcasts (worker remote control); kombu's default is ./control in the cwd.
-        "control_folder": str(_control_dir),
-        "store_processed": False,
-    }
-    CELERY_RESULT_BACKEND = f"file://{_results_dir}"
+    # Celery's embedded broker: portal/broker.py, a kombu transport on one SQLite file (WAL,
+    # a 30 s busy timeout; a put is one INSERT, a take one UPDATE ... RETURNING, the ack a
+    # DELETE; a killed worker's messages are delivered again), so no message is ever half
+    # written, given to two consumers or dropped, and there is no server to install.
+    # kombu's filesystem:// transport (used before) crashes the worker on a half-written
+    # message (kombu issue 1551); its SQLAlchemy one drops a message on a locked write.
+    # No result backend: nothing reads a task's result, and none is stored.
+    CELERY_BROKER_URL = "gpupool-sqlite://localhost"  # the file is named below, not here
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"path": str(VAR_DIR / "celery-broker.sqlite3")}
+    CELERY_RESULT_BACKEND = None
+    CELERY_TASK_IGNORE_RESULT = True
 # Sign-in attempt counts (portal/throttles.py), apart so that tests can give each their own.
 CACHES["sign-in"] = {**CACHES["default"], "KEY_PREFIX": "sign-in"}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -1,5 +1,8 @@
 """Run GPUPool on its embedded default: migrate, seed a demo organisation, then start the
-web server (uvicorn), a Celery worker and Celery beat. Ctrl-C stops all three.
+web server (uvicorn), a Celery worker and Celery beat. One of them that dies is started
+again, with a line saying so (after a pause that grows if it keeps dying; a process that
+crash-loops stops the demo); local pods such as a workspace's JupyterLab run on through a
+worker's restart. Ctrl-C stops all three.
 
 Safe to run again: migrations and the seed are idempotent.
 """
@@ -21,26 +24,73 @@ def manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
 
 
-def start(name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
-    print(f"starting {name}: {' '.join(cmd)}", flush=True)
-    # Own process group, so Ctrl-C in the terminal reaches us once and we stop each cleanly.
-    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+# A process that dies is started again after a pause that doubles with each recent restart
+# (1, 2, 4 ... 30 s); one that died more than MAX_RESTARTS times within RESTART_WINDOW_S is
+# crash-looping, and the demo stops with a line saying which process and how often it died.
+FIRST_DELAY_S = 1.0
+MAX_DELAY_S = 30.0
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 300.0
 
 
-def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+class Supervised:
+    """One of the demo's processes: started, watched, started again when it dies."""
+
+    def __init__(self, name: str, cmd: list[str]) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.deaths: list[float] = []  # monotonic times, the recent ones only
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        # Own process group, so Ctrl-C in the terminal reaches us once and we stop each cleanly.
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, start_new_session=True)
+        print(f"started {self.name} (pid {self.proc.pid}): {' '.join(self.cmd)}", flush=True)
+        self.restart_at = None
+
+    def check(self, now: float) -> bool:
+        """Restart the process if it died and its pause is over; False when it crash-loops."""
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self.start()
+            return True
+        if self.proc is None or self.proc.poll() is None:
+            return True
+        self.deaths = [t for t in self.deaths if now - t < RESTART_WINDOW_S] + [now]
+        code = self.proc.returncode
+        if len(self.deaths) > MAX_RESTARTS:
+            print(
+                f"{self.name} exited (code {code}) {len(self.deaths)} times within "
+                f"{RESTART_WINDOW_S:.0f} s; it is crash-looping, so GPUPool stops",
+                flush=True,
+            )
+            return False
+        delay = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (len(self.deaths) - 1))
+        print(
+            f"{self.name} exited (code {code}); restarting it in {delay:.0f} s "
+            f"(restart {len(self.deaths)} of at most {MAX_RESTARTS} in "
+            f"{RESTART_WINDOW_S:.0f} s)",
+            flush=True,
+        )
+        self.restart_at = now + delay
+        return True
+
+
+def stop_all(processes: list[Supervised]) -> None:
     # SIGTERM to each main process only: Celery's worker stops its own pool children
     # (signalling the whole group makes them log spurious errors). Celery needs several
     # seconds to stop on a busy machine, so allow 30 before killing what is left.
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+    running = [p for p in processes if p.proc is not None and p.proc.poll() is None]
+    for p in running:
+        p.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 30
-    for name, proc in procs.items():
+    for p in running:
         try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
+            p.proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            print(f"{name} did not stop in time; killing it", flush=True)
-            os.killpg(proc.pid, signal.SIGKILL)
+            print(f"{p.name} did not stop in time; killing it", flush=True)
+            os.killpg(p.proc.pid, signal.SIGKILL)
 
 
 def main() -> int:
@@ -53,8 +103,8 @@ def main() -> int:
     os.environ.setdefault("DEBUG", "1")
     manage("migrate", "--noinput")
     manage("seed_demo")
-    procs = {
-        "web": start(
+    processes = [
+        Supervised(
             "web",
             [
                 str(BIN / "uvicorn"),
@@ -67,7 +117,7 @@ def main() -> int:
                 "warning",
             ],
         ),
-        "worker": start(
+        Supervised(
             "worker",
             [
                 str(BIN / "celery"),
@@ -80,23 +130,24 @@ def main() -> int:
                 "2",
             ],
         ),
-        "beat": start("beat", [str(BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO"]),
-    }
-    print(f"\nGPUPool is running at http://{host}:{port}/  (Ctrl-C stops it)\n", flush=True)
+        Supervised("beat", [str(BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO"]),
+    ]
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        while all(proc.poll() is None for proc in procs.values()):
+        for process in processes:
+            process.start()
+        print(f"\nGPUPool is running at http://{host}:{port}/  (Ctrl-C stops it)\n", flush=True)
+        while all(process.check(time.monotonic()) for process in processes):
             time.sleep(0.5)
-        dead = [name for name, proc in procs.items() if proc.poll() is not None]
-        print(f"{', '.join(dead)} exited; stopping the rest", flush=True)
         return 1
     except KeyboardInterrupt:
         print("\nstopping...", flush=True)
         return 0
     finally:
-        stop_all(procs)
+        stop_all(processes)
         # Local pods (a workspace's JupyterLab) are processes of their own that outlive a
-        # worker on purpose; the demo is over, so they stop too.
+        # worker on purpose (a restarted worker finds them again); the demo is over, so
+        # they stop too.
         subprocess.run([sys.executable, "manage.py", "local_pods_stop"], cwd=ROOT, check=False)
 
 

@@ -1,0 +1,239 @@
+"""The embedded Celery broker: a kombu transport on one SQLite file, nothing to install.
+
+Why not the transports kombu ships:
+- filesystem:// writes a message with a plain write() into the queue folder, and a consumer
+  can read the file half written: the worker dies on a JSONDecodeError after minutes of use
+  (kombu issue 1551, open since 2022).
+- sqla+sqlite:// (SQLAlchemy) swallows a write error in put(), so a message sent while the
+  file is locked past the timeout is silently lost, and it never deletes a consumed row.
+
+Here a put is one INSERT, and a take one `UPDATE ... RETURNING` that marks the oldest
+ready row as held by the taking process: SQLite runs each statement atomically, so a message
+is either whole in the queue or whole in one consumer's hands, never half of either, and no
+two consumers get the same one. The ack deletes the row; a reject with requeue, or a
+consumer that closes with messages unacked, makes them ready again; a consumer killed
+outright (SIGKILL, OOM) leaves its rows held, and the next process that opens the broker
+(the restarted worker) finds their holder gone and makes them ready again. WAL lets readers
+go on beside the writer, and a busy timeout makes a writer wait for the lock instead of
+failing; a put that still fails raises (an OperationalError, which Celery retries as a
+connection error) rather than dropping the message.
+
+What it does not do: fanout (remote control such as `celery inspect` sees only the worker's
+own process) and priorities.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from json import dumps, loads
+from queue import Empty
+from typing import Any
+
+from kombu.transport import TRANSPORT_ALIASES, virtual
+
+ALIAS = "gpupool-sqlite"
+BUSY_TIMEOUT_S = 30.0
+# How long a worker waits before it looks again at an empty queue, or again when it holds
+# as many tasks as it may (kombu's default is 1 s).
+POLLING_INTERVAL_S = 0.1
+# Where a delivered message carries its row, for the ack that deletes it.
+ROW = "x-gpupool-row"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS message (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    taken_by INTEGER  -- the pid of the consumer that holds it, unacked; NULL: ready
+);
+CREATE INDEX IF NOT EXISTS message_queue_ready ON message (queue, taken_by, id);
+"""
+
+
+def open_database(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (each statement its own transaction), WAL, with
+    the busy timeout; creates the file and its table on first use."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    db.execute("PRAGMA journal_mode = WAL")
+    # In WAL mode NORMAL still never corrupts the file; a power cut may lose the last
+    # commits, which a demo can live with.
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.executescript(SCHEMA)
+    return db
+
+
+def release_dead_consumers(db: sqlite3.Connection) -> int:
+    """Make the messages held by processes that are gone ready again (a worker killed
+    outright never acked them); returns how many."""
+    holders = [pid for (pid,) in db.execute("SELECT DISTINCT taken_by FROM message")]
+    dead = [pid for pid in holders if pid is not None and not _alive(pid)]
+    released = 0
+    for pid in dead:
+        released += db.execute(
+            "UPDATE message SET taken_by = NULL WHERE taken_by = ?", (pid,)
+        ).rowcount
+    return released
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Channel(virtual.Channel):
+    """One queue table; a connection per thread (the web server publishes from several)."""
+
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        self._local = threading.local()
+        self._no_ack_queues: set[str] = set()
+        self._no_ack_now = False
+        super().__init__(connection, **kwargs)
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        db = self._own_db()
+        if db is None:
+            db = open_database(self.connection.client.transport_options["path"])
+            self._local.db = (os.getpid(), db)
+            release_dead_consumers(db)
+        return db
+
+    def _own_db(self) -> sqlite3.Connection | None:
+        """This thread's connection, unless it was opened before a fork (Celery's pool
+        processes inherit the worker's channels): SQLite forbids using it in the child."""
+        pid, db = getattr(self._local, "db", None) or (None, None)
+        if pid != os.getpid():
+            self._local.db = None
+            return None
+        return db
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        """Queues need no declaration: a row names its queue."""
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return True
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack_queues.add(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        self._no_ack_now = no_ack
+        try:
+            return super().basic_get(queue, no_ack, **kwargs)
+        finally:
+            self._no_ack_now = False
+
+    def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
+        row = self._row_of(delivery_tag)
+        super().basic_ack(delivery_tag, multiple)
+        self.db.execute("DELETE FROM message WHERE id = ?", (row,))
+
+    def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        row = self._row_of(delivery_tag)
+        super().basic_reject(delivery_tag, requeue=requeue)  # requeue: _restore below
+        if not requeue:
+            self.db.execute("DELETE FROM message WHERE id = ?", (row,))
+
+    def _row_of(self, delivery_tag: str) -> int | None:
+        try:
+            return self.qos.get(delivery_tag).properties.get(ROW)
+        except KeyError:  # not held (taken with no_ack): nothing to delete
+            return None
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        self.db.execute(
+            "INSERT INTO message (queue, payload) VALUES (?, ?)", (queue, dumps(message))
+        )
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        """Take the oldest ready message: marked as this process's until it is acked
+        (deleted), rejected or restored (ready again), or this process dies (made ready
+        again by the next process that opens the broker). A consumer that acks nothing
+        (no_ack) has it deleted at once."""
+        # An empty queue is seen with a read, which takes no lock (the worker polls often).
+        first = self.db.execute(
+            "SELECT id FROM message WHERE queue = ? AND taken_by IS NULL LIMIT 1", (queue,)
+        ).fetchone()
+        if first is None:
+            raise Empty()
+        # Another consumer may take the same row first: then it gets the next one instead.
+        oldest = "(SELECT id FROM message WHERE queue = ? AND taken_by IS NULL ORDER BY id LIMIT 1)"
+        if self._no_ack_now or queue in self._no_ack_queues:
+            sql = f"DELETE FROM message WHERE id = {oldest} RETURNING id, payload"
+            row = self.db.execute(sql, (queue,)).fetchone()
+        else:
+            sql = f"UPDATE message SET taken_by = ? WHERE id = {oldest} RETURNING id, payload"
+            row = self.db.execute(sql, (os.getpid(), queue)).fetchone()
+        if row is None:
+            raise Empty()
+        message = loads(row[1])
+        message["properties"][ROW] = row[0]
+        return message
+
+    def _restore(self, message: Any) -> None:
+        """A message rejected with requeue, or held unacked when the channel closes: ready
+        again, in its place."""
+        row = message.properties.get(ROW)
+        payload = message.serializable()
+        payload["redelivered"] = True
+        restored = self.db.execute(
+            "UPDATE message SET taken_by = NULL, payload = ? WHERE id = ?", (dumps(payload), row)
+        ).rowcount
+        if not restored:
+            super()._restore(message)
+
+    def _size(self, queue: str) -> int:
+        ((count,),) = self.db.execute(
+            "SELECT count(*) FROM message WHERE queue = ? AND taken_by IS NULL", (queue,)
+        )
+        return count
+
+    def _purge(self, queue: str) -> int:
+        sql = "DELETE FROM message WHERE queue = ? AND taken_by IS NULL"
+        return self.db.execute(sql, (queue,)).rowcount
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self._purge(queue)
+
+    def close(self) -> None:
+        super().close()
+        db = self._own_db()
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+
+class Transport(virtual.Transport):
+    Channel = Channel
+    polling_interval = POLLING_INTERVAL_S
+    can_parse_url = False
+    default_port = 0
+    driver_type = "sqlite"
+    driver_name = "sqlite3"
+    # A lock held past the busy timeout: Celery's publish retry treats it as a lost connection.
+    connection_errors = (*virtual.Transport.connection_errors, sqlite3.OperationalError)
+    channel_errors = (*virtual.Transport.channel_errors, sqlite3.DatabaseError)
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Wait at most one polling interval. Celery's worker loop for a transport like this
+        one sends the acks of finished tasks only between two calls here, and calls with a
+        2 s timeout: with the worker full (it holds concurrency x prefetch tasks until they
+        are acked) that capped it at 2 tasks per 2 s, and beat's tasks piled up."""
+        if timeout is not None:
+            timeout = min(timeout, self.polling_interval)
+        super().drain_events(connection, timeout=timeout)
+
+    def driver_version(self) -> str:
+        return sqlite3.sqlite_version
+
+
+TRANSPORT_ALIASES.setdefault(ALIAS, f"{__name__}:Transport")

@@ -1,0 +1,191 @@
+"""The embedded Celery broker (portal/broker.py): under concurrent producers and consumers in
+separate processes every message arrives exactly once and whole; a write that cannot get
+the file's lock raises instead of dropping the message; and it is what the embedded default
+configures."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from queue import Empty
+
+import pytest
+from django.conf import settings
+from kombu import Connection
+
+from portal import broker
+
+PRODUCERS = 4
+CONSUMERS = 3
+PER_PRODUCER = 300
+# Big enough that a message spans several writes of a file-based transport.
+PADDING = "x" * 20_000
+
+
+def _connection(path: Path) -> Connection:
+    return Connection("gpupool-sqlite://localhost", transport_options={"path": str(path)})
+
+
+def _produce(path: Path, producer: int) -> None:
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("soak")
+        for n in range(PER_PRODUCER):
+            queue.put({"producer": producer, "n": n, "padding": PADDING})
+        queue.close()
+
+
+def _consume(path: Path, out: Path, expected: int) -> None:
+    got = []
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("soak")
+        idle = 0
+        while idle < 20 and len(got) < expected:  # bounded: 20 empty polls of 0.25 s
+            try:
+                message = queue.get(timeout=0.25)
+            except Empty:
+                idle += 1
+                continue
+            idle = 0
+            body = message.payload
+            assert body["padding"] == PADDING
+            got.append(f"{body['producer']}:{body['n']}")
+            message.ack()
+        queue.close()
+    out.write_text("\n".join(got))
+
+
+def test_concurrent_producers_and_consumers_get_every_message_exactly_once(tmp_path):
+    path = tmp_path / "broker.sqlite3"
+    ctx = multiprocessing.get_context("spawn")
+    total = PRODUCERS * PER_PRODUCER
+    outs = [tmp_path / f"consumer-{i}.txt" for i in range(CONSUMERS)]
+    consumers = [ctx.Process(target=_consume, args=(path, out, total)) for out in outs]
+    producers = [ctx.Process(target=_produce, args=(path, i)) for i in range(PRODUCERS)]
+    for process in consumers + producers:
+        process.start()
+    for process in producers + consumers:
+        process.join(timeout=240)
+        assert process.exitcode == 0, process
+    received = [line for out in outs for line in out.read_text().splitlines()]
+    assert len(received) == len(set(received)) == total
+    assert all(out.read_text() for out in outs), "every consumer took a share"
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM message").fetchone()[0] == 0
+
+
+def test_a_put_that_cannot_get_the_lock_raises_instead_of_dropping_the_message(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(broker, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("locked")
+        queue.put({"n": 1})
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            queue.put({"n": 2})
+        holder.execute("ROLLBACK")
+        holder.close()
+        queue.put({"n": 3})
+        assert [queue.get(timeout=1).payload["n"] for _ in range(2)] == [1, 3]
+        assert len(queue) == 0
+        queue.close()
+    assert sqlite3.OperationalError in conn.transport.connection_errors
+
+
+def _take_one_and_hang(path: Path, flag: Path) -> None:
+    with _connection(path) as conn:
+        message = conn.SimpleQueue("held").get(timeout=5)
+        flag.write_text(str(message.payload["n"]))
+        time.sleep(120)  # killed long before
+
+
+def test_a_message_held_by_a_worker_killed_outright_is_delivered_again(tmp_path):
+    path, flag = tmp_path / "broker.sqlite3", tmp_path / "taken"
+    with _connection(path) as conn:
+        conn.SimpleQueue("held").put({"n": 1})
+    holder = multiprocessing.get_context("spawn").Process(
+        target=_take_one_and_hang, args=(path, flag)
+    )
+    holder.start()
+    deadline = time.monotonic() + 60
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert flag.read_text() == "1"
+    with _connection(path) as conn, pytest.raises(Empty):  # held while its holder lives
+        conn.SimpleQueue("held").get(timeout=0.5)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(timeout=30)
+    with _connection(path) as conn:  # the next process to open the broker releases it
+        queue = conn.SimpleQueue("held")
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM message").fetchone()[0] == 0
+
+
+def test_a_rejected_message_is_deleted_or_requeued_in_its_place(tmp_path):
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        queue = conn.SimpleQueue("rejected")
+        for n in (1, 2, 3):
+            queue.put({"n": n})
+        queue.get(timeout=1).reject()  # 1: gone
+        second = queue.get(timeout=1)
+        second.requeue()  # 2: ready again, before 3
+        got = [queue.get(timeout=1) for _ in range(2)]
+        assert [m.payload["n"] for m in got] == [2, 3]
+        for message in got:
+            message.ack()
+        assert len(queue) == 0
+        queue.close()
+
+
+def test_a_message_taken_but_not_acked_comes_back_when_the_consumer_closes(tmp_path):
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("redelivered")
+        queue.put({"n": 1})
+        assert queue.get(timeout=1).payload == {"n": 1}
+        queue.close()
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("redelivered")
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
+
+
+def test_the_embedded_default_uses_the_sqlite_broker_in_var():
+    if not os.environ.get("GPUPOOL_TEST_EMBEDDED"):
+        pytest.skip("only the embedded run (make test's second pass) checks this")
+    assert settings.CELERY_BROKER_URL.startswith(f"{broker.ALIAS}://")
+    path = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["path"])
+    assert path.parent == Path(settings.VAR_DIR)
+    assert settings.CELERY_RESULT_BACKEND is None
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(tmp_path):
+    """Celery's pool processes inherit the worker's channels; SQLite forbids using a
+    connection across fork, so the child opens its own, and closing its copy of the
+    channel does not close the parent's."""
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        channel = conn.default_channel
+        queue = conn.SimpleQueue("forked", channel=channel)
+        queue.put({"from": "parent"})
+        parents = channel.db
+        pid = os.fork()
+        if pid == 0:  # the child: exit code 0 only if all holds
+            ok = channel.db is not parents
+            channel._put("forked", {"body": "ignored"})
+            channel.close()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert channel.db is parents
+        assert parents.execute("SELECT count(*) FROM message").fetchone()[0] == 2
+        queue.close()
