@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -9,9 +10,12 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
+from clusters.backends import get_backend, pod_name
 from clusters.models import Backend, Cluster, Node, NodePool
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
+
+logger = logging.getLogger(__name__)
 
 # Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
 # cluster only pretends to run them.
@@ -131,3 +135,19 @@ def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) 
         gpu = by_index.get(int(index))
         if gpu is not None:
             gpu.whole = label
+
+
+def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:
+    """Each pod's recent output from the workload's cluster backend, or why there is none."""
+    if workload.cluster is None:
+        return [], "This workload has not run on a cluster yet."
+    try:
+        backend = get_backend(workload.cluster)
+        namespace = workload.project.namespace
+        return [
+            (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
+            for i in range(workload.pods)
+        ], ""
+    except Exception as exc:  # a cluster that is down must not break the page
+        logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
+        return [], f"Logs are unavailable: {exc}"

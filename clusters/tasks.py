@@ -69,6 +69,12 @@ def _watch_triggers_reconcile(**_: object) -> None:
     set_change_listener(reconcile_soon)
 
 
+def on_clusters_changed(sender: object, cluster_ids: list[int], **kwargs: object) -> None:
+    """scheduling.signals.clusters_changed's receiver (connected in clusters/apps.py)."""
+    for cluster_id in cluster_ids:
+        reconcile_cluster.delay(cluster_id)
+
+
 @shared_task(ignore_result=True)
 def reconcile_all() -> None:
     for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from clusters.selectors import workload_pod_logs
 from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
 from portal.pagination import BoundedPagination, query_number
@@ -41,7 +42,6 @@ from scheduling.models import (
 )
 from scheduling.policies import FIELDS as POLICY_FIELDS
 from scheduling.specs import SPEC_KEYS
-from scheduling.views import pod_logs
 
 MAX_LOG_LINES = int(bounds.LOG_LINES.high)
 SHAPE_KEYS = ("project", "kind", "name")
@@ -303,7 +303,7 @@ class WorkloadLogsView(APIView):
     def get(self, request: Request, pk: int) -> Response:
         """Each pod's recent output, or why logs are unavailable."""
         tail = query_number(request, "tail", bounds.LOG_LINES, 500)
-        pods, unavailable = pod_logs(_workload_for(request, pk), tail_lines=tail)
+        pods, unavailable = workload_pod_logs(_workload_for(request, pk), tail_lines=tail)
         data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
         return Response(data)
 

@@ -51,6 +51,8 @@ from scheduling.models import (
     WorkloadKind,
     WorkloadState,
 )
+from scheduling.services import workload_stop
+from scheduling.signals import clusters_changed
 from scheduling.sweep_states import sweeps_update
 
 logger = logging.getLogger(__name__)
@@ -178,19 +180,12 @@ def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:
 
 
 def reconcile_later(cluster_ids: set[int]) -> None:
-    """Ask the clusters app to make each cluster match the database (when it can)."""
-    # Imported late: clusters.tasks imports the scheduling models and lifecycle.
-    from clusters.tasks import reconcile_cluster  # noqa: PLC0415
-
-    for cluster_id in sorted(cluster_ids):
-        reconcile_cluster.delay(cluster_id)
+    """Tell the clusters app (which listens) to make each cluster match the database."""
+    clusters_changed.send(sender=__name__, cluster_ids=sorted(cluster_ids))
 
 
 def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
     """Stop active workloads that ran past their max runtime; their clusters' ids."""
-    # Imported here: services -> tasks -> this module.
-    from scheduling.services import workload_stop  # noqa: PLC0415
-
     clusters: set[int] = set()
     # A sweep's limit is each trial's (they carry it): the sweep itself runs as long as
     # its trials take one after another, so it is never stopped for its own runtime.

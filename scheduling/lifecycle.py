@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from portal.errors import GPUPoolError
 from scheduling.models import FINISHED_STATES, Workload, WorkloadEvent, WorkloadState
+from scheduling.signals import cycle_request
 
 S = WorkloadState
 ALLOWED: dict[str, set[str]] = {
@@ -111,12 +112,9 @@ def workload_pods_released(workload: Workload, *, message: str = "") -> Workload
     A preempted workload goes back to the queue, keeping its checkpoint directory, and
     counts a restart so that it resumes from its checkpoint when admitted again.
     """
-    # Imported here: tasks -> cycle -> this module.
-    from scheduling.tasks import request_cycle  # noqa: PLC0415
-
     workload.allocations.all().delete()
     # GPUs just came free: a waiting workload may start now rather than at the next beat.
-    transaction.on_commit(request_cycle)
+    cycle_request()
     if workload.state == S.PREEMPTED:
         workload.restart_count += 1
         resume = (

@@ -28,8 +28,8 @@ from scheduling.models import (
 )
 from scheduling.policies import FIELDS as POLICY_FIELDS
 from scheduling.policies import apply_defaults, effective_policy, policy_errors
+from scheduling.signals import clusters_reconcile, cycle_request
 from scheduling.specs import clean_spec
-from scheduling.tasks import reconcile_clusters_later, request_cycle
 
 # Policy numbers and the bound each must keep.
 POLICY_BOUNDS = {
@@ -110,7 +110,7 @@ def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) ->
         after=snapshot(workload, AUDIT_FIELDS),
         department=project.department,
     )
-    transaction.on_commit(request_cycle)
+    cycle_request()
     return workload
 
 
@@ -185,8 +185,8 @@ def _after_commit_reconcile(workload: Workload) -> None:
             "allocations__node__cluster_id", flat=True
         )
     )
-    reconcile_clusters_later({c for c in cluster_ids if c is not None})
-    transaction.on_commit(request_cycle)
+    clusters_reconcile(cluster_ids)
+    cycle_request()
 
 
 def workload_delete(*, actor: Any, workload: Workload) -> None:

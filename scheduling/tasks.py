@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.core.cache import cache
-from django.db import transaction
 
 from portal.celery import app as celery_app
-from scheduling.cycle import cycle_run, reconcile_later
+from scheduling.cycle import cycle_run
 
 DEBOUNCE_KEY = "gpupool:scheduling-cycle-requested"
 # A burst of submits within this window shares one cycle.
@@ -46,8 +45,6 @@ def _queue_cycle() -> None:
         run_cycle.apply_async(countdown=DEBOUNCE_S)
 
 
-def reconcile_clusters_later(cluster_ids: set[int]) -> None:
-    """After the current transaction commits, reconcile these clusters."""
-    ids = set(cluster_ids)
-    if ids:
-        transaction.on_commit(lambda: reconcile_later(ids))
+def on_cycle_wanted(sender: object, **kwargs: object) -> None:
+    """scheduling.signals.cycle_wanted's receiver (connected in scheduling/apps.py)."""
+    request_cycle()

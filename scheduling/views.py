@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import logging
 from typing import Any
 
 from django.contrib import messages
@@ -13,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from clusters.selectors import workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import (
@@ -28,7 +28,6 @@ from scheduling.forms import FORM_KINDS, PolicyForm, WorkloadForm, initial_from,
 from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
 from scheduling.policies import effective_policy
 
-logger = logging.getLogger(__name__)
 CSV_COLUMNS = [
     "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
     "node_pool", "node", "age_s", "runtime_s", "restarts", "pending_reason",
@@ -176,29 +175,9 @@ def workload_delete(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def workload_logs(request: HttpRequest, pk: int) -> HttpResponse:
     workload = visible_workload(request, pk)
-    pods, unavailable = pod_logs(workload)
+    pods, unavailable = workload_pod_logs(workload)
     context = {"wl": workload, "pods": pods, "unavailable": unavailable}
     return render(request, "scheduling/workload_logs.html", context)
-
-
-def pod_logs(workload: Workload, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:
-    """Each pod's recent output from the workload's cluster backend, or why there is none."""
-    if workload.cluster is None:
-        return [], "This workload has not run on a cluster yet."
-    try:
-        from clusters.backends import get_backend, pod_name  # noqa: PLC0415 - optional app
-    except ImportError:
-        return [], "Logs are unavailable: no cluster backends are installed."
-    try:
-        backend = get_backend(workload.cluster)
-        namespace = workload.project.namespace
-        return [
-            (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
-            for i in range(workload.pods)
-        ], ""
-    except Exception as exc:  # a cluster that is down must not break the page
-        logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
-        return [], f"Logs are unavailable: {exc}"
 
 
 @login_required

@@ -1,0 +1,35 @@
+"""What scheduling tells the rest of the platform, without importing it.
+
+Scheduling decides; the clusters app applies and reports pod facts back through
+scheduling.lifecycle. The two calls the other way are signals, connected when the apps are
+ready (scheduling/apps.py, clusters/apps.py), so neither app imports the other's tasks:
+
+- cycle_wanted: work arrived or capacity came free; a cycle should run soon.
+- clusters_changed(cluster_ids): the database now asks these clusters to change (pods to
+  create or delete); each should be reconciled.
+
+Both are sent after the current transaction commits, so a receiver never sees a decision
+that is later rolled back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.dispatch import Signal
+
+cycle_wanted = Signal()
+clusters_changed = Signal()
+
+
+def cycle_request() -> None:
+    """Ask for a scheduling cycle once the current transaction commits."""
+    transaction.on_commit(lambda: cycle_wanted.send(sender=__name__))
+
+
+def clusters_reconcile(cluster_ids: Iterable[int | None]) -> None:
+    """Ask for these clusters to be reconciled once the current transaction commits."""
+    ids = sorted({c for c in cluster_ids if c is not None})
+    if ids:
+        transaction.on_commit(lambda: clusters_changed.send(sender=__name__, cluster_ids=ids))

@@ -1,0 +1,84 @@
+"""Scheduling decides, clusters apply and report back: the imports between the two apps go
+one way each, through named doors, with no late import hiding a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What scheduling (outside its pure engine) may use of clusters: the inventory and reads.
+SCHEDULING_MAY_USE = {"clusters.models", "clusters.selectors"}
+# What clusters may use of scheduling: its tables, the lifecycle (the one entry that takes
+# pod facts back), policies and bounds (to read decisions and limits), and its signals.
+CLUSTERS_MAY_USE = {
+    "scheduling.models",
+    "scheduling.lifecycle",
+    "scheduling.policies",
+    "scheduling.bounds",
+    "scheduling.signals",
+}
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (late imports inside functions too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def modules(app: str, *, skip: str = "") -> list[Path]:
+    return [
+        p
+        for p in sorted((ROOT / app).rglob("*.py"))
+        if "migrations" not in p.parts and not (skip and skip in p.relative_to(ROOT).parts)
+    ]
+
+
+def crossings(app: str, other: str, allowed: set[str], *, skip: str = "") -> list[str]:
+    bad = []
+    for path in modules(app, skip=skip):
+        for name in imports(path):
+            if name.split(".")[0] != other or name == other:
+                continue
+            if not any(name == door or name.startswith(door + ".") for door in allowed):
+                # `from clusters.models import Node` reads as clusters.models.Node: allowed.
+                bad.append(f"{path.relative_to(ROOT)}: {name}")
+    return bad
+
+
+def test_scheduling_uses_only_the_inventory_and_reads_of_clusters():
+    assert crossings("scheduling", "clusters", SCHEDULING_MAY_USE, skip="engine") == []
+
+
+def test_clusters_uses_scheduling_only_through_its_named_doors():
+    assert crossings("clusters", "scheduling", CLUSTERS_MAY_USE) == []
+
+
+def test_only_the_app_config_imports_the_scheduling_tasks():
+    importers = [
+        str(path.relative_to(ROOT))
+        for app in ("scheduling", "clusters", "workspaces", "portal")
+        for path in modules(app)
+        if any(n == "scheduling.tasks" or n.startswith("scheduling.tasks.") for n in imports(path))
+    ]
+    assert importers == ["scheduling/apps.py"]
+
+
+@pytest.mark.parametrize("module", ["scheduling.lifecycle", "scheduling.signals"])
+def test_the_doors_import_nothing_of_clusters(module):
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not any(name.split(".")[0] == "clusters" for name in imports(path))
+
+
+def test_the_checker_sees_a_late_import(tmp_path):
+    sample = tmp_path / "late.py"
+    sample.write_text("def f():\n    from clusters.tasks import reconcile_cluster\n")
+    assert "clusters.tasks" in imports(sample)
