@@ -24,7 +24,7 @@ from clusters.metrics.selectors import (
 )
 from clusters.models import Gpu, Node
 from portal.models import DepartmentQuota, ProjectQuota
-from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
+from scheduling.models import CycleRun, CycleState, PodAllocation, Workload, WorkloadState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -100,7 +100,8 @@ def _utilisation_lines() -> list[str]:
 
 
 def _cycle_lines() -> list[str]:
-    last = CycleRun.objects.order_by("-started_at").first()
+    # A cycle still running has no result yet: report the last one that ended.
+    last = CycleRun.objects.exclude(state=CycleState.RUNNING).order_by("-started_at", "-id").first()
     if last is None:
         return []
     return [

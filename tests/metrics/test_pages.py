@@ -22,7 +22,7 @@ from clusters.metrics.rollup import rollup_minutes
 from clusters.metrics.services import samples_ingest
 from clusters.metrics.workload_chart import workload_series
 from clusters.models import NodePool
-from scheduling.models import CycleRun, WorkloadState
+from scheduling.models import CycleRun, CycleState, WorkloadState
 from tests.conftest import PERSONAS
 from tests.metrics.helpers import allocate, every, make_node, make_workload, sample
 
@@ -227,6 +227,18 @@ def test_prometheus_metrics_expose_quota_allocation_pending_and_cycles(live, org
     assert 'gpupool_gpu_utilization_ratio{node="node-1",gpu="0"} 0.5' in lines
     assert "gpupool_cycle_duration_seconds 0.123" in lines
     assert "# TYPE gpupool_pending_gpus gauge" in lines
+
+
+def test_prometheus_reports_the_last_cycle_that_ended_not_one_still_running(live, client, settings):
+    settings.GPUPOOL_METRICS_TOKEN = "s3cret"
+    earlier = timezone.now() - dt.timedelta(seconds=10)
+    CycleRun.objects.create(started_at=earlier, duration_ms=250.0, ok=True)
+    CycleRun.objects.create(
+        started_at=timezone.now(), duration_ms=0, ok=False, state=CycleState.RUNNING
+    )
+    lines = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").content.decode()
+    assert "gpupool_cycle_last_ok 1" in lines.splitlines()
+    assert "gpupool_cycle_duration_seconds 0.25" in lines.splitlines()
 
 
 def test_pending_gpu_memory_requests_count_as_their_share_of_a_gpu(live, org, client_as, settings):
