@@ -80,6 +80,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)
     gpus_allocated = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField(
+        help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
+    )
 
     class Meta:
         model = Workload
@@ -90,11 +93,14 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated",
+            "allocations", "gpus_allocated", "links",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
         return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+    def get_links(self, wl: Workload) -> dict[str, Any]:
+        return selectors.workload_links(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -142,7 +148,11 @@ class SubmitSpecSerializer(SubmitSerializer):
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",
-            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+            {
+                "name": serializers.CharField(max_length=15),
+                "port": bounded_integer(bounds.PORT),
+                "protocol": serializers.ChoiceField(choices=["http", "tcp"], required=False),
+            },
         ),
         max_length=bounds.PORTS_MAX,
         required=False,
@@ -156,6 +166,9 @@ class SubmitSpecSerializer(SubmitSerializer):
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    ssh = serializers.BooleanField(
+        required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
+    )
     search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
 
 

@@ -15,6 +15,9 @@ class ToolKind(models.TextChoices):
     JUPYTERLAB = "jupyterlab", "JupyterLab"
     VSCODE = "vscode", "VS Code server"
     TENSORBOARD = "tensorboard", "TensorBoard"
+    # No web tool: an SSH server with the owner's keys (clusters.backends.sshd), for a
+    # terminal, PyCharm or VS Code Remote-SSH through `gpupool ssh`.
+    SSH = "ssh", "SSH server"
 
 
 class Environment(models.Model):

@@ -72,6 +72,7 @@ class NodeInfo:
 class PortSpec:
     name: str
     port: int
+    protocol: str = "http"  # http: through the portal's proxy; tcp: the SSH tunnel, or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,8 @@ class PodStatus:
     exit_code: int | None = None
     message: str = ""
     endpoint: str = ""
+    # Where each port answers, by name (host:port), for the port proxy and the SSH tunnel.
+    ports: dict[str, str] = field(default_factory=dict)
     backend_ref: str = ""
     node_name: str = ""
     terminating: bool = False

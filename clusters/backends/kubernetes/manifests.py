@@ -439,4 +439,9 @@ def pod_status(pod: dict) -> PodStatus:
     ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
     if ports:
         result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
+        result.ports = {
+            p.get("name") or str(p["containerPort"]): f"{meta['name']}.{result.namespace}.svc:"
+            f"{p['containerPort']}"
+            for p in ports
+        }
     return result
