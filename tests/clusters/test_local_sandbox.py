@@ -159,7 +159,7 @@ def test_a_pods_environment_holds_no_portal_secret(backend, monkeypatch):
     assert not any("portal-secret" in value for value in env.values())
     assert env["WANDB_MODE"] == "offline" and env["CUDA_VISIBLE_DEVICES"] == ""
     gpupool = {k for k in env if k.startswith("GPUPOOL_")}
-    assert gpupool == {"GPUPOOL_POD_TOKEN"}
+    assert gpupool == {"GPUPOOL_POD_TOKEN", "GPUPOOL_BIND_HOST"}
     # What else is there is the backend's fixed list, set by nobody's environment.
     assert set(env) - gpupool <= {
         "PATH", "HOME", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "WANDB_MODE",
