@@ -68,6 +68,13 @@ class NodeInfo:
     unschedulable_reason: str = ""
 
 
+# How an admin may publish a Kubernetes cluster's workload ports beyond it (Cluster.config
+# "publish_ports"): not at all (the portal's proxy alone), on every node, or through an
+# Ingress class. The SSH server's port is never published: only the portal's tunnel reaches it.
+PUBLISH_NODEPORT, PUBLISH_INGRESS = "nodeport", "ingress"
+PUBLISH_MODES = ("", PUBLISH_NODEPORT, PUBLISH_INGRESS)
+
+
 @dataclass(frozen=True, slots=True)
 class PortSpec:
     name: str

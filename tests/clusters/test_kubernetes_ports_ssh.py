@@ -5,9 +5,12 @@ through an Ingress class where the cluster's admin chose it, never the SSH serve
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
 from clusters.backends.sshd import SSH_ENV
 from clusters.reconcile import cluster_reconcile
+from clusters.services import cluster_register, cluster_update
+from portal.errors import ValidationFailed
 from portal.models import SshKey
 from scheduling.lifecycle import workload_transition
 from scheduling.models import WorkloadState
@@ -156,3 +159,45 @@ def test_the_fake_assigns_free_node_ports_like_the_real_one():
 def test_the_fake_refuses_ingresses_the_real_api_server_refuses(rule, message):
     with pytest.raises(ApiError, match=message):
         _ingress({"spec": {"ingressClassName": "nginx", "rules": [rule]}})
+
+
+# --- the admin's choice, per cluster -------------------------------------------------------
+
+
+def test_publishing_is_a_kubernetes_clusters_choice_and_an_ingress_needs_class_and_domain(
+    kube,  # noqa: F811
+    org,
+):
+    cluster = kube.cluster()
+    fields = {"name": cluster.name, "node_pool_label": cluster.node_pool_label,
+              "topology_labels": cluster.topology_labels}  # fmt: skip
+    with pytest.raises(ValidationFailed) as refused:
+        bad = {"publish_ports": "ingress", "ingress_class": "", "ingress_domain": "Bad_Domain"}
+        cluster_update(actor=org.platform_admin, cluster=cluster, **fields, **bad)
+    assert set(refused.value.errors) == {"ingress_class", "ingress_domain"}
+    cluster_update(actor=org.platform_admin, cluster=cluster, **fields, publish_ports="ingress",
+                   ingress_class="nginx", ingress_domain="apps.example.com")  # fmt: skip
+    cluster.refresh_from_db()
+    assert (cluster.config["publish_ports"], cluster.config["ingress_class"]) == (
+        "ingress",
+        "nginx",
+    )
+    assert cluster.config["retries"] == 3  # the rest of its configuration is kept
+    cluster_update(actor=org.platform_admin, cluster=cluster, **fields, publish_ports="")
+    cluster.refresh_from_db()
+    assert not {"publish_ports", "ingress_class", "ingress_domain"} & set(cluster.config)
+    with pytest.raises(ValidationFailed, match="Only Kubernetes clusters publish ports"):
+        cluster_register(actor=org.platform_admin, name="here", backend="local",
+                         publish_ports="nodeport")  # fmt: skip
+
+
+def test_the_clusters_api_refuses_an_unknown_publishing_naming_the_field(org):
+    api = APIClient()
+    api.force_authenticate(org.platform_admin)
+    body = {"name": "sim", "backend": "simulated", "publish_ports": "everywhere"}
+    response = api.post("/api/v1/clusters/", body, format="json")
+    assert response.status_code == 400 and "publish_ports" in response.json()
+    body = {"name": "sim", "backend": "simulated", "publish_ports": "nodeport"}
+    response = api.post("/api/v1/clusters/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["publish_ports"] == ["Only Kubernetes clusters publish ports."]

@@ -46,6 +46,8 @@ from kubernetes.client.exceptions import ApiException
 from clusters.backends import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    PUBLISH_INGRESS,
+    PUBLISH_NODEPORT,
     TERMINAL_PHASES,
     Backend,
     BackendError,
@@ -62,8 +64,6 @@ from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.manifests import (
     DEFAULT_UID,
     PROJECT_LABEL,
-    PUBLISH_INGRESS,
-    PUBLISH_NODEPORT,
     ROLE,
     WORKLOAD_CONTAINER,
     hostfile_manifest,

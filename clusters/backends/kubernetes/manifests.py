@@ -302,12 +302,7 @@ def service_manifest(spec: PodSpec, owner: Owner) -> dict:
     }
 
 
-# How an admin may publish a cluster's workload ports beyond it (Cluster.config
-# "publish_ports"): not at all (the portal's proxy alone), on every node, or through an
-# Ingress class. The SSH server's port is never published: only the portal's tunnel reaches it.
-PUBLISH_NODEPORT, PUBLISH_INGRESS = "nodeport", "ingress"
-PUBLISH_MODES = ("", PUBLISH_NODEPORT, PUBLISH_INGRESS)
-SSH_PORT = "ssh"  # scheduling.specs.SSH_PORT_NAME
+SSH_PORT = "ssh"  # scheduling.specs.SSH_PORT_NAME: never published (PUBLISH_MODES)
 
 
 def published_ports(spec: PodSpec) -> list[tuple[str, PortSpec]]:
