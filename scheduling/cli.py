@@ -381,9 +381,13 @@ def submit_workspace(ctx: click.Context, name: str, **options: Any) -> None:
     if options.get("node_pool"):
         body["node_pool"] = options["node_pool"]
     workspace = api.call("POST", "/api/v1/workspaces/", json=body)
+    reach = (
+        f"Open it at {api.url}{workspace['url']}"
+        if workspace["url"]
+        else f"Connect with `gpupool ssh {workspace['id']}`."
+    )
     click.echo(f"Submitted workspace {workspace['project']}/{workspace['name']} "
-               f"(id {workspace['id']}): {workspace['state']}. "
-               f"Open it at {api.url}{workspace['url']}")  # fmt: skip
+               f"(id {workspace['id']}): {workspace['state']}. {reach}")  # fmt: skip
 
 
 def only_environment(api: Api) -> str:

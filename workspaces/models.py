@@ -109,6 +109,9 @@ class Workspace(models.Model):
 
     @property
     def lab_url(self) -> str:
+        """Its web tool's link; none for an SSH server (reached with `gpupool ssh`)."""
+        if self.environment is not None and self.environment.tool_kind == ToolKind.SSH:
+            return ""
         return f"/workspaces/{self.workload_id}/lab/"
 
 

@@ -60,6 +60,7 @@ def test_a_workspace_of_the_ssh_environment_runs_only_its_ssh_server(client_as, 
         content_type="application/json",
     )
     assert response.status_code == 201, response.json()
+    assert response.json()["url"] == ""  # no web tool to open
     workload = Workspace.objects.get().workload
     assert workload.spec["ssh"] is True
     assert workload.spec["ports"] == [{"name": "ssh", "port": 2222, "protocol": "tcp"}]
