@@ -87,6 +87,13 @@ def mps_env(limits: MpsLimits, pipe_directory: str) -> dict[str, str]:
     }
 
 
+def mps_enabled(cluster_config: dict | None) -> bool:
+    """Whether a cluster enforces its shares through MPS: yes unless its config says
+    `mps: false` (a Kubernetes cluster whose namespaces may not run hostIPC pods shares
+    GPUs by bookkeeping only, and its pages say so)."""
+    return (cluster_config or {}).get("mps", True) is not False
+
+
 def died_of_gpu_oom(exit_code: int | None, log_tail: str) -> bool:
     """A failed sharer whose log says its CUDA allocation failed: it went past its own
     limit (MPS refuses that client alone). Exit code 0 is never a failure."""
