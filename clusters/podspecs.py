@@ -9,7 +9,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.models import Backend, Gpu
-from clusters.sharing import MpsLimits, mps_limits
+from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 
 if TYPE_CHECKING:
@@ -113,13 +113,6 @@ def pod_volumes(spec: dict[str, Any]) -> tuple[VolumeSpec, ...]:
         )
         for i, v in enumerate(spec.get("volumes") or [])
     )
-
-
-def allocation_mps(allocation: PodAllocation, device_memory_mib: int) -> MpsLimits | None:
-    """The MPS limits a shared allocation runs under (None for whole GPUs or none)."""
-    if allocation.shared_gpu_index is None or allocation.gpu_share is None:
-        return None
-    return mps_limits(float(allocation.gpu_share), allocation.gpu_memory_mib, device_memory_mib)
 
 
 def pod_spec(

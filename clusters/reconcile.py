@@ -26,8 +26,14 @@ from clusters.backends import (
     pod_name,
 )
 from clusters.models import Cluster, Gpu
-from clusters.podspecs import allocation_mps, pod_specs_for
-from clusters.sharing import OOM_LOG_LINES, OOM_REASON, died_of_gpu_oom, oom_message
+from clusters.podspecs import pod_specs_for
+from clusters.sharing import (
+    OOM_LOG_LINES,
+    OOM_REASON,
+    allocation_mps,
+    died_of_gpu_oom,
+    oom_message,
+)
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods

@@ -11,7 +11,8 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
-from clusters.models import Backend, Cluster, Node, NodePool
+from clusters.models import Backend, Cluster, Gpu, Node, NodePool
+from clusters.sharing import allocation_mps, mps_enabled
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
@@ -135,6 +136,20 @@ def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) 
         gpu = by_index.get(int(index))
         if gpu is not None:
             gpu.whole = label
+
+
+def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
+    """What MPS enforces for a sharer, for the API and the workload page: its GPU memory
+    and compute share. None for whole GPUs, and where the cluster turns MPS off."""
+    if allocation.shared_gpu_index is None or not mps_enabled(allocation.node.cluster.config):
+        return None
+    memory = (
+        Gpu.objects.filter(node_id=allocation.node_id, index=allocation.shared_gpu_index)
+        .values_list("memory_mib", flat=True)
+        .first()
+    )
+    limits = allocation_mps(allocation, memory or 0)
+    return limits.as_dict() if limits is not None else None
 
 
 def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:

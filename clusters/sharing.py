@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # The folder inside a Kubernetes pod (and the simulated pod) where its GPU's pipe is mounted.
 POD_PIPE_DIRECTORY = "/run/nvidia-mps"
@@ -75,6 +76,14 @@ def mps_limits(
         return None
     percentage = min(100, max(1, math.ceil(round(share * 100, 6))))
     return MpsLimits(memory_mib=max(1, memory), thread_percentage=percentage)
+
+
+def allocation_mps(allocation: Any, device_memory_mib: int) -> MpsLimits | None:
+    """The limits of a PodAllocation row (its shared GPU's memory given): None for whole
+    GPUs, or no GPU."""
+    if allocation.shared_gpu_index is None or allocation.gpu_share is None:
+        return None
+    return mps_limits(float(allocation.gpu_share), allocation.gpu_memory_mib, device_memory_mib)
 
 
 def mps_env(limits: MpsLimits, pipe_directory: str) -> dict[str, str]:

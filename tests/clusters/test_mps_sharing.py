@@ -359,3 +359,35 @@ def test_a_sandboxed_sharer_reaches_its_pipe_folder_and_the_hosts_shared_memory(
         backend.stop_all(grace_period_s=0)
         backend.mps.stop_all()
     assert seen == {"pipe": True, "shm": True, "uid": sandbox.pod_uid(7)}
+
+
+# --- the API and the workload page show what is enforced ------------------------------------
+def test_the_api_and_the_workload_page_show_the_enforced_limits(org, client_as):
+    from django.urls import reverse
+    from rest_framework.test import APIClient
+
+    cluster = make_cluster()
+    node = make_node(cluster, "here", gpus=2)
+    half = make_workload(org.project_a, org.researcher, "half")
+    whole = make_workload(org.project_a, org.researcher, "whole")
+    admit(half, node, pods=[{"shared_gpu_index": 1, "gpu_share": 0.25}])
+    admit(whole, node, pods=[{"gpu_indices": [0]}])
+    api = APIClient()
+    api.force_authenticate(org.researcher)
+    body = api.get(reverse("api-workload", args=[half.pk])).json()
+    assert body["allocations"][0]["enforced_limits"] == {
+        "mechanism": "mps", "gpu_memory_mib": 20480, "active_thread_percentage": 25,
+    }  # fmt: skip
+    body = api.get(reverse("api-workload", args=[whole.pk])).json()
+    assert body["allocations"][0]["enforced_limits"] is None
+    page = client_as(org.researcher).get(reverse("workload_detail", args=[half.pk]))
+    assert "enforced: 20480 MiB, 25 % of SMs (MPS)" in page.content.decode()
+    cluster.config = {"mps": False}
+    cluster.save(update_fields=["config"])
+    body = api.get(reverse("api-workload", args=[half.pk])).json()
+    assert body["allocations"][0]["enforced_limits"] is None
+    page = client_as(org.researcher).get(reverse("workload_detail", args=[half.pk]))
+    assert "not enforced (MPS off on this cluster)" in page.content.decode()
+    outsider = APIClient()
+    outsider.force_authenticate(org.outsider)
+    assert outsider.get(reverse("api-workload", args=[half.pk])).status_code in (403, 404)
