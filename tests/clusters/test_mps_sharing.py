@@ -391,3 +391,20 @@ def test_the_api_and_the_workload_page_show_the_enforced_limits(org, client_as):
     outsider = APIClient()
     outsider.force_authenticate(org.outsider)
     assert outsider.get(reverse("api-workload", args=[half.pk])).status_code in (403, 404)
+
+
+def test_the_nodes_page_and_api_show_each_shares_enforced_limits(org, client_as):
+    from django.urls import reverse
+
+    cluster = make_cluster()
+    node = make_node(cluster, "here", gpus=2)
+    node.pool = org.pool
+    node.save(update_fields=["pool"])
+    half = make_workload(org.project_a, org.researcher, "half")
+    admit(half, node, pods=[{"shared_gpu_index": 1, "gpu_share": 0.25}])
+    page = client_as(org.researcher).get(reverse("node_list")).content.decode()
+    assert "[MPS: 20 GiB, 25 % SMs]" in page
+    rows = client_as(org.researcher).get(reverse("api-nodes")).json()
+    [share] = [s for r in rows for g in r["gpus"] for s in g["shares"]]
+    assert share["mps"] == {"mechanism": "mps", "gpu_memory_mib": 20480,
+                            "active_thread_percentage": 25}  # fmt: skip
