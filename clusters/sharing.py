@@ -103,6 +103,14 @@ def mps_enabled(cluster_config: dict | None) -> bool:
     return (cluster_config or {}).get("mps", True) is not False
 
 
+def client_visible_devices(device: str) -> str:
+    """CUDA_VISIBLE_DEVICES for a sharer whose daemon was started with
+    CUDA_VISIBLE_DEVICES=`device`. The MPS server renumbers what it sees from 0, so a client
+    that kept an index (say 1) would ask for a device the server lacks; NVIDIA's advice is
+    a UUID, which means the same GPU on both sides."""
+    return device if device.startswith(("GPU-", "MIG-")) else "0"
+
+
 def died_of_gpu_oom(exit_code: int | None, log_tail: str) -> bool:
     """A failed sharer whose log says its CUDA allocation failed: it went past its own
     limit (MPS refuses that client alone). Exit code 0 is never a failure."""

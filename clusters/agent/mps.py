@@ -97,6 +97,7 @@ class MpsDaemons:
         return {
             "PATH": self.path,
             "CUDA_VISIBLE_DEVICES": device,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # an index means NVML's (PCI bus) order
             "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir(key)),
             "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir(key)),
         }

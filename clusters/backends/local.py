@@ -50,7 +50,7 @@ from clusters.backends import (
     sandbox,
 )
 from clusters.backends.localgpus import local_gpus
-from clusters.sharing import mps_env
+from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
 
@@ -420,8 +420,10 @@ class LocalBackend(Backend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if spec.mps is not None:
-            # The daemon sees only this GPU, so the sharer sees it as its device 0.
-            env.update(mps_env(spec.mps, str(self.mps.pipe_dir(mps_device(spec)))))
+            # The daemon sees only this GPU; the sharer names it so that the server agrees.
+            device = mps_device(spec)
+            env["CUDA_VISIBLE_DEVICES"] = client_visible_devices(device)
+            env.update(mps_env(spec.mps, str(self.mps.pipe_dir(device))))
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
         endpoint = ""
         for number, port in enumerate(spec.ports):

@@ -27,6 +27,7 @@ from clusters.sharing import (
     OOM_REASON,
     POD_PIPE_DIRECTORY,
     MpsLimits,
+    client_visible_devices,
     died_of_gpu_oom,
     mps_env,
     mps_limits,
@@ -67,6 +68,11 @@ def test_no_limits_without_a_share_or_anything_to_compute_them_from():
     assert mps_limits(None, 0, 81920) is None
     assert mps_limits(0.0, 0, 81920) is None
     assert mps_limits(0.5, 0, 0) is None  # a portion of unknown memory: no honest number
+
+
+def test_a_sharer_names_its_gpu_as_the_mps_server_numbers_it():
+    assert client_visible_devices("GPU-8932f937") == "GPU-8932f937"
+    assert client_visible_devices("3") == "0"  # the server sees one device: its 0
 
 
 def test_the_environment_is_nvidias_syntax_for_device_zero():
@@ -147,7 +153,8 @@ def test_a_local_sharer_starts_only_with_its_gpus_daemon_and_gets_its_limits(loc
     log = (local.mps.log_dir(device) / "control.log").read_text()
     assert f"CUDA_VISIBLE_DEVICES={device}" in log
     env = _env_printed(local, "gp-7-0")
-    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    # The UUID, as the daemon was given it: an index would be renumbered by the MPS server.
+    assert env["CUDA_VISIBLE_DEVICES"] == device
     assert {k: env[k] for k in MPS_KEYS} == mps_env(
         MpsLimits(2048, 25), str(local.mps.pipe_dir(device))
     )
