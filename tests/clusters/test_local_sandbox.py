@@ -273,7 +273,11 @@ def test_a_tool_on_the_pods_socket_is_reached_by_the_portal_alone(backend):
     folder that only the pod's user and the portal's group enter."""
     server = (
         "import os, socket\n"
-        "s = socket.socket(socket.AF_UNIX); s.bind(os.environ['GPUPOOL_SOCKET']); s.listen()\n"
+        "path = os.environ['GPUPOOL_SOCKET']\n"
+        # The socket appears under its name once it listens: bind makes the file, and a
+        # connect between bind and listen is refused.
+        "s = socket.socket(socket.AF_UNIX); s.bind(path + '.new'); s.listen()\n"
+        "os.rename(path + '.new', path)\n"
         "c, _ = s.accept(); c.sendall(b'hello portal'); c.close()\n"
     )
     status = backend.ensure_pod(
