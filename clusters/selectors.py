@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
-from clusters.models import Backend, Cluster, Node, NodePool
+from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
@@ -41,6 +41,37 @@ def real_process_pool_names() -> list[str]:
 
 def simulated_pool_ids() -> set[int]:
     return set(_pools_of((Backend.SIMULATED,)).values_list("pk", flat=True))
+
+
+def pool_backends() -> dict[str, set[str]]:
+    """Node pool name -> the backends of the enabled clusters that feed it (its own
+    cluster's and its nodes'), for forms that explain what a pool runs: two queries."""
+    backends: dict[str, set[str]] = {
+        name: set() for name in NodePool.objects.values_list("name", flat=True)
+    }
+    own = NodePool.objects.filter(cluster__enabled=True).values_list("name", "cluster__backend")
+    fed = (
+        Node.objects.filter(pool__isnull=False, cluster__enabled=True)
+        .values_list("pool__name", "cluster__backend")
+        .distinct()
+    )
+    for name, backend in [*own, *fed]:
+        backends.setdefault(name, set()).add(backend)
+    return backends
+
+
+def gpu_models() -> list[str]:
+    """The GPU models the inventory holds, for a form's choices."""
+    models = Gpu.objects.exclude(model="").values_list("model", flat=True).distinct()
+    return sorted(set(models))
+
+
+def topology_levels() -> list[str]:
+    """The topology levels the nodes name (rack, zone, ...), for a form's suggestions."""
+    levels: set[str] = set()
+    for topology in Node.objects.exclude(topology={}).values_list("topology", flat=True).distinct():
+        levels.update(topology or {})
+    return sorted(levels)
 
 
 def cluster_list() -> QuerySet[Cluster]:
