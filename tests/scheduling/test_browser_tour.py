@@ -123,12 +123,17 @@ def tour(page, live_server, org, submit, workspace) -> None:
     assert "[simulated]" in page.content()
     look(page, "4-logs")
 
-    # 4. The workspace's page links to its JupyterLab through the proxy.
+    # 4. The workspace form is in sections too; the workspace's page links to its
+    # JupyterLab through the proxy.
+    page.goto(f"{url}/workspaces/new/")
+    legends = page.locator("#launch-form legend").all_text_contents()
+    assert legends == ["General", "Environment", "Compute", "Data", "Scheduling"]
+    look(page, "5-workspace-form")
     page.goto(f"{url}/workspaces/{workspace.pk}/")
     assert page.get_attribute("#open-lab", "href") == f"/workspaces/{workspace.pk}/lab/"
-    look(page, "5-workspace")
+    look(page, "6-workspace")
 
     # 5. The usage report.
     page.goto(f"{url}/reports/usage/")
     assert page.is_visible("h1")
-    look(page, "6-usage-report")
+    look(page, "7-usage-report")
