@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clusters.models import Cluster
+from clusters.models import Backend, Cluster, Node
 from clusters.tasks import reconcile_cluster
 from scheduling.cycle import cycle_run
-from scheduling.models import Workload
+from scheduling.models import Workload, WorkloadPolicy
+from tests import factories as f
 from tests.scheduling.test_browser_workloads import log_in
 from tests.workspaces.helpers import jupyter_server, make_running_workspace
 from workspaces.models import Workspace
@@ -137,3 +138,26 @@ def tour(page, live_server, org, submit, workspace) -> None:
     page.goto(f"{url}/reports/usage/")
     assert page.is_visible("h1")
     look(page, "7-usage-report")
+
+
+def test_the_form_follows_the_chosen_project_and_pools(live_server, page, org, cluster):
+    """The limits beside the fields are the chosen project's; the simulated duration shows
+    while a simulated pool may be chosen and hides when only a real one is ticked."""
+    WorkloadPolicy.objects.create(project=org.project_a, max_gpus_per_workload=2)
+    local = Cluster.objects.create(name="here", backend=Backend.LOCAL)
+    Node.objects.create(
+        cluster=local, name="box", pool=f.make_pool("cpu"), cpu_cores=8, memory_mib=8192
+    )
+    log_in(page, live_server, "admin")
+    page.goto(f"{live_server.url}/workloads/new/training/")
+    limit = f"#row-gpus .limit[data-project='{org.project_a.pk}']"
+    page.select_option("#id_project", str(org.project_a2.pk))
+    assert page.is_hidden(limit)
+    page.select_option("#id_project", str(org.project_a.pk))
+    assert "At most 2 GPUs per workload" in page.text_content(limit)
+    assert page.is_visible(limit)
+    assert page.is_visible("#row-duration_s")
+    page.check("#row-node_pools input[value=cpu]")
+    assert page.is_hidden("#row-duration_s")
+    page.check("#row-node_pools input[value=a100]")
+    assert page.is_visible("#row-duration_s")
