@@ -52,6 +52,13 @@ class ChoicesOrText(forms.MultipleChoiceField):
         return list(dict.fromkeys(words))
 
 
+def kind_noun(kind: str) -> str:
+    """A kind's label inside a sentence: 'training', 'distributed training', 'HPO sweep'."""
+    label = str(WorkloadKind(kind).label)
+    first = label.split()[0]
+    return label if first.isupper() else label[0].lower() + label[1:]
+
+
 def _text(label: str = "", **kwargs: Any) -> forms.CharField:
     return forms.CharField(label=label or None, required=False, **kwargs)
 

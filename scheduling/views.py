@@ -24,7 +24,14 @@ from portal.permissions import (
     visible_projects,
 )
 from scheduling import form_layout, selectors, services
-from scheduling.forms import FORM_KINDS, PolicyForm, WorkloadForm, initial_from, show_errors
+from scheduling.forms import (
+    FORM_KINDS,
+    PolicyForm,
+    WorkloadForm,
+    initial_from,
+    kind_noun,
+    show_errors,
+)
 from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
 from scheduling.policies import effective_policies, effective_policy
 
@@ -122,6 +129,7 @@ def _form_context(form: WorkloadForm, kind: str) -> dict[str, Any]:
         "form": form,
         "kind": kind,
         "kind_label": WorkloadKind(kind).label,
+        "kind_noun": kind_noun(kind),
         "sections": form_layout.sections(form),
         "image_help": form_layout.image_help(form.backends),
         "limits": {pk: form_layout.policy_limits(p, kind) for pk, p in policies.items()},

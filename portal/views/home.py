@@ -15,8 +15,7 @@ from clusters.models import NodePool
 from portal import selectors
 from portal.permissions import is_admin, submittable_projects, visible_projects
 from scheduling import selectors as work
-from scheduling.forms import FORM_KINDS
-from scheduling.models import WorkloadKind
+from scheduling.forms import FORM_KINDS, kind_noun
 
 
 def _live(user: Any) -> dict[str, Any]:
@@ -29,7 +28,7 @@ def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     context: dict[str, Any] = {
         **_live(user),
-        "launch": [(k, WorkloadKind(k).label) for k in FORM_KINDS],
+        "launch": [(k, kind_noun(k)) for k in FORM_KINDS],
         "can_launch": submittable_projects(user).exists(),
         "month": user_month(user, visible_projects(user), timezone.now()),
     }
