@@ -1,4 +1,5 @@
-// Submit form: show the GPU amount field that matches the kind of GPU request; show the
+// Submit form: show the GPU amount field that matches the kind of GPU request, and a sweep's
+// trials for random search only; show the
 // chosen project's policy limits; an environment fills in its image; the simulated
 // duration shows only while the chosen node pools include a simulated one.
 (function () {
@@ -18,6 +19,11 @@
     if (row("gpu_memory_mib")) { row("gpu_memory_mib").hidden = !byMemory; }
   }
   if (select) { select.addEventListener("change", syncGpus); syncGpus(); }
+
+  // A sweep's number of trials applies to random search only (a grid tries every point).
+  var method = document.getElementById("id_search_method");
+  function syncTrials() { if (row("trials")) { row("trials").hidden = method.value !== "random"; } }
+  if (method) { method.addEventListener("change", syncTrials); syncTrials(); }
 
   var project = document.getElementById("id_project");
   function syncLimits() {

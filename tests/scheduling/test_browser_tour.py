@@ -161,3 +161,11 @@ def test_the_form_follows_the_chosen_project_and_pools(live_server, page, org, c
     assert page.is_hidden("#row-duration_s")
     page.check("#row-node_pools input[value=a100]")
     assert page.is_visible("#row-duration_s")
+
+
+def test_a_sweeps_trials_show_for_random_search_only(live_server, page, org, cluster):
+    log_in(page, live_server, "rita")
+    page.goto(f"{live_server.url}/workloads/new/hpo/")
+    assert page.is_hidden("#row-trials")
+    page.select_option("#id_search_method", "random")
+    assert page.is_visible("#row-trials")
