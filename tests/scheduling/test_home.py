@@ -140,3 +140,20 @@ def test_work_on_a_simulated_cluster_carries_the_badge(client_as, org, cluster, 
     response = client_as(org.researcher).get("/")
     assert response.context["work"][0]["simulated"] is True
     assert "badge-simulated" in response.content.decode()
+
+
+def test_the_capacity_table_costs_four_queries_whatever_the_pools(org, cluster):
+    from portal.selectors import pool_capacity
+
+    with CaptureQueriesContext(connection) as one:
+        assert len(pool_capacity()) == 1
+    for n in range(4):
+        pool = f.make_pool(f"extra-{n}")
+        f.make_department_quota(org.dept_a, pool, gpus=1)
+    with CaptureQueriesContext(connection) as five:
+        capacity = pool_capacity()
+    assert len(one) == len(five) == 4
+    assert [(c.pool.name, c.gpus, c.departments) for c in capacity][:2] == [
+        ("a100", 8, 16),
+        ("extra-0", 0, 1),
+    ]
