@@ -51,6 +51,8 @@ class Context:
     shapes: dict[str, int] = field(default_factory=dict)
     shape_ids: dict[ShapeKey, int] = field(default_factory=dict)
     needs: dict[object, tuple[float, float, float]] = field(default_factory=dict)
+    # Only quotas with a limit or without borrowing can block an admission; most have
+    # neither, so admission checks skip them without a lookup.
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
@@ -64,20 +66,14 @@ class Context:
     searches_left: int = 0  # eviction-plan searches this cycle may still run
     considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
     reclaimed: set[tuple[str, str]] = field(default_factory=set)  # (queue, pool) reclaimers
+    # incremental.EngineState keeps these between cycles, with queue_ids, waiting,
+    # parents and capped above (they depend on the snapshot alone):
+    preemptible_running: int = 0  # running workloads that are preemptible
+    short_gangs: list[str] = field(default_factory=list)  # running gangs below min_pods
+    capacity: dict[tuple[str, Resource], float] = field(default_factory=dict)  # per pool
 
     def __post_init__(self) -> None:
-        self.queue_ids = sorted(self.queues)
-        self.waiting = sorted(
-            (wl for wl in self.workloads.values() if wl.placement is None), key=pending_key
-        )
         self.searches_left = self.config.max_victim_searches
-        self.parents = {q.parent_id for q in self.queues.values() if q.parent_id is not None}
-        # Only quotas with a limit or without borrowing can block an admission; most
-        # have neither, so admission checks skip them without a lookup.
-        for q in self.queues.values():
-            for (pool, resource), quota in sorted(q.quotas.items()):
-                if quota.limit is not None or not quota.over_quota_allowed:
-                    self.capped.setdefault((q.id, pool), []).append((resource, quota))
 
     # -- workloads ------------------------------------------------------------------
 

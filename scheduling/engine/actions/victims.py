@@ -175,8 +175,10 @@ def can_evict(ctx: Context) -> bool:
     minimum runtime). When none may, consolidation, reclaim and preemption cannot change
     anything, and the cycle skips them whole: consolidation would otherwise try up to
     MAX_ATTEMPTS placements of workloads that already failed, each a search over a pool.
-    A stale gang is evicted by its own rule before this is asked."""
-    return bool(preemptible(ctx).by_queue)
+    A stale gang is evicted by its own rule before this is asked. The count of running
+    preemptible work is kept between cycles, so a cluster of non-preemptible work pays
+    nothing here."""
+    return ctx.preemptible_running > 0 and bool(preemptible(ctx).by_queue)
 
 
 def make_room(
