@@ -15,6 +15,7 @@ from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.state import ClusterState, Group, PodSlot, share_units
 from scheduling.engine.statement import Ledger, Statement
 from scheduling.engine.types import (
+    RESOURCES,
     PodRequest,
     Queue,
     Quota,
@@ -71,6 +72,7 @@ class Context:
     preemptible_running: int = 0  # running workloads that are preemptible
     short_gangs: list[str] = field(default_factory=list)  # running gangs below min_pods
     capacity: dict[tuple[str, Resource], float] = field(default_factory=dict)  # per pool
+    pending_demand: dict[Key, float] = field(default_factory=dict)  # what `waiting` asks
 
     def __post_init__(self) -> None:
         self.searches_left = self.config.max_victim_searches
@@ -79,9 +81,7 @@ class Context:
 
     def pools_for(self, wl: Workload) -> list[str]:
         """The pools a workload may use, in its order of preference."""
-        if not wl.pools:
-            return self.pools
-        return [p for p in wl.pools if p in self.state.pool_models or p in self.pools]
+        return pools_for(self.state, self.pools, wl)
 
     def shape_of(self, wl: Workload) -> int:
         """A small id shared by workloads that fit or fail alike (hashing a gang's pods
@@ -110,24 +110,8 @@ class Context:
         """GPU, CPU and memory the workload's pods ask for in a pool (cached)."""
         found = self.needs.get(wl.id) or self.needs.get((wl.id, pool))
         if found is None:
-            pods = wl.pods
-            memory = 0
-            key: object = wl.id  # the same in every pool unless a pod asks GPU memory
-            if any(pod.gpu_memory_mib for pod in pods):
-                models = self.state.models_for(pool, wl.gpu_models)
-                memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
-                key = (wl.id, pool)
-            if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
-                one = pods[0]
-                n = len(pods)
-                found = (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))
-            else:
-                found = (
-                    sum(pod_gpus(pod, memory) for pod in pods),
-                    sum(p.cpu for p in pods),
-                    float(sum(p.memory_mib for p in pods)),
-                )
-            self.needs[key] = found
+            per_pool, found = workload_need(self.state, wl, pool)
+            self.needs[(wl.id, pool) if per_pool else wl.id] = found
         return found
 
     def name(self, queue_id: str) -> str:
@@ -186,18 +170,28 @@ class Context:
 
     def donors(self, pool: str) -> dict[str, float]:
         """Queues holding more than their fair share of GPUs in the pool, each with what it
-        may give up: down to its fair share rounded down to whole GPUs (see reclaim)."""
-        version, found = self.donor_memo.get(pool, (-1, {}))
-        if version != self.ledger.version:
-            alloc, fair = self.ledger.alloc, self.fair
+        may give up: down to its fair share rounded down to whole GPUs (see reclaim).
+        Kept up to date from the ledger's changes (not a pass over every queue)."""
+        seen, found = self.donor_memo.get(pool, (-1, {}))
+        moved = self.ledger.moved
+        if seen < 0:
             found = {}
             for qid in self.queue_ids:
-                held = alloc.get((qid, pool, GPU), 0.0)
-                share = fair.get((qid, pool, GPU), 0.0)
-                if held > share + EPS:
-                    found[qid] = held - math.floor(share + EPS)
-            self.donor_memo[pool] = (self.ledger.version, found)
+                self._donor(found, qid, pool)
+        else:
+            for key in moved[seen:]:
+                if key[1] == pool:
+                    self._donor(found, key[0], pool)
+        self.donor_memo[pool] = (len(moved), found)
         return found
+
+    def _donor(self, found: dict[str, float], qid: str, pool: str) -> None:
+        held = self.ledger.alloc.get((qid, pool, GPU), 0.0)
+        share = self.fair.get((qid, pool, GPU), 0.0)
+        if held > share + EPS:
+            found[qid] = held - math.floor(share + EPS)
+        else:
+            found.pop(qid, None)
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
@@ -226,7 +220,7 @@ class Context:
         if queue is not None and queue.nonpreemptible_over_quota:
             return None
         need = self.need(wl, pool)
-        for resource in Resource:
+        for resource in RESOURCES:
             amount = need[RESOURCE_INDEX[resource]]
             if amount <= EPS:
                 continue
@@ -272,6 +266,36 @@ class Context:
         """Whether a started workload has run long enough to be preempted."""
         least = self.config.min_runtime_s.get(wl.priority_class, 0.0)
         return wl.started_at is None or self.now - wl.started_at >= least
+
+
+def pools_for(state: ClusterState, pools: list[str], wl: Workload) -> list[str]:
+    """The pools a workload may use, in its order of preference (all, by name, if none)."""
+    if not wl.pools:
+        return pools
+    return [p for p in wl.pools if p in state.pool_models or p in pools]
+
+
+def workload_need(
+    state: ClusterState, wl: Workload, pool: str
+) -> tuple[bool, tuple[float, float, float]]:
+    """GPU, CPU and memory the workload's pods ask for in a pool, and whether that
+    depends on the pool (a pod asking GPU memory counts the pool's device size)."""
+    pods = wl.pods
+    memory = 0
+    per_pool = False
+    if any(pod.gpu_memory_mib for pod in pods):
+        models = state.models_for(pool, wl.gpu_models)
+        memory = state.group_memory.get((pool, models[0]), 0) if models else 0
+        per_pool = True
+    if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
+        one = pods[0]
+        n = len(pods)
+        return per_pool, (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))
+    return per_pool, (
+        sum(pod_gpus(pod, memory) for pod in pods),
+        sum(p.cpu for p in pods),
+        float(sum(p.memory_mib for p in pods)),
+    )
 
 
 def pending_key(wl: Workload) -> tuple[int, float, str]:

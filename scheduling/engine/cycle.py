@@ -22,7 +22,6 @@ from scheduling.engine.incremental import EngineState
 from scheduling.engine.state import PodSlot
 from scheduling.engine.statement import slot_placement
 from scheduling.engine.types import (
-    RESOURCES,
     Admission,
     CycleResult,
     Eviction,
@@ -127,11 +126,8 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
         for resource in Resource:
             capacity.setdefault((pool, resource), 0.0)
     demand: dict[Key, float] = {k: v for k, v in ctx.ledger.alloc.items() if k[0] in ctx.queues}
-    for wl in ctx.pending():
-        for pool in ctx.pools_for(wl):
-            for resource, amount in zip(RESOURCES, ctx.need(wl, pool), strict=True):
-                key = (wl.queue_id, pool, resource)
-                demand[key] = demand.get(key, 0.0) + amount
+    for key, amount in ctx.pending_demand.items():  # kept between cycles: no pass over them
+        demand[key] = demand.get(key, 0.0) + amount
     usage: dict[tuple[str, str], float] = {}
     if ctx.config.fairness_half_life_s:
         raw = decayed_usage(ctx.snapshot.usage_history, ctx.now, ctx.config.fairness_half_life_s)

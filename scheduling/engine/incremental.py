@@ -31,9 +31,15 @@ import dataclasses
 import math
 from collections.abc import Container, Iterable
 
-from scheduling.engine.context import Context, pending_key, waiting_sizes
+from scheduling.engine.context import (
+    Context,
+    pending_key,
+    pools_for,
+    waiting_sizes,
+    workload_need,
+)
 from scheduling.engine.fairshare import Key
-from scheduling.engine.placement import Placer
+from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.state import UNITS, ClusterState, PodSlot, fixed, unfixed
 from scheduling.engine.statement import Ledger, Statement, slot_amounts
 from scheduling.engine.types import (
@@ -107,8 +113,10 @@ class EngineState:
         self.waiting: list[tuple[tuple[int, float, str], Workload]] = sorted(
             (pending_key(wl), wl) for wl in self.workloads.values() if wl.placement is None
         )
-        self.alloc, self.fixed = Sums(), Sums()
+        self.alloc, self.fixed, self.demand = Sums(), Sums(), Sums()
         self.preemptible = 0  # running preemptible workloads
+        self.shapes: dict[str, int] = {}  # Context.shape_of, kept while a workload is
+        self.shape_ids: dict[ShapeKey, int] = {}
         self.short: set[str] = set()  # running gangs below their minimum pods
         self.nodes = snapshot.nodes
         self.node_index = {node.id: i for i, node in enumerate(snapshot.nodes)}
@@ -118,8 +126,13 @@ class EngineState:
         self.foreign = {node.id: _foreign(node, self.running) for node in snapshot.nodes}
         for wid in sorted(self.state.slots):
             self._account(self.workloads[wid], self.state.slots[wid], +1)
-        self.alloc.refresh()
-        self.fixed.refresh()
+        for _, wl in self.waiting:
+            self._ask(wl, +1)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        for sums in (self.alloc, self.fixed, self.demand):
+            sums.refresh()
 
     # -- a cycle's working set ------------------------------------------------------
 
@@ -150,6 +163,9 @@ class EngineState:
             preemptible_running=self.preemptible,
             short_gangs=sorted(self.short),
             capacity=self.capacity,
+            pending_demand=self.demand.view,
+            shapes=self.shapes,
+            shape_ids=self.shape_ids,
         )
 
     def settle(self) -> None:
@@ -202,8 +218,7 @@ class EngineState:
             _verify(self.state, snapshot.nodes[self.node_index[node_id]])
         self.state.log.clear()
         self.state.settle()
-        self.alloc.refresh()
-        self.fixed.refresh()
+        self._refresh()
 
     def _queues_changed(self, queues: tuple[Queue, ...]) -> None:
         old = {q.id: q.parent_id for q in self.snapshot.queues}
@@ -269,6 +284,13 @@ class EngineState:
         i = bisect.bisect_left(self.waiting, (pending_key(old),))
         self.waiting[i] = (pending_key(new), new)
 
+    def _ask(self, wl: Workload, sign: int) -> None:
+        """Count a pending workload's request as demand in each pool it may use."""
+        for pool in pools_for(self.state, self.pools, wl):
+            _, need = workload_need(self.state, wl, pool)
+            for resource, amount in zip(RESOURCES, need, strict=True):
+                self.demand.add((wl.queue_id, pool, resource), amount, sign)
+
     def _stop(self, old: Workload, check: set[str]) -> None:
         slots = self.state.running_remove(old.id)
         self._account(old, slots, -1)
@@ -278,9 +300,11 @@ class EngineState:
     def _move(self, old: Workload | None, new: Workload | None, check: set[str]) -> None:
         """Bring one workload's entry from old to new (its holdings are freed already)."""
         if old is not None:
+            self.shapes.pop(old.id, None)
             if old.placement is None:
                 i = bisect.bisect_left(self.waiting, (pending_key(old),))
                 del self.waiting[i]
+                self._ask(old, -1)
             elif old.id in self.running:  # running before and after, holding the same
                 self.running.pop(old.id)
                 self._count(old, -1)
@@ -290,6 +314,7 @@ class EngineState:
         self.workloads[new.id] = new
         if new.placement is None:
             bisect.insort(self.waiting, (pending_key(new), new))
+            self._ask(new, +1)
             return
         if old is None or old.placement is None or _holds_differently(old, new):
             slots = self.state.running_add(new)

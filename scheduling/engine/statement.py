@@ -64,6 +64,7 @@ class Ledger:
         self.alloc: dict[AllocKey, float] = {}
         self.fixed: dict[AllocKey, float] = {}
         self.version = 0  # bumped on every change, so callers can cache derived figures
+        self.moved: list[AllocKey] = []  # GPU keys in the order they changed (Context.donors)
         self.chains = self.chains_of(queues) if chains is None else chains
 
     @staticmethod
@@ -97,6 +98,7 @@ class Ledger:
         for slot in slots:
             amounts = slot_amounts(slot)
             for qid in self.chain(queue_id):
+                self.moved.append((qid, slot.node.pool, Resource.GPU))
                 for resource, amount in zip(RESOURCES, amounts, strict=True):
                     key = (qid, slot.node.pool, resource)
                     self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount

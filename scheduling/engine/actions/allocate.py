@@ -78,7 +78,7 @@ def allocate(ctx: Context) -> None:
     2. pop the most starved department, its most starved project, and try that
        project's next workload in each allowed pool in order;
     3. push the project and the department back with their new keys while they have
-       workloads left.
+       workloads left (the same keys when nothing was admitted).
     """
     by_queue: dict[str, list[Workload]] = {}
     for wl in reversed(ctx.pending()):
@@ -91,17 +91,18 @@ def allocate(ctx: Context) -> None:
     top = [(starvation_key(ctx, dept), dept) for dept in sorted(inner)]
     heapq.heapify(top)
     while top:
-        _, dept = heapq.heappop(top)
+        dept_key, dept = heapq.heappop(top)
         projects = inner[dept]
-        _, qid = heapq.heappop(projects)
+        key, qid = heapq.heappop(projects)
         waiting = by_queue[qid]
         wl = waiting.pop()
         ctx.consider(wl)
-        try_admit(ctx, wl)
+        # A workload that is not admitted changes no allocation: the keys stay valid.
+        admitted = try_admit(ctx, wl)
         if waiting:
-            heapq.heappush(projects, (starvation_key(ctx, qid), qid))
+            heapq.heappush(projects, (starvation_key(ctx, qid) if admitted else key, qid))
         if projects:
-            heapq.heappush(top, (starvation_key(ctx, dept), dept))
+            heapq.heappush(top, (starvation_key(ctx, dept) if admitted else dept_key, dept))
 
 
 def try_admit(ctx: Context, wl: Workload) -> bool:
