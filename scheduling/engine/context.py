@@ -55,6 +55,10 @@ class Context:
     # Only quotas with a limit or without borrowing can block an admission; most have
     # neither, so admission checks skip them without a lookup.
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
+    # (queue, pool) -> the capped quotas of the queue and its ancestors, leaf first
+    chain_caps: dict[tuple[str, str], list[tuple[str, Resource, Quota]]] = field(
+        default_factory=dict
+    )
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
@@ -195,10 +199,17 @@ class Context:
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
-        need = None
-        for qid in self.ledger.chain(wl.queue_id):
-            for resource, quota in self.capped.get((qid, pool), ()):
-                need = need or self.need(wl, pool)
+        key = (wl.queue_id, pool)
+        caps = self.chain_caps.get(key)
+        if caps is None:
+            caps = self.chain_caps[key] = [
+                (qid, resource, quota)
+                for qid in self.ledger.chain(wl.queue_id)
+                for resource, quota in self.capped.get((qid, pool), ())
+            ]
+        if caps:
+            need = self.need(wl, pool)
+            for qid, resource, quota in caps:
                 amount = need[RESOURCE_INDEX[resource]]
                 if amount > 0:
                     held = self.ledger.get(qid, pool, resource)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 from scheduling.engine.actions.allocate import allocate
 from scheduling.engine.actions.consolidate import consolidate
@@ -53,23 +54,29 @@ class Engine:
         self.state: EngineState | None = None
         self.builds = 0
         self.updates = 0
+        self._lock = threading.Lock()
 
     def rebuild(self) -> None:
         """Drop the kept state: the next cycle builds it from its snapshot."""
-        self.state = None
+        with self._lock:
+            self.state = None
 
     def schedule(self, snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleResult:
-        """One cycle over `snapshot`, deciding exactly as schedule() would."""
-        kept = self.state
+        """One cycle over `snapshot`, deciding exactly as schedule() would.
+
+        The state is taken out while the cycle runs: a cycle started meanwhile (another
+        thread) builds its own, and one that fails leaves none behind (its update or
+        undo may have stopped half-way)."""
+        with self._lock:
+            kept, self.state = self.state, None
         if kept is not None and kept.update(snapshot):
             self.updates += 1
         else:
-            self.state = kept = None  # a failed update leaves it half-applied
             kept = EngineState(snapshot)
             self.builds += 1
-        self.state = None  # until the cycle returns and its changes are undone
         result = run_cycle(kept, config, now, keep=True)
-        self.state = kept
+        with self._lock:
+            self.state = kept
         return result
 
 

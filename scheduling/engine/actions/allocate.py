@@ -112,20 +112,18 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
         return False
     reasons = []
     shape = ctx.shape_of(wl)
+    failures = ctx.shape_failures
     for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
-        if blocked is None:
-            blocked = ctx.shape_failures.get((pool, shape))
-        if blocked is None:
+        failed = failures.get((pool, shape))
+        if blocked is None and failed is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
                 ctx.admit(wl, pool, slots)
                 return True
-            blocked = capacity_reason(ctx, wl, pool)
-            ctx.shape_failures[(pool, shape)] = blocked
+            failed = failures[(pool, shape)] = capacity_reason(ctx, wl, pool)
+        if failed is not None:
             ctx.capacity_failed.add(wl.id)
-        elif (pool, shape) in ctx.shape_failures:
-            ctx.capacity_failed.add(wl.id)
-        reasons.append(blocked)
-    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"
+        reasons.append(blocked or failed)
+    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
     return False
