@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from scheduling.engine.context import Context, pending_key
+from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
 from scheduling.engine.types import Workload
@@ -64,9 +64,11 @@ def order_key(ctx: Context, queue_id: str) -> tuple[StarvationKey, StarvationKey
 
 def in_allocation_order(ctx: Context, waiting: list[Workload]) -> None:
     """Sort workloads as allocation takes them (department, project, then priority and
-    age), from each queue's standing now; each queue's key is computed once."""
+    age), from each queue's standing now; each queue's key is computed once. `waiting`
+    comes in pending order (a part of ctx.pending()), and the sort is stable: sorting by
+    queue alone keeps priority and age order inside each queue."""
     keys = {qid: order_key(ctx, qid) for qid in sorted({wl.queue_id for wl in waiting})}
-    waiting.sort(key=lambda wl: (keys[wl.queue_id], pending_key(wl)))
+    waiting.sort(key=lambda wl: keys[wl.queue_id])
 
 
 def allocate(ctx: Context) -> None:
