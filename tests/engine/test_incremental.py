@@ -98,6 +98,19 @@ def _cordon(rng: random.Random, snap: Snapshot) -> Snapshot:
     return replace(snap, nodes=tuple(nodes_))
 
 
+def _degrade(rng: random.Random, snap: Snapshot) -> Snapshot:
+    """A running gang loses a pod (its node went away, say): below its minimum, it is
+    evicted once the grace period has passed."""
+    gangs = [wl for wl in snap.workloads if wl.placement and len(wl.placement) > 1]
+    if not gangs:
+        return snap
+    hit = rng.choice(gangs)
+    assert hit.placement is not None
+    short = replace(hit, placement=hit.placement[:-1], degraded_since=NOW - rng.choice((0, 900)))
+    workloads = tuple(short if wl.id == hit.id else wl for wl in snap.workloads)
+    return remove_workloads(replace(snap, workloads=workloads), set())  # nodes follow
+
+
 def _reread(snap: Snapshot) -> Snapshot:
     """Equal rows in new objects, as every database read gives."""
     return replace(
@@ -115,7 +128,8 @@ STEPS = (
     (0.6, lambda rng, snap, serial: _requota(rng, snap)),
     (0.72, _foreign),
     (0.77, lambda rng, snap, serial: _cordon(rng, snap)),
-    (0.87, lambda rng, snap, serial: _reread(snap)),
+    (0.82, lambda rng, snap, serial: _degrade(rng, snap)),
+    (0.9, lambda rng, snap, serial: _reread(snap)),
     (1.0, lambda rng, snap, serial: snap),  # nothing changed
 )
 
