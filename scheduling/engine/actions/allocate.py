@@ -80,7 +80,7 @@ def allocate(ctx: Context) -> None:
     2. pop the most starved department, its most starved project, and try that
        project's next workload in each allowed pool in order;
     3. push the project and the department back with their new keys while they have
-       workloads left (the same keys when nothing was admitted).
+       workloads left (after an admission: until then they stay on top).
     """
     by_queue: dict[str, list[Workload]] = {}
     for wl in reversed(ctx.pending()):
@@ -92,19 +92,24 @@ def allocate(ctx: Context) -> None:
         heapq.heapify(heap)
     top = [(starvation_key(ctx, dept), dept) for dept in sorted(inner)]
     heapq.heapify(top)
+    considered = ctx.considered
     while top:
-        dept_key, dept = heapq.heappop(top)
+        _, dept = heapq.heappop(top)
         projects = inner[dept]
-        key, qid = heapq.heappop(projects)
+        _, qid = heapq.heappop(projects)
         waiting = by_queue[qid]
-        wl = waiting.pop()
-        ctx.consider(wl)
-        # A workload that is not admitted changes no allocation: the keys stay valid.
-        admitted = try_admit(ctx, wl)
+        # A workload that is not admitted changes no allocation: both keys stay, and
+        # the same department and project would come out on top again; so the project's
+        # next workload goes without the heaps until one is admitted.
+        admitted = False
+        while waiting and not admitted:
+            wl = waiting.pop()
+            considered.setdefault(wl.id, None)  # ctx.consider
+            admitted = try_admit(ctx, wl)
         if waiting:
-            heapq.heappush(projects, (starvation_key(ctx, qid) if admitted else key, qid))
+            heapq.heappush(projects, (starvation_key(ctx, qid), qid))
         if projects:
-            heapq.heappush(top, (starvation_key(ctx, dept) if admitted else dept_key, dept))
+            heapq.heappush(top, (starvation_key(ctx, dept), dept))
 
 
 def try_admit(ctx: Context, wl: Workload) -> bool:
