@@ -77,6 +77,8 @@ class Context:
     short_gangs: list[str] = field(default_factory=list)  # running gangs below min_pods
     capacity: dict[tuple[str, Resource], float] = field(default_factory=dict)  # per pool
     pending_demand: dict[Key, float] = field(default_factory=dict)  # what `waiting` asks
+    # running workload -> (GPUs per pool, node orders), for actions.victims (read-only)
+    victim_parts: dict[str, tuple[dict[str, float], tuple[int, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.searches_left = self.config.max_victim_searches

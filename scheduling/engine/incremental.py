@@ -117,6 +117,7 @@ class EngineState:
         self.preemptible = 0  # running preemptible workloads
         self.shapes: dict[str, int] = {}  # Context.shape_of, kept while a workload is
         self.shape_ids: dict[ShapeKey, int] = {}
+        self.victim_parts: dict[str, tuple[dict[str, float], tuple[int, ...]]] = {}
         self.short: set[str] = set()  # running gangs below their minimum pods
         self.nodes = snapshot.nodes
         self.node_index = {node.id: i for i, node in enumerate(snapshot.nodes)}
@@ -166,6 +167,7 @@ class EngineState:
             pending_demand=self.demand.view,
             shapes=self.shapes,
             shape_ids=self.shape_ids,
+            victim_parts=self.victim_parts,
         )
 
     def settle(self) -> None:
@@ -292,6 +294,7 @@ class EngineState:
                 self.demand.add((wl.queue_id, pool, resource), amount, sign)
 
     def _stop(self, old: Workload, check: set[str]) -> None:
+        self.victim_parts.pop(old.id, None)
         slots = self.state.running_remove(old.id)
         self._account(old, slots, -1)
         check.update(slot.node.id for slot in slots)
@@ -301,6 +304,8 @@ class EngineState:
         """Bring one workload's entry from old to new (its holdings are freed already)."""
         if old is not None:
             self.shapes.pop(old.id, None)
+            if new is None or new.placement is None:
+                self.victim_parts.pop(old.id, None)
             if old.placement is None:
                 i = bisect.bisect_left(self.waiting, (pending_key(old),))
                 del self.waiting[i]
