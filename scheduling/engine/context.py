@@ -7,6 +7,7 @@ Statement, so everything they try can be undone.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -323,9 +324,9 @@ def pod_gpus(pod: PodRequest, gpu_memory_mib: int) -> float:
     return pod.gpus + pod.gpu_fraction
 
 
-def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group, set[int]]:
-    """Share units that waiting fractional pods need, per (pool, model)."""
-    shared = {pod for wl in workloads for pod in wl.pods if pod.is_shared}
+def waiting_sizes(state: ClusterState, shared: Iterable[PodRequest]) -> dict[Group, set[int]]:
+    """Share units that the waiting fractional pods (`shared`, each request once) need,
+    per (pool, model)."""
     return {
         group: {share_units(pod, memory) for pod in shared}
         for group, memory in state.group_memory.items()

@@ -46,6 +46,7 @@ from scheduling.engine.types import (
     RESOURCES,
     Gpu,
     Node,
+    PodRequest,
     Queue,
     Quota,
     Resource,
@@ -114,6 +115,7 @@ class EngineState:
             (pending_key(wl), wl) for wl in self.workloads.values() if wl.placement is None
         )
         self.alloc, self.fixed, self.demand = Sums(), Sums(), Sums()
+        self.shared_pods: dict[PodRequest, int] = {}  # fractional requests waiting, counted
         self.preemptible = 0  # running preemptible workloads
         self.shapes: dict[str, int] = {}  # Context.shape_of, kept while a workload is
         self.shape_ids: dict[ShapeKey, int] = {}
@@ -145,7 +147,7 @@ class EngineState:
         ledger.fixed = dict(self.fixed.view)
         waiting = [wl for _, wl in self.waiting]
         strategies = {pool: config.strategy_for(pool) for pool in self.pools}
-        placer = Placer(state, strategies, waiting_sizes(state, waiting))
+        placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods))
         return Context(
             self.snapshot,
             config,
@@ -287,7 +289,15 @@ class EngineState:
         self.waiting[i] = (pending_key(new), new)
 
     def _ask(self, wl: Workload, sign: int) -> None:
-        """Count a pending workload's request as demand in each pool it may use."""
+        """Count a pending workload's request as demand in each pool it may use, and its
+        fractional pods among the sizes placement keeps room for."""
+        for pod in set(wl.pods):
+            if pod.is_shared:
+                count = self.shared_pods.get(pod, 0) + sign
+                if count:
+                    self.shared_pods[pod] = count
+                else:
+                    del self.shared_pods[pod]
         for pool in pools_for(self.state, self.pools, wl):
             _, need = workload_need(self.state, wl, pool)
             for resource, amount in zip(RESOURCES, need, strict=True):
