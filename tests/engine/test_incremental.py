@@ -9,11 +9,14 @@ result must be equal, whole (admissions, evictions, reasons, shares, allocations
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 
+from scheduling.engine import cycle as cycle_module
 from scheduling.engine.apply import apply_result, remove_workloads
 from scheduling.engine.cycle import Engine, schedule
 from scheduling.engine.types import Gpu, GpuShare, SchedulerConfig, Snapshot
@@ -190,3 +193,25 @@ def test_an_unchanged_snapshot_costs_no_rebuild_and_gives_the_same_result_again(
     again = engine.schedule(snap, SchedulerConfig(), NOW)
     assert first == again == schedule(snap, SchedulerConfig(), NOW)
     assert (engine.builds, engine.updates) == (1, 1)
+
+
+def test_a_cycle_pauses_the_cycle_collector_and_leaves_it_as_it_found_it() -> None:
+    snap = random_snapshot(7)
+    seen: list[bool] = []
+    real = cycle_module.allocate
+
+    def spy(ctx: object) -> None:
+        seen.append(gc.isenabled())
+        real(ctx)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cycle_module, "allocate", spy)
+        schedule(snap, SchedulerConfig(), NOW)
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            Engine().schedule(snap, SchedulerConfig(), NOW)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    assert seen and not any(seen)
