@@ -87,6 +87,8 @@ def test_the_api_shows_a_link_per_http_port_and_how_to_ssh(org, cluster):
 
 def test_the_workload_page_links_http_ports_and_says_how_to_ssh(client, org, cluster):
     client.force_login(org.researcher)
+    form = client.get("/workloads/new/training/").content.decode()
+    assert 'id="section-ports-and-ssh"' in form and 'name="ssh"' in form
     response = client.post(
         "/workloads/new/training/",
         {"project": org.project_a.pk, "name": "board", "image": "img", "command": "python x.py",

@@ -28,6 +28,8 @@ def ssh_server(db):
 
 def test_the_form_adds_the_users_ports_and_ssh_beside_the_tools_port(client_as, org, jupyterlab):
     client = client_as(org.researcher)
+    page = client.get("/workspaces/new/").content.decode()
+    assert 'id="row-ports"' in page and 'name="ssh"' in page
     form = _form(jupyterlab, project=org.project_a.pk, ports="tb:6006", ssh="on")
     assert client.post("/workspaces/new/", form).status_code == 302
     workload = Workspace.objects.get().workload
