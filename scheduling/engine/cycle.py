@@ -6,6 +6,14 @@ import math
 
 from scheduling.engine.actions.allocate import allocate
 from scheduling.engine.actions.consolidate import consolidate
+from scheduling.engine.actions.elastic import (
+    extra_demand,
+    fixed_slots,
+    grow,
+    has_extras,
+    resizes,
+    start_view,
+)
 from scheduling.engine.actions.preempt import preempt
 from scheduling.engine.actions.reclaim import reclaim
 from scheduling.engine.actions.stale import evict_stale_gangs
@@ -19,6 +27,7 @@ from scheduling.engine.fairshare import (
     rollup_usage,
 )
 from scheduling.engine.placement import Placer
+from scheduling.engine.resizes import Book
 from scheduling.engine.state import ClusterState, PodSlot
 from scheduling.engine.statement import Ledger, Statement, slot_placement
 from scheduling.engine.types import (
@@ -44,7 +53,10 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     6. preempt: inside a project, higher priority evicts lower-priority preemptible work;
     (4-6 are skipped whole when no running workload may be evicted: they could not act);
     7. allocate what evictions freed beyond their beneficiaries' needs;
-    8. give every workload still pending a readable reason.
+    8. grow elastic workloads toward their maximum with GPUs still idle;
+    9. give every workload still pending a readable reason.
+    (Elastic workloads start as gangs of their minimum; reclaim takes their extra pods
+    before whole workloads: actions/elastic.py.)
 
     Pure and deterministic: the same snapshot, config and now give the same result. The
     snapshot is never mutated; apply the result with scheduling.engine.apply.apply_result.
@@ -62,7 +74,11 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
         consolidate(ctx)
         reclaim(ctx)
         preempt(ctx)
+    elif has_extras(ctx):  # only extra pods of elastic workloads may be taken back
+        reclaim(ctx)
     _reallocate(ctx)
+    if ctx.book.originals:
+        grow(ctx)
     return _result(ctx)
 
 
@@ -79,16 +95,24 @@ def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Co
     state = ClusterState(snapshot)
     queues = {q.id: q for q in snapshot.queues}
     ledger = Ledger(state, snapshot.queues)
-    workloads = {wl.id: wl for wl in sorted(snapshot.workloads, key=lambda wl: wl.id)}
+    book = Book()
+    workloads = {
+        wl.id: start_view(wl, book) for wl in sorted(snapshot.workloads, key=lambda wl: wl.id)
+    }
     for wid, slots in state.slots.items():
         wl = workloads[wid]
-        ledger.add(wl.queue_id, slots, +1, log=False, fixed=not wl.preemptible)
+        fixed = fixed_slots(wl, slots)
+        if fixed and len(fixed) < len(slots):  # an elastic workload's extras may borrow
+            ledger.add(wl.queue_id, [s for s in slots if s not in fixed], +1, log=False)
+        ledger.add(wl.queue_id, fixed or slots, +1, log=False, fixed=bool(fixed))
     pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
     pending = [wl for wl in workloads.values() if wl.placement is None]
     strategies = {pool: config.strategy_for(pool) for pool in pools}
     placer = Placer(state, strategies, waiting_sizes(state, pending))
     stmt = Statement(state, ledger)
-    return Context(snapshot, config, now, state, ledger, stmt, placer, queues, workloads, pools)
+    return Context(
+        snapshot, config, now, state, ledger, stmt, placer, queues, workloads, pools, book=book
+    )
 
 
 def _fair_share_input(ctx: Context) -> FairShareInput:
@@ -109,6 +133,8 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
             for resource, amount in zip(RESOURCES, ctx.need(wl, pool), strict=True):
                 key = (wl.queue_id, pool, resource)
                 demand[key] = demand.get(key, 0.0) + amount
+    if ctx.book.originals:
+        extra_demand(ctx, demand)
     usage: dict[tuple[str, str], float] = {}
     if ctx.config.fairness_half_life_s:
         raw = decayed_usage(ctx.snapshot.usage_history, ctx.now, ctx.config.fairness_half_life_s)
@@ -144,6 +170,7 @@ def _result(ctx: Context) -> CycleResult:
         fair_shares=dict(sorted(ctx.fair.items())),
         allocations=allocations,
         pending_order=tuple(ctx.considered),
+        resizes=resizes(ctx) if ctx.book.changes else (),
     )
 
 
