@@ -95,9 +95,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
             _refresh_states(by_workload)
             _requeue_lost(by_workload, observed, result)
         graces = workload_grace_periods(allocations)
-        desired = pod_specs_for(
-            [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster, graces
-        )
+        desired = pod_specs_for([a for a in allocations if _runs(a.workload)], cluster, graces)
         report = backend.reconcile(
             desired, grace_period_s=grace_period_s(cluster), grace_periods=graces
         )
@@ -113,6 +111,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
     with transaction.atomic():
         _refresh_states(by_workload)
         _record_statuses(allocations, report)
+        _restarted(by_workload, report)
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
         cluster_mark_contacted(cluster, "; ".join(report.errors))
@@ -132,6 +131,24 @@ def _allocations(cluster: Cluster) -> list[PodAllocation]:
     for allocation in allocations:
         allocation.workload = shared.setdefault(allocation.workload_id, allocation.workload)
     return allocations
+
+
+def _runs(workload: Workload) -> bool:
+    """Whether its pods should run now: active, and not restarting with a new size."""
+    return workload.state in ACTIVE_STATES and not workload.restarting
+
+
+def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+    """An elastic job restarting with a new size: once all its old pods are gone, its
+    pods are created again (next pass) with the new rank and world size."""
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.restarting and not any(_name(a) in report.statuses for a in allocations):
+            workload.restarting = False
+            workload.save(update_fields=["restarting"])
+            for allocation in allocations:
+                allocation.backend_ref = allocation.phase = ""
+            PodAllocation.objects.bulk_update(allocations, ["backend_ref", "phase"])
 
 
 def _name(allocation: PodAllocation) -> str:
@@ -168,7 +185,7 @@ def _requeue_lost(
     requeued, never recreated silently on a node that may be gone."""
     for allocations in by_workload.values():
         workload = allocations[0].workload
-        if workload.state not in ACTIVE_STATES:
+        if not _runs(workload):
             continue
         lost = [a for a in allocations if _lost(a, observed.get(_name(a)))]
         if lost:
@@ -222,7 +239,7 @@ def _apply_phases(
 ) -> None:
     for allocations in by_workload.values():
         workload = allocations[0].workload
-        if workload.state not in ACTIVE_STATES:
+        if not _runs(workload):
             continue
         statuses = [report.statuses.get(_name(a)) for a in allocations]
         seen = [s for s in statuses if s is not None]

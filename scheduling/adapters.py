@@ -362,6 +362,8 @@ def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
         preemptible=wl.preemptible,
         submit_time=epoch(wl.queued_at or wl.created_at) or 0.0,
         min_pods=wl.min_pods if wl.min_pods < wl.pods else None,
+        elastic=wl.elastic,
+        resized_at=epoch(wl.resized_at),
         pools=tuple(wl.node_pools),
         gpu_models=tuple(m for m in wl.gpu_model.split("|") if m),
         topology=topology,

@@ -80,6 +80,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)
     gpus_allocated = serializers.SerializerMethodField()
+    size = serializers.SerializerMethodField(help_text="pods running now, and the range")
 
     class Meta:
         model = Workload
@@ -90,11 +91,14 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated",
+            "allocations", "gpus_allocated", "elastic", "handles_resize", "resized_at", "size",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
         return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+    def get_size(self, wl: Workload) -> dict[str, int]:
+        return selectors.workload_size(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -137,8 +141,16 @@ class SubmitSpecSerializer(SubmitSerializer):
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
     master = serializers.BooleanField(required=False, help_text="distributed")
-    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    min_pods = bounded_integer(
+        bounds.PODS, required=False, help_text="distributed gang minimum; elastic minimum"
+    )
+    max_pods = bounded_integer(bounds.PODS, required=False, help_text="training: elastic maximum")
+    handles_resize = serializers.BooleanField(
+        required=False, help_text="elastic: no restart from checkpoint on a size change"
+    )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",

@@ -15,6 +15,7 @@ from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
+from scheduling.specs import range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -24,10 +25,17 @@ FORM_KINDS = (
 )
 # Fields each kind shows on top of the common ones.
 KIND_FIELDS = {
-    WorkloadKind.TRAINING: ("checkpoint_dir",),
-    WorkloadKind.DISTRIBUTED: ("workers", "master", "min_pods", "checkpoint_dir"),
+    WorkloadKind.TRAINING: ("min_pods", "max_pods", "handles_resize", "checkpoint_dir"),
+    WorkloadKind.DISTRIBUTED: (
+        "workers",
+        "master",
+        "min_pods",
+        "max_pods",
+        "handles_resize",
+        "checkpoint_dir",
+    ),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
-    WorkloadKind.INFERENCE: ("replicas", "ports"),
+    WorkloadKind.INFERENCE: ("replicas", "min_replicas", "max_replicas", "ports"),
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
@@ -72,8 +80,25 @@ class WorkloadForm(forms.Form):
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
     workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
-    min_pods = whole_field(bounds.PODS, "Gang minimum", required=False)
+    min_pods = whole_field(
+        bounds.PODS, "Minimum pods", required=False, help_text="Elastic: with maximum pods."
+    )
+    max_pods = whole_field(
+        bounds.PODS,
+        "Maximum pods",
+        required=False,
+        help_text="Elastic: starts with the minimum, grows with idle GPUs up to this.",
+    )
+    handles_resize = forms.BooleanField(
+        label="Handles resizing itself",
+        required=False,
+        help_text="Unticked: the pods restart from their checkpoint when the size changes.",
+    )
     replicas = whole_field(bounds.PODS, required=False, initial=1)
+    min_replicas = whole_field(bounds.PODS, "Minimum replicas", required=False)
+    max_replicas = whole_field(
+        bounds.PODS, "Maximum replicas", required=False, help_text="Elastic: with the minimum."
+    )
     ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
     node_pools = _text("Node pools", help_text="In order of preference, comma separated.")
     gpu_model = _text("GPU model", max_length=200, help_text="e.g. A100|H100; empty = any.")
@@ -168,9 +193,14 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "priority_class",
             "max_runtime_s",
             "checkpoint_dir",
-            "min_pods",
+            "handles_resize",
         )
     }
+    if workload.kind == WorkloadKind.DISTRIBUTED:
+        initial["min_pods"] = workload.min_pods
+    if workload.elastic:
+        low, high = range_fields(workload.kind)
+        initial.update({low: workload.min_pods, high: workload.pods})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",

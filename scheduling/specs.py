@@ -39,6 +39,10 @@ DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
 
 # Spec keys kept in Workload.spec rather than in a column.
 EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search", "run_as_root"}
+# An elastic range: pods (training, distributed) or replicas (inference), min .. max.
+RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
+RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
+ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
     "image",
     "command",
@@ -60,7 +64,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
-SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | {"params"}
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -76,6 +80,7 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_program(raw, out, errors)
     _clean_resources(raw, out, errors)
     _clean_pods(kind, raw, out, errors)
+    _clean_range(kind, raw, out, errors)
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
@@ -222,7 +227,9 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
         master = bool(_boolean(raw, "master", errors))
         pods = workers + int(master)
         min_pods = _integer(raw, "min_pods", pods, bounds.PODS, errors) or pods
-        if not 1 <= min_pods <= pods:
+        if raw.get("max_pods") not in (None, ""):
+            pods = min_pods  # elastic: _clean_range checks min_pods against max_pods
+        elif not 1 <= min_pods <= pods:
             _add(errors, "min_pods", f"The gang minimum is between 1 and {pods} pods.")
         out["spec"].update(workers=workers, master=master)
     elif kind == WorkloadKind.INFERENCE:
@@ -231,6 +238,42 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
     elif raw.get("pods") not in (None, "", 1, "1"):
         _add(errors, "pods", "This kind runs exactly one pod.")
     out.update(pods=max(pods, 1), min_pods=max(min_pods, 1))
+
+
+def range_fields(kind: str) -> tuple[str, str]:
+    """The names a kind's elastic range goes by: min_replicas .. max_replicas for a
+    service, min_pods .. max_pods for training."""
+    return RANGE_FIELDS.get(WorkloadKind(kind), ("min_pods", "max_pods"))
+
+
+def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """An elastic range, when its maximum is given: the workload starts with the minimum
+    (1 when not given) and may grow to the maximum (`pods`)."""
+    low_name, high_name = range_fields(kind)
+    given = [k for k in (low_name, high_name, "handles_resize") if raw.get(k) not in (None, "")]
+    out["elastic"], out["handles_resize"] = False, False
+    if kind not in ELASTIC_KINDS:
+        for key in given:
+            _add(errors, key, "Only training, distributed and inference work is elastic.")
+        return
+    if raw.get(high_name) in (None, ""):
+        gang = kind == WorkloadKind.DISTRIBUTED  # min_pods alone is its gang minimum
+        if raw.get(low_name) not in (None, "") and not gang:
+            _add(errors, low_name, f"Give {high_name} too: the range is {low_name}..{high_name}.")
+        return
+    high = _integer(raw, high_name, None, bounds.PODS, errors)
+    low = _integer(raw, low_name, 1, bounds.PODS, errors)
+    if high is None or low is None:
+        return
+    if low > high:
+        _add(errors, low_name, f"The minimum ({low}) is more than the maximum ({high}).")
+        return
+    out.update(pods=high, min_pods=low, elastic=True)
+    out["handles_resize"] = bool(_boolean(raw, "handles_resize", errors))
+    if kind == WorkloadKind.INFERENCE:
+        out["spec"]["replicas"] = high
+    elif kind == WorkloadKind.DISTRIBUTED:
+        out["spec"].update(workers=high, master=False)
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:

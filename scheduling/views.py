@@ -118,6 +118,7 @@ def _live_context(workload: Workload) -> dict[str, Any]:
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
+        "size": selectors.size_text(workload),
         "events": workload.events.all(),
         "allocations": workload.allocations.select_related("node__cluster", "node__pool"),
     }
