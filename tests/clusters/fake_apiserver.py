@@ -29,6 +29,7 @@ import copy
 import itertools
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -1144,6 +1145,18 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def serve_in_process(stack: Any, nodes: int, gpus: int, window: int | None = None) -> dict:
+    """Start `main()` in a child process (closed when `stack`, an ExitStack, unwinds) and
+    return a kubeconfig for it: what the `bench_*` commands measure against."""
+    args = [sys.executable, "-m", "tests.clusters.fake_apiserver", str(nodes), str(gpus)]
+    if window is not None:
+        args.append(str(window))
+    server = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    stack.callback(server.wait, 30)
+    stack.callback(server.stdin.close)
+    return kubeconfig_for(server.stdout.readline().strip())
 
 
 def main() -> None:
