@@ -105,6 +105,8 @@ def summarize(
         gpu_allocation=_ratio(rec.allocated_window, sim.cluster.capacity * window),
         gpu_allocation_whole_run=_ratio(rec.allocated_total, sim.cluster.capacity * sim.now),
         evictions_by_reason=dict(sorted(sim.eviction_counts.items())),
+        elastic_jobs=sum(1 for run in sim.runs.values() if run.job.elastic),
+        resizes=sum(run.resizes for run in sim.runs.values()),
         fairness_jain=_rounded(jain_index([r for r in ratios if r is not None]), 4),
         worst_team=worst,
         worst_team_extra_queueing_s=extras.get(worst) if worst else None,
