@@ -207,10 +207,14 @@ class Simulation:
         result = self.policy.decide(self, self.now)
         for eviction in result.evictions:
             self._evict(eviction)
+        # Pods taken back first (they made room for this cycle's admissions), pods added
+        # last (they took what was idle after them).
+        for resize in result.resizes:
+            self._resize(self.running[resize.workload_id], resize, shrink=True)
         for admission in result.admissions:
             self._admit(self.pending[admission.workload_id], admission.pods)
         for resize in result.resizes:
-            self._resize(self.running[resize.workload_id], resize)
+            self._resize(self.running[resize.workload_id], resize, shrink=False)
         return bool(result.evictions or result.admissions or result.resizes)
 
     def _release(self, run: JobRun) -> None:
@@ -246,29 +250,33 @@ class Simulation:
             left = (run.job.duration - run.saved) / run.rate
             self._push(self.now + left, FINISH, run.job.id, run.epoch)
 
-    def _resize(self, run: JobRun, resize: Resize) -> None:
-        """An elastic job grows or shrinks: it restarts from its checkpoint at the new
-        size (or goes on from where it is, when it handles resizing itself)."""
+    def _resize(self, run: JobRun, resize: Resize, shrink: bool) -> None:
+        """An elastic job gives pods back (`shrink`) or takes new ones: it restarts from
+        its checkpoint at the new size (or goes on from where it is, when it handles
+        resizing itself). A resize that both removes and adds pods restarts once."""
         job = run.job
         assert run.placement is not None
+        pods = resize.removed if shrink else tuple(p.pod for p in resize.added)
+        if not pods:
+            return
         progress = run.progress(self.now)
-        saved = (
-            progress
-            if job.handles_resize
-            else run.checkpointed(self.now, self.config.checkpoint_interval)
-        )
+        interval = self.config.checkpoint_interval
+        saved = progress if job.handles_resize else run.checkpointed(self.now, interval)
         run.lost_gpu_s += (progress - saved) / run.rate * run.gpus_held
-        gone = set(resize.removed)
-        removed = tuple(p for p in run.placement if p.pod in gone)
-        self.cluster.release(job.id, removed, job.cpu, job.memory_gib)
-        self.cluster.allocate(job.id, resize.added, job.cpu, job.memory_gib)
         before = run.gpus_held
-        kept = tuple(p for p in run.placement if p.pod not in gone)
-        run.placement = tuple(sorted(kept + resize.added, key=lambda p: p.pod))
+        if shrink:
+            gone = set(pods)
+            removed = tuple(p for p in run.placement if p.pod in gone)
+            self.cluster.release(job.id, removed, job.cpu, job.memory_gib)
+            run.placement = tuple(p for p in run.placement if p.pod not in gone)
+        else:
+            self.cluster.allocate(job.id, resize.added, job.cpu, job.memory_gib)
+            run.placement = tuple(sorted(run.placement + resize.added, key=lambda p: p.pod))
         self.recorder.allocation_changed(job.team, run.gpus_held - before)
         run.nodes = tuple(dict.fromkeys(pod.node_id for pod in run.placement))
         run.saved, run.run_start, run.resized_at = saved, self.now, self.now
-        run.resizes += 1
+        if shrink or not resize.removed:
+            run.resizes += 1
         run.epoch += 1
         self._push_finish(run)
 
