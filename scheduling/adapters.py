@@ -26,6 +26,7 @@ from django.db.models import Q
 from clusters.models import Cluster, Gpu, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
 from scheduling import bounds
+from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.models import (
     ACTIVE_STATES,
@@ -353,10 +354,14 @@ def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
         mode = t.TopologyMode.REQUIRED if wl.topology_required else t.TopologyMode.PREFERRED
         topology = t.TopologyConstraint(wl.topology_level, mode)
     active = wl.state in ACTIVE_STATES
+    # A service scaled on load may grow only to what its load asks for (and never hides
+    # a pod it holds beyond that).
+    held = [a.pod_index + 1 for a in allocations] if active else []
+    pods = max([wanted_replicas(wl), *held])
     return t.Workload(
         id=str(wl.pk),
         queue_id=project_queue(wl.project_id),
-        pods=(_pod_request(wl),) * wl.pods,
+        pods=(_pod_request(wl),) * pods,
         priority=wl.priority,
         priority_class=wl.priority_class,
         preemptible=wl.preemptible,

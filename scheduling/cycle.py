@@ -38,6 +38,7 @@ from django.utils import timezone
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
 from scheduling import adapters
+from scheduling.autoscale import autoscale_apply
 from scheduling.elastic import resizes_apply
 from scheduling.engine import schedule
 from scheduling.engine import types as t
@@ -105,6 +106,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         with transaction.atomic():
             nodes_lock()
             clusters |= max_runtime_enforce(now, run)
+            clusters |= autoscale_apply(now)
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
             clusters |= quarantine(read)

@@ -41,6 +41,10 @@ DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
 EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search", "run_as_root"}
 # An elastic range: pods (training, distributed) or replicas (inference), min .. max.
 RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
+# Scale-up on load of an elastic service (scheduling/autoscale.py).
+SCALE_KEYS = {"scale_metric", "scale_target", "scale_cooldown_s"}
+SCALE_METRICS = ("gpu_utilization",)
+SCALE_TARGET = Bound.of(1, 100, unit="percent")
 RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
 ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
@@ -64,7 +68,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
-SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | {"params"}
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | SCALE_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -81,6 +85,9 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_resources(raw, out, errors)
     _clean_pods(kind, raw, out, errors)
     _clean_range(kind, raw, out, errors)
+    if not out.get("elastic") or kind != WorkloadKind.INFERENCE:
+        for key in sorted(k for k in SCALE_KEYS if raw.get(k) not in (None, "")):
+            _add(errors, key, "Only an elastic service (min_replicas..max_replicas) scales.")
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
@@ -272,8 +279,26 @@ def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Er
     out["handles_resize"] = bool(_boolean(raw, "handles_resize", errors))
     if kind == WorkloadKind.INFERENCE:
         out["spec"]["replicas"] = high
+        _clean_scaling(raw, out, errors)
     elif kind == WorkloadKind.DISTRIBUTED:
         out["spec"].update(workers=high, master=False)
+
+
+def _clean_scaling(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """Scale-up on load: a GPU utilization target in percent, and a cool-down."""
+    metric = raw.get("scale_metric") or SCALE_METRICS[0]
+    if raw.get("scale_target") in (None, ""):
+        if raw.get("scale_metric") or raw.get("scale_cooldown_s") not in (None, ""):
+            _add(errors, "scale_target", "Give the target to scale on.")
+        return
+    if metric not in SCALE_METRICS:
+        # Request counts are not among the metrics GPUPool collects (GPU samples are).
+        _add(errors, "scale_metric", f"Use one of {', '.join(SCALE_METRICS)}.")
+    target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+    cooldown = _integer(raw, "scale_cooldown_s", 300, bounds.GRACE_S, errors)
+    if target is not None and cooldown is not None:
+        out["spec"].update(scale_metric=metric, scale_target=float(target))
+        out["spec"]["scale_cooldown_s"] = cooldown
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:

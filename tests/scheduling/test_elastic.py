@@ -4,8 +4,12 @@ size change is on its timeline with the pods told their rank and world size."""
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
+import pytest
+from django.utils import timezone
+
+from clusters.metrics.models import GpuSample
 from clusters.podspecs import pod_specs_for
 from portal.errors import ValidationFailed
 from scheduling.cycle import cycle_run
@@ -145,3 +149,59 @@ def test_outsiders_cannot_see_an_elastic_job(client_as, org, cluster, submit):
     job = submit(org.researcher, org.project_a, "elastic", gpus=1, min_pods=2, max_pods=8)
     assert client_as(org.outsider).get(f"/api/v1/workloads/{job.pk}/").status_code == 404
     assert f.Role  # the personas come from tests.factories
+
+
+def _load(workload, util: float, at) -> None:
+    for a in workload.allocations.all():
+        for index in a.gpu_indices:
+            GpuSample.objects.create(
+                ts=at, node_id=a.node_id, gpu_index=index, util_pct=util, workload_id=workload.pk
+            )
+
+
+def test_a_service_scales_up_on_gpu_load_with_a_cool_down_and_back_down(org, cluster, submit):
+    svc = submit(
+        org.researcher, org.project_a, "svc", kind="inference", gpus=1, ports=[8000],
+        min_replicas=1, max_replicas=4, scale_target=50, scale_cooldown_s=600,
+    )  # fmt: skip
+    t0 = timezone.now()
+    cycle_run(t0)
+    assert _pods(svc) == [0]  # no load seen yet: it runs at its minimum
+    _load(svc, 100, t0)
+    cycle_run(t0 + dt.timedelta(seconds=60))
+    svc.refresh_from_db()
+    assert _pods(svc) == [0, 1] and svc.spec["wanted_replicas"] == 2
+    _load(svc, 100, t0 + dt.timedelta(seconds=90))
+    cycle_run(t0 + dt.timedelta(seconds=120))  # within the cool-down: no change
+    assert _pods(svc) == [0, 1]
+    _load(svc, 10, t0 + dt.timedelta(seconds=700))
+    GpuSample.objects.filter(util_pct=100).delete()
+    cycle_run(t0 + dt.timedelta(seconds=800))
+    svc.refresh_from_db()
+    assert _pods(svc) == [0]
+    event = svc.events.filter(type="resized").last()
+    assert event.reason == "ScaledDown" and "under the target of 50.0%" in event.message
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"scale_target": 0}, "scale_target"),
+        ({"scale_target": 101}, "scale_target"),
+        ({"scale_target": 50, "scale_metric": "requests_per_replica"}, "scale_metric"),
+        ({"scale_cooldown_s": 60}, "scale_target"),
+    ],
+)
+def test_a_bad_scaling_rule_is_refused_naming_the_field(org, cluster, submit, spec, field):
+    with pytest.raises(ValidationFailed) as refused:
+        submit(
+            org.researcher, org.project_a, "svc", kind="inference", gpus=1, ports=[8000],
+            min_replicas=1, max_replicas=4, **spec,
+        )  # fmt: skip
+    assert field in refused.value.errors
+
+
+def test_only_an_elastic_service_scales_on_load(org, cluster, submit):
+    with pytest.raises(ValidationFailed) as refused:
+        submit(org.researcher, org.project_a, "t", gpus=1, scale_target=50)
+    assert "scale_target" in refused.value.errors
