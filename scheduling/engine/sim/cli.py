@@ -112,6 +112,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="GPUS",
         help="make jobs of at least GPUS whole GPUs elastic (1-GPU pods, half to all of them)",
     )
+    parser.add_argument(
+        "--elastic-unit", type=int, default=1, help="GPUs per pod of a job made elastic"
+    )
+    parser.add_argument(
+        "--elastic-resizes-itself",
+        action="store_true",
+        help="jobs made elastic follow size changes without restarting from a checkpoint",
+    )
     return parser.parse_args(argv)
 
 
@@ -125,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         gpus_per_node = max(node.gpus for node in nodes)
         jobs, origin = read_trace(args.trace, gpus_per_node)
         if args.elastic_from is not None:
-            jobs = made_elastic(jobs, args.elastic_from)
+            jobs = made_elastic(
+                jobs, args.elastic_from, args.elastic_unit, args.elastic_resizes_itself
+            )
         quotas = quotas_from_dict(load_json(args.quotas)) if args.quotas else None
         quotas = quotas or proportional_quotas(jobs, nodes)
         overrides = load_json(args.engine_config) if args.engine_config else None

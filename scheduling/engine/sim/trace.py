@@ -167,10 +167,13 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
     )
 
 
-def made_elastic(jobs: list[TraceJob], from_gpus: float, unit: int = 1) -> list[TraceJob]:
+def made_elastic(
+    jobs: list[TraceJob], from_gpus: float, unit: int = 1, handles_resize: bool = False
+) -> list[TraceJob]:
     """The trace with every job of at least `from_gpus` whole GPUs made elastic: pods of
     `unit` GPUs each (a data-parallel worker per `unit` GPUs), able to run at half its
-    size or more (min_pods = half its pods, rounded up). Other jobs are unchanged."""
+    size or more (min_pods = half its pods, rounded up); `handles_resize`: resized without
+    a restart. Other jobs are unchanged."""
     found = []
     for job in jobs:
         gpus = job.gpus
@@ -178,7 +181,9 @@ def made_elastic(jobs: list[TraceJob], from_gpus: float, unit: int = 1) -> list[
             found.append(job)
             continue
         pods = int(gpus) // unit
-        found.append(replace(job, pods=pods, gpus_per_pod=float(unit), min_pods=-(-pods // 2)))
+        half = -(-pods // 2)
+        elastic = replace(job, pods=pods, gpus_per_pod=float(unit), min_pods=half)
+        found.append(replace(elastic, handles_resize=handles_resize))
     return found
 
 
