@@ -30,6 +30,7 @@ from clusters.podspecs import pod_specs_for
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
+from scheduling.signals import cycle_request
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -95,7 +96,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
             _refresh_states(by_workload)
             _requeue_lost(by_workload, observed, result)
         graces = workload_grace_periods(allocations)
-        desired = pod_specs_for([a for a in allocations if _runs(a.workload)], cluster, graces)
+        wanted = [a for a in allocations if _runs(a.workload) and not a.releasing]
+        desired = pod_specs_for(wanted, cluster, graces)
         report = backend.reconcile(
             desired, grace_period_s=grace_period_s(cluster), grace_periods=graces
         )
@@ -112,6 +114,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         _refresh_states(by_workload)
         _record_statuses(allocations, report)
         _restarted(by_workload, report)
+        _given_back(by_workload, report)
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
         cluster_mark_contacted(cluster, "; ".join(report.errors))
@@ -151,6 +154,21 @@ def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileRep
             PodAllocation.objects.bulk_update(allocations, ["backend_ref", "phase"])
 
 
+def _given_back(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+    """Pods an elastic workload gave back are gone: their GPUs are free now."""
+    gone = [
+        a
+        for allocations in by_workload.values()
+        for a in allocations
+        if a.releasing and _name(a) not in report.statuses
+    ]
+    if gone:
+        PodAllocation.objects.filter(pk__in=[a.pk for a in gone]).delete()
+        for allocations in by_workload.values():
+            allocations[:] = [a for a in allocations if a not in gone]
+        cycle_request()
+
+
 def _name(allocation: PodAllocation) -> str:
     return pod_name(allocation.workload_id, allocation.pod_index)
 
@@ -187,7 +205,7 @@ def _requeue_lost(
         workload = allocations[0].workload
         if not _runs(workload):
             continue
-        lost = [a for a in allocations if _lost(a, observed.get(_name(a)))]
+        lost = [a for a in allocations if not a.releasing and _lost(a, observed.get(_name(a)))]
         if lost:
             names = ", ".join(sorted({a.node.name for a in lost}))
             workload_transition(
@@ -241,9 +259,10 @@ def _apply_phases(
         workload = allocations[0].workload
         if not _runs(workload):
             continue
-        statuses = [report.statuses.get(_name(a)) for a in allocations]
+        running = [a for a in allocations if not a.releasing]
+        statuses = [report.statuses.get(_name(a)) for a in running]
         seen = [s for s in statuses if s is not None]
-        if _workload_from_phases(workload, seen, len(allocations)):
+        if _workload_from_phases(workload, seen, len(running)):
             result.transitions.append(f"{workload.pk}:{workload.state}")
             if workload.state not in ACTIVE_STATES:
                 result.finished += 1

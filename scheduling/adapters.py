@@ -162,13 +162,16 @@ def read_snapshot() -> SnapshotRead:
         queues=_queues(),
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
-    releasing = [a for a in allocations if a.workload_id not in managed]
+    # Pods of stopped or preempted workloads, and pods elastic ones gave back.
+    releasing = [a for a in allocations if a.workload_id not in managed or a.releasing]
     # Pods on an unreachable (or disabled) cluster may never confirm they are gone; they
     # keep their GPUs, but must not hold back evictions everywhere else.
     settling = {
         str(a.workload_id)
         for a in releasing
-        if (node := node_by_id.get(a.node_id)) is not None and node.cluster.reachable
+        if (node := node_by_id.get(a.node_id)) is not None
+        and node.cluster.reachable
+        and a.workload_id not in managed
     }
     return SnapshotRead(
         snapshot=snapshot,
@@ -354,10 +357,14 @@ def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
         mode = t.TopologyMode.REQUIRED if wl.topology_required else t.TopologyMode.PREFERRED
         topology = t.TopologyConstraint(wl.topology_level, mode)
     active = wl.state in ACTIVE_STATES
+    given_back = [a for a in allocations if a.releasing]  # their GPUs are taken capacity
+    allocations = [a for a in allocations if not a.releasing]
     # A service scaled on load may grow only to what its load asks for (and never hides
     # a pod it holds beyond that).
     held = [a.pod_index + 1 for a in allocations] if active else []
     pods = max([wanted_replicas(wl), *held])
+    if active and given_back:  # it grows again once the pods it gave back are gone
+        pods = max(held, default=pods)
     return t.Workload(
         id=str(wl.pk),
         queue_id=project_queue(wl.project_id),

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from clusters.selectors import workload_gpu_utilization
+from scheduling.elastic import release_pods
 from scheduling.lifecycle import workload_event
 from scheduling.models import ACTIVE_STATES, Workload, WorkloadKind
 
@@ -55,7 +56,7 @@ def _scale(wl: Workload, now: datetime) -> set[int]:
     last = spec.get(SCALED_AT)
     if last is not None and now.timestamp() - float(last) < cooldown:
         return set()
-    running = wl.allocations.count()
+    running = wl.allocations.filter(releasing=False).count()
     load = workload_gpu_utilization(wl.pk, now - timedelta(seconds=cooldown))
     if load is None or running == 0:
         return set()
@@ -72,9 +73,10 @@ def _scale(wl: Workload, now: datetime) -> set[int]:
 
 
 def _take_back(wl: Workload, running: int, wanted: int, load: float) -> set[int]:
-    newest = list(wl.allocations.select_related("node").order_by("-pod_index")[: running - wanted])
+    active = wl.allocations.filter(releasing=False).select_related("node")
+    newest = list(active.order_by("-pod_index")[: running - wanted])
     clusters = {a.node.cluster_id for a in newest}
-    wl.allocations.filter(pk__in=[a.pk for a in newest]).delete()
+    release_pods(newest)
     target = wl.spec["scale_target"]
     workload_event(
         wl,

@@ -28,10 +28,10 @@ def resizes_apply(
     for resize in resizes:
         wl = read.workloads[resize.workload_id]
         gone = list(wl.allocations.filter(pod_index__in=resize.removed))
-        before = wl.allocations.count()
+        before = wl.allocations.filter(releasing=False).count()
         freed |= adapters._devices(gone)
         clusters |= {a.node.cluster_id for a in gone}
-        PodAllocation.objects.filter(pk__in=[a.pk for a in gone]).delete()
+        release_pods(gone)
         PodAllocation.objects.bulk_create(_rows(wl, resize.added))
         clusters |= {read.nodes[p.node_id].cluster_id for p in resize.added}
         wl.resized_at = now
@@ -41,6 +41,12 @@ def resizes_apply(
             wl, type="resized", reason=_reason(resize), message=_message(read, resize, before)
         )
     return clusters, freed
+
+
+def release_pods(allocations: list[PodAllocation]) -> None:
+    """Pods given back: their rows stay, marked, so that their GPUs count as taken until
+    the cluster confirms the pods are gone (clusters.reconcile deletes the rows then)."""
+    PodAllocation.objects.filter(pk__in=[a.pk for a in allocations]).update(releasing=True)
 
 
 def _rows(wl: Workload, added: tuple[t.PodPlacement, ...]) -> list[PodAllocation]:

@@ -175,6 +175,8 @@ class PodAllocation(models.Model):
     endpoint = models.CharField(max_length=255, blank=True)
     # The backend's own handle: a pod name, a process id.
     backend_ref = models.CharField(max_length=255, blank=True)
+    # A pod an elastic workload gave back: its GPUs stay taken until the pod is gone.
+    releasing = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -136,7 +136,8 @@ def gpus_allocated(wl: Workload) -> Decimal:
 
 def workload_size(wl: Workload) -> dict[str, int]:
     """Pods running now (allocated), and the range it may run with."""
-    return {"current": len(wl.allocations.all()), "min": wl.min_pods, "max": wl.pods}
+    current = sum(1 for a in wl.allocations.all() if not a.releasing)
+    return {"current": current, "min": wl.min_pods, "max": wl.pods}
 
 
 def size_text(wl: Workload) -> str:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from clusters.metrics.models import GpuSample
 from clusters.podspecs import pod_specs_for
+from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, WorkloadPolicy
@@ -19,7 +20,9 @@ from tests.scheduling.conftest import make_nodes
 
 
 def _pods(workload) -> list[int]:
-    return sorted(workload.allocations.values_list("pod_index", flat=True))
+    """The pods it runs with (not those it gave back, still going away)."""
+    running = workload.allocations.filter(releasing=False)
+    return sorted(running.values_list("pod_index", flat=True))
 
 
 def test_an_elastic_training_job_starts_within_quota_and_grows_with_idle_gpus(org, cluster, submit):
@@ -50,8 +53,21 @@ def test_reclaim_takes_extra_pods_and_writes_the_resize_on_the_timeline(org, six
     assert "From 16 to 14 pods (range 2..16): room for nlp/needs2" in event.message
     assert "restart from their checkpoint" in event.message
     assert job.restarting and job.resized_at is not None
-    # The freed GPUs are still held by pods going away: the beneficiary starts next cycle.
+    # The freed GPUs are still held by pods going away: the beneficiary waits for them.
     assert other.state == "pending"
+    assert sorted(job.allocations.filter(releasing=True).values_list("pod_index", flat=True)) == [
+        14,
+        15,
+    ]
+    cycle_run()
+    other.refresh_from_db()
+    assert other.state == "pending"  # the cluster has not confirmed the pods are gone
+    cluster_reconcile(sixteen[0].cluster)  # the simulated backend deletes them
+    assert not job.allocations.filter(releasing=True).exists()
+    cycle_run()
+    other.refresh_from_db()
+    job.refresh_from_db()
+    assert other.state == "admitted" and _pods(job) == list(range(14))
 
 
 def test_each_pod_is_told_its_rank_and_the_current_world_size(org, cluster, submit):
