@@ -15,7 +15,7 @@ from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
-from scheduling.specs import range_fields
+from scheduling.specs import SCALE_TARGET, range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -35,7 +35,14 @@ KIND_FIELDS = {
         "checkpoint_dir",
     ),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
-    WorkloadKind.INFERENCE: ("replicas", "min_replicas", "max_replicas", "ports"),
+    WorkloadKind.INFERENCE: (
+        "replicas",
+        "min_replicas",
+        "max_replicas",
+        "scale_target",
+        "scale_cooldown_s",
+        "ports",
+    ),
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
@@ -98,6 +105,15 @@ class WorkloadForm(forms.Form):
     min_replicas = whole_field(bounds.PODS, "Minimum replicas", required=False)
     max_replicas = whole_field(
         bounds.PODS, "Maximum replicas", required=False, help_text="Elastic: with the minimum."
+    )
+    scale_target = decimal_field(
+        SCALE_TARGET,
+        "Scale at GPU utilization (%)",
+        required=False,
+        help_text="Elastic: more replicas when the GPUs are busier than this.",
+    )
+    scale_cooldown_s = whole_field(
+        bounds.GRACE_S, "Scaling cool-down (s)", required=False, help_text="Default 300."
     )
     ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
     node_pools = _text("Node pools", help_text="In order of preference, comma separated.")
@@ -201,6 +217,7 @@ def initial_from(workload: Workload) -> dict[str, Any]:
     if workload.elastic:
         low, high = range_fields(workload.kind)
         initial.update({low: workload.min_pods, high: workload.pods})
+        initial.update({k: spec[k] for k in ("scale_target", "scale_cooldown_s") if k in spec})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",

@@ -14,7 +14,7 @@ from clusters.podspecs import pod_specs_for
 from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
 from scheduling.cycle import cycle_run
-from scheduling.models import PodAllocation, WorkloadPolicy
+from scheduling.models import PodAllocation, Workload, WorkloadPolicy
 from tests import factories as f
 from tests.scheduling.conftest import make_nodes
 
@@ -221,3 +221,31 @@ def test_only_an_elastic_service_scales_on_load(org, cluster, submit):
     with pytest.raises(ValidationFailed) as refused:
         submit(org.researcher, org.project_a, "t", gpus=1, scale_target=50)
     assert "scale_target" in refused.value.errors
+
+
+def test_the_form_takes_a_scaled_service_and_a_clone_keeps_its_range(client_as, org, cluster):
+    client = client_as(org.researcher)
+    post = {
+        "project": org.project_a.pk, "name": "svc", "image": "img", "gpu_request": "whole",
+        "gpus": "1", "cpu": "1", "memory_mib": "1024", "replicas": "1", "ports": "8000",
+        "min_replicas": "1", "max_replicas": "3", "scale_target": "70",
+        "scale_cooldown_s": "120",
+    }  # fmt: skip
+    response = client.post("/workloads/new/inference/", post)
+    assert response.status_code == 302, response.context["form"].errors
+    svc = Workload.objects.get(name="svc")
+    assert (svc.min_pods, svc.pods, svc.spec["scale_target"], svc.spec["scale_cooldown_s"]) == (
+        1,
+        3,
+        70.0,
+        120,
+    )
+    clone = client.get(f"/workloads/{svc.pk}/clone/")
+    initial = clone.context["form"].initial
+    assert (initial["min_replicas"], initial["max_replicas"], initial["scale_target"]) == (
+        1,
+        3,
+        70.0,
+    )
+    bad = client.post("/workloads/new/inference/", {**post, "name": "s2", "scale_target": "0"})
+    assert "scale_target" in bad.context["form"].errors
