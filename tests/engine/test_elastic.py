@@ -25,7 +25,7 @@ from scheduling.engine.types import (
     Workload,
 )
 from tests.engine.builders import cycles, dept, evicted, job, nodes, project, run, running, snapshot
-from tests.engine.test_properties import _check_no_overcommit
+from tests.engine.test_properties import _check_no_overcommit, random_snapshot
 
 G = Resource.GPU
 NOW = 1000.0
@@ -246,3 +246,31 @@ def test_the_elastic_snapshots_are_not_trivial() -> None:
         if r.added
     )
     assert grown > 0
+
+
+def mixed_snapshot(seed: int) -> Snapshot:
+    """The general random snapshots (fractions, gangs, racks, two pools, limits) with some
+    of their multi-pod and whole-GPU work made elastic."""
+    rng = random.Random(seed)
+    snap = random_snapshot(seed)
+    workloads = []
+    for wl in snap.workloads:
+        made = wl
+        if rng.random() < 0.4 and not wl.pods[0].is_shared:
+            more = rng.randint(0, 3)
+            pods = wl.pods + (wl.pods[0],) * more if wl.placement is None else wl.pods
+            made = replace(wl, pods=pods, min_pods=rng.randint(1, len(pods)), elastic=True)
+        workloads.append(made)
+    return replace(snap, workloads=tuple(workloads))
+
+
+@FAST
+@given(seeds)
+def test_elastic_work_among_every_kind_of_request_never_overcommits_or_drops_below_min(
+    seed: int,
+) -> None:
+    for before, result in cycles(mixed_snapshot(seed), 8):
+        _check_no_overcommit(apply_result(before, result, NOW))
+        for wl in apply_result(before, result, NOW).workloads:
+            if wl.elastic and wl.placement is not None and wl.started_at is not None:
+                assert len(wl.placement) >= wl.gang_min or wl.degraded_since is not None
