@@ -169,9 +169,7 @@ def read_snapshot() -> SnapshotRead:
     settling = {
         str(a.workload_id)
         for a in releasing
-        if (node := node_by_id.get(a.node_id)) is not None
-        and node.cluster.reachable
-        and a.workload_id not in managed
+        if (node := node_by_id.get(a.node_id)) is not None and node.cluster.reachable
     }
     return SnapshotRead(
         snapshot=snapshot,
