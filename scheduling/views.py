@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from clusters.selectors import workload_pod_logs
+from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import (
@@ -115,12 +115,15 @@ def workload_clone(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _live_context(workload: Workload) -> dict[str, Any]:
+    allocations = list(workload.allocations.select_related("node__cluster", "node__pool"))
+    for allocation in allocations:
+        allocation.enforced = enforced_limits(allocation)  # type: ignore[attr-defined]
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
         "size": selectors.size_text(workload),
         "events": workload.events.all(),
-        "allocations": workload.allocations.select_related("node__cluster", "node__pool"),
+        "allocations": allocations,
     }
 
 

@@ -248,8 +248,31 @@ def _validate_volumes(volumes: list[dict]) -> set[str]:
             raise ApiError(422, "Invalid", "spec.volumes.persistentVolumeClaim.claimName")
         if "configMap" in volume and not (volume["configMap"] or {}).get("name"):
             raise ApiError(422, "Invalid", "spec.volumes.configMap.name: Required value")
+        sources = [k for k in volume if k != "name"]
+        if len(sources) != 1:
+            message = "must specify a volume type" if not sources else "may not specify more "
+            message += "" if not sources else "than 1 volume type"
+            raise ApiError(422, "Invalid", f"spec.volumes[{name}]: {message}")
+        if "hostPath" in volume:
+            _validate_host_path(volume["hostPath"] or {})
         names.add(name)
     return names
+
+
+HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
+                   "CharDevice", "BlockDevice"}  # fmt: skip
+
+
+def _validate_host_path(host_path: dict) -> None:
+    """As the real server checks a hostPath: a path, no '..' in it, a known type."""
+    path = str(host_path.get("path") or "")
+    if not path:
+        raise ApiError(422, "Invalid", "spec.volumes.hostPath.path: Required value")
+    if ".." in path.split("/"):
+        raise ApiError(422, "Invalid", "spec.volumes.hostPath.path: must not contain '..'")
+    kind = host_path.get("type", "")
+    if kind not in HOST_PATH_TYPES:
+        raise ApiError(422, "Invalid", f'spec.volumes.hostPath.type: Unsupported value: "{kind}"')
 
 
 def _namespace(name: str) -> dict:

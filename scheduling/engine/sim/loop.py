@@ -118,6 +118,7 @@ class Simulation:
         self.now = 0.0
         self.cycles = 0
         self.eviction_counts: dict[str, int] = {}
+        self.lost_gpu_s_by_reason: dict[str, float] = {}
         self._sorted_pending: list[JobRun] | None = None
         self._seq = 0
         self._follow_up = False
@@ -262,7 +263,11 @@ class Simulation:
         progress = run.progress(self.now)
         interval = self.config.checkpoint_interval
         saved = progress if job.handles_resize else run.checkpointed(self.now, interval)
-        run.lost_gpu_s += (progress - saved) / run.rate * run.gpus_held
+        lost = (progress - saved) / run.rate * run.gpus_held
+        run.lost_gpu_s += lost
+        if lost:
+            lost_by = self.lost_gpu_s_by_reason
+            lost_by["resize"] = lost_by.get("resize", 0.0) + lost
         before = run.gpus_held
         if shrink:
             gone = set(pods)
@@ -283,8 +288,8 @@ class Simulation:
     def _evict(self, eviction: Eviction) -> None:
         run = self.running.pop(eviction.workload_id)
         saved = run.checkpointed(self.now, self.config.checkpoint_interval)
-        lost = run.progress(self.now) - saved
-        run.lost_gpu_s += lost / run.rate * run.gpus_held
+        lost = (run.progress(self.now) - saved) / run.rate * run.gpus_held  # GPU-seconds
+        run.lost_gpu_s += lost
         run.saved = saved
         run.run_start = None
         run.preemptions += 1
@@ -292,6 +297,8 @@ class Simulation:
         run.evictions.append(str(eviction.reason))
         reason = str(eviction.reason)
         self.eviction_counts[reason] = self.eviction_counts.get(reason, 0) + 1
+        lost_by = self.lost_gpu_s_by_reason
+        lost_by[reason] = lost_by.get(reason, 0.0) + lost
         self._release(run)
         run.pending_since = self.now
         self.pending[run.job.id] = run
