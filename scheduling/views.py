@@ -50,7 +50,8 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     workloads = selectors.workload_list(request.user, request.GET)
     if request.GET.get("format") == "csv":
         return _csv(workloads)
-    rows = [selectors.workload_row(wl) for wl in workloads[:LIST_LIMIT]]
+    shown = workloads[:LIST_LIMIT]
+    rows = [{**selectors.workload_row(wl), "size": selectors.size_text(wl)} for wl in shown]
     context = {
         "rows": rows,
         "truncated": len(rows) == LIST_LIMIT,

@@ -249,3 +249,11 @@ def test_the_form_takes_a_scaled_service_and_a_clone_keeps_its_range(client_as, 
     )
     bad = client.post("/workloads/new/inference/", {**post, "name": "s2", "scale_target": "0"})
     assert "scale_target" in bad.context["form"].errors
+
+
+def test_the_list_page_shows_the_size_of_elastic_work(client_as, org, cluster, submit):
+    submit(org.researcher, org.project_a, "elastic", gpus=1, min_pods=2, max_pods=6)
+    cycle_run()
+    page = client_as(org.researcher).get("/workloads/")
+    assert b"6 of 2..6 pods" in page.content
+    assert client_as(org.outsider).get("/workloads/").content.count(b"of 2..6 pods") == 0
