@@ -195,6 +195,10 @@ def test_the_form_shows_a_field_error_or_queues_a_row_a_cycle_takes(
         post = {"project": org.project_a.pk, "name": "prop", "image": "img", "gpus": "0"}
         post.update({field: as_form_text(value) for field, value in spec.items()})
         response = client.post(f"/workloads/new/{kind}/", post)
+        if any("\x00" in str(value) for value in post.values()):
+            # Refused at the door, naming the field (portal/middleware.py).
+            assert response.status_code == 400
+            return
         assert response.status_code in (200, 302)
         if response.status_code == 200:
             # A field the kind's form does not show is never read: nothing to refuse.
