@@ -46,6 +46,37 @@ def simulated_pool_ids() -> set[int]:
     return set(_pools_of((Backend.SIMULATED,)).values_list("pk", flat=True))
 
 
+def pool_backends() -> dict[str, set[str]]:
+    """Node pool name -> the backends of the enabled clusters that feed it (its own
+    cluster's and its nodes'), for forms that explain what a pool runs: two queries."""
+    backends: dict[str, set[str]] = {
+        name: set() for name in NodePool.objects.values_list("name", flat=True)
+    }
+    own = NodePool.objects.filter(cluster__enabled=True).values_list("name", "cluster__backend")
+    fed = (
+        Node.objects.filter(pool__isnull=False, cluster__enabled=True)
+        .values_list("pool__name", "cluster__backend")
+        .distinct()
+    )
+    for name, backend in [*own, *fed]:
+        backends.setdefault(name, set()).add(backend)
+    return backends
+
+
+def gpu_models() -> list[str]:
+    """The GPU models the inventory holds, for a form's choices."""
+    models = Gpu.objects.exclude(model="").values_list("model", flat=True).distinct()
+    return sorted(set(models))
+
+
+def topology_levels() -> list[str]:
+    """The topology levels the nodes name (rack, zone, ...), for a form's suggestions."""
+    levels: set[str] = set()
+    for topology in Node.objects.exclude(topology={}).values_list("topology", flat=True).distinct():
+        levels.update(topology or {})
+    return sorted(levels)
+
+
 def cluster_list() -> QuerySet[Cluster]:
     return Cluster.objects.annotate(
         node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__gpus", distinct=True)

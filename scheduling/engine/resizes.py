@@ -27,3 +27,13 @@ class Book:
 
     originals: dict[str, Workload] = field(default_factory=dict)
     changes: dict[str, Change] = field(default_factory=dict)
+
+
+def fixed_slots(wl: Workload, slots: list[PodSlot]) -> list[PodSlot]:
+    """The slots that count as non-preemptible work: none for preemptible work, and only
+    the minimum of an elastic workload (its extras may always be taken back)."""
+    if wl.preemptible:
+        return []
+    if not wl.elastic:
+        return slots
+    return sorted(slots, key=lambda slot: slot.pod)[: wl.gang_min]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scheduling.engine import schedule
 from scheduling.engine.apply import apply_result, remove_workloads
+from scheduling.engine.cycle import Engine
 from scheduling.engine.types import (
     Gpu,
     Node,
@@ -274,3 +275,15 @@ def test_elastic_work_among_every_kind_of_request_never_overcommits_or_drops_bel
         for wl in apply_result(before, result, NOW).workloads:
             if wl.elastic and wl.placement is not None and wl.started_at is not None:
                 assert len(wl.placement) >= wl.gang_min or wl.degraded_since is not None
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seeds)
+def test_the_kept_engine_decides_elastic_work_as_a_fresh_build_does(seed: int) -> None:
+    engine = Engine()
+    snap, now = mixed_snapshot(seed), NOW
+    for _ in range(6):
+        fresh = schedule(snap, SchedulerConfig(), now)
+        assert engine.schedule(snap, SchedulerConfig(), now) == fresh
+        snap = apply_result(snap, fresh, now)
+        now += 60

@@ -38,29 +38,27 @@ from scheduling.engine.fairshare import Key
 from scheduling.engine.resizes import Book, Change
 from scheduling.engine.state import PodSlot
 from scheduling.engine.statement import slot_amounts, slot_placement
-from scheduling.engine.types import RESOURCES, Resize, TopologyMode, Workload
+from scheduling.engine.types import RESOURCES, Resize, Snapshot, TopologyMode, Workload
 
 MAX_SHRINKS = 64  # extra pods one reclaim may take back, like reclaim's MAX_VICTIMS
 
 
-def start_view(wl: Workload, book: Book) -> Workload:
-    """What the other actions see: a pending elastic workload is a gang of its minimum."""
-    if not wl.elastic:
-        return wl
-    book.originals[wl.id] = wl
-    if wl.placement is None and wl.gang_min < len(wl.pods):
-        return replace(wl, pods=wl.pods[: wl.gang_min], min_pods=None)
-    return wl
-
-
-def fixed_slots(wl: Workload, slots: list[PodSlot]) -> list[PodSlot]:
-    """The slots that count as non-preemptible work: none for preemptible work, and only
-    the minimum of an elastic workload (its extras may always be taken back)."""
-    if wl.preemptible:
-        return []
-    if not wl.elastic:
-        return slots
-    return sorted(slots, key=_pod)[: wl.gang_min]
+def elastic_view(snapshot: Snapshot) -> tuple[Snapshot, Book]:
+    """The snapshot the cycle works on, and its elastic workloads as submitted: a pending
+    elastic workload is, to every action but growth, a gang of its first min_pods pods.
+    Without elastic workloads the snapshot itself (the incremental state's diff stays
+    empty)."""
+    book = Book()
+    workloads = []
+    for wl in snapshot.workloads:
+        if wl.elastic:
+            book.originals[wl.id] = wl
+            if wl.placement is None and wl.gang_min < len(wl.pods):
+                wl = replace(wl, pods=wl.pods[: wl.gang_min], min_pods=None)  # noqa: PLW2901
+        workloads.append(wl)
+    if not book.originals:
+        return snapshot, book
+    return replace(snapshot, workloads=tuple(workloads)), book
 
 
 def extra_slots(wl: Workload, slots: list[PodSlot]) -> list[PodSlot]:
@@ -242,10 +240,11 @@ def _victim_holds_less(ctx: Context, wl: Workload, slot: PodSlot) -> None:
     pool, gpus = slot.node.pool, slot_amounts(slot)[0]
     for victim in victims:
         if victim.wl.id == wl.id:
-            victim.gpus[pool] -= gpus
+            before = victim.gpus  # shared with the kept victim_parts: replaced, not changed
+            victim.gpus = {**before, pool: before.get(pool, 0.0) - gpus}
 
-            def undo(victim: Victim = victim) -> None:
-                victim.gpus[pool] += gpus
+            def undo(victim: Victim = victim, before: dict[str, float] = before) -> None:
+                victim.gpus = before
 
             ctx.state.log.append(undo)
 
