@@ -65,6 +65,7 @@ def pod_program(workload: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 DISTRIBUTED = "distributed"  # scheduling.models.WorkloadKind.DISTRIBUTED
+TRAINING = "training"  # an elastic training job's pods meet like a distributed job's
 RENDEZVOUS_PORT = 29500  # PyTorch's default MASTER_PORT
 LOCAL_PORTS = (29500, 10000)  # on one machine: 29500 + workload id mod 10000
 HOSTFILE = "/etc/gpupool/hostfile"
@@ -77,9 +78,10 @@ def rendezvous_for(
     they are) the rank-0 pod's stable name through the workload's headless Service
     (`<pod>.<service>.<namespace>.svc`, both names carrying the owner's identities as the
     backend names them), on one machine 127.0.0.1 and a port of the workload's own.
-    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods), in
-    rank order."""
-    if workload.kind != DISTRIBUTED:
+    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods, an
+    elastic job with any number in its range), in rank order."""
+    elastic = getattr(workload, "elastic", False) and workload.kind == TRAINING
+    if workload.kind != DISTRIBUTED and not elastic:
         return None
     gpus = workload.gpus or 0
     slots = max(int(gpus), 1)
@@ -154,6 +156,11 @@ def pod_spec(
     peers = peers or tuple(range(workload.pods))
     rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
     env = pod_env(allocation)
+    if allocation.pod_index in peers:  # the current size: an elastic job's changes
+        env.update(
+            GPUPOOL_RANK=str(peers.index(allocation.pod_index)),
+            GPUPOOL_WORLD_SIZE=str(len(peers)),
+        )
     if rendezvous is not None and allocation.pod_index in peers:
         env.update(rendezvous_env(rendezvous, peers.index(allocation.pod_index)))
     uuids = uuids or {}

@@ -97,6 +97,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
     links = serializers.SerializerMethodField(
         help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
     )
+    size = serializers.SerializerMethodField(help_text="pods running now, and the range")
 
     class Meta:
         model = Workload
@@ -107,7 +108,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated", "links",
+            "allocations", "gpus_allocated", "links", "elastic", "handles_resize",
+            "resized_at", "size",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -115,6 +117,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_links(self, wl: Workload) -> dict[str, Any]:
         return selectors.workload_links(wl)
+
+    def get_size(self, wl: Workload) -> dict[str, int]:
+        return selectors.workload_size(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -157,8 +162,16 @@ class SubmitSpecSerializer(SubmitSerializer):
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
     master = serializers.BooleanField(required=False, help_text="distributed")
-    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    min_pods = bounded_integer(
+        bounds.PODS, required=False, help_text="distributed gang minimum; elastic minimum"
+    )
+    max_pods = bounded_integer(bounds.PODS, required=False, help_text="training: elastic maximum")
+    handles_resize = serializers.BooleanField(
+        required=False, help_text="elastic: no restart from checkpoint on a size change"
+    )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",

@@ -303,7 +303,7 @@ def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": kind}
     body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
-               "duration": "duration_s"}  # fmt: skip
+               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
@@ -332,12 +332,35 @@ def submit() -> None:
     """Submit work: training, distributed, workspace or inference."""
 
 
+ELASTIC_OPTIONS = [
+    click.option(
+        "--max-pods",
+        type=Bounded(bounds.PODS),
+        help="Elastic: starts with --min-pods (default 1), grows with idle GPUs up to this.",
+    ),
+    click.option(
+        "--handles-resize",
+        is_flag=True,
+        default=None,
+        help="Elastic: it follows size changes itself (no restart from its checkpoint).",
+    ),
+]
+
+
+def elastic_options(command: Any) -> Any:
+    return with_options(command, ELASTIC_OPTIONS)
+
+
 @submit.command("training")
 @submit_options
 @click.option("--checkpoint-dir", help="Where it saves checkpoints to resume from.")
+@click.option("--min-pods", type=Bounded(bounds.PODS), help="Elastic: with --max-pods.")
+@elastic_options
 @click.pass_context
 def submit_training(ctx: click.Context, **options: Any) -> None:
-    """One pod of training: gpupool submit training NAME --image IMG -- python train.py"""
+    """Training: one pod, or an elastic range of pods (--min-pods .. --max-pods).
+
+    gpupool submit training NAME --image IMG -- python train.py"""
     submit_and_report(ctx, "training", options)
 
 
@@ -345,8 +368,13 @@ def submit_training(ctx: click.Context, **options: Any) -> None:
 @submit_options
 @click.option("--workers", type=Bounded(bounds.PODS), default=2, show_default=True)
 @click.option("--master", is_flag=True, help="Add a master pod.")
-@click.option("--min-pods", type=Bounded(bounds.PODS), help="Gang minimum; default all pods.")
+@click.option(
+    "--min-pods",
+    type=Bounded(bounds.PODS),
+    help="Gang minimum (default all pods); with --max-pods, the elastic minimum.",
+)
 @click.option("--checkpoint-dir")
+@elastic_options
 @click.pass_context
 def submit_distributed(ctx: click.Context, **options: Any) -> None:
     """A gang of workers (and a master), all started together."""
@@ -403,9 +431,13 @@ def only_environment(api: Api) -> str:
 @submit_options
 @click.option("--replicas", type=Bounded(bounds.PODS), default=1, show_default=True)
 @click.option("--port", type=Bounded(bounds.PORT), multiple=True, required=True, help="Repeatable.")
+@click.option("--min-replicas", type=Bounded(bounds.PODS), help="Elastic: with --max-replicas.")
+@click.option("--max-replicas", type=Bounded(bounds.PODS), help="Elastic: grows up to this.")
+@click.option("--scale-target", help="Elastic: scale up at this GPU utilization (percent).")
+@click.option("--scale-cooldown", type=Bounded(bounds.GRACE_S), help="Seconds between changes.")
 @click.pass_context
 def submit_inference(ctx: click.Context, **options: Any) -> None:
-    """A long-running service with replicas."""
+    """A long-running service with replicas (or an elastic range, scaled on load)."""
     ports = options.pop("port")
     options["ports"] = [
         {"name": "http" if i == 0 else f"port{i}", "port": p} for i, p in enumerate(ports)
@@ -434,7 +466,14 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
     rows = body["results"]
     for row in rows:
         row["node"] = ",".join(sorted({a["node"] for a in row["allocations"]}))
-    click.echo(table(rows, LIST_COLUMNS))
+        size = row.get("size") or {}
+        row["size"] = (
+            f"{size['current']}/{size['min']}..{size['max']}" if row.get("elastic") else ""
+        )
+    columns = LIST_COLUMNS
+    if any(row.get("elastic") for row in rows):  # current/min..max of elastic work
+        columns = [*LIST_COLUMNS[:-1], "size", LIST_COLUMNS[-1]]
+    click.echo(table(rows, columns))
 
 
 @main.command()
@@ -448,6 +487,9 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
                 "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
+    if wl.get("elastic"):
+        size = wl["size"]
+        click.echo(f"{'size:':16}{size['current']} (min {size['min']}, max {size['max']})")
     links = wl.get("links") or {}
     if links.get("ports"):
         click.echo("\nPorts:")

@@ -31,7 +31,16 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "master",
             "replicas",
         ),
-        ("min_pods",),
+        # The gang minimum, and an elastic range with its scaling rule.
+        (
+            "min_pods",
+            "max_pods",
+            "handles_resize",
+            "min_replicas",
+            "max_replicas",
+            "scale_target",
+            "scale_cooldown_s",
+        ),
     ),
     ("Sweep", ("search_method", "parameters", "trials", "parallelism"), ("seed",)),
     ("Data", ("checkpoint_dir",), ()),

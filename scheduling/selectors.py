@@ -138,6 +138,21 @@ def gpus_allocated(wl: Workload) -> Decimal:
     return total
 
 
+def workload_size(wl: Workload) -> dict[str, int]:
+    """Pods running now (allocated), and the range it may run with."""
+    current = sum(1 for a in wl.allocations.all() if not a.releasing)
+    return {"current": current, "min": wl.min_pods, "max": wl.pods}
+
+
+def size_text(wl: Workload) -> str:
+    """'3 of 2..8 pods' for an elastic workload, '' for any other."""
+    if not wl.elastic:
+        return ""
+    size = workload_size(wl)
+    unit = "replicas" if wl.kind == "inference" else "pods"
+    return f"{size['current']} of {size['min']}..{size['max']} {unit}"
+
+
 def gpus_requested(wl: Workload) -> str:
     if wl.gpu_request == GpuRequestKind.MEMORY:
         return f"{wl.pods} x {wl.gpu_memory_mib} MiB"

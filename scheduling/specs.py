@@ -54,6 +54,14 @@ EXTRA_KEYS = {
 PORT_PROTOCOLS = ("http", "tcp")
 SSH_PORT_NAME = "ssh"
 SSH_CONTAINER_PORT = 2222
+# An elastic range: pods (training, distributed) or replicas (inference), min .. max.
+RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
+# Scale-up on load of an elastic service (scheduling/autoscale.py).
+SCALE_KEYS = {"scale_metric", "scale_target", "scale_cooldown_s"}
+SCALE_METRICS = ("gpu_utilization",)
+SCALE_TARGET = Bound.of(1, 100, unit="percent")
+RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
+ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
     "image",
     "command",
@@ -75,7 +83,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
-SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | {"params"}
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | SCALE_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -91,6 +99,10 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_program(raw, out, errors)
     _clean_resources(raw, out, errors)
     _clean_pods(kind, raw, out, errors)
+    _clean_range(kind, raw, out, errors)
+    if not out.get("elastic") or kind != WorkloadKind.INFERENCE:
+        for key in sorted(k for k in SCALE_KEYS if raw.get(k) not in (None, "")):
+            _add(errors, key, "Only an elastic service (min_replicas..max_replicas) scales.")
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
@@ -237,7 +249,9 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
         master = bool(_boolean(raw, "master", errors))
         pods = workers + int(master)
         min_pods = _integer(raw, "min_pods", pods, bounds.PODS, errors) or pods
-        if not 1 <= min_pods <= pods:
+        if raw.get("max_pods") not in (None, ""):
+            pods = min_pods  # elastic: _clean_range checks min_pods against max_pods
+        elif not 1 <= min_pods <= pods:
             _add(errors, "min_pods", f"The gang minimum is between 1 and {pods} pods.")
         out["spec"].update(workers=workers, master=master)
     elif kind == WorkloadKind.INFERENCE:
@@ -246,6 +260,60 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
     elif raw.get("pods") not in (None, "", 1, "1"):
         _add(errors, "pods", "This kind runs exactly one pod.")
     out.update(pods=max(pods, 1), min_pods=max(min_pods, 1))
+
+
+def range_fields(kind: str) -> tuple[str, str]:
+    """The names a kind's elastic range goes by: min_replicas .. max_replicas for a
+    service, min_pods .. max_pods for training."""
+    return RANGE_FIELDS.get(WorkloadKind(kind), ("min_pods", "max_pods"))
+
+
+def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """An elastic range, when its maximum is given: the workload starts with the minimum
+    (1 when not given) and may grow to the maximum (`pods`)."""
+    low_name, high_name = range_fields(kind)
+    given = [k for k in (low_name, high_name, "handles_resize") if raw.get(k) not in (None, "")]
+    out["elastic"], out["handles_resize"] = False, False
+    if kind not in ELASTIC_KINDS:
+        for key in given:
+            _add(errors, key, "Only training, distributed and inference work is elastic.")
+        return
+    if raw.get(high_name) in (None, ""):
+        gang = kind == WorkloadKind.DISTRIBUTED  # min_pods alone is its gang minimum
+        if raw.get(low_name) not in (None, "") and not gang:
+            _add(errors, low_name, f"Give {high_name} too: the range is {low_name}..{high_name}.")
+        return
+    high = _integer(raw, high_name, None, bounds.PODS, errors)
+    low = _integer(raw, low_name, 1, bounds.PODS, errors)
+    if high is None or low is None:
+        return
+    if low > high:
+        _add(errors, low_name, f"The minimum ({low}) is more than the maximum ({high}).")
+        return
+    out.update(pods=high, min_pods=low, elastic=True)
+    out["handles_resize"] = bool(_boolean(raw, "handles_resize", errors))
+    if kind == WorkloadKind.INFERENCE:
+        out["spec"]["replicas"] = high
+        _clean_scaling(raw, out, errors)
+    elif kind == WorkloadKind.DISTRIBUTED:
+        out["spec"].update(workers=high, master=False)
+
+
+def _clean_scaling(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """Scale-up on load: a GPU utilization target in percent, and a cool-down."""
+    metric = raw.get("scale_metric") or SCALE_METRICS[0]
+    if raw.get("scale_target") in (None, ""):
+        if raw.get("scale_metric") or raw.get("scale_cooldown_s") not in (None, ""):
+            _add(errors, "scale_target", "Give the target to scale on.")
+        return
+    if metric not in SCALE_METRICS:
+        # Request counts are not among the metrics GPUPool collects (GPU samples are).
+        _add(errors, "scale_metric", f"Use one of {', '.join(SCALE_METRICS)}.")
+    target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+    cooldown = _integer(raw, "scale_cooldown_s", 300, bounds.GRACE_S, errors)
+    if target is not None and cooldown is not None:
+        out["spec"].update(scale_metric=metric, scale_target=float(target))
+        out["spec"]["scale_cooldown_s"] = cooldown
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
