@@ -75,7 +75,7 @@ if SECURE_SSL_REDIRECT and not _https:
     raise ImproperlyConfigured("SECURE_SSL_REDIRECT needs an https:// SITE_URL")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.admin_config.PortalAdminConfig",  # django.contrib.admin, for platform admins
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
