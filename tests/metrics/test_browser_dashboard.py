@@ -44,7 +44,8 @@ _SPILLS = """() => {
   for (const card of document.querySelectorAll('.card')) {
     const edge = card.getBoundingClientRect().right;
     for (const el of card.querySelectorAll('table')) {
-      if (el.getBoundingClientRect().right > edge + 1) out.push('table in ' + card.textContent.trim().slice(0, 30));
+      const right = el.getBoundingClientRect().right;
+      if (right > edge + 1) out.push('table in ' + card.textContent.trim().slice(0, 30));
     }
   }
   for (const el of document.querySelectorAll('header *')) {
