@@ -94,6 +94,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)
     gpus_allocated = serializers.SerializerMethodField()
+    gpus_requested = serializers.SerializerMethodField(
+        help_text="What the whole workload asks for, as the pages show it: GPUs per pod x"
+        " pods, or 'pods x MiB' for a request by GPU memory."
+    )
 
     class Meta:
         model = Workload
@@ -104,11 +108,14 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated",
+            "allocations", "gpus_allocated", "gpus_requested",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
         return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+    def get_gpus_requested(self, wl: Workload) -> str:
+        return selectors.gpus_requested(wl)
 
 
 class EventSerializer(serializers.Serializer):

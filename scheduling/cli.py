@@ -422,6 +422,7 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
     rows = body["results"]
     for row in rows:
         row["node"] = ",".join(sorted({a["node"] for a in row["allocations"]}))
+        row["gpus"] = row["gpus_requested"]  # the whole workload's, as the pages show it
     click.echo(table(rows, LIST_COLUMNS))
 
 
@@ -433,8 +434,9 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     api = api_of(ctx)
     wl = api.call("GET", f"/api/v1/workloads/{workload_id}/")
     events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
-    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
-                "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
+    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus_requested",
+                "gpus", "pods", "priority_class", "preemptible", "restart_count",
+                "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     click.echo("\nAllocation:")
     click.echo(table(wl["allocations"], ["pod_index", "cluster", "node", "gpu_indices", "phase"]))
