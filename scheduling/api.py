@@ -198,6 +198,8 @@ class LogsSerializer(serializers.Serializer):
         "PodLog", {"pod": serializers.IntegerField(), "log": serializers.CharField()}, many=True
     )
     unavailable = serializers.CharField(help_text="Why there are no logs; empty when there are.")
+    state = serializers.CharField(help_text="The workload's state: `gpupool logs -f` follows "
+                                  "until it has ended.")  # fmt: skip
 
 
 class QueueSerializer(serializers.Serializer):
@@ -318,14 +320,24 @@ class WorkloadEventsView(APIView):
 
 class WorkloadLogsView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("tail", int, description=f"Lines, 1 to {MAX_LOG_LINES}.")],
+        parameters=[
+            OpenApiParameter("tail", int, description=f"Lines, 1 to {MAX_LOG_LINES}."),
+            OpenApiParameter("pod", int, description="Only this pod (0 to pods - 1)."),
+        ],
         responses=LogsSerializer,
     )
     def get(self, request: Request, pk: int) -> Response:
-        """Each pod's recent output, or why logs are unavailable."""
+        """Each pod's recent output (or one pod's), or why logs are unavailable."""
+        workload = _workload_for(request, pk)
         tail = query_number(request, "tail", bounds.LOG_LINES, 500)
-        pods, unavailable = workload_pod_logs(_workload_for(request, pk), tail_lines=tail)
-        data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
+        pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+        pod = query_number(request, "pod", pods, None)
+        found, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+        data = {
+            "pods": [{"pod": i, "log": text} for i, text in found],
+            "unavailable": unavailable,
+            "state": workload.state,
+        }
         return Response(data)
 
 
