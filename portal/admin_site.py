@@ -18,4 +18,3 @@ class PortalAdminSite(AdminSite):
 
     def has_permission(self, request: HttpRequest) -> bool:
         return is_platform_admin(request.user) or super().has_permission(request)
-
