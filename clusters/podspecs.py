@@ -8,9 +8,11 @@ from django.core.exceptions import ObjectDoesNotExist
 
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
+from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.models import Backend, Gpu
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
+from portal.selectors import ssh_authorized_keys
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -36,7 +38,30 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     if allocation.gpu_memory_mib:
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(allocation.gpu_memory_mib)
     env.update(_secret_env(workload))
+    if (workload.spec or {}).get("ssh"):
+        env[SSH_ENV] = "\n".join(_ssh_keys(workload))
     return env
+
+
+def _ssh_keys(workload: Any) -> list[str]:
+    """Read when the pod starts: a key added later, or a change of sharing, reaches the
+    workload when its pod next starts."""
+    try:
+        shared = workload.workspace.shared_with_project
+    except ObjectDoesNotExist:  # not a workspace: only workspaces are shared
+        shared = False
+    return ssh_authorized_keys(
+        owner_id=workload.submitted_by_id, project_id=workload.project_id, shared=shared
+    )
+
+
+def pod_program(workload: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(command, args) as the pod runs them: with the SSH server first when it asked."""
+    command = tuple(str(c) for c in workload.command or ())
+    args = tuple(str(a) for a in workload.args or ())
+    if (workload.spec or {}).get("ssh"):
+        return with_ssh_server((*command, *args)), ()
+    return command, args
 
 
 DISTRIBUTED = "distributed"  # scheduling.models.WorkloadKind.DISTRIBUTED
@@ -135,9 +160,14 @@ def pod_spec(
     node_id = allocation.node_id
     shared = allocation.shared_gpu_index
     ports = tuple(
-        PortSpec(name=str(p.get("name") or f"port{i}"), port=int(p["port"]))
+        PortSpec(
+            name=str(p.get("name") or f"port{i}"),
+            port=int(p["port"]),
+            protocol=str(p.get("protocol") or "http"),
+        )
         for i, p in enumerate((workload.spec or {}).get("ports", []))
     )
+    command, args = pod_program(workload)
     duration = (workload.spec or {}).get("duration_s")
     return PodSpec(
         name=pod_name(workload.pk, allocation.pod_index),
@@ -150,8 +180,8 @@ def pod_spec(
         workload_name=workload.name,
         kind=workload.kind,
         image=workload.image,
-        command=tuple(str(c) for c in workload.command or ()),
-        args=tuple(str(a) for a in workload.args or ()),
+        command=command,
+        args=args,
         env=env,
         cpu=float(workload.cpu),
         memory_mib=int(workload.memory_mib),

@@ -252,12 +252,13 @@ def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) 
             continue
         phase = "Terminating" if status.terminating else (status.reason or str(status.phase))
         phase = phase[: PodAllocation._meta.get_field("phase").max_length]
-        new = (phase, status.endpoint or allocation.endpoint, status.backend_ref)
-        if new != (allocation.phase, allocation.endpoint, allocation.backend_ref):
-            allocation.phase, allocation.endpoint, allocation.backend_ref = new
+        ports = status.ports or allocation.ports
+        new = (phase, status.endpoint or allocation.endpoint, status.backend_ref, ports)
+        if new != (allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports):
+            allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports = new
             changed.append(allocation)
     if changed:
-        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref"])
+        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref", "ports"])
 
 
 def _release_finished(

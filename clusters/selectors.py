@@ -11,12 +11,14 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
+from clusters.backends.sshd import SSH_USER
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.sharing import allocation_mps, mps_enabled
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
 logger = logging.getLogger(__name__)
+__all__ = ["SSH_USER"]  # the login name of workloads' SSH servers, for scheduling's links
 
 # Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
 # cluster only pretends to run them.

@@ -98,6 +98,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         help_text="What the whole workload asks for, as the pages show it: GPUs per pod x"
         " pods, or 'pods x MiB' for a request by GPU memory."
     )
+    links = serializers.SerializerMethodField(
+        help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
+    )
 
     class Meta:
         model = Workload
@@ -108,7 +111,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated", "gpus_requested",
+            "allocations", "gpus_allocated", "gpus_requested", "links",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -116,6 +119,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_gpus_requested(self, wl: Workload) -> str:
         return selectors.gpus_requested(wl)
+
+    def get_links(self, wl: Workload) -> dict[str, Any]:
+        return selectors.workload_links(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -163,7 +169,11 @@ class SubmitSpecSerializer(SubmitSerializer):
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",
-            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+            {
+                "name": serializers.CharField(max_length=15),
+                "port": bounded_integer(bounds.PORT),
+                "protocol": serializers.ChoiceField(choices=["http", "tcp"], required=False),
+            },
         ),
         max_length=bounds.PORTS_MAX,
         required=False,
@@ -177,6 +187,9 @@ class SubmitSpecSerializer(SubmitSerializer):
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    ssh = serializers.BooleanField(
+        required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
+    )
     search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
 
 

@@ -34,7 +34,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         ("min_pods",),
     ),
     ("Sweep", ("search_method", "parameters", "trials", "parallelism"), ("seed",)),
-    ("Data", ("checkpoint_dir", "ports"), ()),
+    ("Data", ("checkpoint_dir",), ()),
+    ("Ports and SSH", ("ports", "ssh"), ()),
     (
         "Scheduling",
         ("node_pools", "gpu_model", "priority_class", "max_runtime_s", "duration_s"),

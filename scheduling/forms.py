@@ -29,7 +29,7 @@ KIND_FIELDS = {
     WorkloadKind.TRAINING: ("checkpoint_dir",),
     WorkloadKind.DISTRIBUTED: ("workers", "master", "min_pods", "checkpoint_dir"),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
-    WorkloadKind.INFERENCE: ("replicas", "ports"),
+    WorkloadKind.INFERENCE: ("replicas",),
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
@@ -105,7 +105,15 @@ class WorkloadForm(forms.Form):
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
     min_pods = whole_field(bounds.PODS, "Gang minimum", required=False)
     replicas = whole_field(bounds.PODS, required=False, initial=1)
-    ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
+    ports = _text(
+        max_length=2000,
+        help_text="Ports it listens on: 8000, tensorboard:6006, debug:5678/tcp. HTTP ports get a "
+        "link through the portal; TCP ports are reached inside the cluster.",
+    )
+    ssh = forms.BooleanField(
+        label="SSH", required=False,
+        help_text="Start an SSH server with your profile's keys; connect with `gpupool ssh`.",
+    )  # fmt: skip
     node_pools = ChoicesOrText(
         label="Node pools",
         separator=",",
@@ -220,14 +228,24 @@ def _pool_label(name: str, backends: set[str]) -> str:
 
 
 def parse_ports(text: str) -> list[dict[str, Any]] | str:
-    """'8000, metrics:9090' -> [{name: http, port: 8000}, {name: metrics, port: 9090}]."""
+    """'8000, metrics:9090, debug:5678/tcp' -> [{name: http, port: 8000}, {name: metrics,
+    port: 9090}, {name: debug, port: 5678, protocol: tcp}]."""
     ports: list[dict[str, Any]] = []
-    for item in (p.strip() for p in text.split(",") if p.strip()):
-        name, _, number = item.rpartition(":")
+    for index, item in enumerate(p.strip() for p in text.split(",") if p.strip()):
+        address, _, protocol = item.partition("/")
+        name, _, number = address.rpartition(":")
         if not number.isdigit():
             return text  # left for the service to refuse with its message
-        ports.append({"name": name or "http", "port": number})  # the service bounds it
+        port = {"name": name or ("http" if index == 0 else f"port{index}"), "port": number}
+        ports.append({**port, "protocol": protocol} if protocol else port)  # the service bounds it
     return ports
+
+
+def format_ports(ports: list[dict[str, Any]]) -> str:
+    """parse_ports' text for a workload's ports (clone-and-edit)."""
+    return ", ".join(
+        f"{p['name']}:{p['port']}" + ("/tcp" if p.get("protocol") == "tcp" else "") for p in ports
+    )
 
 
 def initial_from(workload: Workload) -> dict[str, Any]:
@@ -264,7 +282,8 @@ def initial_from(workload: Workload) -> dict[str, Any]:
         workers=spec.get("workers"),
         master=spec.get("master", False),
         replicas=spec.get("replicas"),
-        ports=", ".join(f"{p['name']}:{p['port']}" for p in spec.get("ports", [])),
+        ports=format_ports(spec.get("ports", [])),
+        ssh=bool(spec.get("ssh")),
         duration_s=spec.get("duration_s"),
         search_method=search.get("method"),
         parameters=json.dumps(search.get("parameters")) if search else "",

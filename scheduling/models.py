@@ -162,6 +162,9 @@ class PodAllocation(models.Model):
     phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
     # Where the pod's exposed port answers (host:port), for the workspace proxy and services.
     endpoint = models.CharField(max_length=255, blank=True)
+    # Where each declared port answers, by port name (host:port, or unix:/path on the local
+    # backend), as the backend reports it: what the proxy and the SSH tunnel dial.
+    ports = models.JSONField(default=dict, blank=True)
     # The backend's own handle: a pod name, a process id.
     backend_ref = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -26,6 +26,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from clusters.models import Backend, Cluster
+from clusters.selectors import SSH_USER
 from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from portal.selectors import project_named
@@ -156,6 +157,32 @@ def placement_of(wl: Workload) -> dict[str, str]:
     pools = sorted({a.node.pool.name for a in allocations if a.node.pool})
     nodes = sorted({a.node.name for a in allocations})
     return {"pool": ", ".join(pools), "node": ", ".join(nodes)}
+
+
+def port_path(workload_id: int, name: str) -> str:
+    """The stable address of a workload's HTTP port, served by the portal's proxy
+    (workspaces.proxy)."""
+    return f"/workloads/{workload_id}/ports/{name}/"
+
+
+def ssh_path(workload_id: int) -> str:
+    """The WebSocket that carries an SSH connection to the workload (`gpupool ssh`)."""
+    return f"/workloads/{workload_id}/ssh"
+
+
+def workload_links(wl: Workload) -> dict[str, Any]:
+    """What the workload page, the API and `gpupool describe` offer to reach it: a URL per
+    HTTP port; TCP ports as they are (inside the cluster); SSH when it was started with it."""
+    ports = []
+    for port in (wl.spec or {}).get("ports", []):
+        protocol = port.get("protocol", "http")
+        url = port_path(wl.pk, port["name"]) if protocol == "http" else ""
+        ports.append({"name": port["name"], "port": port["port"], "protocol": protocol,
+                      "url": url})  # fmt: skip
+    ssh = None
+    if (wl.spec or {}).get("ssh"):
+        ssh = {"user": SSH_USER, "path": ssh_path(wl.pk), "command": f"gpupool ssh {wl.pk}"}
+    return {"ports": ports, "ssh": ssh}
 
 
 def workload_row(wl: Workload) -> dict[str, Any]:

@@ -38,7 +38,22 @@ CLASS_PRIORITY = {PriorityClass.TRAIN: 50, PriorityClass.BUILD: 100, PriorityCla
 DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
 
 # Spec keys kept in Workload.spec rather than in a column.
-EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search", "run_as_root"}
+EXTRA_KEYS = {
+    "ports",
+    "ssh",
+    "duration_s",
+    "workers",
+    "master",
+    "replicas",
+    "search",
+    "run_as_root",
+}
+# HTTP ports are reached through the portal's proxy at /workloads/<id>/ports/<name>/; TCP
+# ports only inside the cluster (or as the admin publishes them). SSH is a TCP port of its
+# own, reached through the portal's tunnel (`gpupool ssh`), never published.
+PORT_PROTOCOLS = ("http", "tcp")
+SSH_PORT_NAME = "ssh"
+SSH_CONTAINER_PORT = 2222
 COLUMN_KEYS = {
     "image",
     "command",
@@ -285,6 +300,9 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
         spec["ports"] = _clean_ports(raw["ports"], errors)
     elif kind == WorkloadKind.INFERENCE:
         _add(errors, "ports", "An inference service exposes at least one port.")
+    if _boolean(raw, "ssh", errors):
+        spec["ssh"] = True
+        spec["ports"] = with_ssh_port(spec.get("ports", []), errors)
     if raw.get("duration_s") not in (None, ""):
         spec["duration_s"] = _integer(raw, "duration_s", None, bounds.DURATION_S, errors)
     if kind == WorkloadKind.HPO:
@@ -300,22 +318,46 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
 
 
 def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:
+    """[{name, port, protocol}], from numbers or mappings; names and numbers unique."""
     if isinstance(value, int | str):
         value = [value]
     if not isinstance(value, list):
-        _add(errors, "ports", "Give a list of {name, port}.")
+        _add(errors, "ports", "Give a list of {name, port, protocol}.")
         return []
-    ports = []
-    for raw_item in value[: bounds.PORTS_MAX + 1]:
+    ports: list[dict[str, Any]] = []
+    for index, raw_item in enumerate(value[: bounds.PORTS_MAX + 1]):
         item = raw_item if isinstance(raw_item, dict) else {"port": raw_item}
         port, error = bounds.PORT.whole(item.get("port"))
-        name = str(item.get("name") or "http")
+        name = str(item.get("name") or ("http" if index == 0 else f"port{index}"))
+        protocol = str(item.get("protocol") or "http").lower()
         if port is None:
             _add(errors, "ports", f"Not a port number: {str(item.get('port'))[:20]!r}. {error}")
         elif not PORT_NAME.match(name):
             _add(errors, "ports", f"Not a port name: {name[:20]!r}. {PORT_NAME_HELP}")
+        elif protocol not in PORT_PROTOCOLS:
+            _add(
+                errors, "ports", f"Port {name}: the protocol is http or tcp, not {protocol[:10]!r}."
+            )
+        elif any(p["name"] == name or p["port"] == port for p in ports):
+            _add(errors, "ports", f"Port {name} ({port}): each name and number only once.")
         else:
-            ports.append({"name": name, "port": port})
+            ports.append({"name": name, "port": port, "protocol": protocol})
     if len(value) > bounds.PORTS_MAX:
         _add(errors, "ports", f"Expose at most {bounds.PORTS_MAX} ports.")
     return ports
+
+
+def with_ssh_port(ports: list[dict[str, Any]], errors: Errors) -> list[dict[str, Any]]:
+    """The ports plus the SSH server's: a TCP port named ssh, added unless declared."""
+    declared = next((p for p in ports if p["name"] == SSH_PORT_NAME), None)
+    if declared is not None:
+        if declared.get("protocol") != "tcp":
+            _add(errors, "ports", "The port named ssh is the SSH server's: make it tcp.")
+        return ports
+    if any(p["port"] == SSH_CONTAINER_PORT for p in ports):
+        _add(errors, "ports", f"Port {SSH_CONTAINER_PORT} is the SSH server's; use another.")
+        return ports
+    if len(ports) >= bounds.PORTS_MAX:
+        _add(errors, "ports", f"Expose at most {bounds.PORTS_MAX - 1} ports with SSH on.")
+        return ports
+    return [*ports, {"name": SSH_PORT_NAME, "port": SSH_CONTAINER_PORT, "protocol": "tcp"}]

@@ -171,6 +171,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "trials": workload.children.order_by("pk") if workload.kind == WorkloadKind.HPO else [],
         "can_act": can_submit_to_project(request.user, workload.project),
         "clonable": workload.kind in FORM_KINDS,
+        "links": selectors.workload_links(workload),
     }
     return render(request, "scheduling/workload_detail.html", context)
 

@@ -1,5 +1,5 @@
 """Audit actions have one naming style, `noun.verb` (issue 16), and rows written under the
-old snake_case names are renamed by portal/migrations/0004_audit_action_names.py."""
+old snake_case names are renamed by portal/migrations/0005_audit_action_names.py."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def test_every_audit_action_in_the_code_is_noun_dot_verb():
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_renames_old_rows_and_back():
     executor = MigrationExecutor(connection)
-    before = [("portal", "0003_project_nonpreemptible_over_quota")]
-    after = [("portal", "0004_audit_action_names")]
+    before = [("portal", "0004_ssh_keys_build")]
+    after = [("portal", "0005_audit_action_names")]
     executor.migrate(before)
     old_apps = executor.loader.project_state(before).apps
     AuditLog = old_apps.get_model("portal", "AuditLog")

@@ -135,9 +135,11 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     assert (svc.gpu_request, svc.pods, svc.spec["ports"]) == (
         "fraction",
         2,
-        [{"name": "http", "port": 8000}],
+        [{"name": "http", "port": 8000, "protocol": "http"}],
     )
-    assert Workload.objects.get(name="nb").spec["ports"] == [{"name": "http", "port": 8888}]
+    assert Workload.objects.get(name="nb").spec["ports"] == [
+        {"name": "http", "port": 8888, "protocol": "http"}
+    ]
     cycle_run()
     listing = gp("list")
     assert listing.splitlines()[0].split() == [

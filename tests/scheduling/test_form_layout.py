@@ -30,6 +30,7 @@ def test_the_form_comes_in_sections_with_advanced_fields_folded(client_as, org, 
         "Environment",
         "Compute",
         "Data",
+        "Ports and SSH",
         "Scheduling",
     ]
     by_title = {s.title: s for s in sections}
@@ -40,7 +41,7 @@ def test_the_form_comes_in_sections_with_advanced_fields_folded(client_as, org, 
     page = response.content.decode()
     assert page.count('<details class="advanced">') == 2  # folded: nothing filled in
     hpo = [s.title for s in form_page(client_as(org.researcher), "hpo").context["sections"]]
-    assert hpo == ["General", "Environment", "Compute", "Sweep", "Scheduling"]
+    assert hpo == ["General", "Environment", "Compute", "Sweep", "Ports and SSH", "Scheduling"]
 
 
 def test_an_error_in_a_folded_field_unfolds_it(client_as, org, cluster):

@@ -14,6 +14,8 @@ RENAMED = {
     "node_token_issue": "node_token.issue",
     "node_token_revoke": "node_token.revoke",
     "policy_set": "policy.set",
+    "ssh_key_add": "ssh_key.add",
+    "ssh_key_remove": "ssh_key.remove",
     "workload_delete": "workload.delete",
     "workload_quarantine": "workload.quarantine",
     "workload_stop": "workload.stop",
@@ -37,6 +39,6 @@ def rename_back(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("portal", "0003_project_nonpreemptible_over_quota")]
+    dependencies = [("portal", "0004_ssh_keys_build")]
 
     operations = [migrations.RunPython(rename, rename_back)]
