@@ -18,6 +18,7 @@ from scheduling.engine.fairshare import (
     fair_shares,
     rollup_usage,
 )
+from scheduling.engine.fragmentation import ShapeHistogram, workload_shapes
 from scheduling.engine.placement import Placer
 from scheduling.engine.state import ClusterState, PodSlot
 from scheduling.engine.statement import Ledger, Statement, slot_placement
@@ -86,9 +87,20 @@ def build_context(snapshot: Snapshot, config: SchedulerConfig, now: float) -> Co
     pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
     pending = [wl for wl in workloads.values() if wl.placement is None]
     strategies = {pool: config.strategy_for(pool) for pool in pools}
-    placer = Placer(state, strategies, waiting_sizes(state, pending))
+    shapes = _shapes(snapshot, config, now, state)
+    placer = Placer(state, strategies, waiting_sizes(state, pending), shapes)
     stmt = Statement(state, ledger)
     return Context(snapshot, config, now, state, ledger, stmt, placer, queues, workloads, pools)
+
+
+def _shapes(
+    snapshot: Snapshot, config: SchedulerConfig, now: float, state: ClusterState
+) -> ShapeHistogram | None:
+    """The pod-shape histogram that fragmentation-aware packing scores against."""
+    if not config.fragmentation_half_life_s:
+        return None
+    memory = min(state.group_memory.values(), default=0)
+    return workload_shapes(snapshot.workloads, now, config.fragmentation_half_life_s, memory)
 
 
 def _fair_share_input(ctx: Context) -> FairShareInput:

@@ -19,7 +19,10 @@ and the cache is dropped whenever the histogram publishes a new distribution.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from scheduling.engine.types import PodRequest, Workload
 
 UNITS = 1000  # share units per GPU, as in state.UNITS (kept here so the module stands alone)
 
@@ -218,3 +221,30 @@ def after_key(key: NodeKey, cpu: float, memory: float, take: list[tuple[int, int
         frees.remove(free)
         frees.append(free - units)
     return (key[0] - cpu, key[1] - memory, tuple(sorted(frees)))
+
+
+def pod_shape(pod: PodRequest, gpu_memory_mib: int) -> Shape:
+    """The shape of one pod; a share by memory counts as its part of such a device."""
+    units = 0
+    if pod.gpu_memory_mib > 0:
+        units = min(
+            UNITS - 1, max(1, math.ceil(pod.gpu_memory_mib * UNITS / max(gpu_memory_mib, 1)))
+        )
+    elif pod.gpu_fraction > 0:
+        units = max(1, min(UNITS - 1, round(pod.gpu_fraction * UNITS)))
+    return Shape(pod.gpus, units, pod.cpu, float(pod.memory_mib))
+
+
+def workload_shapes(
+    workloads: Iterable[Workload], now: float, half_life_s: float, gpu_memory_mib: int
+) -> ShapeHistogram:
+    """The shapes of the snapshot's pods, running and pending, each weighted by
+    2^(-age / half_life) of its workload's submission: recent arrivals count most, and
+    what has run for long still says what is typical."""
+    mix: dict[Shape, float] = {}
+    for wl in workloads:
+        weight = 2.0 ** (-max(0.0, now - wl.submit_time) / half_life_s)
+        for pod in wl.pods:
+            shape = pod_shape(pod, gpu_memory_mib)
+            mix[shape] = mix.get(shape, 0.0) + weight
+    return ShapeHistogram(mix, half_life=half_life_s, prior_weight=1.0)
