@@ -16,9 +16,11 @@ allocation ratio when the arrivals stop: allocated GPUs ÷ total GPUs.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import random
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -214,3 +216,25 @@ def write_trace(params: OpenbParams, path: Path) -> None:
         for i, pod in enumerate(arrivals(params)):
             gpus = f"{pod.milli / 1000:g}" if pod.milli else str(pod.gpus)
             writer.writerow([pod.id, i, "", "openb", gpus, f"{pod.cpu:g}", f"{pod.memory_gib:g}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the cluster JSON and trace CSV for the simulator's event-driven replay."""
+    parser = argparse.ArgumentParser(prog="python -m scheduling.engine.sim.openb")
+    parser.add_argument("--params", type=Path, help="OpenbParams as JSON (defaults if absent)")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--demand", type=float, default=1.3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cluster", type=Path, required=True)
+    parser.add_argument("--trace", type=Path, required=True)
+    args = parser.parse_args(argv)
+    base = json.loads(args.params.read_text()) if args.params else {}
+    values = {**base, "scale": args.scale, "demand": args.demand, "seed": args.seed}
+    params = OpenbParams.from_json(values)
+    write_cluster(params, args.cluster)
+    write_trace(params, args.trace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
