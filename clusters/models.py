@@ -154,6 +154,10 @@ class Gpu(models.Model):
     uuid = models.CharField(max_length=64, blank=True)
     model = models.CharField(max_length=100, blank=True)
     memory_mib = models.PositiveIntegerField(default=0)
+    # While shared: the device whose MPS daemon serves its sharers, as the node names it
+    # (its UUID; on Kubernetes the one its reservation pod holds). The node agent runs
+    # that daemon (clusters.agent.mps).
+    mps_device = models.CharField(max_length=100, blank=True)
 
     class Meta:
         ordering = ["node_id", "index"]
@@ -178,6 +182,8 @@ class SimulatedPod(models.Model):
     gpu_indices = models.JSONField(default=list, blank=True)
     shared_gpu_index = models.IntegerField(null=True, blank=True)
     gpu_share = models.FloatField(null=True, blank=True)
+    # The environment the pod was given (the same contract as a real pod's, MPS limits too).
+    env = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField()
     duration_s = models.FloatField(null=True, blank=True)
     deleting_since = models.DateTimeField(null=True, blank=True)

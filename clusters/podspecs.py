@@ -9,6 +9,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.models import Backend, Gpu
+from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def pod_spec(
     *,
     owner: Owner | None = None,
     peers: tuple[int, ...] = (),
+    memories: dict[tuple[int, int], int] | None = None,
 ) -> PodSpec:
     workload = allocation.workload
     namespace = workload.project.namespace
@@ -159,6 +161,7 @@ def pod_spec(
         shared_gpu_uuid=uuids.get((node_id, shared), "") if shared is not None else "",
         gpu_share=float(allocation.gpu_share) if allocation.gpu_share is not None else None,
         gpu_memory_mib=allocation.gpu_memory_mib,
+        mps=allocation_mps(allocation, (memories or {}).get((node_id, shared or 0), 0)),
         ports=ports,
         checkpoint_dir=workload.checkpoint_dir,
         restart_count=workload.restart_count,
@@ -177,12 +180,12 @@ def pod_specs_for(
 ) -> list[PodSpec]:
     """`graces`: workload id -> the grace period its policy sets (clusters.reconcile)."""
     node_ids = {a.node_id for a in allocations}
-    uuids = {
-        (node_id, index): uuid
-        for node_id, index, uuid in Gpu.objects.filter(node_id__in=node_ids).values_list(
-            "node_id", "index", "uuid"
-        )
-    }
+    gpus = Gpu.objects.filter(node_id__in=node_ids).values_list(
+        "node_id", "index", "uuid", "memory_mib"
+    )
+    uuids, memories = {}, {}
+    for node_id, index, uuid, memory in gpus:
+        uuids[(node_id, index)], memories[(node_id, index)] = uuid, memory
     owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
     peers: dict[int, list[int]] = {}
     for allocation in allocations:
@@ -194,6 +197,7 @@ def pod_specs_for(
             graces,
             owner=owner,
             peers=tuple(sorted(peers[a.workload_id])),
+            memories=memories,
         )
         for a in allocations
     ]

@@ -25,8 +25,15 @@ from clusters.backends import (
     get_backend,
     pod_name,
 )
-from clusters.models import Cluster
+from clusters.models import Cluster, Gpu
 from clusters.podspecs import pod_specs_for
+from clusters.sharing import (
+    OOM_LOG_LINES,
+    OOM_REASON,
+    allocation_mps,
+    died_of_gpu_oom,
+    oom_message,
+)
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
@@ -108,6 +115,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         return result
     result.created, result.deleted = len(report.created), len(report.deleted)
     result.errors += report.errors
+    _record_mps_devices(cluster, report)
+    _name_gpu_oom(allocations, report, backend)
     # One transaction for what was observed: readers never see half a pass, and on
     # SQLite a thousand transitions cost one commit, not a thousand.
     with transaction.atomic():
@@ -117,6 +126,53 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         _apply_phases(by_workload, report, result)
         cluster_mark_contacted(cluster, "; ".join(report.errors))
     return result
+
+
+def _record_mps_devices(cluster: Cluster, report: ReconcileReport) -> None:
+    """Keep each shared GPU's MPS device for the node agents (the pods endpoint). Never
+    cleared: whether a daemon runs follows the GPU's allocations, not this field."""
+    if not report.mps_devices:
+        return
+    nodes = {node for node, _ in report.mps_devices}
+    changed = []
+    for gpu in Gpu.objects.filter(node__cluster=cluster, node__name__in=nodes).select_related(
+        "node"
+    ):
+        device = report.mps_devices.get((gpu.node.name, gpu.index))
+        if device is not None and device != gpu.mps_device:
+            gpu.mps_device = device
+            changed.append(gpu)
+    if changed:
+        Gpu.objects.bulk_update(changed, ["mps_device"])
+
+
+def _name_gpu_oom(
+    allocations: list[PodAllocation], report: ReconcileReport, backend: Backend
+) -> None:
+    """A sharer that failed of its own CUDA out-of-memory (its log says so: MPS refused it
+    past its limit) fails with that as its reason. Read once, as its workload fails."""
+    for allocation in allocations:
+        status = report.statuses.get(_name(allocation))
+        if (
+            status is None
+            or status.phase != PodPhase.FAILED
+            or allocation.shared_gpu_index is None
+            or allocation.workload.state not in ACTIVE_STATES
+        ):
+            continue
+        try:
+            logs = backend.pod_logs(status.name, status.namespace, tail_lines=OOM_LOG_LINES)
+        except Exception as exc:  # any backend's error: the plain failure still stands
+            log.warning("logs of failed sharer %s unreadable: %s", status.name, exc)
+            continue
+        if died_of_gpu_oom(status.exit_code, logs):
+            memory = (
+                Gpu.objects.filter(node_id=allocation.node_id, index=allocation.shared_gpu_index)
+                .values_list("memory_mib", flat=True)
+                .first()
+            )
+            status.reason = OOM_REASON
+            status.message = oom_message(allocation_mps(allocation, memory or 0))
 
 
 def _allocations(cluster: Cluster) -> list[PodAllocation]:
@@ -238,8 +294,9 @@ def _workload_from_phases(workload: Workload, statuses: list[PodStatus], expecte
     if failed:
         first = failed[0]
         message = first.message or f"Pod {first.pod_index} exited with code {first.exit_code}."
+        reason = OOM_REASON if first.reason == OOM_REASON else "PodFailed"
         workload_transition(
-            workload, S.FAILED, reason="PodFailed", message=message, exit_code=first.exit_code
+            workload, S.FAILED, reason=reason, message=message, exit_code=first.exit_code
         )
         return True
     if not statuses or len(statuses) < expected:

@@ -11,7 +11,8 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
-from clusters.models import Backend, Cluster, Node, NodePool
+from clusters.models import Backend, Cluster, Gpu, Node, NodePool
+from clusters.sharing import allocation_mps, mps_enabled
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
@@ -41,6 +42,37 @@ def real_process_pool_names() -> list[str]:
 
 def simulated_pool_ids() -> set[int]:
     return set(_pools_of((Backend.SIMULATED,)).values_list("pk", flat=True))
+
+
+def pool_backends() -> dict[str, set[str]]:
+    """Node pool name -> the backends of the enabled clusters that feed it (its own
+    cluster's and its nodes'), for forms that explain what a pool runs: two queries."""
+    backends: dict[str, set[str]] = {
+        name: set() for name in NodePool.objects.values_list("name", flat=True)
+    }
+    own = NodePool.objects.filter(cluster__enabled=True).values_list("name", "cluster__backend")
+    fed = (
+        Node.objects.filter(pool__isnull=False, cluster__enabled=True)
+        .values_list("pool__name", "cluster__backend")
+        .distinct()
+    )
+    for name, backend in [*own, *fed]:
+        backends.setdefault(name, set()).add(backend)
+    return backends
+
+
+def gpu_models() -> list[str]:
+    """The GPU models the inventory holds, for a form's choices."""
+    models = Gpu.objects.exclude(model="").values_list("model", flat=True).distinct()
+    return sorted(set(models))
+
+
+def topology_levels() -> list[str]:
+    """The topology levels the nodes name (rack, zone, ...), for a form's suggestions."""
+    levels: set[str] = set()
+    for topology in Node.objects.exclude(topology={}).values_list("topology", flat=True).distinct():
+        levels.update(topology or {})
+    return sorted(levels)
 
 
 def cluster_list() -> QuerySet[Cluster]:
@@ -94,8 +126,9 @@ def node_rows(
     for node in nodes:
         gpus = [GpuUse(g.index, g.model, g.memory_mib) for g in node.gpus.all()]
         by_index = {g.index: g for g in gpus}
+        enforced = mps_enabled(node.cluster.config)
         for allocation, label in holders.get(node.pk, []):
-            _place(by_index, allocation, label)
+            _place(by_index, allocation, label, enforced=enforced)
         rows.append(NodeRow(node, gpus))
     return rows
 
@@ -119,7 +152,11 @@ def _holders(user: Any, node_ids: list[int]) -> dict[int, list[tuple[PodAllocati
     return out
 
 
-def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) -> None:
+def _place(
+    by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict, *, enforced: bool
+) -> None:
+    """`enforced`: the cluster enforces shares through MPS; each share then carries its
+    limits (clusters.sharing), which the nodes page shows."""
     if allocation.shared_gpu_index is not None:
         gpu = by_index.get(allocation.shared_gpu_index)
         if gpu is not None:
@@ -128,6 +165,7 @@ def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) 
                     **label,
                     "share": allocation.gpu_share or Decimal(0),
                     "memory_mib": allocation.gpu_memory_mib,
+                    "mps": _limits(allocation, gpu.memory_mib) if enforced else None,
                 }
             )
         return
@@ -135,6 +173,24 @@ def _place(by_index: dict[int, GpuUse], allocation: PodAllocation, label: dict) 
         gpu = by_index.get(int(index))
         if gpu is not None:
             gpu.whole = label
+
+
+def _limits(allocation: PodAllocation, device_memory_mib: int) -> dict[str, Any] | None:
+    limits = allocation_mps(allocation, device_memory_mib)
+    return limits.as_dict() if limits is not None else None
+
+
+def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
+    """What MPS enforces for a sharer, for the API and the workload page: its GPU memory
+    and compute share. None for whole GPUs, and where the cluster turns MPS off."""
+    if allocation.shared_gpu_index is None or not mps_enabled(allocation.node.cluster.config):
+        return None
+    memory = (
+        Gpu.objects.filter(node_id=allocation.node_id, index=allocation.shared_gpu_index)
+        .values_list("memory_mib", flat=True)
+        .first()
+    )
+    return _limits(allocation, memory or 0)
 
 
 def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:

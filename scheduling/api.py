@@ -9,7 +9,13 @@ from typing import Any
 
 from django.db import models
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from drf_spectacular.views import SpectacularRedocView
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
@@ -18,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from clusters.selectors import workload_pod_logs
+from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
 from portal.pagination import BoundedPagination, query_number
@@ -34,6 +40,7 @@ from scheduling import bounds, selectors, services
 from scheduling.models import (
     CycleRun,
     GpuRequestKind,
+    PodAllocation,
     PriorityClass,
     Workload,
     WorkloadKind,
@@ -55,8 +62,15 @@ class AllocationSerializer(serializers.Serializer):
     shared_gpu_index = serializers.IntegerField(allow_null=True)
     gpu_share = serializers.DecimalField(max_digits=6, decimal_places=3, allow_null=True)
     gpu_memory_mib = serializers.IntegerField()
+    # What MPS enforces on a sharer (clusters.sharing): {"mechanism": "mps",
+    # "gpu_memory_mib", "active_thread_percentage"}; null for whole GPUs.
+    enforced_limits = serializers.SerializerMethodField()
     phase = serializers.CharField()
     endpoint = serializers.CharField()
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_enforced_limits(self, allocation: PodAllocation) -> dict[str, Any] | None:
+        return enforced_limits(allocation)
 
 
 class StoredDecimalField(serializers.DecimalField):

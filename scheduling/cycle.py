@@ -38,8 +38,8 @@ from django.utils import timezone
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
 from scheduling import adapters
-from scheduling.engine import schedule
 from scheduling.engine import types as t
+from scheduling.engine.cycle import Engine
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import Lease, cycle_lock
 from scheduling.models import (
@@ -108,7 +108,9 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             engine_started = time.perf_counter()
             clusters |= quarantine(read)
             run.quarantined = len(read.unrunnable)
+            engine_version_check(run)
             result = schedule(read.snapshot, _config(read), now.timestamp())
+            KEPT.version = run.pk
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             clusters |= decisions_apply(read, result, run)
             sweeps_update()
@@ -128,6 +130,40 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         run.duration_ms = (time.perf_counter() - started) * 1000
         run.save()
     return run
+
+
+class KeptEngine:
+    """The engine's state this process keeps between cycles, and the snapshot version it
+    was left at: the id of the CycleRun whose snapshot it last scheduled."""
+
+    def __init__(self) -> None:
+        self.engine = Engine()
+        self.version: int | None = None
+
+
+KEPT = KeptEngine()
+
+
+def engine_version_check(run: CycleRun) -> None:
+    """Rebuild the kept engine state when the snapshot's version jumped.
+
+    Version: the id of the latest cycle before this one (CycleRun, any state). The kept
+    state is diffed against each new snapshot (scheduling.engine.incremental), which is
+    exact whatever changed; but when the last cycle was not this process's (another
+    worker ran it, or this process has just started and keeps nothing), every decision
+    that cycle wrote is news here, and building afresh costs no more than that diff and
+    bounds what the diff must explain. Between two cycles of this process only the
+    writes of users, reconciliation and inventory have happened: the diff applies them."""
+    last = (
+        CycleRun.objects.filter(pk__lt=run.pk).order_by("-pk").values_list("pk", flat=True)
+    ).first()
+    if last is None or last != KEPT.version:
+        KEPT.engine.rebuild()
+
+
+def schedule(snapshot: t.Snapshot, config: t.SchedulerConfig, now: float) -> t.CycleResult:
+    """The engine's cycle over the state kept in this process (rebuilt when needed)."""
+    return KEPT.engine.schedule(snapshot, config, now)
 
 
 def nodes_lock() -> None:

@@ -57,18 +57,35 @@ class EffectivePolicy:
 
 def effective_policy(project: Project) -> EffectivePolicy:
     """The project's policy merged over its department's over the defaults."""
-    rows = {
-        ("project" if p.project_id else "department"): p
-        for p in WorkloadPolicy.objects.filter(project=project)
-        | WorkloadPolicy.objects.filter(department_id=project.department_id)
+    return effective_policies([project])[project.pk]
+
+
+def effective_policies(projects: Iterable[Project]) -> dict[int, EffectivePolicy]:
+    """Project id -> its effective policy: one query whatever the number of projects
+    (the launch forms show the limits of every project the user may submit to)."""
+    projects = list(projects)
+    rows = WorkloadPolicy.objects.filter(
+        Q(project_id__in=[p.pk for p in projects])
+        | Q(department_id__in={p.department_id for p in projects})
+    )
+    own = {r.project_id: r for r in rows if r.project_id is not None}
+    inherited = {r.department_id: r for r in rows if r.project_id is None}
+    return {
+        p.pk: _merged(
+            (
+                ("department", p.department.name, inherited.get(p.department_id)),
+                ("project", p.name, own.get(p.pk)),
+            )
+        )
+        for p in projects
     }
+
+
+def _merged(layers: Iterable[tuple[str, str, WorkloadPolicy | None]]) -> EffectivePolicy:
+    """Policies from the widest scope to the narrowest: a set field wins over the ones before."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for scope, owner in (
-        ("department", project.department.name),
-        ("project", project.name),
-    ):
-        row = rows.get(scope)
+    for scope, owner, row in layers:
         for name in FIELDS if row else ():
             value = getattr(row, name)
             if value is not None and value != []:

@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from clusters.selectors import workload_pod_logs
+from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import (
@@ -23,10 +23,17 @@ from portal.permissions import (
     platform_admin_required,
     visible_projects,
 )
-from scheduling import selectors, services
-from scheduling.forms import FORM_KINDS, PolicyForm, WorkloadForm, initial_from, show_errors
+from scheduling import form_layout, selectors, services
+from scheduling.forms import (
+    FORM_KINDS,
+    PolicyForm,
+    WorkloadForm,
+    initial_from,
+    kind_noun,
+    show_errors,
+)
 from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
-from scheduling.policies import effective_policy
+from scheduling.policies import effective_policies, effective_policy
 
 CSV_COLUMNS = [
     "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
@@ -42,7 +49,8 @@ def _posted(request: HttpRequest) -> Any:
 def visible_workload(request: HttpRequest, pk: int) -> Workload:
     """The workload if the user may see its project; 404 otherwise (no existence leak)."""
     qs = Workload.objects.filter(project__in=visible_projects(request.user))
-    return get_object_or_404(qs.select_related("project__department", "submitted_by"), pk=pk)
+    related = ("project__department", "submitted_by", "cluster")
+    return get_object_or_404(qs.select_related(*related), pk=pk)
 
 
 @login_required
@@ -97,8 +105,7 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
         else:
             messages.success(request, f"{workload.name} is queued.")
             return redirect("workload_detail", pk=workload.pk)
-    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
-    return render(request, "scheduling/workload_form.html", context)
+    return render(request, "scheduling/workload_form.html", _form_context(form, kind))
 
 
 @login_required
@@ -109,17 +116,43 @@ def workload_clone(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("You may not submit work to this project.")
     kind = workload.kind if workload.kind in FORM_KINDS else WorkloadKind.TRAINING
     form = WorkloadForm(user=request.user, kind=kind, initial=initial_from(workload))
-    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
-    context["clone_of"] = workload
+    context = {**_form_context(form, kind), "clone_of": workload}
     return render(request, "scheduling/workload_form.html", context)
 
 
+def _form_context(form: WorkloadForm, kind: str) -> dict[str, Any]:
+    """The form in its sections, with what each backend does with the image, each
+    project's policy limits beside the fields they bound, and the environments' images."""
+    projects = list(form.fields["project"].queryset.select_related("department"))
+    policies = effective_policies(projects)
+    return {
+        "form": form,
+        "kind": kind,
+        "kind_label": WorkloadKind(kind).label,
+        "kind_noun": kind_noun(kind),
+        "sections": form_layout.sections(form),
+        "image_help": form_layout.image_help(form.backends),
+        "limits": {pk: form_layout.policy_limits(p, kind) for pk, p in policies.items()},
+        "selected_project": str(form["project"].value() or (projects[0].pk if projects else "")),
+        "environment_images": {str(e.pk): e.image for e in form.environments},
+        "simulated_pools": [
+            name for name, backends in form.pool_backends.items() if "simulated" in backends
+        ],
+        "real_pools": [
+            name for name, backends in form.pool_backends.items() if backends - {"simulated"}
+        ],
+    }
+
+
 def _live_context(workload: Workload) -> dict[str, Any]:
+    allocations = list(workload.allocations.select_related("node__cluster", "node__pool"))
+    for allocation in allocations:
+        allocation.enforced = enforced_limits(allocation)  # type: ignore[attr-defined]
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
         "events": workload.events.all(),
-        "allocations": workload.allocations.select_related("node__cluster", "node__pool"),
+        "allocations": allocations,
     }
 
 

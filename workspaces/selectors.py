@@ -19,7 +19,7 @@ from clusters.models import Backend, NodePool
 from portal.models import Membership, Project, Role
 from portal.permissions import can_admin_project, can_view_project, visible_projects
 from scheduling.models import ACTIVE_STATES, Workload, WorkloadState
-from scheduling.policies import effective_policy
+from scheduling.policies import effective_policies
 from workspaces.models import Environment, IdlePolicy, Workspace, WorkspaceTemplate
 
 
@@ -127,14 +127,13 @@ def workspace_is_running(workspace: Workspace) -> bool:
 def submit_limits_for_projects(projects: QuerySet[Project]) -> dict[int, str]:
     """Per project id, the submission limits a launch must respect, said in words."""
     limits = {}
-    for project in projects.select_related("department"):
-        policy = effective_policy(project)
+    for pk, policy in effective_policies(projects.select_related("department")).items():
         words = []
         if policy.max_gpus_per_workload is not None:
             words.append(f"at most {policy.max_gpus_per_workload.normalize():f} GPUs per workload")
         if policy.allowed_kinds and "workspace" not in policy.allowed_kinds:
             words.append("workspaces are not allowed")
-        limits[project.pk] = "; ".join(words)
+        limits[pk] = "; ".join(words)
     return limits
 
 

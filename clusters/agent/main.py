@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from clusters.agent.mps import MpsDaemons
 from clusters.agent.nvml import NoGpu, Reading, Sampler, load_nvml
 from clusters.agent.procmap import ProcessMap
 from clusters.agent.shipper import Shipper
@@ -43,6 +44,16 @@ def to_samples(readings: list[Reading], procmap: ProcessMap) -> list[dict[str, A
     return samples
 
 
+def mps_wanted(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """The devices this node's sharers use, each needing its MPS daemon. Only asked when
+    the portal answered: an agent cut off from it stops nothing."""
+    return {
+        str(p["mps_device"]): str(p["mps_device"])
+        for p in pods
+        if p.get("shared_gpu_index") is not None and p.get("mps_device")
+    }
+
+
 class Agent:
     def __init__(
         self,
@@ -52,19 +63,23 @@ class Agent:
         interval_s: float = 10.0,
         pods_every_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        mps: MpsDaemons | None = None,
     ):
-        self.sampler, self.shipper = sampler, shipper
+        self.sampler, self.shipper, self.mps = sampler, shipper, mps
         self.procmap = procmap or ProcessMap()
         self.interval_s, self.pods_every_s, self.sleep = interval_s, pods_every_s, sleep
         self.pods_at = float("-inf")
 
     def tick(self) -> bool:
-        """1. refresh the pod map now and then; 2. sample; 3. buffer; 4. try to send."""
+        """1. refresh the pod map now and then, and the MPS daemons of shared GPUs;
+        2. sample; 3. buffer; 4. try to send."""
         if time.monotonic() - self.pods_at >= self.pods_every_s:
             pods = self.shipper.pods()
             if pods is not None:
                 self.procmap.update(pods)
                 self.pods_at = time.monotonic()
+                if self.mps is not None:
+                    self.mps.sync(mps_wanted(pods))
         self.shipper.add(to_samples(self.sampler.read(), self.procmap))
         return self.shipper.flush()
 
@@ -94,6 +109,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="file that keeps buffered samples across restarts of the agent",
     )
     parser.add_argument("--ticks", type=int, default=None, help="stop after this many samples")
+    parser.add_argument(
+        "--mps-root",
+        default=env("GPUPOOL_AGENT_MPS_ROOT", ""),
+        help="run an MPS control daemon per shared GPU, its pipe and log folders under "
+        "this host folder (Kubernetes nodes: /run/gpupool/mps); empty: none",
+    )
     parser.add_argument(
         "--direct",
         metavar="CLUSTER/NODE",
@@ -135,8 +156,11 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
         shipper.restore()
     log.info("watching %d GPUs, posting to %s", len(sampler.handles), shipper.portal)
     stopping = on_sigterm()
+    # The daemons outlive a restart of the agent (sharers keep running); the next agent
+    # finds them by their pid files and stops only those of GPUs no longer shared.
+    mps = MpsDaemons(Path(args.mps_root)) if args.mps_root else None
     try:
-        Agent(sampler, shipper, interval_s=args.interval).run(args.ticks)
+        Agent(sampler, shipper, interval_s=args.interval, mps=mps).run(args.ticks)
     except KeyboardInterrupt:
         pass
     finally:

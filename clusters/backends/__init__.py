@@ -11,9 +11,10 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from clusters.sharing import MpsLimits, mps_enabled
 from portal.errors import GPUPoolError
 
 if TYPE_CHECKING:
@@ -119,6 +120,9 @@ class PodSpec:
     shared_gpu_uuid: str = ""
     gpu_share: float | None = None
     gpu_memory_mib: int = 0
+    # A sharer's limits on its GPU, enforced through that GPU's MPS daemon (clusters.sharing):
+    # each backend gives the pod sharing.mps_env(mps, <its pipe folder>).
+    mps: MpsLimits | None = None
     ports: tuple[PortSpec, ...] = ()
     checkpoint_dir: str = ""
     restart_count: int = 0
@@ -170,6 +174,23 @@ class ReconcileReport:
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Shared GPUs and the device whose MPS daemon serves them, as the node names it (its
+    # UUID, or index): {(node name, GPU index as the cycle numbered it): device}. The
+    # portal keeps them for the node agents (clusters.reconcile).
+    mps_devices: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def as_enforced(spec: PodSpec, cluster_config: dict | None) -> PodSpec:
+    """The spec as this cluster runs it: without MPS limits where its config turns MPS off."""
+    if spec.mps is None or mps_enabled(cluster_config):
+        return spec
+    return replace(spec, mps=None)
+
+
+def mps_device(spec: PodSpec) -> str:
+    """The device a sharer's MPS daemon serves, as its node names it: the GPU's UUID, or
+    its index where no UUID is known. It also names the daemon's folder on the node."""
+    return spec.shared_gpu_uuid or str(spec.shared_gpu_index)
 
 
 def pod_name(workload_id: int, pod_index: int) -> str:
@@ -232,6 +253,9 @@ class Backend(abc.ABC):
         for spec in desired:
             if spec.name not in report.statuses:
                 self._create_into(report, spec)
+        for spec in desired:
+            if spec.mps is not None and spec.shared_gpu_index is not None:
+                report.mps_devices[(spec.node_name, spec.shared_gpu_index)] = mps_device(spec)
         return report
 
     def _create_into(self, report: ReconcileReport, spec: PodSpec) -> None:

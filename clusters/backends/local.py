@@ -30,10 +30,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from django.conf import settings
 
+from clusters.agent.mps import MpsDaemons, MpsError
 from clusters.backends import (
     Backend,
     BackendError,
@@ -42,10 +43,14 @@ from clusters.backends import (
     PodSpec,
     PodSpecInvalid,
     PodStatus,
+    ReconcileReport,
+    as_enforced,
     expand_vars,
+    mps_device,
     sandbox,
 )
 from clusters.backends.localgpus import local_gpus
+from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,7 @@ SPAWN_GRACE_S = 10
 # (SECRET_KEY, DATABASE_URL, mail passwords).
 SOCKET_NAME = "tool.sock"
 SOCKETS_RUN_DIR = Path("/run/gpupool")
+MPS_RUN_DIR = SOCKETS_RUN_DIR  # the MPS pipe folders, for the same reason (short paths)
 # The worker probes at least every inventory sync (60 s): older, it may be gone.
 ISOLATION_REPORT_TTL_S = 600
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
@@ -134,6 +140,48 @@ class LocalBackend(Backend):
     @property
     def _isolation_path(self) -> Path:
         return self.state_dir.parent / "isolation.json"
+
+    # --- MPS ------------------------------------------------------------------------------
+    @property
+    def mps(self) -> MpsDaemons:
+        """This cluster's MPS daemons: under /run where the worker may write there (a pipe's
+        socket path must be short), one folder per var/; else under var/."""
+        base = self.state_dir.parent / "mps"
+        if os.access(MPS_RUN_DIR.parent, os.W_OK):
+            digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+            base = MPS_RUN_DIR / f"mps-{digest}"
+        return MpsDaemons(
+            base, executable=self.cluster.config.get("mps_control", "nvidia-cuda-mps-control")
+        )
+
+    def _ensure_mps(self, spec: PodSpec) -> None:
+        """A sharer starts only once its GPU's MPS daemon runs: without it, its limits would
+        not hold. No daemon can run here at all: the pod fails, saying why."""
+        if spec.mps is None:
+            return
+        device = mps_device(spec)
+        if self.mps.pid(device) is not None:
+            return
+        try:
+            self.mps.start(device, device)
+        except MpsError as exc:
+            if "not installed" in str(exc):
+                raise PodSpecInvalid(f"its GPU share cannot be enforced here: {exc}") from exc
+            raise BackendError(f"the MPS daemon of GPU {device}: {exc}") from exc
+
+    def reconcile(self, desired: list[PodSpec], **kwargs: Any) -> ReconcileReport:
+        """As every backend, then the MPS daemons: one for each GPU a pod of this cluster
+        still shares (started again if it died), none for the others."""
+        report = super().reconcile(desired, **kwargs)
+        enforced = [as_enforced(s, self.cluster.config) for s in desired]
+        wanted = {mps_device(s): mps_device(s) for s in enforced if s.mps is not None}
+        for path in sorted(self.state_dir.glob("*.json")):
+            record = self._read(path) or {}
+            if record.get("mps_device"):
+                wanted[record["mps_device"]] = record["mps_device"]
+        for device, error in self.mps.sync(wanted).items():
+            report.errors.append(f"MPS daemon of GPU {device}: {error}")
+        return report
 
     # --- inventory -------------------------------------------------------------------------
     def test_connection(self) -> str:
@@ -231,6 +279,7 @@ class LocalBackend(Backend):
     def _spawn(self, spec: PodSpec) -> dict:
         """Start the pod's process: 1. sandbox or refusal, 2. environment and ports,
         3. command, 4. record it, 5. start it."""
+        spec = as_enforced(spec, self.cluster.config)
         isolation = self.isolation()
         if not isolation.available and not spec.submitted_by_admin:
             raise PodSpecInvalid(
@@ -238,6 +287,7 @@ class LocalBackend(Backend):
                 "platform administrators' work"
             )
         workdir = self.workload_dir(spec.workload_id)
+        self._ensure_mps(spec)
         socket_dir = self._socket_dir(spec.name)
         socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env, endpoint = self._environment(spec, socket_dir, sandboxed=isolation.available)
@@ -263,6 +313,9 @@ class LocalBackend(Backend):
             "argv": argv,
             "terminating_since": None,
             "sandboxed": isolation.available,
+            # Its GPU's MPS daemon runs while this record lasts (the pod may still be
+            # shutting down): a GPU leaves MPS mode only once its last sharer is gone.
+            "mps_device": mps_device(spec) if spec.mps is not None else None,
         }
         self._write(record)  # first: a crash between spawn and record must not lose it
         return self._start(record, env, workdir)
@@ -273,6 +326,9 @@ class LocalBackend(Backend):
         """The command as it runs: in a sandbox, as the pod's own user, where the machine
         can. Its data volumes are checked either way."""
         mounts = (*self._data_mounts(spec), sandbox.Mount(str(socket_dir), sandbox.SOCKET_DIR))
+        if spec.mps is not None:
+            pipe = str(self.mps.pipe_dir(mps_device(spec)))
+            mounts = (*mounts, sandbox.Mount(pipe, pipe))
         if not sandboxed:
             return command
         workdir = self.workload_dir(spec.workload_id)
@@ -280,7 +336,9 @@ class LocalBackend(Backend):
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
         _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
-        return sandbox.wrap(command, uid=uid, gid=gid, workdir=workdir, mounts=mounts)
+        return sandbox.wrap(
+            command, uid=uid, gid=gid, workdir=workdir, mounts=mounts, host_ipc=bool(spec.mps)
+        )
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
@@ -361,6 +419,11 @@ class LocalBackend(Backend):
         # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if spec.mps is not None:
+            # The daemon sees only this GPU; the sharer names it so that the server agrees.
+            device = mps_device(spec)
+            env["CUDA_VISIBLE_DEVICES"] = client_visible_devices(device)
+            env.update(mps_env(spec.mps, str(self.mps.pipe_dir(device))))
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
         endpoint = ""
         for number, port in enumerate(spec.ports):

@@ -117,16 +117,26 @@ def project_gid(project_id: int) -> int:
 
 
 def wrap(
-    command: list[str], *, uid: int, gid: int, workdir: Path | None, mounts: tuple[Mount, ...]
+    command: list[str],
+    *,
+    uid: int,
+    gid: int,
+    workdir: Path | None,
+    mounts: tuple[Mount, ...],
+    host_ipc: bool = False,
 ) -> list[str]:
     """The command line that runs `command` sandboxed as uid:gid in `workdir` (also its
     HOME, bound at the same path), with `mounts` (data volume, socket folder) on top. The
-    environment passes through unchanged: the backend builds it clean."""
-    argv = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    environment passes through unchanged: the backend builds it clean.
+    `host_ipc`: an MPS client shares the machine's IPC namespace and /dev/shm with its GPU's
+    MPS server, as NVIDIA's MPS requires (docs/gpu-sharing.md: what that costs)."""
+    ipc = [] if host_ipc else ["--unshare-ipc"]
+    argv = ["bwrap", "--die-with-parent", "--unshare-pid", *ipc, "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "gpupool-pod"]  # fmt: skip
     made: set[str] = set()
     argv += _system_binds(made)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
+    shm = ["--bind", "/dev/shm", "/dev/shm"] if host_ipc else ["--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *shm,
              "--perms", "1777", "--tmpfs", "/tmp"]  # fmt: skip
     made.add("/tmp")
     argv += _gpu_binds()

@@ -43,6 +43,7 @@ from clusters.backends import (
     ReconcileReport,
 )
 from clusters.models import SimulatedPod
+from clusters.sharing import POD_PIPE_DIRECTORY, mps_env
 from portal.errors import ValidationFailed
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,14 @@ class SimulatedBackend(Backend):
         pod = SimulatedPod.objects.filter(cluster=self.cluster, name=name).first()
         if pod is None:
             return ""
-        return (
+        started = (
             f"[simulated] {name} started on {pod.node_name} at {pod.started_at:%Y-%m-%d %H:%M:%S}"
+        )
+        limits = {k: v for k, v in sorted((pod.env or {}).items()) if k.startswith("CUDA_MPS_")}
+        if not limits:
+            return started
+        return (
+            started + "\n[simulated] MPS client: " + " ".join(f"{k}={v}" for k, v in limits.items())
         )
 
     def reconcile(
@@ -241,6 +248,15 @@ def _stop_time(pod: SimulatedPod, stop_delay: timedelta) -> timedelta:
     return timedelta(seconds=pod.stop_after_s)
 
 
+def pod_environment(spec: PodSpec) -> dict[str, str]:
+    """What the simulated pod's program would be given: the pod's variables, and a sharer's
+    MPS limits as a Kubernetes pod gets them (sharing.mps_env)."""
+    env = dict(spec.env)
+    if spec.mps is not None:
+        env.update(mps_env(spec.mps, POD_PIPE_DIRECTORY))
+    return env
+
+
 def _pod_fields(spec: PodSpec) -> dict[str, Any]:
     return {
         "namespace": spec.namespace,
@@ -250,6 +266,7 @@ def _pod_fields(spec: PodSpec) -> dict[str, Any]:
         "gpu_indices": list(spec.gpu_indices),
         "shared_gpu_index": spec.shared_gpu_index,
         "gpu_share": spec.gpu_share,
+        "env": pod_environment(spec),
         "started_at": timezone.now(),
         "duration_s": spec.duration_s,
     }

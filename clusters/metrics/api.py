@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from clusters.metrics.models import NodeToken
 from clusters.metrics.services import node_token_check, samples_ingest
+from clusters.models import Gpu
 from portal.errors import ValidationFailed
 from scheduling.models import PodAllocation
 
@@ -83,12 +84,29 @@ class MetricsIngestView(AgentView):
         return Response({"accepted": count}, status=status.HTTP_201_CREATED)
 
 
+def agent_pods(node_id: int) -> list[dict[str, Any]]:
+    """The pods placed on a node, and for a sharer the device whose MPS daemon its agent
+    must run (clusters.agent.mps): while any allocation shares a GPU, it stays shared."""
+    rows = list(
+        PodAllocation.objects.filter(node_id=node_id).values(
+            "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"
+        )
+    )
+    devices = dict(
+        Gpu.objects.filter(node_id=node_id)
+        .exclude(mps_device="")
+        .values_list("index", "mps_device")
+    )
+    for row in rows:
+        row["mps_device"] = devices.get(row["shared_gpu_index"], "")
+    return rows
+
+
 class AgentPodsView(AgentView):
-    """The pods placed on the agent's node, so it can map processes to workloads."""
+    """The pods placed on the agent's node, so it can map processes to workloads and run
+    the MPS daemons of its shared GPUs."""
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Any) -> Response:
-        rows = PodAllocation.objects.filter(node=request.auth.node).values(
-            "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"
-        )
-        return Response({"node": request.auth.node.name, "pods": list(rows)})
+        node = request.auth.node
+        return Response({"node": node.name, "pods": agent_pods(node.pk)})

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduling.engine.types import PodRequest, Workload
+from scheduling.engine.types import PodRequest, SchedulerConfig, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU, as in state.UNITS (kept here so the module stands alone)
 
@@ -248,3 +248,13 @@ def workload_shapes(
             shape = pod_shape(pod, gpu_memory_mib)
             mix[shape] = mix.get(shape, 0.0) + weight
     return ShapeHistogram(mix, half_life=half_life_s, prior_weight=1.0)
+
+
+def cycle_shapes(
+    snapshot: Snapshot, config: SchedulerConfig, now: float, gpu_memory_mib: int
+) -> ShapeHistogram | None:
+    """The histogram a cycle packs against, or None when the config packs by best fit."""
+    half_life = config.fragmentation_half_life_s
+    if not half_life:
+        return None
+    return workload_shapes(snapshot.workloads, now, half_life, gpu_memory_mib)

@@ -29,6 +29,7 @@ import copy
 import itertools
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -247,8 +248,31 @@ def _validate_volumes(volumes: list[dict]) -> set[str]:
             raise ApiError(422, "Invalid", "spec.volumes.persistentVolumeClaim.claimName")
         if "configMap" in volume and not (volume["configMap"] or {}).get("name"):
             raise ApiError(422, "Invalid", "spec.volumes.configMap.name: Required value")
+        sources = [k for k in volume if k != "name"]
+        if len(sources) != 1:
+            message = "must specify a volume type" if not sources else "may not specify more "
+            message += "" if not sources else "than 1 volume type"
+            raise ApiError(422, "Invalid", f"spec.volumes[{name}]: {message}")
+        if "hostPath" in volume:
+            _validate_host_path(volume["hostPath"] or {})
         names.add(name)
     return names
+
+
+HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
+                   "CharDevice", "BlockDevice"}  # fmt: skip
+
+
+def _validate_host_path(host_path: dict) -> None:
+    """As the real server checks a hostPath: a path, no '..' in it, a known type."""
+    path = str(host_path.get("path") or "")
+    if not path:
+        raise ApiError(422, "Invalid", "spec.volumes.hostPath.path: Required value")
+    if ".." in path.split("/"):
+        raise ApiError(422, "Invalid", "spec.volumes.hostPath.path: must not contain '..'")
+    kind = host_path.get("type", "")
+    if kind not in HOST_PATH_TYPES:
+        raise ApiError(422, "Invalid", f'spec.volumes.hostPath.type: Unsupported value: "{kind}"')
 
 
 def _namespace(name: str) -> dict:
@@ -1144,6 +1168,18 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def serve_in_process(stack: Any, nodes: int, gpus: int, window: int | None = None) -> dict:
+    """Start `main()` in a child process (closed when `stack`, an ExitStack, unwinds) and
+    return a kubeconfig for it: what the `bench_*` commands measure against."""
+    args = [sys.executable, "-m", "tests.clusters.fake_apiserver", str(nodes), str(gpus)]
+    if window is not None:
+        args.append(str(window))
+    server = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    stack.callback(server.wait, 30)
+    stack.callback(server.stdin.close)
+    return kubeconfig_for(server.stdout.readline().strip())
 
 
 def main() -> None:

@@ -366,7 +366,8 @@ def test_the_agent_is_outside_the_restricted_namespace_because_it_needs_the_host
     agent = by_kind(rendered["trial"], "DaemonSet")["gpupool-agent"]
     assert agent["metadata"]["namespace"] == "gpupool-agent"
     assert restricted_violations(pod_specs(agent)[0]) == [
-        "hostPID", "volume spool: ['hostPath']", "agent: runAsNonRoot", "agent: runAsUser 0",
+        "hostPID", "hostIPC", "volume spool: ['hostPath']", "volume mps: ['hostPath']",
+        "agent: capabilities", "agent: runAsNonRoot", "agent: runAsUser 0",
     ]  # fmt: skip
     ns = by_kind(rendered["trial"], "Namespace")["gpupool-agent"]["metadata"]["labels"]
     assert ns["pod-security.kubernetes.io/enforce"] == "privileged"
@@ -380,7 +381,8 @@ def test_the_agent_runs_on_gpu_nodes_with_nvml_and_its_nodes_token(rendered):
     assert term["nodeSelectorTerms"] == [{"matchExpressions": [gpu_present]}]
     (container,) = spec["containers"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"  # MPS binaries too
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert "nvidia.com/gpu" not in str(container["resources"])  # it takes no GPU
     assert container["args"][:3] == ["python", "-m", "clusters.agent"]
@@ -642,3 +644,22 @@ def test_only_the_pods_that_hold_the_database_url_may_reach_the_trials_data(rend
         components[labels["app.kubernetes.io/component"]] = "gpupool-secrets" in refs
     assert set(guarded["values"]) == {"postgres", "redis"} <= set(components)
     assert set(allowed["values"]) == {name for name, uses in components.items() if uses}
+
+
+def test_the_agent_runs_the_mps_daemons_where_the_sharing_pods_find_their_pipes(rendered):
+    """The agent's --mps-root is the host folder the sharing pods mount their GPU's pipe
+    from (clusters.backends.kubernetes.manifests.MPS_ROOT), shares the host's IPC namespace
+    as the pods do, and may start MPS servers as their users (SETUID/SETGID), nothing more."""
+    from clusters.backends.kubernetes.manifests import MPS_ROOT
+
+    agent = by_kind(rendered["production"], "DaemonSet")["gpupool-agent"]
+    spec = pod_specs(agent)[0]
+    (container,) = spec["containers"]
+    args = agent_args([a.replace("$(NODE_NAME)", "gpu-7") for a in container["args"][3:]])
+    assert args.mps_root == MPS_ROOT
+    assert spec["hostIPC"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes[mounts[MPS_ROOT]]["hostPath"] == {"path": MPS_ROOT, "type": "DirectoryOrCreate"}
+    caps = container["securityContext"]["capabilities"]
+    assert caps == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}

@@ -164,9 +164,10 @@ def test_a_submission_declares_that_its_image_needs_root_as_a_boolean(db):  # no
 
 
 def test_under_a_cluster_wide_restricted_default_every_gpupool_pod_is_admitted(kube, org):  # noqa: F811
+    """With MPS off: an MPS sharer needs hostIPC and a hostPath (the next test)."""
     fake = kube.require_fake()
     fake.pod_security_default = "restricted"
-    cluster = kube.cluster()
+    cluster = kube.cluster(mps=False)
     kube.nodes(cluster)
     node = Node.objects.get(name="gpu-a")
     whole, half = job(org, "whole"), job(org, "half", gpu_request="fraction", gpus="0.5")
@@ -185,3 +186,18 @@ def test_under_a_cluster_wide_restricted_default_every_gpupool_pod_is_admitted(k
         "workload",
         "workload",
     ]
+
+
+def test_under_a_restricted_default_an_mps_sharer_is_refused_saying_what_to_change(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    fake.pod_security_default = "restricted"
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    half = job(org, "half", gpu_request="fraction", gpus="0.5")
+    admit(half, Node.objects.get(name="gpu-a"), pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
+    for _ in range(3):
+        cluster_reconcile(cluster)
+    half.refresh_from_db()
+    assert half.state == S.FAILED
+    event = half.events.filter(reason="PodFailed").get()
+    assert "hostIPC" in event.message and "`mps: false`" in event.message

@@ -81,10 +81,41 @@ def test_extra_queueing_compares_with_a_private_cluster_of_the_teams_quota() -> 
         "gpus": 1,
         "grown_to_fit_largest_job": False,
         "queueing_delay_s_mean": 50.0,
+        "within_quota": {  # nothing is larger than the quota: the same replay
+            "gpus": 1,
+            "jobs_compared": 2,
+            "jobs_larger_than_quota": 0,
+            "queueing_delay_s_mean": 50.0,
+            "shared_queueing_delay_s_mean": 0.0,
+        },
     }
-    assert a["extra_queueing_s"] == -50.0
+    assert a["extra_queueing_s"] == a["extra_queueing_within_quota_s"] == -50.0
     assert summary["teams"]["b"]["extra_queueing_s"] == 0.0
     assert (summary["worst_team"], summary["worst_team_extra_queueing_s"]) == ("b", 0.0)
+
+
+def test_within_quota_leaves_out_the_jobs_a_cluster_of_the_quota_could_never_run() -> None:
+    # Team a (quota 1) runs a 10 s 1-GPU job, then a 2-GPU job that only the grown private
+    # cluster (2 GPUs) can hold, where it waits 9 s. In the shared 3-GPU cluster b's 2-GPU
+    # job, submitted first, keeps it waiting 98 s: against the grown cluster a is worse
+    # off; against a cluster of its quota, over the job that fits there, it is not.
+    jobs = [
+        job("b1", 0, 100, 2, "b"),
+        job("a1", 1, 10, 1, "a"),
+        TraceJob("a2", "a", 2.0, 100.0, 1, 2.0),
+    ]
+    _, summary = simulate(cluster(1, 3), jobs, quotas(a=1, b=2), "fifo", EXACT)
+    a = summary["teams"]["a"]
+    assert a["private_cluster"]["grown_to_fit_largest_job"]
+    assert a["private_cluster"]["gpus"] == 2
+    assert a["extra_queueing_s"] > 0
+    within = a["private_cluster"]["within_quota"]
+    assert within["gpus"] == 1
+    assert (within["jobs_compared"], within["jobs_larger_than_quota"]) == (1, 1)
+    assert within["queueing_delay_s_mean"] == within["shared_queueing_delay_s_mean"] == 0.0
+    assert a["extra_queueing_within_quota_s"] == 0.0
+    assert summary["worst_team"] == "a"
+    assert summary["worst_team_extra_queueing_within_quota_s"] <= 0.0
 
 
 def test_a_private_cluster_grows_to_hold_the_teams_largest_gang() -> None:
@@ -117,6 +148,23 @@ def test_the_command_line_writes_the_summary_workloads_and_quotas(tmp_path: Path
     ]
     quotas_written = json.loads((out / "quotas.json").read_text())
     assert quotas_written["teams"]["a"]["pools"]["p"]["deserved"] == 2.0  # 200 of 250 GPU-s
+
+
+def test_plot_draws_each_teams_extra_queueing_for_this_run_and_the_compared_ones(
+    tmp_path: Path,
+) -> None:
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps({"pools": [{"name": "p", "nodes": [{"gpus": 2}]}]}))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_time,duration_s,gpus,team\n0,100,2,a\n30,50,1,b\n")
+    argv = ["--cluster", str(cluster_file), "--trace", str(trace), "--tick", "10"]
+    assert main([*argv, "--policy", "fifo", "--out", str(tmp_path / "fifo")]) == 0
+    png = tmp_path / "teams.png"
+    compare = ["--compare", str(tmp_path / "fifo"), "--plot", str(png)]
+    assert main([*argv, "--policy", "gpupool", "--out", str(tmp_path / "gp"), *compare]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
+    assert main([*argv, "--no-baseline", "--plot", str(png), "--out", str(tmp_path / "x")]) == 2
 
 
 @pytest.mark.parametrize(

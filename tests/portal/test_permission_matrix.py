@@ -47,6 +47,7 @@ def _membership_of(user) -> int:
 # name -> (url builder over the `org` fixture, expected status per persona)
 MATRIX = {
     "home": (lambda o: "/", row(200, 200, 200, 200)),
+    "home_live": (lambda o: "/home/fragment/", row(200, 200, 200, 200)),
     "department_list": (lambda o: "/departments/", row(200, 200, 403, 403)),
     "department_create": (lambda o: "/departments/new/", row(200, 403, 403, 403)),
     "department_edit": (lambda o: f"/departments/{o.dept_a.pk}/", row(200, 200, 403, 403)),
@@ -127,6 +128,7 @@ def test_each_page_answers_each_persona_as_the_matrix_says(client_as, org, name,
 # The organisation pages for the viewer, the peer and the member of nothing (see MORE below).
 MORE_PAGES = {
     "home": (200, 200, 200),
+    "home_live": (200, 200, 200),
     "department_list": (403, 403, 403),
     "department_create": (403, 403, 403),
     "department_edit": (403, 403, 403),

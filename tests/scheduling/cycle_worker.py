@@ -3,6 +3,8 @@
     python -m tests.scheduling.cycle_worker setup          # migrate, 8 GPUs, 8 one-GPU jobs
     python -m tests.scheduling.cycle_worker run DIR N       # N processes start one slow cycle
     python -m tests.scheduling.cycle_worker check           # print what was handed out
+    python -m tests.scheduling.cycle_worker hang            # a cycle that never ends (kill it)
+    python -m tests.scheduling.cycle_worker probe T0        # cycle until one runs; wait from T0
 
 GPUPOOL_VAR_DIR points every process at the same database file; each prints one JSON line.
 """
@@ -65,6 +67,40 @@ def _barrier(folder: Path, parties: int, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
+def hang() -> dict:
+    """Take the lock and stay inside the engine until killed."""
+    import scheduling.cycle
+
+    def forever(*args, **kwargs):
+        time.sleep(3600)
+
+    scheduling.cycle.schedule = forever
+    scheduling.cycle.cycle_run()
+    return {"ran": True}
+
+
+def probe(since: float) -> dict:
+    """Try a cycle every 0.1 s until one runs: how long after `since` (epoch s) it ran,
+    and what became of the dead worker's cycle."""
+    from scheduling.cycle import cycle_run
+    from scheduling.models import CycleRun
+
+    first_try = time.time()
+    while (run := cycle_run()) is None:
+        if time.time() - since > 120:
+            raise TimeoutError("no cycle could run for 120 s")
+        time.sleep(0.1)
+    waited = time.time() - since
+    others = CycleRun.objects.exclude(pk=run.pk).values("state", "ok", "error")
+    return {
+        "waited": waited,
+        "first_try": first_try - since,  # this process's own start-up, under load
+        "admitted": run.admitted,
+        "state": run.state,
+        "others": list(others),
+    }
+
+
 def check() -> dict:
     from scheduling.models import CycleRun, PodAllocation
 
@@ -92,6 +128,10 @@ def main() -> None:
         out = setup()
     elif command == "run":
         out = run(sys.argv[2], int(sys.argv[3]))
+    elif command == "hang":
+        out = hang()
+    elif command == "probe":
+        out = probe(float(sys.argv[2]))
     else:
         out = check()
     print(json.dumps(out))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -150,3 +152,33 @@ def test_two_cycle_processes_on_one_sqlite_file_never_give_a_gpu_twice(tmp_path)
     assert len(cycles) == sum(r["ran"] for r in runs) >= 1
     for (_, first_end), (second_start, _) in itertools.pairwise(cycles):
         assert second_start >= first_end, "two cycles overlapped"
+
+
+def test_a_worker_killed_inside_a_cycle_delays_scheduling_by_at_most_one_period(
+    tmp_path, monkeypatch
+):
+    """A real process takes the lock, starts a cycle and is SIGKILLed inside the engine:
+    no `finally` runs, so only the lock's expiry frees the next cycle, and the dead
+    worker's cycle row is marked aborted rather than left running."""
+    period_s = 5
+    monkeypatch.setenv("GPUPOOL_CYCLE_INTERVAL_S", str(period_s))
+    _output(_worker(tmp_path, "setup"))
+    hung = _worker(tmp_path, "hang")
+    database = sqlite3.connect(tmp_path / "gpupool.sqlite3", timeout=30)
+    deadline = time.monotonic() + 60
+    while not database.execute(
+        "SELECT 1 FROM scheduling_cyclerun WHERE state = 'running'"
+    ).fetchone():
+        assert hung.poll() is None and time.monotonic() < deadline, hung.stderr.read()
+        time.sleep(0.05)
+    database.close()
+    os.kill(hung.pid, signal.SIGKILL)
+    killed_at = time.time()
+    hung.communicate()
+    result = _output(_worker(tmp_path, "probe", str(killed_at)))
+    # At most one period after the kill, or at once if this probe only got going later.
+    assert result["waited"] <= max(period_s, result["first_try"]) + 1, result
+    assert result["state"] == "ok" and result["admitted"] == 8
+    (dead,) = result["others"]
+    assert dead["state"] == "aborted" and not dead["ok"]
+    assert "lock expired without renewal" in dead["error"]

@@ -53,12 +53,14 @@ from clusters.backends import (
     PodSpecInvalid,
     PodStatus,
     ReconcileReport,
+    as_enforced,
     grace_for,
 )
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.manifests import (
     DEFAULT_UID,
+    MPS_ROOT,
     PROJECT_LABEL,
     ROLE,
     WORKLOAD_CONTAINER,
@@ -108,6 +110,7 @@ class KubernetesBackend(Backend):
         self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
         self.priority_class = config.get("reservation_priority_class", "gpupool-reservation")
         self.run_as_user = config.get("run_as_user", DEFAULT_UID)
+        self.mps_root = str(config.get("mps_root", MPS_ROOT))
         self.watch = bool(config.get("watch", True))
         self.resync_s = float(config.get("resync_s", 300))
         self.watch_wait_s = float(config.get("watch_wait_s", 2))
@@ -337,10 +340,15 @@ class KubernetesBackend(Backend):
             log.info("%s: adopted the existing namespace %s", self.cluster.name, name)
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        spec = as_enforced(spec, self.cluster.config)
         self.ensure_namespace(spec.namespace, spec.project)
         self.ensure_rendezvous(spec)
         body = pod_manifest(
-            spec, self.owner, pin_with_node_name=self.pin != "binding", uid=self.run_as_user
+            spec,
+            self.owner,
+            pin_with_node_name=self.pin != "binding",
+            uid=self.run_as_user,
+            mps_root=self.mps_root,
         )
         try:
             created = self._json(self.api.create_namespaced_pod, spec.namespace, body)
@@ -348,7 +356,7 @@ class KubernetesBackend(Backend):
                 self.bind(spec)
         except ApiException as exc:
             if exc.status in (400, 422) or refused_by_admission(exc):
-                raise PodSpecInvalid(_said(exc)) from exc
+                raise PodSpecInvalid(_said(exc) + (MPS_REFUSED if spec.mps else "")) from exc
             if exc.status != 409:
                 raise BackendError(f"pod {spec.name}: {_said(exc)}") from exc
             created = self._adopt(spec)
@@ -531,6 +539,7 @@ class KubernetesBackend(Backend):
             # or Service below.
             existing = [wanted[n] for n in report.statuses if n in wanted]
             devices = self.reservations.sync(pods, desired, report)
+            report.mps_devices.update(devices)  # the node agents run these GPUs' daemons
             missing = [
                 ready
                 for spec in desired
@@ -557,6 +566,13 @@ class KubernetesBackend(Backend):
             else:
                 ready.add(namespace)
         return ready
+
+
+MPS_REFUSED = (
+    " (its GPU share is enforced through MPS, which needs hostIPC and its GPU's pipe folder "
+    "from the host: let the project's namespace run privileged pods, or set `mps: false` in "
+    "the cluster's config to share GPUs without enforced limits)"
+)
 
 
 def _workload_statuses(pods: list[dict]) -> dict[str, PodStatus]:

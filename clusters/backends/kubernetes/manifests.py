@@ -16,6 +16,7 @@ from clusters.backends import (
     PodStatus,
 )
 from clusters.backends.kubernetes.ownership import Owner
+from clusters.sharing import POD_PIPE_DIRECTORY, mps_env
 
 ROLE = "gpupool.io/role"
 PROJECT_LABEL = "gpupool.io/project"
@@ -50,6 +51,10 @@ FORCE_DELETE_AFTER = timedelta(minutes=2)
 NEVER_STARTS = {"InvalidImageName", "ErrImageNeverPull"}
 # The reservation pod prints the UUID of the GPU the device plugin gave it, then holds it.
 # nvidia-smi is mounted into the container by the NVIDIA container toolkit ("utility").
+MPS_VOLUME = "gpupool-mps-pipe"
+# Where the node agent keeps each shared GPU's MPS pipe folder on the host (its --mps-root;
+# the cluster's config `mps_root` when an admin moves it).
+MPS_ROOT = "/run/gpupool/mps"
 RESERVATION_COMMAND = [
     "sh",
     "-c",
@@ -135,7 +140,12 @@ def security_contexts(*, run_as_root: bool, uid: int | None) -> tuple[dict, dict
 
 
 def pod_manifest(
-    spec: PodSpec, owner: Owner, *, pin_with_node_name: bool = True, uid: int | None = DEFAULT_UID
+    spec: PodSpec,
+    owner: Owner,
+    *,
+    pin_with_node_name: bool = True,
+    uid: int | None = DEFAULT_UID,
+    mps_root: str = MPS_ROOT,
 ) -> dict:
     env = {**port_env(spec), **spec.env}
     limits: dict[str, str] = {"memory": f"{spec.memory_mib}Mi"}
@@ -144,6 +154,7 @@ def pod_manifest(
     elif spec.shared_gpu_index is not None:
         # The reservation pod holds the device; this pod only points at it.
         env["NVIDIA_VISIBLE_DEVICES"] = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
+        env.update(mps_env(spec.mps, POD_PIPE_DIRECTORY) if spec.mps else {})
     else:
         env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a CPU-only pod sees no GPU
     pod_security, container_security = security_contexts(run_as_root=spec.run_as_root, uid=uid)
@@ -175,6 +186,7 @@ def pod_manifest(
     }
     if spec.volumes:
         _mount_volumes(pod_spec, container, spec)
+    _mount_mps_pipe(pod_spec, container, spec, mps_root)
     if spec.rendezvous is not None:
         _rendezvous(pod_spec, container, spec, owner)
     if spec.termination_grace_s is not None:
@@ -218,6 +230,35 @@ def _mount_volumes(pod_spec: dict[str, Any], container: dict[str, Any], spec: Po
 
 
 HOSTFILE_VOLUME = "gpupool-hostfile"
+
+
+def mps_pipe_host_path(mps_root: str, device: str) -> str:
+    """The host folder of a shared GPU's MPS pipe, named as the agent names it: by the
+    device the sharers see (the UUID the reservation pod holds)."""
+    return f"{mps_root.rstrip('/')}/{device}/pipe"
+
+
+def _mount_mps_pipe(
+    pod_spec: dict[str, Any], container: dict[str, Any], spec: PodSpec, mps_root: str
+) -> None:
+    """A sharer talks to its GPU's MPS daemon (run by the node agent) through the daemon's
+    pipe folder and System V shared memory: the folder is mounted from the host, and the
+    pod shares the host's IPC namespace (hostIPC), as NVIDIA's MPS needs. `Directory`: the
+    kubelet starts the pod only once the agent has made the folder (its daemon is up), so
+    no sharer ever runs without its limits."""
+    if spec.mps is None or spec.shared_gpu_index is None:
+        return
+    device = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
+    pod_spec["hostIPC"] = True
+    pod_spec.setdefault("volumes", []).append(
+        {
+            "name": MPS_VOLUME,
+            "hostPath": {"path": mps_pipe_host_path(mps_root, device), "type": "Directory"},
+        }
+    )
+    container.setdefault("volumeMounts", []).append(
+        {"name": MPS_VOLUME, "mountPath": POD_PIPE_DIRECTORY}
+    )
 
 
 def _rendezvous(

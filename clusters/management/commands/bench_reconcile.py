@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from contextlib import ExitStack
@@ -70,19 +68,11 @@ class Command(BaseCommand):
             return yaml.safe_load(Path(real).read_text()), []
         # The fake runs in its own process, as an API server would: it must not compete
         # with the reconciling threads for this interpreter's GIL.
-        nodes = -(-pods // GPUS_PER_NODE)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.clusters.fake_apiserver", str(nodes), str(GPUS_PER_NODE)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        stack.callback(server.wait, 10)
-        stack.callback(server.stdin.close)
-        url = server.stdout.readline().strip()
-        from tests.clusters.fake_apiserver import kubeconfig_for  # noqa: PLC0415 - test-only
+        from tests.clusters.fake_apiserver import serve_in_process  # noqa: PLC0415 - test-only
 
-        return kubeconfig_for(url), [f"bench-{i}" for i in range(nodes)]
+        nodes = -(-pods // GPUS_PER_NODE)
+        kubeconfig = serve_in_process(stack, nodes, GPUS_PER_NODE)
+        return kubeconfig, [f"bench-{i}" for i in range(nodes)]
 
     def _bench(self, kubeconfig: dict, node_names: list[str], options: dict) -> dict[str, Any]:
         cluster = Cluster.objects.create(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -61,27 +59,10 @@ class Command(BaseCommand):
 
 
 def _fake_server(stack: ExitStack, pods: int) -> dict:
-    nodes = -(-pods // GPUS_PER_NODE)
-    window = str(pods * 3)  # the watch must not fall out of the window while pods are made
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.clusters.fake_apiserver",
-            str(nodes),
-            str(GPUS_PER_NODE),
-            window,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    stack.callback(server.wait, 30)
-    stack.callback(server.stdin.close)
-    url = server.stdout.readline().strip()
-    from tests.clusters.fake_apiserver import kubeconfig_for  # noqa: PLC0415 - test-only
+    from tests.clusters.fake_apiserver import serve_in_process  # noqa: PLC0415 - test-only
 
-    return kubeconfig_for(url)
+    # The watch must not fall out of the event window while the pods are made.
+    return serve_in_process(stack, -(-pods // GPUS_PER_NODE), GPUS_PER_NODE, window=pods * 3)
 
 
 class _Timed(KubernetesBackend):

@@ -1,8 +1,21 @@
-"""Preempt: inside a project, a higher-priority workload evicts lower-priority ones.
+"""Preempt: inside a project, a higher-priority workload evicts lower-priority ones, and
+work within the project's guarantee evicts the project's own borrowed work.
 
-Only preemptible workloads of the same project with a strictly lower priority that have
-run their minimum runtime are victims, and only when the project's quota allows the
-newcomer once they are gone. Runs after reclaim: it costs the project its own work.
+Only preemptible workloads of the same project that have run their minimum runtime are
+victims, and only when the project's quota allows the newcomer once they are gone. Runs
+after reclaim: it costs the project its own work. A victim has a strictly lower
+priority, or it is borrowed (see `Guarantee`) and the newcomer, of at least its
+priority, fits inside the deserved quota beside the project's guaranteed work.
+
+Why the second rule (issue 18, docs/simulator.md "No team worse off"): a team whose
+running work includes a job larger than its quota, started on idle GPUs, would
+otherwise keep its next in-quota job waiting until that job ends: on the 64-node Philly
+replay, a 4-GPU job of a team with a quota of 4 waited 81,000 s behind the team's own
+8-GPU job. On a private cluster of its quota the 8-GPU job could never have run, and
+the 4-GPU job would have started at once. It cannot flip-flop: the guaranteed set
+(taken in the queue's own order, greedily, within the deserved quota) only grows by
+this rule (the newcomer joins it and everything in it still fits), and a borrowed
+victim that comes back is borrowed again, so it never evicts its evictor this way.
 """
 
 from __future__ import annotations
@@ -16,8 +29,9 @@ from scheduling.engine.actions.victims import (
     make_room,
     preemptible,
 )
-from scheduling.engine.context import Context
+from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
+from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
@@ -31,33 +45,46 @@ def preempt(ctx: Context) -> None:
     if not index.by_queue:
         return
     failures = Failures()
+    guarantee = Guarantee(ctx)
     for wl in ctx.pending():
         if ctx.searches_left <= 0:
             return
         if wl.queue_id not in index.by_queue:
             continue
         for pool in ctx.pools_for(wl):
-            if _try_preempt(ctx, wl, pool, index, failures):
+            if _try_preempt(ctx, wl, pool, index, failures, guarantee):
                 break
 
 
 def _try_preempt(
-    ctx: Context, wl: Workload, pool: str, index: VictimIndex, failures: Failures
+    ctx: Context,
+    wl: Workload,
+    pool: str,
+    index: VictimIndex,
+    failures: Failures,
+    guarantee: Guarantee,
 ) -> bool:
     need = ctx.gpu_need(wl, pool)
+    borrowed = guarantee.borrowed_for(wl, pool, need)
     key = (wl.queue_id, wl.priority, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
-    if failures.known(key, wl, need):
+    if not borrowed and failures.known(key, wl, need):
         return False
     if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
         return False  # evicting preemptible work frees none of its non-preemptible quota
-    victims = [v for v in index.live(wl.queue_id, pool) if v.wl.priority < wl.priority]
-    free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
-    if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
-        failures.add(key, wl, need)
-        return False
 
     def eligible(victim: Victim) -> bool:
-        return victim.wl.queue_id == wl.queue_id and victim.wl.priority < wl.priority
+        if victim.wl.queue_id != wl.queue_id:
+            return False
+        return victim.wl.priority < wl.priority or (
+            victim.wl.priority <= wl.priority and victim.wl.id in borrowed
+        )
+
+    victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
+    free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
+    if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        if not borrowed:
+            failures.add(key, wl, need)
+        return False
 
     found = make_room(
         ctx,
@@ -70,7 +97,74 @@ def _try_preempt(
         ready=lambda: ctx.quota_block(wl, pool) is None,
     )
     if found is None:
-        failures.add(key, wl, need)
+        if not borrowed:
+            failures.add(key, wl, need)
         return False
     ctx.admit(wl, pool, found[1])
+    guarantee.forget(wl.queue_id)
     return True
+
+
+class Guarantee:
+    """Which running work of a queue its deserved quota guarantees, per pool.
+
+    The queue's running workloads are taken in its own order (priority, then submit
+    time, as it admits them), each joining the guaranteed set while the set stays within
+    the deserved quota; the rest is borrowed (it runs on idle GPUs, as a job larger than
+    the quota always does). Computed for a queue only when it holds more than its
+    deserved quota in the pool (otherwise nothing is borrowed), once per cycle and queue
+    until the queue admits something."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.running: dict[str, list[Workload]] | None = None
+        self.memo: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
+
+    def borrowed_for(self, wl: Workload, pool: str, need: float) -> frozenset[str]:
+        """Borrowed work of wl's queue it may evict: none unless wl fits inside the
+        deserved quota beside the queue's guaranteed work."""
+        ctx = self.ctx
+        deserved = ctx.deserved(wl.queue_id, pool)
+        if ctx.ledger.get(wl.queue_id, pool) <= deserved + EPS or need > deserved + EPS:
+            return frozenset()
+        held, borrowed = self._split(wl.queue_id, pool, deserved)
+        if held + need > deserved + EPS:
+            return frozenset()
+        return borrowed
+
+    def forget(self, queue_id: str) -> None:
+        for key in [k for k in self.memo if k[0] == queue_id]:
+            del self.memo[key]
+        self.running = None
+
+    def _split(self, queue_id: str, pool: str, deserved: float) -> tuple[float, frozenset[str]]:
+        found = self.memo.get((queue_id, pool))
+        if found is None:
+            held, borrowed = 0.0, set()
+            evicted = self.ctx.stmt.evicted
+            for wl in sorted(self._running().get(queue_id, ()), key=pending_key):
+                if wl.id in evicted:
+                    continue
+                gpus = _gpus_in(self.ctx, wl.id, pool)
+                if gpus <= EPS:
+                    continue
+                if held + gpus <= deserved + EPS:
+                    held += gpus
+                else:
+                    borrowed.add(wl.id)
+            found = self.memo[(queue_id, pool)] = (held, frozenset(borrowed))
+        return found
+
+    def _running(self) -> dict[str, list[Workload]]:
+        if self.running is None:
+            self.running = {}
+            workloads = self.ctx.workloads
+            for wid in self.ctx.state.slots:
+                wl = workloads.get(wid)
+                if wl is not None:
+                    self.running.setdefault(wl.queue_id, []).append(wl)
+        return self.running
+
+
+def _gpus_in(ctx: Context, wid: str, pool: str) -> float:
+    return sum(slot_amounts(s)[0] for s in ctx.state.slots.get(wid, ()) if s.node.pool == pool)

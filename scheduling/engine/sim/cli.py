@@ -106,6 +106,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--period", type=float, default=defaults.period)
     parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
     parser.add_argument("--no-baseline", action="store_true", help="skip private clusters")
+    parser.add_argument(
+        "--plot", type=Path, help="PNG of per-team extra queueing (this run and --compare)"
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        action="append",
+        default=[],
+        help="output folder of an earlier run to draw beside this one (repeatable)",
+    )
     return parser.parse_args(argv)
 
 
@@ -120,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         jobs, origin = read_trace(args.trace, gpus_per_node)
         quotas = quotas_from_dict(load_json(args.quotas)) if args.quotas else None
         quotas = quotas or proportional_quotas(jobs, nodes)
+        earlier = {}
+        for folder in args.compare:
+            found = load_json(folder / "summary.json")
+            earlier[_label(found, folder)] = found
+        if args.plot and args.no_baseline:
+            raise ValueError("--plot needs the private baselines (leave out --no-baseline)")
         overrides = load_json(args.engine_config) if args.engine_config else None
         try:
             engine = engine_config(overrides)
@@ -136,7 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(sim, summary, args.out)
     args.out.joinpath("quotas.json").write_text(_json(quotas_to_dict(quotas)))
     print(_headline(summary))
+    if args.plot:
+        from scheduling.engine.sim.plot import plot_extra_queueing  # noqa: PLC0415
+
+        runs = {**earlier, _label(summary, args.out): summary}
+        title = f"{args.trace.name} on {summary['nodes']} nodes, {summary['gpus']:g} GPUs"
+        plot_extra_queueing(runs, args.plot, title)
     return 0
+
+
+def _label(summary: Mapping[str, Any], folder: Path) -> str:
+    return str(summary.get("policy") or folder.name)
 
 
 def _json(data: Any) -> str:
@@ -150,6 +176,8 @@ def _headline(summary: Mapping[str, Any]) -> str:
         "fairness_jain",
         "worst_team",
         "worst_team_extra_queueing_s",
+        "worst_team_within_quota",
+        "worst_team_extra_queueing_within_quota_s",
         "preemptions",
         "gpu_hours_lost_to_preemption",
         "wall_s",

@@ -101,6 +101,7 @@ class Simulation:
         self.now = 0.0
         self.cycles = 0
         self.eviction_counts: dict[str, int] = {}
+        self.lost_gpu_s_by_reason: dict[str, float] = {}
         self._sorted_pending: list[JobRun] | None = None
         self._seq = 0
         self._follow_up = False
@@ -233,6 +234,8 @@ class Simulation:
         run.evictions.append(str(eviction.reason))
         reason = str(eviction.reason)
         self.eviction_counts[reason] = self.eviction_counts.get(reason, 0) + 1
+        lost_by = self.lost_gpu_s_by_reason
+        lost_by[reason] = lost_by.get(reason, 0.0) + lost * run.job.gpus
         self._release(run)
         run.pending_since = self.now
         self.pending[run.job.id] = run

@@ -77,6 +77,18 @@ def _team_entry(
             "queueing_delay_s_mean": _rounded(own),
         }
         entry["extra_queueing_s"] = _rounded(extra)
+        compared = [run.waited(sim.now) for run in runs if run.job.id in private.quota_waits]
+        alone = mean(list(private.quota_waits.values()))
+        together = mean(compared)
+        entry["private_cluster"]["within_quota"] = {
+            "gpus": private.quota_gpus,
+            "jobs_compared": len(compared),
+            "jobs_larger_than_quota": private.larger_than_quota,
+            "queueing_delay_s_mean": _rounded(alone),
+            "shared_queueing_delay_s_mean": _rounded(together),
+        }
+        within = together - alone if together is not None and alone is not None else None
+        entry["extra_queueing_within_quota_s"] = _rounded(within)
     return entry
 
 
@@ -89,10 +101,8 @@ def summarize(
         by_team.setdefault(run.job.team, []).append(run)
     teams = {t: _team_entry(sim, t, runs, private.get(t)) for t, runs in sorted(by_team.items())}
     ratios = [e["received_over_entitled"] for e in teams.values()]
-    extras = {
-        t: e["extra_queueing_s"] for t, e in teams.items() if e.get("extra_queueing_s") is not None
-    }
-    worst = max(extras, key=lambda t: (extras[t], t), default=None)
+    worst, worst_extra = _worst(teams, "extra_queueing_s")
+    worst_within, worst_within_extra = _worst(teams, "extra_queueing_within_quota_s")
     rec = sim.recorder
     window = rec.window_end
     summary: dict[str, Any] = dict(extra)
@@ -105,13 +115,26 @@ def summarize(
         gpu_allocation=_ratio(rec.allocated_window, sim.cluster.capacity * window),
         gpu_allocation_whole_run=_ratio(rec.allocated_total, sim.cluster.capacity * sim.now),
         evictions_by_reason=dict(sorted(sim.eviction_counts.items())),
+        gpu_hours_lost_by_reason={
+            reason: round(seconds / HOUR, 2)
+            for reason, seconds in sorted(sim.lost_gpu_s_by_reason.items())
+        },
         fairness_jain=_rounded(jain_index([r for r in ratios if r is not None]), 4),
         worst_team=worst,
-        worst_team_extra_queueing_s=extras.get(worst) if worst else None,
+        worst_team_extra_queueing_s=worst_extra,
+        worst_team_within_quota=worst_within,
+        worst_team_extra_queueing_within_quota_s=worst_within_extra,
     )
     summary.update(delay_stats(sim.runs.values(), sim.now))
     summary["teams"] = teams
     return summary
+
+
+def _worst(teams: Mapping[str, Mapping[str, Any]], key: str) -> tuple[str | None, Any]:
+    """The team with the largest value of `key` (ties: the last id), and that value."""
+    values = {team: entry[key] for team, entry in teams.items() if entry.get(key) is not None}
+    worst = max(values, key=lambda team: (values[team], team), default=None)
+    return worst, values.get(worst) if worst else None
 
 
 def _ratio(part: float, whole: float) -> float | None:

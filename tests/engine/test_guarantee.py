@@ -1,0 +1,114 @@
+"""A project's work within its deserved quota is never kept waiting by the project's own
+borrowed work (issue 18): on a private cluster of its quota that borrowed work could not
+have run at all. See actions/preempt.py (`Guarantee`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+
+from scheduling.engine import schedule
+from scheduling.engine.apply import apply_result
+from scheduling.engine.types import EvictionReason, SchedulerConfig, Snapshot
+from tests.engine.builders import dept, evicted, job, nodes, placed, project, run, running, snapshot
+from tests.engine.test_properties import FAST, NOW, _check_no_overcommit, random_snapshot, seeds
+
+PREEMPT = str(EvictionReason.PREEMPT)
+
+
+def _borrower(**pending: object) -> Snapshot:
+    """16 GPUs on 2 nodes: p1 (quota 4) runs an 8-GPU job on borrowed GPUs, p2 (quota 8)
+    runs 8 one-GPU jobs: the cluster is full. p1 submits a 4-GPU job."""
+    big = running(job("big", "p1", gpus=8), "n0", range(8), started=NOW - 3600)
+    theirs = [running(job(f"o{i}", "p2"), "n1", [i], started=NOW - 3600) for i in range(8)]
+    queues = [dept(), project("p1", deserved=4), project("p2", deserved=12)]
+    newcomer = job("small", "p1", gpus=int(pending.pop("gpus", 4)), t=NOW - 60, **pending)
+    return snapshot(nodes(2), queues, [big, *theirs, newcomer])
+
+
+def test_work_within_the_quota_evicts_the_projects_own_borrowed_work() -> None:
+    result = run(_borrower(), now=NOW)
+    assert evicted(result) == {"big": PREEMPT}
+    assert [e.beneficiary for e in result.evictions] == ["small"]
+    assert list(placed(result)) == ["small"]
+
+
+def test_no_eviction_when_the_newcomer_would_exceed_the_quota_anyway() -> None:
+    # 5 GPUs on a quota of 4: it is borrowing too, and waits for idle GPUs.
+    assert run(_borrower(gpus=5), now=NOW).evictions == ()
+
+
+def test_guaranteed_work_of_the_same_priority_is_never_evicted() -> None:
+    # p1 holds its 4 guaranteed GPUs with 4 one-GPU jobs plus 4 borrowed ones: a fifth
+    # in-quota job does not fit beside the guaranteed four, so nothing is evicted.
+    mine = [running(job(f"g{i}", "p1", t=i), "n0", [i], started=NOW - 3600) for i in range(8)]
+    theirs = [running(job(f"o{i}", "p2"), "n1", [i], started=NOW - 3600) for i in range(8)]
+    queues = [dept(), project("p1", deserved=4), project("p2", deserved=12)]
+    snap = snapshot(nodes(2), queues, [*mine, *theirs, job("next", "p1", t=NOW - 60)])
+    assert run(snap, now=NOW).evictions == ()
+
+
+def test_borrowed_work_of_a_higher_priority_is_not_evicted() -> None:
+    snap = _borrower(priority=-1)
+    assert run(snap, now=NOW).evictions == ()
+
+
+def test_the_evicted_borrower_does_not_evict_its_evictor_back_over_fifty_cycles() -> None:
+    snap = _borrower()
+    reasons: Counter[tuple[str, str]] = Counter()
+    now = NOW
+    for _ in range(50):
+        result = schedule(snap, SchedulerConfig(), now)
+        for e in result.evictions:
+            reasons[(e.workload_id, e.beneficiary or "")] += 1
+        snap = apply_result(snap, result, now)
+        now += 60
+    assert reasons == {("big", "small"): 1}
+    held = {wl.id for wl in snap.workloads if wl.placement}
+    assert "small" in held and "big" not in held
+
+
+@FAST
+@given(seeds)
+def test_equal_priority_preemption_only_takes_borrowed_work_and_never_cycles(seed: int) -> None:
+    # Over 50 cycles of a random cluster: whenever work of the same priority is preempted,
+    # its project held more than its deserved quota in that pool, and no two workloads
+    # ever preempt each other (a -> b, later b -> a).
+    snap = random_snapshot(seed)
+    pool_of = {n.id: n.pool for n in snap.nodes}
+    pairs: set[tuple[str, str]] = set()
+    now = NOW
+    for _ in range(50):
+        result = schedule(snap, SchedulerConfig(), now)
+        by_id = {wl.id: wl for wl in snap.workloads}
+        for e in result.evictions:
+            if e.reason is not EvictionReason.PREEMPT:
+                continue
+            victim, newcomer = by_id[e.workload_id], by_id[e.beneficiary or ""]
+            assert victim.queue_id == newcomer.queue_id
+            if victim.priority == newcomer.priority:
+                pool = pool_of[(victim.placement or ())[0].node_id]
+                held = sum(
+                    _gpus(wl)
+                    for wl in snap.workloads
+                    if wl.queue_id == victim.queue_id
+                    and wl.placement
+                    and pool_of[wl.placement[0].node_id] == pool
+                )
+                queue = next(q for q in snap.queues if q.id == victim.queue_id)
+                deserved = sum(
+                    quota.deserved
+                    for (p, r), quota in queue.quotas.items()
+                    if p == pool and str(r) == "gpu"
+                )
+                assert held > deserved, (victim.id, held, deserved)
+            assert (newcomer.id, victim.id) not in pairs
+            pairs.add((victim.id, newcomer.id))
+        snap = apply_result(snap, result, now)
+        _check_no_overcommit(snap)
+        now += 60
+
+
+def _gpus(wl) -> float:
+    return sum(len(p.gpus) + (p.share if p.shared_gpu is not None else 0.0) for p in wl.placement)
