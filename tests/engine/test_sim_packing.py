@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduling.engine.sim.openb import OpenbParams, arrivals, cluster_nodes, write_trace
-from scheduling.engine.sim.packing import POLICIES, Packer, typical_shapes
+from scheduling.engine.sim.packing import POLICIES, Packer, markdown, typical_shapes
 from scheduling.engine.sim.trace import read_trace
 
 
@@ -61,3 +61,17 @@ def test_every_policy_allocates_exactly_what_it_placed_and_never_overcommits() -
         for node in packer.state.nodes:
             assert node.cpu_free >= -1e-9 and node.mem_free >= 0, policy
             assert all(0 <= g.used_units <= 1000 for g in node.gpus), policy
+
+
+def test_the_table_has_a_row_per_demand_and_policy_and_the_mean_of_its_seeds() -> None:
+    rows = [
+        {"policy": "fgd", "demand": 1.0, "seed": 1, "allocation": 0.9},
+        {"policy": "fgd", "demand": 1.0, "seed": 2, "allocation": 0.8},
+        {"policy": "gpupool", "demand": 1.3, "seed": 2, "allocation": 0.95},
+    ]
+    assert markdown(rows).splitlines() == [
+        "| demand | policy | seed 1 | seed 2 | mean |",
+        "|---|---|---|---|---|",
+        "| 100% | `fgd` | 90.00% | 80.00% | **85.00%** |",
+        "| 130% | `gpupool` |  | 95.00% | **95.00%** |",
+    ]

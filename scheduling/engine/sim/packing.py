@@ -238,7 +238,27 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
+    print(markdown(rows))
     return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    """GPU allocation ratio (%) per demand level and policy, one column per seed, the mean."""
+    seeds = sorted({r["seed"] for r in rows})
+    head = ["demand", "policy", *(f"seed {s}" for s in seeds), "mean"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for demand in sorted({r["demand"] for r in rows}):
+        for policy in POLICIES:
+            mine = {r["seed"]: r["allocation"] for r in rows
+                    if r["policy"] == policy and r["demand"] == demand}  # fmt: skip
+            if not mine:
+                continue
+            cells = [f"{mine[s]:.2%}" if s in mine else "" for s in seeds]
+            mean = sum(mine.values()) / len(mine)
+            lines.append(
+                f"| {demand:.0%} | `{policy}` | " + " | ".join(cells) + f" | **{mean:.2%}** |"
+            )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
