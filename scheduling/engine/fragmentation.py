@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from scheduling.engine.types import PodRequest, SchedulerConfig, Snapshot, Workload
 
@@ -251,10 +252,12 @@ def workload_shapes(
 
 
 def cycle_shapes(
-    snapshot: Snapshot, config: SchedulerConfig, now: float, gpu_memory_mib: int
+    snapshot: Snapshot, config: SchedulerConfig, now: float, group_memory: dict[Any, int]
 ) -> ShapeHistogram | None:
-    """The histogram a cycle packs against, or None when the config packs by best fit."""
+    """The histogram a cycle packs against, or None when the config packs by best fit.
+    A share by memory counts against the smallest device memory of the cluster."""
     half_life = config.fragmentation_half_life_s
     if not half_life:
         return None
-    return workload_shapes(snapshot.workloads, now, half_life, gpu_memory_mib)
+    memory = min(group_memory.values(), default=0)
+    return workload_shapes(snapshot.workloads, now, half_life, memory)

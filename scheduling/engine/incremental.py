@@ -148,8 +148,7 @@ class EngineState:
         ledger.fixed = dict(self.fixed.view)
         waiting = [wl for _, wl in self.waiting]
         strategies = {pool: config.strategy_for(pool) for pool in self.pools}
-        memory = min(state.group_memory.values(), default=0)
-        shapes = cycle_shapes(self.snapshot, config, now, memory)
+        shapes = cycle_shapes(self.snapshot, config, now, state.group_memory)
         placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods), shapes)
         return Context(
             self.snapshot,
