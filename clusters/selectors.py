@@ -5,18 +5,22 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Avg, Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
+from clusters.backends.sshd import SSH_USER
+from clusters.metrics.models import GpuSample
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.sharing import allocation_mps, mps_enabled
 from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
 logger = logging.getLogger(__name__)
+__all__ = ["SSH_USER"]  # the login name of workloads' SSH servers, for scheduling's links
 
 # Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
 # cluster only pretends to run them.
@@ -207,3 +211,13 @@ def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[
     except Exception as exc:  # a cluster that is down must not break the page
         logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
         return [], f"Logs are unavailable: {exc}"
+
+
+def workload_gpu_utilization(workload_id: int, since: datetime) -> float | None:
+    """Mean utilization (percent) of the GPUs a workload's processes used since `since`,
+    from the node agents' samples; None when there is no sample (scheduling.autoscale)."""
+    found = GpuSample.objects.filter(workload_id=workload_id, ts__gte=since).aggregate(
+        Avg("util_pct")
+    )
+    value = found["util_pct__avg"]
+    return None if value is None else float(value)

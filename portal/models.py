@@ -187,3 +187,32 @@ class AuditLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_repr}"
+
+
+class SshKey(models.Model):
+    """A public key a user registered on their profile; put into the authorized_keys of the
+    workloads they start with SSH (and of colleagues' shared ones). Parsed on the way in
+    (portal.ssh_keys), so only keys sshd reads are stored."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    key_type = models.CharField(max_length=32)
+    body = models.TextField()
+    comment = models.CharField(max_length=100, blank=True)
+    bits = models.PositiveIntegerField()
+    fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="unique_ssh_key_name"),
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="unique_ssh_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    @property
+    def line(self) -> str:
+        return " ".join(part for part in (self.key_type, self.body, self.comment) if part)

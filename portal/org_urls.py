@@ -5,7 +5,7 @@ from django.urls import path
 
 from portal.forms import InvitedUsersPasswordResetForm
 from portal.throttles import sign_in_throttled
-from portal.views import home, people
+from portal.views import home, people, profile
 from portal.views import organisation as org
 
 auth = [
@@ -68,6 +68,10 @@ people_urls = [
     path("users/<int:pk>/deactivate/", people.user_deactivate, name="user_deactivate"),
     path("users/<int:pk>/reactivate/", people.user_reactivate, name="user_reactivate"),
     path("audit/", people.audit_log, name="audit_log"),
+    path("accounts/profile/", profile.profile, name="profile"),
+    path(
+        "accounts/profile/ssh-keys/<int:pk>/delete/", profile.ssh_key_delete, name="ssh_key_delete"
+    ),
 ]
 
 urlpatterns = auth + organisation + people_urls

@@ -18,6 +18,8 @@ from portal.models import (
     Membership,
     Project,
     ProjectQuota,
+    Role,
+    SshKey,
     User,
 )
 from portal.permissions import (
@@ -155,6 +157,18 @@ def audit_choices(rows: QuerySet[AuditLog]) -> dict[str, list[str]]:
             distinct.values_list("object_type", flat=True).distinct().order_by("object_type")
         ),
     }
+
+
+def ssh_authorized_keys(*, owner_id: int, project_id: int, shared: bool) -> list[str]:
+    """The authorized_keys lines of a workload started with SSH: its owner's keys, and when
+    it is shared with its project, the keys of the project's researchers (the same people
+    the proxy lets in: viewers look at pages, they do not run code). Active users only."""
+    users = Q(user_id=owner_id)
+    if shared:
+        researchers = Membership.objects.filter(project_id=project_id, role=Role.RESEARCHER)
+        users |= Q(user_id__in=researchers.values("user_id"))
+    keys = SshKey.objects.filter(users, user__is_active=True).order_by("user_id", "id")
+    return [key.line for key in keys]
 
 
 # --- Capacity against guarantees -------------------------------------------------------------

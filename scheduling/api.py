@@ -94,6 +94,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)
     gpus_allocated = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField(
+        help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
+    )
+    size = serializers.SerializerMethodField(help_text="pods running now, and the range")
 
     class Meta:
         model = Workload
@@ -104,11 +108,18 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated",
+            "allocations", "gpus_allocated", "links", "elastic", "handles_resize",
+            "resized_at", "size",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
         return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+    def get_links(self, wl: Workload) -> dict[str, Any]:
+        return selectors.workload_links(wl)
+
+    def get_size(self, wl: Workload) -> dict[str, int]:
+        return selectors.workload_size(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -151,12 +162,24 @@ class SubmitSpecSerializer(SubmitSerializer):
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
     master = serializers.BooleanField(required=False, help_text="distributed")
-    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    min_pods = bounded_integer(
+        bounds.PODS, required=False, help_text="distributed gang minimum; elastic minimum"
+    )
+    max_pods = bounded_integer(bounds.PODS, required=False, help_text="training: elastic maximum")
+    handles_resize = serializers.BooleanField(
+        required=False, help_text="elastic: no restart from checkpoint on a size change"
+    )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",
-            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+            {
+                "name": serializers.CharField(max_length=15),
+                "port": bounded_integer(bounds.PORT),
+                "protocol": serializers.ChoiceField(choices=["http", "tcp"], required=False),
+            },
         ),
         max_length=bounds.PORTS_MAX,
         required=False,
@@ -170,6 +193,9 @@ class SubmitSpecSerializer(SubmitSerializer):
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    ssh = serializers.BooleanField(
+        required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
+    )
     search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
 
 

@@ -38,6 +38,8 @@ from django.utils import timezone
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
 from scheduling import adapters
+from scheduling.autoscale import autoscale_apply
+from scheduling.elastic import resizes_apply
 from scheduling.engine import types as t
 from scheduling.engine.cycle import Engine
 from scheduling.lifecycle import workload_transition, workloads_transition
@@ -104,6 +106,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         with transaction.atomic():
             nodes_lock()
             clusters |= max_runtime_enforce(now, run)
+            clusters |= autoscale_apply(now)
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
             clusters |= quarantine(read)
@@ -247,7 +250,10 @@ def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
 def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: CycleRun) -> set[int]:
     """Evictions, then admissions, then pending reasons; the clusters to reconcile."""
     clusters, evicted = evictions_apply(read, result.evictions)
-    blocked = read.held_devices | evicted
+    capacity_check([t.Admission(r.workload_id, r.added) for r in result.resizes if r.added])
+    resized, freed = resizes_apply(read, result.resizes, timezone.now())
+    clusters |= resized
+    blocked = read.held_devices | evicted | freed
     waiting: dict[str, str] = {}
     admissions = []
     for admission in result.admissions:

@@ -31,10 +31,20 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "master",
             "replicas",
         ),
-        ("min_pods",),
+        # The gang minimum, and an elastic range with its scaling rule.
+        (
+            "min_pods",
+            "max_pods",
+            "handles_resize",
+            "min_replicas",
+            "max_replicas",
+            "scale_target",
+            "scale_cooldown_s",
+        ),
     ),
     ("Sweep", ("search_method", "parameters", "trials", "parallelism"), ("seed",)),
-    ("Data", ("checkpoint_dir", "ports"), ()),
+    ("Data", ("checkpoint_dir",), ()),
+    ("Ports and SSH", ("ports", "ssh"), ()),
     (
         "Scheduling",
         ("node_pools", "gpu_model", "priority_class", "max_runtime_s", "duration_s"),

@@ -17,6 +17,7 @@ from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
+from scheduling.specs import SCALE_TARGET, range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -26,10 +27,23 @@ FORM_KINDS = (
 )
 # Fields each kind shows on top of the common ones.
 KIND_FIELDS = {
-    WorkloadKind.TRAINING: ("checkpoint_dir",),
-    WorkloadKind.DISTRIBUTED: ("workers", "master", "min_pods", "checkpoint_dir"),
+    WorkloadKind.TRAINING: ("min_pods", "max_pods", "handles_resize", "checkpoint_dir"),
+    WorkloadKind.DISTRIBUTED: (
+        "workers",
+        "master",
+        "min_pods",
+        "max_pods",
+        "handles_resize",
+        "checkpoint_dir",
+    ),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
-    WorkloadKind.INFERENCE: ("replicas", "ports"),
+    WorkloadKind.INFERENCE: (
+        "replicas",
+        "min_replicas",
+        "max_replicas",
+        "scale_target",
+        "scale_cooldown_s",
+    ),
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
@@ -103,9 +117,43 @@ class WorkloadForm(forms.Form):
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
     workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
-    min_pods = whole_field(bounds.PODS, "Gang minimum", required=False)
+    min_pods = whole_field(
+        bounds.PODS, "Minimum pods", required=False, help_text="Elastic: with maximum pods."
+    )
+    max_pods = whole_field(
+        bounds.PODS,
+        "Maximum pods",
+        required=False,
+        help_text="Elastic: starts with the minimum, grows with idle GPUs up to this.",
+    )
+    handles_resize = forms.BooleanField(
+        label="Handles resizing itself",
+        required=False,
+        help_text="Unticked: the pods restart from their checkpoint when the size changes.",
+    )
     replicas = whole_field(bounds.PODS, required=False, initial=1)
-    ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
+    ports = _text(
+        max_length=2000,
+        help_text="Ports it listens on: 8000, tensorboard:6006, debug:5678/tcp. HTTP ports get a "
+        "link through the portal; TCP ports are reached inside the cluster.",
+    )
+    ssh = forms.BooleanField(
+        label="SSH", required=False,
+        help_text="Start an SSH server with your profile's keys; connect with `gpupool ssh`.",
+    )  # fmt: skip
+    min_replicas = whole_field(bounds.PODS, "Minimum replicas", required=False)
+    max_replicas = whole_field(
+        bounds.PODS, "Maximum replicas", required=False, help_text="Elastic: with the minimum."
+    )
+    scale_target = decimal_field(
+        SCALE_TARGET,
+        "Scale at GPU utilization (%)",
+        required=False,
+        help_text="Elastic: more replicas when the GPUs are busier than this.",
+    )
+    scale_cooldown_s = whole_field(
+        bounds.GRACE_S, "Scaling cool-down (s)", required=False, help_text="Default 300."
+    )
     node_pools = ChoicesOrText(
         label="Node pools",
         separator=",",
@@ -220,14 +268,24 @@ def _pool_label(name: str, backends: set[str]) -> str:
 
 
 def parse_ports(text: str) -> list[dict[str, Any]] | str:
-    """'8000, metrics:9090' -> [{name: http, port: 8000}, {name: metrics, port: 9090}]."""
+    """'8000, metrics:9090, debug:5678/tcp' -> [{name: http, port: 8000}, {name: metrics,
+    port: 9090}, {name: debug, port: 5678, protocol: tcp}]."""
     ports: list[dict[str, Any]] = []
-    for item in (p.strip() for p in text.split(",") if p.strip()):
-        name, _, number = item.rpartition(":")
+    for index, item in enumerate(p.strip() for p in text.split(",") if p.strip()):
+        address, _, protocol = item.partition("/")
+        name, _, number = address.rpartition(":")
         if not number.isdigit():
             return text  # left for the service to refuse with its message
-        ports.append({"name": name or "http", "port": number})  # the service bounds it
+        port = {"name": name or ("http" if index == 0 else f"port{index}"), "port": number}
+        ports.append({**port, "protocol": protocol} if protocol else port)  # the service bounds it
     return ports
+
+
+def format_ports(ports: list[dict[str, Any]]) -> str:
+    """parse_ports' text for a workload's ports (clone-and-edit)."""
+    return ", ".join(
+        f"{p['name']}:{p['port']}" + ("/tcp" if p.get("protocol") == "tcp" else "") for p in ports
+    )
 
 
 def initial_from(workload: Workload) -> dict[str, Any]:
@@ -248,9 +306,15 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "priority_class",
             "max_runtime_s",
             "checkpoint_dir",
-            "min_pods",
+            "handles_resize",
         )
     }
+    if workload.kind == WorkloadKind.DISTRIBUTED:
+        initial["min_pods"] = workload.min_pods
+    if workload.elastic:
+        low, high = range_fields(workload.kind)
+        initial.update({low: workload.min_pods, high: workload.pods})
+        initial.update({k: spec[k] for k in ("scale_target", "scale_cooldown_s") if k in spec})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",
@@ -264,7 +328,8 @@ def initial_from(workload: Workload) -> dict[str, Any]:
         workers=spec.get("workers"),
         master=spec.get("master", False),
         replicas=spec.get("replicas"),
-        ports=", ".join(f"{p['name']}:{p['port']}" for p in spec.get("ports", [])),
+        ports=format_ports(spec.get("ports", [])),
+        ssh=bool(spec.get("ssh")),
         duration_s=spec.get("duration_s"),
         search_method=search.get("method"),
         parameters=json.dumps(search.get("parameters")) if search else "",

@@ -15,7 +15,7 @@ from django.db.models import Q
 
 from portal.models import Project
 from scheduling.models import GpuRequestKind, WorkloadPolicy
-from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES
+from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES, range_fields
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -129,9 +129,12 @@ def policy_errors(policy: EffectivePolicy, kind: str, fields: dict[str, Any]) ->
         errors["kind"] = [f"Refused by {policy.rule('allowed_kinds')}: only {allowed}."]
     cap, asked = policy.max_gpus_per_workload, workload_gpus(fields)
     if cap is not None and asked > cap:
-        errors["gpus"] = [
+        # An elastic workload's maximum is what asks too much: name the field that sets it.
+        name = range_fields(kind)[1] if fields.get("elastic") else "gpus"
+        at_most = " at its maximum" if fields.get("elastic") else ""
+        errors[name] = [
             f"Refused by {policy.rule('max_gpus_per_workload')}: this workload asks for "
-            f"{asked.normalize():f} GPUs, at most {cap.normalize():f} are allowed."
+            f"{asked.normalize():f} GPUs{at_most}, at most {cap.normalize():f} are allowed."
         ]
     runtime = fields.get("max_runtime_s")
     if policy.max_runtime_s and runtime and runtime > policy.max_runtime_s:

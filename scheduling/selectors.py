@@ -26,6 +26,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from clusters.models import Backend, Cluster
+from clusters.selectors import SSH_USER
 from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from portal.selectors import project_named
@@ -137,6 +138,21 @@ def gpus_allocated(wl: Workload) -> Decimal:
     return total
 
 
+def workload_size(wl: Workload) -> dict[str, int]:
+    """Pods running now (allocated), and the range it may run with."""
+    current = sum(1 for a in wl.allocations.all() if not a.releasing)
+    return {"current": current, "min": wl.min_pods, "max": wl.pods}
+
+
+def size_text(wl: Workload) -> str:
+    """'3 of 2..8 pods' for an elastic workload, '' for any other."""
+    if not wl.elastic:
+        return ""
+    size = workload_size(wl)
+    unit = "replicas" if wl.kind == "inference" else "pods"
+    return f"{size['current']} of {size['min']}..{size['max']} {unit}"
+
+
 def gpus_requested(wl: Workload) -> str:
     if wl.gpu_request == GpuRequestKind.MEMORY:
         return f"{wl.pods} x {wl.gpu_memory_mib} MiB"
@@ -156,6 +172,32 @@ def placement_of(wl: Workload) -> dict[str, str]:
     pools = sorted({a.node.pool.name for a in allocations if a.node.pool})
     nodes = sorted({a.node.name for a in allocations})
     return {"pool": ", ".join(pools), "node": ", ".join(nodes)}
+
+
+def port_path(workload_id: int, name: str) -> str:
+    """The stable address of a workload's HTTP port, served by the portal's proxy
+    (workspaces.proxy)."""
+    return f"/workloads/{workload_id}/ports/{name}/"
+
+
+def ssh_path(workload_id: int) -> str:
+    """The WebSocket that carries an SSH connection to the workload (`gpupool ssh`)."""
+    return f"/workloads/{workload_id}/ssh"
+
+
+def workload_links(wl: Workload) -> dict[str, Any]:
+    """What the workload page, the API and `gpupool describe` offer to reach it: a URL per
+    HTTP port; TCP ports as they are (inside the cluster); SSH when it was started with it."""
+    ports = []
+    for port in (wl.spec or {}).get("ports", []):
+        protocol = port.get("protocol", "http")
+        url = port_path(wl.pk, port["name"]) if protocol == "http" else ""
+        ports.append({"name": port["name"], "port": port["port"], "protocol": protocol,
+                      "url": url})  # fmt: skip
+    ssh = None
+    if (wl.spec or {}).get("ssh"):
+        ssh = {"user": SSH_USER, "path": ssh_path(wl.pk), "command": f"gpupool ssh {wl.pk}"}
+    return {"ports": ports, "ssh": ssh}
 
 
 def workload_row(wl: Workload) -> dict[str, Any]:

@@ -58,7 +58,8 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     workloads = selectors.workload_list(request.user, request.GET)
     if request.GET.get("format") == "csv":
         return _csv(workloads)
-    rows = [selectors.workload_row(wl) for wl in workloads[:LIST_LIMIT]]
+    shown = workloads[:LIST_LIMIT]
+    rows = [{**selectors.workload_row(wl), "size": selectors.size_text(wl)} for wl in shown]
     context = {
         "rows": rows,
         "truncated": len(rows) == LIST_LIMIT,
@@ -151,6 +152,7 @@ def _live_context(workload: Workload) -> dict[str, Any]:
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
+        "size": selectors.size_text(workload),
         "events": workload.events.all(),
         "allocations": allocations,
     }
@@ -164,6 +166,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "trials": workload.children.order_by("pk") if workload.kind == WorkloadKind.HPO else [],
         "can_act": can_submit_to_project(request.user, workload.project),
         "clonable": workload.kind in FORM_KINDS,
+        "links": selectors.workload_links(workload),
     }
     return render(request, "scheduling/workload_detail.html", context)
 

@@ -28,7 +28,14 @@ from portal.permissions import (
 )
 from scheduling.models import PriorityClass, WorkloadKind
 from scheduling.services import workload_stop, workload_submit
-from workspaces.models import Environment, IdlePolicy, IdleState, Workspace, WorkspaceTemplate
+from workspaces.models import (
+    Environment,
+    IdlePolicy,
+    IdleState,
+    ToolKind,
+    Workspace,
+    WorkspaceTemplate,
+)
 from workspaces.selectors import can_manage_workspace
 
 # On Kubernetes the data volume (a PVC) is mounted here and is the notebook directory.
@@ -51,6 +58,9 @@ class LaunchRequest:
     data_volume: str = ""
     env: dict[str, str] = field(default_factory=dict)
     shared_with_project: bool = False
+    # Ports of the user's own beside the tool's (TensorBoard, a demo): {name, port, protocol}.
+    ports: list[dict[str, Any]] = field(default_factory=list)
+    ssh: bool = False  # start an SSH server with the owner's keys; always for an SSH tool
 
 
 def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) -> Workspace:
@@ -187,8 +197,16 @@ def _workload_spec(request: LaunchRequest, pools: list[str]) -> dict[str, Any]:
         "node_pools": pools,
         "priority_class": PriorityClass.BUILD,
         "preemptible": False,
-        "ports": [{"name": "http", "port": request.environment.port}],
+        "ports": [*_tool_ports(request.environment), *request.ports],
+        "ssh": request.ssh or request.environment.tool_kind == ToolKind.SSH,
     }
+
+
+def _tool_ports(environment: Environment) -> list[dict[str, Any]]:
+    """The web tool's port, first (its link and idle checks use it); an SSH tool has none."""
+    if environment.tool_kind == ToolKind.SSH:
+        return []
+    return [{"name": "http", "port": environment.port, "protocol": "http"}]
 
 
 def _pool_clusters(pools: list[str]) -> QuerySet[Cluster]:

@@ -14,6 +14,7 @@ from portal.errors import ValidationFailed
 from portal.permissions import submittable_projects
 from scheduling.bounds import query_id
 from scheduling.form_layout import image_help
+from scheduling.selectors import workload_links
 from workspaces import selectors, services
 from workspaces.forms import LaunchForm
 from workspaces.jupyter import tool_answers
@@ -103,6 +104,7 @@ def _status_context(request: HttpRequest, workspace: Workspace) -> dict:
         "tool_ready": can_open and tool_answers(workspace),
         "can_manage": selectors.can_manage_workspace(request.user, workspace),
         "is_owner": request.user.pk == workload.submitted_by_id,
+        "links": workload_links(workload),
     }
 
 

@@ -3,7 +3,9 @@
 Evictions first: an evicted workload loses its placement and goes back to pending
 (keeping its last checkpoint, so it resumes from there); then admissions: each admitted
 workload gets its placement and started_at = now, and its devices are marked on the
-nodes. Nothing else changes, so a test can run many cycles without a database.
+nodes; then resizes: an elastic workload's placement loses the pods taken back and
+gains the pods added, with resized_at = now. Nothing else changes, so a test can run
+many cycles without a database.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from scheduling.engine.types import (
     GpuShare,
     Node,
     PodPlacement,
+    Resize,
     Snapshot,
     Workload,
 )
@@ -25,7 +28,11 @@ def apply_result(snapshot: Snapshot, result: CycleResult, now: float) -> Snapsho
     """The snapshot after the result's evictions and admissions take effect at `now`."""
     evicted = {e.workload_id for e in result.evictions}
     admitted = {a.workload_id: a.pods for a in result.admissions}
-    workloads = tuple(_next_workload(wl, evicted, admitted, now) for wl in snapshot.workloads)
+    resized = {r.workload_id: r for r in result.resizes}
+    workloads = tuple(
+        _resized(_next_workload(wl, evicted, admitted, now), resized, now)
+        for wl in snapshot.workloads
+    )
     return _with_devices(replace(snapshot, workloads=workloads), known=set())
 
 
@@ -55,6 +62,16 @@ def _next_workload(
     if wl.id in evicted:
         return replace(wl, placement=None, started_at=None, degraded_since=None)
     return wl
+
+
+def _resized(wl: Workload, resized: dict[str, Resize], now: float) -> Workload:
+    change = resized.get(wl.id)
+    if change is None or wl.placement is None:
+        return wl
+    gone = set(change.removed)
+    kept = tuple(p for p in wl.placement if p.pod not in gone)
+    placement = tuple(sorted(kept + change.added, key=lambda p: p.pod))
+    return replace(wl, placement=placement, resized_at=now)
 
 
 Holding = tuple[str, PodPlacement]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from scheduling.engine.fairshare import EPS, Key
 from scheduling.engine.placement import Placer, ShapeKey
+from scheduling.engine.resizes import Book
 from scheduling.engine.state import ClusterState, Group, PodSlot, share_units
 from scheduling.engine.statement import Ledger, Statement
 from scheduling.engine.types import (
@@ -72,6 +73,7 @@ class Context:
     searches_left: int = 0  # eviction-plan searches this cycle may still run
     considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
     reclaimed: set[tuple[str, str]] = field(default_factory=set)  # (queue, pool) reclaimers
+    book: Book = field(default_factory=Book)  # elastic workloads (actions/elastic.py)
     # incremental.EngineState keeps these between cycles, with queue_ids, waiting,
     # parents and capped above (they depend on the snapshot alone):
     preemptible_running: int = 0  # running workloads that are preemptible

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from scheduling.engine.actions.allocate import allocate
 from scheduling.engine.actions.consolidate import consolidate
+from scheduling.engine.actions.elastic import elastic_view, extra_demand, grow, has_extras, resizes
 from scheduling.engine.actions.preempt import preempt
 from scheduling.engine.actions.reclaim import reclaim
 from scheduling.engine.actions.stale import evict_stale_gangs
@@ -23,6 +24,7 @@ from scheduling.engine.fairshare import (
     rollup_usage,
 )
 from scheduling.engine.incremental import EngineState
+from scheduling.engine.resizes import Book
 from scheduling.engine.state import PodSlot
 from scheduling.engine.statement import slot_placement
 from scheduling.engine.types import (
@@ -43,8 +45,9 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig, now: float) -> CycleRe
     same snapshot, config and now give the same result. The snapshot is never mutated;
     apply the result with scheduling.engine.apply.apply_result.
     """
+    snapshot, book = elastic_view(snapshot)
     with paused_gc():
-        return run_cycle(EngineState(snapshot), config, now, keep=False)
+        return run_cycle(EngineState(snapshot), config, now, keep=False, book=book)
 
 
 @contextlib.contextmanager
@@ -91,19 +94,22 @@ class Engine:
         undo may have stopped half-way)."""
         with self._lock:
             kept, self.state = self.state, None
+        snapshot, book = elastic_view(snapshot)
         with paused_gc():
             if kept is not None and kept.update(snapshot):
                 self.updates += 1
             else:
                 kept = EngineState(snapshot)
                 self.builds += 1
-            result = run_cycle(kept, config, now, keep=True)
+            result = run_cycle(kept, config, now, keep=True, book=book)
         with self._lock:
             self.state = kept
         return result
 
 
-def run_cycle(es: EngineState, config: SchedulerConfig, now: float, keep: bool) -> CycleResult:
+def run_cycle(
+    es: EngineState, config: SchedulerConfig, now: float, keep: bool, book: Book | None = None
+) -> CycleResult:
     """One cycle over a built or updated state; with `keep`, undo its changes after.
 
     Steps, in order:
@@ -115,9 +121,15 @@ def run_cycle(es: EngineState, config: SchedulerConfig, now: float, keep: bool) 
     6. preempt: inside a project, higher priority evicts lower-priority preemptible work;
     (4-6 are skipped whole when no running workload may be evicted: they could not act);
     7. allocate what evictions freed beyond their beneficiaries' needs;
-    8. give every workload still pending a readable reason.
+    8. grow elastic workloads toward their maximum with GPUs still idle;
+    9. give every workload still pending a readable reason.
+    (`book`: the elastic workloads as submitted, elastic_view; a pending one is a gang of
+    its minimum to every other action, and reclaim takes extra pods before whole
+    workloads: actions/elastic.py.)
     """
     ctx = es.context(config, now)
+    if book is not None:
+        ctx.book = book
     evict_stale_gangs(ctx)
     inp = _fair_share_input(ctx)
     ctx.fair = fair_shares(inp)
@@ -130,7 +142,11 @@ def run_cycle(es: EngineState, config: SchedulerConfig, now: float, keep: bool) 
         consolidate(ctx)
         reclaim(ctx)
         preempt(ctx)
+    elif ctx.book.originals and has_extras(ctx):  # only extra pods may be taken back
+        reclaim(ctx)
     _reallocate(ctx)
+    if ctx.book.originals:
+        grow(ctx)
     result = _result(ctx)
     if keep:
         es.settle()
@@ -158,6 +174,8 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
     demand: dict[Key, float] = {k: v for k, v in ctx.ledger.alloc.items() if k[0] in ctx.queues}
     for key, amount in ctx.pending_demand.items():  # kept between cycles: no pass over them
         demand[key] = demand.get(key, 0.0) + amount
+    if ctx.book.originals:
+        extra_demand(ctx, demand)
     usage: dict[tuple[str, str], float] = {}
     if ctx.config.fairness_half_life_s:
         raw = decayed_usage(ctx.snapshot.usage_history, ctx.now, ctx.config.fairness_half_life_s)
@@ -193,6 +211,7 @@ def _result(ctx: Context) -> CycleResult:
         fair_shares=dict(sorted(ctx.fair.items())),
         allocations=allocations,
         pending_order=tuple(ctx.considered),
+        resizes=resizes(ctx) if ctx.book.changes else (),
     )
 
 

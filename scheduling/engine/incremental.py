@@ -41,6 +41,7 @@ from scheduling.engine.context import (
 from scheduling.engine.fairshare import Key
 from scheduling.engine.fragmentation import cycle_shapes
 from scheduling.engine.placement import Placer, ShapeKey
+from scheduling.engine.resizes import fixed_slots
 from scheduling.engine.state import UNITS, ClusterState, PodSlot, fixed, unfixed
 from scheduling.engine.statement import Ledger, Statement, slot_amounts
 from scheduling.engine.types import (
@@ -343,13 +344,14 @@ class EngineState:
     def _account(self, wl: Workload, slots: list[PodSlot], sign: int, count: bool = True) -> None:
         """Count a running workload's slots in the ledger sums and the per-run figures."""
         chain = self.chains.get(wl.queue_id, (wl.queue_id,))
+        held_fixed = fixed_slots(wl, slots)  # an elastic workload's extras may borrow
         for slot in slots:
             amounts = slot_amounts(slot)
             pool = slot.node.pool
             for qid in chain:
                 for resource, amount in zip(RESOURCES, amounts, strict=True):
                     self.alloc.add((qid, pool, resource), amount, sign)
-            if not wl.preemptible:
+            if held_fixed and slot in held_fixed:
                 for resource, amount in zip(RESOURCES, amounts, strict=True):
                     self.fixed.add((wl.queue_id, pool, resource), amount, sign)
         if count:

@@ -306,6 +306,19 @@ class ClusterState:
 
         self.log.append(undo)
 
+    def remove_slot(self, wid: str, slot: PodSlot) -> None:
+        """Free one pod of a workload (an elastic workload shrinking); logged for undo."""
+        held = self.slots[wid]
+        at = held.index(slot)
+        del held[at]
+        self._apply_slot(wid, slot, -1)
+
+        def undo() -> None:
+            self._apply_slot(wid, slot, +1)
+            self.slots[wid].insert(at, slot)
+
+        self.log.append(undo)
+
     def release(self, wid: str) -> list[PodSlot]:
         """Free everything a workload holds; logged for undo. Returns what it held."""
         slots = self.slots.pop(wid, [])

@@ -100,6 +100,9 @@ MATRIX = {
         row(405, 405, 403, 403),
     ),
     "audit_log": (lambda o: "/audit/", row(200, 200, 403, 403)),
+    # Everyone's own profile (SSH keys); a key is removed by POST, and only its owner's.
+    "profile": (lambda o: "/accounts/profile/", row(200, 200, 200, 200)),
+    "ssh_key_delete": (lambda o: "/accounts/profile/ssh-keys/1/delete/", row(405, 405, 405, 405)),
 }
 
 CASES = [(name, persona) for name in MATRIX for persona in (*ORDER, ANON)]
@@ -157,6 +160,8 @@ MORE_PAGES = {
     "user_deactivate:other": (403, 403, 403),
     "user_reactivate": (403, 403, 403),
     "audit_log": (403, 403, 403),
+    "profile": (200, 200, 200),
+    "ssh_key_delete": (405, 405, 405),
 }
 
 
@@ -312,6 +317,9 @@ SITE_MATRIX = {
     # REST API, organisation.
     "api-token": (POST, lambda o: "/api/v1/auth/token", same(400)),  # no credentials given
     "api-me": (GET, lambda o: "/api/v1/users/me", full(200, 200, 200, 200, 401)),
+    "api-ssh-keys": (GET, lambda o: "/api/v1/users/me/ssh-keys/", full(200, 200, 200, 200, 401)),
+    # Only DELETE, of the caller's own keys (tests/portal/test_ssh_keys.py).
+    "api-ssh-key": (GET, lambda o: "/api/v1/users/me/ssh-keys/1/", full(405, 405, 405, 405, 401)),
     "api-departments": (GET, lambda o: "/api/v1/departments/", full(200, 200, 200, 200, 401)),
     "api-department": (
         GET,
@@ -590,6 +598,8 @@ MORE_MATRIX = {
     "api-docs": (200, 200, 200),
     "api-token": (400, 400, 400),
     "api-me": (200, 200, 200),
+    "api-ssh-keys": (200, 200, 200),
+    "api-ssh-key": (405, 405, 405),
     "api-departments": (200, 200, 200),
     "api-department": (200, 200, 404),
     "api-department:other": (404, 404, 404),

@@ -30,6 +30,7 @@ def test_the_form_comes_in_sections_with_advanced_fields_folded(client_as, org, 
         "Environment",
         "Compute",
         "Data",
+        "Ports and SSH",
         "Scheduling",
     ]
     by_title = {s.title: s for s in sections}
@@ -37,10 +38,13 @@ def test_the_form_comes_in_sections_with_advanced_fields_folded(client_as, org, 
     assert [b.name for b in by_title["Scheduling"].fields] == [
         "node_pools", "gpu_model", "priority_class", "max_runtime_s", "duration_s"
     ]  # fmt: skip
+    assert [b.name for b in by_title["Compute"].advanced] == [
+        "min_pods", "max_pods", "handles_resize"
+    ]  # fmt: skip
     page = response.content.decode()
-    assert page.count('<details class="advanced">') == 2  # folded: nothing filled in
+    assert page.count('<details class="advanced">') == 3  # folded: nothing filled in
     hpo = [s.title for s in form_page(client_as(org.researcher), "hpo").context["sections"]]
-    assert hpo == ["General", "Environment", "Compute", "Sweep", "Scheduling"]
+    assert hpo == ["General", "Environment", "Compute", "Sweep", "Ports and SSH", "Scheduling"]
 
 
 def test_an_error_in_a_folded_field_unfolds_it(client_as, org, cluster):

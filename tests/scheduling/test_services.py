@@ -40,7 +40,7 @@ def test_inference_and_workspaces_are_not_preemptible_by_default(org, submit):
         3,
         1,
     )
-    assert svc.spec["ports"] == [{"name": "http", "port": 8000}]
+    assert svc.spec["ports"] == [{"name": "http", "port": 8000, "protocol": "http"}]
     assert (ws.priority_class, ws.preemptible) == ("build", False)
 
 

@@ -56,7 +56,7 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
     workload = workspace.workload
     assert (workload.kind, workload.state, workload.preemptible) == ("workspace", "pending", False)
     assert workload.priority_class == PriorityClass.BUILD
-    assert workload.spec["ports"] == [{"name": "http", "port": 8888}]
+    assert workload.spec["ports"] == [{"name": "http", "port": 8888, "protocol": "http"}]
     assert workload.memory_mib == 2048 and workload.submitted_by == org.researcher
     assert workload.env["WANDB_MODE"] == "offline"
     assert "JUPYTER_TOKEN" not in workload.env and len(workspace.token) >= 32  # server-side

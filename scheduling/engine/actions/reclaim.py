@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from scheduling.engine.actions.allocate import in_allocation_order
+from scheduling.engine.actions.elastic import has_extras, shrink_for
 from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room, preemptible
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
@@ -61,7 +62,7 @@ def reclaim(ctx: Context) -> None:
     if not ctx.config.reclaim:
         return
     index = preemptible(ctx)
-    if not index.by_queue:
+    if not index.by_queue and not has_extras(ctx):
         return
     failures = Failures()
     waiting = ctx.pending()
@@ -89,19 +90,20 @@ def _try_reclaim(
     if free + _over_share(ctx, wl.queue_id, pool) < need - EPS:
         failures.add(key, wl, need)
         return False
-    found = make_room(
-        ctx,
-        wl,
-        pool,
-        index.pool(pool),
-        ReclaimRule(ctx, wl, pool),
-        EvictionReason.RECLAIM,
-        MAX_VICTIMS,
-    )
-    if found is None:
-        failures.add(key, wl, need)
-        return False
-    ctx.admit(wl, pool, found[1])
+    rule = ReclaimRule(ctx, wl, pool)
+    mark = ctx.stmt.mark()
+    # Extra pods of elastic workloads go first; whole workloads only for what is left.
+    slots = shrink_for(ctx, wl, pool, rule) if ctx.book.originals else None
+    if slots is None:
+        found = make_room(
+            ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS
+        )
+        if found is None:
+            ctx.stmt.discard(mark)
+            failures.add(key, wl, need)
+            return False
+        slots = found[1]
+    ctx.admit(wl, pool, slots)
     ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
     return True
 

@@ -141,7 +141,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
     job = run.job
     checkpoint = None
     if run.run_start is not None:
-        checkpoint = run.run_start + run.checkpointed(now, interval) - run.saved
+        checkpoint = run.run_start + (run.checkpointed(now, interval) - run.saved) / run.rate
     return Workload(
         id=job.id,
         queue_id=job.team,
@@ -155,6 +155,9 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         started_at=run.run_start,
         placement=run.placement,
         restarts=run.preemptions,
+        min_pods=job.min_pods if job.elastic else None,
+        elastic=job.elastic,
+        resized_at=run.resized_at,
     )
 
 
