@@ -197,16 +197,20 @@ def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
     return _limits(allocation, memory or 0)
 
 
-def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:
-    """Each pod's recent output from the workload's cluster backend, or why there is none."""
+def workload_pod_logs(
+    workload: Any, tail_lines: int = 500, pod: int | None = None
+) -> tuple[list[tuple[int, str]], str]:
+    """Each pod's recent output (or only pod `pod`'s) from the workload's cluster backend,
+    or why there is none."""
     if workload.cluster is None:
         return [], "This workload has not run on a cluster yet."
+    indices = range(workload.pods) if pod is None else [pod]
     try:
         backend = get_backend(workload.cluster)
         namespace = workload.project.namespace
         return [
             (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
-            for i in range(workload.pods)
+            for i in indices
         ], ""
     except Exception as exc:  # a cluster that is down must not break the page
         logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)

@@ -240,7 +240,7 @@ def cluster_register(
             data_volume_roots=roots,
         )
         audit_log(
-            actor=actor, action="cluster_register", obj=cluster, after=snapshot(cluster, AUDITED)
+            actor=actor, action="cluster.register", obj=cluster, after=snapshot(cluster, AUDITED)
         )
         transaction.on_commit(lambda: _sync_soon(cluster.pk))
     return cluster
@@ -290,7 +290,7 @@ def cluster_update(
         after = snapshot(cluster, AUDITED)
         if "kubeconfig_encrypted" in changes:
             after["kubeconfig"] = "replaced"  # that it changed, never what it is
-        audit_log(actor=actor, action="cluster_update", obj=cluster, before=before, after=after)
+        audit_log(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)
         transaction.on_commit(lambda: _sync_soon(cluster.pk))
     return cluster
 
@@ -314,7 +314,7 @@ def cluster_sync_inventory(*, actor: Any, cluster: Cluster) -> SyncResult:
     result = inventory_sync(cluster)
     with transaction.atomic():
         counts = {"nodes": result.nodes, "gpus": result.gpus, "vanished": result.vanished}
-        audit_log(actor=actor, action="cluster_sync_inventory", obj=cluster, after=counts)
+        audit_log(actor=actor, action="cluster.sync_inventory", obj=cluster, after=counts)
     return result
 
 

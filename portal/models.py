@@ -30,6 +30,14 @@ class User(AbstractUser):
     def __str__(self) -> str:
         return self.username
 
+    # Platform admins run the whole pool: in Django's admin they may do what a superuser
+    # may (portal.admin_site lets them in; every change there is audited, portal.admin).
+    def has_perm(self, perm: str, obj: object = None) -> bool:
+        return (self.is_active and self.is_platform_admin) or super().has_perm(perm, obj)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return (self.is_active and self.is_platform_admin) or super().has_module_perms(app_label)
+
 
 class Department(models.Model):
     name = models.CharField(max_length=100, unique=True)

@@ -18,6 +18,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -466,6 +467,7 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
     rows = body["results"]
     for row in rows:
         row["node"] = ",".join(sorted({a["node"] for a in row["allocations"]}))
+        row["gpus"] = row["gpus_requested"]  # the whole workload's, as the pages show it
         size = row.get("size") or {}
         row["size"] = (
             f"{size['current']}/{size['min']}..{size['max']}" if row.get("elastic") else ""
@@ -484,8 +486,9 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     api = api_of(ctx)
     wl = api.call("GET", f"/api/v1/workloads/{workload_id}/")
     events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
-    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
-                "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
+    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus_requested",
+                "gpus", "pods", "priority_class", "preemptible", "restart_count",
+                "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     if wl.get("elastic"):
         size = wl["size"]
@@ -506,15 +509,48 @@ def describe(ctx: click.Context, workload_id: int) -> None:
 @main.command()
 @click.argument("workload_id", type=ID)
 @click.option("--tail", type=Bounded(bounds.LOG_LINES), default=500, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="Print new lines until the workload ends.")
+@click.option(
+    "--interval", type=Bounded(bounds.Bound.of(1, 60, unit="s")), default=2, show_default=True
+)
 @click.pass_context
-def logs(ctx: click.Context, workload_id: int, tail: int) -> None:
-    """Each pod's recent output."""
-    body = api_of(ctx).call("GET", f"/api/v1/workloads/{workload_id}/logs/", params={"tail": tail})
-    if body["unavailable"]:
+def logs(ctx: click.Context, workload_id: int, tail: int, follow: bool, interval: int) -> None:
+    """Each pod's recent output; with -f, follow it until the workload ends."""
+    api = api_of(ctx)
+    path = f"/api/v1/workloads/{workload_id}/logs/"
+    body = api.call("GET", path, params={"tail": tail})
+    if body["unavailable"] and not follow:
         raise click.ClickException(body["unavailable"])
-    for pod in body["pods"]:
-        click.echo(f"==> pod {pod['pod']} <==")
-        click.echo(pod["log"])
+    many = len(body["pods"]) > 1
+    seen: dict[int, list[str]] = {}
+    while True:
+        for pod in body["pods"]:
+            lines = pod["log"].splitlines()
+            fresh, gap = new_lines(seen.get(pod["pod"]), lines)
+            seen[pod["pod"]] = lines
+            if gap:
+                click.echo(f"... (pod {pod['pod']}: its output restarted, or more than --tail"
+                           " lines came since the last read)")  # fmt: skip
+            for line in fresh:
+                click.echo(f"[pod {pod['pod']}] {line}" if many else line)
+        if not follow or body["state"] in ENDED:
+            return
+        time.sleep(interval)
+        body = api.call("GET", path, params={"tail": tail})
+
+
+ENDED = {"succeeded", "failed", "stopped"}
+
+
+def new_lines(before: list[str] | None, now: list[str]) -> tuple[list[str], bool]:
+    """The lines of `now` after what `before` showed (both are the last lines of one log),
+    and whether some were missed: the two windows do not overlap."""
+    if before is None:
+        return now, False
+    for overlap in range(min(len(before), len(now)), 0, -1):
+        if before[-overlap:] == now[:overlap]:
+            return now[overlap:], False
+    return now, bool(before and now)
 
 
 @main.command()

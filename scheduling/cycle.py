@@ -197,7 +197,7 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
         )
         audit_log(
             actor=None,
-            action="workload_quarantine",
+            action="workload.quarantine",
             obj=wl,
             before=before,
             after={"state": wl.state, "reason": "InvalidRequest", "message": message},

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -23,7 +23,7 @@ from portal.permissions import (
     platform_admin_required,
     visible_projects,
 )
-from scheduling import form_layout, selectors, services
+from scheduling import bounds, form_layout, selectors, services
 from scheduling.forms import (
     FORM_KINDS,
     PolicyForm,
@@ -32,7 +32,14 @@ from scheduling.forms import (
     kind_noun,
     show_errors,
 )
-from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
+from scheduling.models import (
+    FINISHED_STATES,
+    CycleRun,
+    Workload,
+    WorkloadKind,
+    WorkloadPolicy,
+    WorkloadState,
+)
 from scheduling.policies import effective_policies, effective_policy
 
 CSV_COLUMNS = [
@@ -210,10 +217,66 @@ def workload_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def workload_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    """One pod's log, followed while the workload runs (static/js/logs.js polls the
+    fragment below), with a pod choice for multi-pod work and a download."""
     workload = visible_workload(request, pk)
-    pods, unavailable = workload_pod_logs(workload)
-    context = {"wl": workload, "pods": pods, "unavailable": unavailable}
+    pod, tail = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+    context = {
+        "wl": workload,
+        "pod": pod,
+        "tail": tail,
+        "pod_choices": range(workload.pods),
+        "text": pods[0][1] if pods else "",
+        "unavailable": unavailable,
+        "following": workload.state not in FINISHED_STATES,
+    }
     return render(request, "scheduling/workload_logs.html", context)
+
+
+@login_required
+def workload_logs_fragment(request: HttpRequest, pk: int) -> HttpResponse:
+    """The followed part of the logs page: the pod's latest lines and the state."""
+    workload = visible_workload(request, pk)
+    pod, tail = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+    context = {
+        "wl": workload,
+        "text": pods[0][1] if pods else "",
+        "unavailable": unavailable,
+        "following": workload.state not in FINISHED_STATES,
+    }
+    return render(request, "scheduling/_workload_log.html", context)
+
+
+@login_required
+def workload_logs_download(request: HttpRequest, pk: int) -> HttpResponse:
+    """The pod's log as a text file, as many lines as the cluster keeps up to the bound."""
+    workload = visible_workload(request, pk)
+    pod, _ = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=int(bounds.LOG_LINES.high), pod=pod)
+    response = HttpResponse(
+        pods[0][1] if pods else unavailable, content_type="text/plain; charset=utf-8"
+    )
+    filename = f"{workload.project.name}-{workload.name}-pod{pod}.log"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _log_choice(request: HttpRequest, workload: Workload) -> tuple[int, int]:
+    """?pod= (0 .. pods - 1) and ?tail= (lines), each bounded; out of range is a 400."""
+    choice = []
+    pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+    for name, bound, default in (("pod", pods, 0), ("tail", bounds.LOG_LINES, 500)):
+        value = request.GET.get(name)
+        if value in (None, ""):
+            choice.append(default)
+            continue
+        number, error = bound.whole(value)
+        if error:
+            raise BadRequest(f"{name}: {error}")
+        choice.append(int(number))
+    return choice[0], choice[1]
 
 
 @login_required

@@ -102,7 +102,7 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
         )
         audit_log(
             actor=actor,
-            action="workspace_launch",
+            action="workspace.launch",
             obj=workspace,
             after=_public_snapshot(workspace),
             department=project.department,
@@ -282,7 +282,7 @@ def workspace_share_set(*, actor: Any, workspace: Workspace, shared: bool) -> Wo
         workspace.save(update_fields=["shared_with_project"])
         audit_log(
             actor=actor,
-            action="workspace_share_set",
+            action="workspace.share",
             obj=workspace,
             before=before,
             after=_public_snapshot(workspace),
@@ -303,7 +303,7 @@ def workspace_keep_alive(*, actor: Any, workspace: Workspace) -> Workspace:
         workspace.save(update_fields=["kept_alive_at", "idle_state", "warned_at"])
         audit_log(
             actor=actor,
-            action="workspace_keep_alive",
+            action="workspace.keep_alive",
             obj=workspace,
             before=before,
             after=snapshot(workspace, fields=["idle_state", "warned_at", "kept_alive_at"]),
@@ -327,7 +327,7 @@ def environment_save(*, actor: Any, environment: Environment) -> Environment:
         old = Environment.objects.filter(pk=environment.pk).first() if environment.pk else None
         environment.save()
         audit_log(
-            actor=actor, action="environment_save", obj=environment,
+            actor=actor, action="environment.save", obj=environment,
             before=snapshot(old) if old else None, after=snapshot(environment),
         )  # fmt: skip
     return environment
@@ -340,7 +340,7 @@ def template_save(*, actor: Any, template: WorkspaceTemplate) -> WorkspaceTempla
         old = WorkspaceTemplate.objects.filter(pk=template.pk).first() if template.pk else None
         template.save()
         audit_log(
-            actor=actor, action="workspace_template_save", obj=template,
+            actor=actor, action="workspace_template.save", obj=template,
             before=snapshot(old) if old else None, after=snapshot(template),
             department=template.project.department,
         )  # fmt: skip
@@ -378,7 +378,7 @@ def idle_policy_set(
             setattr(policy, name, value)
         policy.save()
         audit_log(
-            actor=actor, action="idle_policy_set", obj=policy, before=before,
+            actor=actor, action="idle_policy.set", obj=policy, before=before,
             after=snapshot(policy),
             department=department or (project.department if project else None),
         )  # fmt: skip

@@ -55,12 +55,12 @@ def ssh_key_add(*, actor: Any, user: User, name: str, public_key: str) -> SshKey
         "fingerprint": parsed.fingerprint,
     }
     with transaction.atomic():
-        key = create_audited(SshKey, values, actor=actor, action="ssh_key_add")
+        key = create_audited(SshKey, values, actor=actor, action="ssh_key.add")
     return key
 
 
 def ssh_key_remove(*, actor: Any, key: SshKey) -> None:
     require(actor.pk == key.user_id, "Only its owner removes an SSH key.")
     with transaction.atomic():
-        audit_log(actor=actor, action="ssh_key_remove", obj=key, before=_public(key))
+        audit_log(actor=actor, action="ssh_key.remove", obj=key, before=_public(key))
         key.delete()

@@ -309,8 +309,10 @@ SITE_MATRIX = {
     "password_reset_done": (GET, lambda o: "/accounts/password-reset/sent/", same(200)),
     "password_reset_confirm": (GET, lambda o: "/accounts/reset/MQ/bad-token/", same(200)),
     "password_reset_complete": (GET, lambda o: "/accounts/reset/done/", same(200)),
-    "admin:index": (GET, lambda o: "/django-admin/", same(302)),  # staff only: nobody here
-    "admin-login": (GET, lambda o: "/django-admin/login/", same(200)),  # throttled on POST
+    # Platform admins with their portal session; everyone else is sent to its sign-in.
+    "admin:index": (GET, lambda o: "/django-admin/", full(200, 302, 302, 302, 302)),
+    # throttled on POST; a platform admin already signed in goes on to the index
+    "admin-login": (GET, lambda o: "/django-admin/login/", full(302, 200, 200, 200, 200)),
     # The API's description: for signed-in users.
     "api-schema": (GET, lambda o: "/api/schema/", full(200, 200, 200, 200, 401)),
     "api-docs": (GET, lambda o: "/api/docs/", full(200, 200, 200, 200, LOGIN)),
@@ -490,6 +492,16 @@ SITE_MATRIX = {
         row(200, 404, 404, 200),
     ),
     "workload_logs": (GET, lambda o: f"/workloads/{o.job.pk}/logs/", row(200, 200, 200, 404)),
+    "workload_logs_fragment": (
+        GET,
+        lambda o: f"/workloads/{o.job.pk}/logs/fragment/",
+        row(200, 200, 200, 404),
+    ),
+    "workload_logs_download": (
+        GET,
+        lambda o: f"/workloads/{o.job.pk}/logs/download/",
+        row(200, 200, 200, 404),
+    ),
     # Cluster pages: platform admins only; the node list is everyone's.
     "cluster_list": (GET, lambda o: "/clusters/", row(200, 403, 403, 403)),
     "cluster_new": (GET, lambda o: "/clusters/new/", row(200, 403, 403, 403)),
@@ -653,6 +665,8 @@ MORE_MATRIX = {
     "workload_clone": (403, 404, 404),
     "workload_clone:other": (404, 404, 404),
     "workload_logs": (200, 404, 404),
+    "workload_logs_fragment": (200, 404, 404),
+    "workload_logs_download": (200, 404, 404),
     "cluster_list": (403, 403, 403),
     "cluster_new": (403, 403, 403),
     "node_list": (200, 200, 200),

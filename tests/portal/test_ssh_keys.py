@@ -103,7 +103,7 @@ def test_the_profile_page_adds_and_removes_keys_and_shows_refusals_on_the_field(
     client.post(f"/accounts/profile/ssh-keys/{key.pk}/delete/")
     assert not SshKey.objects.exists()
     actions = set(AuditLog.objects.values_list("action", flat=True))
-    assert {"ssh_key_add", "ssh_key_remove"} <= actions
+    assert {"ssh_key.add", "ssh_key.remove"} <= actions
 
 
 def test_the_api_lists_only_the_callers_keys_and_refuses_bad_ones_naming_the_field(org, ed_key):

@@ -147,8 +147,14 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     ]  # fmt: skip
     assert any(line.split()[1:7] == ["resnet", "ml-vision", "training", "admitted", "2", "2"]
                for line in listing.splitlines())  # fmt: skip
-    assert any(line.split()[1:6] == ["svc", "ml-vision", "inference", "admitted", "0.5"]
+    # GPUS is the whole workload's, as the pages show it: 2 replicas of half a GPU, 1 GPU
+    # on each of the distributed job's pods.
+    assert any(line.split()[1:6] == ["svc", "ml-vision", "inference", "admitted", "1"]
                for line in listing.splitlines()), listing  # fmt: skip
+    ddp = Workload.objects.get(name="ddp")
+    assert ddp.pods > 1
+    assert any(line.split()[1:4] == ["ddp", "ml-vision", "distributed"]
+               and line.split()[5] == str(ddp.pods) for line in listing.splitlines())  # fmt: skip
     described = gp("describe", str(wl.pk))
     assert "Admitted" in described and "a100-node-" in described
     assert gp("stop", str(wl.pk)).strip() == "resnet: stopped."

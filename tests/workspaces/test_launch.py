@@ -68,7 +68,7 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
         "--ServerApp.root_dir=/d",
     ]  # fmt: skip
     assert workload.env["WORKSPACE_BIND_HOST"] == "127.0.0.1"  # no Kubernetes cluster here
-    assert AuditLog.objects.filter(action="workspace_launch", actor=org.researcher).exists()
+    assert AuditLog.objects.filter(action="workspace.launch", actor=org.researcher).exists()
     page = client.get(response["Location"])
     assert page.status_code == 200 and b"my-lab" in page.content
     assert workspace.token.encode() not in page.content
