@@ -39,6 +39,7 @@ from scheduling.engine.context import (
     workload_need,
 )
 from scheduling.engine.fairshare import Key
+from scheduling.engine.fragmentation import cycle_shapes
 from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.resizes import fixed_slots
 from scheduling.engine.state import UNITS, ClusterState, PodSlot, fixed, unfixed
@@ -148,7 +149,8 @@ class EngineState:
         ledger.fixed = dict(self.fixed.view)
         waiting = [wl for _, wl in self.waiting]
         strategies = {pool: config.strategy_for(pool) for pool in self.pools}
-        placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods))
+        shapes = cycle_shapes(self.snapshot, config, now, state.group_memory)
+        placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods), shapes)
         return Context(
             self.snapshot,
             config,

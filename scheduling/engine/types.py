@@ -260,6 +260,9 @@ class SchedulerConfig:
     max_consolidation_moves: int = 4
     max_victim_searches: int = 256  # per cycle, shared by consolidate, reclaim, preempt
     restart_cost_s: float = 600.0  # victim cost of each earlier restart (actions/victims.py)
+    # Bin packing by fragmentation gradient descent against the snapshot's pod shapes,
+    # each weighted by 2^(-age / half-life) (engine/fragmentation.py); None = plain best fit.
+    fragmentation_half_life_s: float | None = None
 
     def strategy_for(self, pool: str) -> PlacementStrategy:
         """The placement strategy configured for a pool."""
