@@ -247,7 +247,11 @@ def test_deleting_a_running_workload_is_a_400(api, cluster, job):
 
 def test_logs_say_why_they_are_unavailable(api, job):
     body = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/").json()
-    assert body == {"pods": [], "unavailable": "This workload has not run on a cluster yet."}
+    assert body == {
+        "pods": [],
+        "unavailable": "This workload has not run on a cluster yet.",
+        "state": "pending",
+    }
     for tail in ("abc", "0", "-5", "10001"):
         response = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/?tail={tail}")
         assert response.status_code == 400
