@@ -98,7 +98,7 @@ def tour(page, live_server, org, submit, workspace) -> None:
     page.click("#launch a:text('New training')")
     page.wait_for_url("**/workloads/new/training/")
     legends = page.locator("#workload-form legend").all_text_contents()
-    assert legends == ["General", "Environment", "Compute", "Data", "Scheduling"]
+    assert legends == ["General", "Environment", "Compute", "Data", "Ports and SSH", "Scheduling"]
     assert page.is_hidden("#row-args") and page.is_visible("#row-image")
     assert "local machine does not use the image" not in page.text_content("#row-image")
     look(page, "2-launch-form")
@@ -128,7 +128,7 @@ def tour(page, live_server, org, submit, workspace) -> None:
     # JupyterLab through the proxy.
     page.goto(f"{url}/workspaces/new/")
     legends = page.locator("#launch-form legend").all_text_contents()
-    assert legends == ["General", "Environment", "Compute", "Data", "Scheduling"]
+    assert legends == ["General", "Environment", "Compute", "Data", "Ports and SSH", "Scheduling"]
     look(page, "5-workspace-form")
     page.goto(f"{url}/workspaces/{workspace.pk}/")
     assert page.get_attribute("#open-lab", "href") == f"/workspaces/{workspace.pk}/lab/"
