@@ -375,8 +375,21 @@ def _bucket(
             del buckets[key]
 
 
-def slot_fraction(slot: MigSlot) -> float:
-    return slot.instance.profile.fraction
+def mig_reason(index: MigIndex, pod: PodRequest, pool: str, wanted: tuple[str, ...]) -> str:
+    """Why a MIG pod fits nowhere in a pool, in a researcher's words."""
+    models = index.models_for(pool, wanted)
+    asked = pod.mig_profile if pod.mig_profile != AUTO else f"{pod.gpu_memory_mib} MiB of MIG"
+    if not models:
+        return f"pool {pool} has no MIG-enabled GPU" + (
+            f" of {' or '.join(wanted)}" if wanted else ""
+        )
+    tables = [table(index.tables[(pool, m)]) for m in models]
+    if all(profile_for(pod, t) is None for t in tables):
+        return f"no MIG-enabled GPU in pool {pool} offers {asked} ({', '.join(models)})"
+    return (
+        f"needs a {asked} MIG instance in pool {pool}; no MIG-enabled GPU has room for it"
+        " beside the instances in use"
+    )
 
 
 def placement(pod: int, slot: MigSlot) -> PodPlacement:

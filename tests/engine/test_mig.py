@@ -174,7 +174,21 @@ def test_mig_and_whole_gpu_work_never_share_a_device():
 
 def test_a_profile_the_model_lacks_waits():
     result = run(snapshot([mig_node()], queues(), [mig_job("w", "3g.20gb")]))
-    assert "w" in result.pending_reasons
+    assert result.pending_reasons["w"] == (
+        "no MIG-enabled GPU in pool a offers 3g.20gb (H100-80GB)"
+    )
+
+
+def test_a_full_mig_pool_says_why_the_pod_waits():
+    jobs = [mig_job("a", "7g.80gb"), mig_job("b", "1g.10gb", t=1)]
+    result = run(snapshot([mig_node()], queues(), jobs))
+    assert result.pending_reasons["b"] == (
+        "needs a 1g.10gb MIG instance in pool a; no MIG-enabled GPU has room for it beside"
+        " the instances in use"
+    )
+    plain = Node("n0", "a", (Gpu(0, H100, MEM),))
+    result = run(snapshot([plain], queues(), [mig_job("c", "1g.10gb")]))
+    assert result.pending_reasons["c"] == "pool a has no MIG-enabled GPU"
 
 
 # -- invariants (hypothesis) --------------------------------------------------------
