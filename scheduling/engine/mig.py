@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -291,15 +291,21 @@ class MigIndex:
     def _candidates(
         self,
         buckets: dict[int, dict[Key, MigGpu]],
+        start_at: Callable[[int], int | None],
         allowed: frozenset[int] | None,
         pod: PodRequest,
         spread: bool,
     ) -> Iterator[tuple[int, MigGpu]]:
-        """Devices by mask, fullest first (emptiest with spread), then by node order."""
+        """(start, device) on devices whose mask has room (`start_at` is not None): fullest
+        first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
+        so the cost follows the masks present (at most 256), not the devices."""
         for mask in sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread):
+            start = start_at(mask)
+            if start is None:
+                continue
             for (order, _), gpu in buckets[mask].items():
                 if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-                    yield mask, gpu
+                    yield start, gpu
 
     def _reuse(
         self,
@@ -326,10 +332,11 @@ class MigIndex:
         spread: bool,
     ) -> MigSlot | None:
         canonical = self.tables[group]
-        for used, gpu in self._candidates(self.used.get(group, {}), allowed, pod, spread):
-            start = best_start(canonical, used, profile.name)
-            if start is not None:
-                return MigSlot(gpu, Instance(profile, start), created=True)
+        buckets = self.used.get(group, {})
+        for start, gpu in self._candidates(
+            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
+        ):
+            return MigSlot(gpu, Instance(profile, start), created=True)
         return None
 
     def _repartition(
@@ -343,9 +350,11 @@ class MigIndex:
         """Free slices first failed: the device where the profile fits beside the held
         instances, destroying the fewest idle slices."""
         canonical = self.tables[group]
-        for held, gpu in self._candidates(self.held.get(group, {}), allowed, pod, spread):
-            if best_start(canonical, held, profile.name) is None:
-                continue
+        buckets = self.held.get(group, {})
+        for _, gpu in self._candidates(
+            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
+        ):
+            held = gpu.held
             options = []
             for start in profile.starts:
                 mask = profile.mask(start)
