@@ -7,9 +7,10 @@
 `scale-small` is the same at one tenth. `scale-mig` is `scale` with a quarter of the GPUs
 MIG-enabled (the last 2 of each node) and one single-pod workload in five asking for a
 MIG profile (or for memory, mapped to a profile); it also times `scale` in the same run
-and reports the ratio of the medians (`scale-mig-small`: the same at one tenth). The running set is placed by the engine itself
-(so it is a state the engine could have produced); then pending work is added and the
-timed cycles run on that snapshot. Everything is drawn from a seeded generator.
+and reports the ratio of the medians (`scale-mig-small`: the same at one tenth).
+The running set is placed by the engine itself (so it is a state the engine could have
+produced); then pending work is added and the timed cycles run on that snapshot.
+Everything is drawn from a seeded generator.
 """
 
 from __future__ import annotations
