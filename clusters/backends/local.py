@@ -419,6 +419,8 @@ class LocalBackend(Backend):
         # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if spec.mig_device:
+            env["CUDA_VISIBLE_DEVICES"] = spec.mig_device  # the MIG instance, by its UUID
         if spec.mps is not None:
             # The daemon sees only this GPU; the sharer names it so that the server agrees.
             device = mps_device(spec)

@@ -88,6 +88,13 @@ def profile_for(pod: PodRequest, profiles: dict[str, Profile]) -> Profile | None
     return min(fitting, key=lambda p: (p.slices, p.size, p.memory_mib), default=None)
 
 
+def known_profile(name: str, memory_mib: int = 0) -> bool:
+    """A profile of some model of the table, or "auto" with memory asked."""
+    if name == AUTO:
+        return memory_mib > 0
+    return any(name in table(model) for model in PROFILES)
+
+
 def pod_fraction(pod: PodRequest) -> float:
     """The GPUs a MIG pod counts against quota before it is placed (slices / 7); once placed
     its instance's profile counts. "auto" counts the smallest profile of any model that holds
