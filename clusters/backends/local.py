@@ -38,6 +38,8 @@ from clusters.agent.mps import MpsDaemons, MpsError
 from clusters.backends import (
     Backend,
     BackendError,
+    MigKey,
+    MigLayout,
     NodeInfo,
     PodPhase,
     PodSpec,
@@ -49,7 +51,7 @@ from clusters.backends import (
     mps_device,
     sandbox,
 )
-from clusters.backends.localgpus import local_gpus
+from clusters.backends.localgpus import local_gpus, local_mig_sync
 from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
@@ -187,6 +189,10 @@ class LocalBackend(Backend):
     def test_connection(self) -> str:
         gpus = local_gpus()
         return f"Local machine {self.node_name}: {os.cpu_count()} CPUs, {len(gpus)} GPUs"
+
+    def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
+        """This machine's MIG-mode GPUs, through NVML (clusters/agent/mig.py)."""
+        return local_mig_sync(wanted)
 
     def list_inventory(self) -> list[NodeInfo]:
         self.isolation()  # the worker's answer, for the clusters page
