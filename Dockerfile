@@ -7,7 +7,7 @@
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0 GPUPOOL_VAR_DIR=/var/lib/gpupool \
-    GPUPOOL_STATIC_ROOT=/app/staticfiles
+    GPUPOOL_STATIC_ROOT=/app/staticfiles GPUPOOL_STATIC_COLLECTED=1
 WORKDIR /app
 
 COPY requirements.txt ./

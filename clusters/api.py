@@ -26,6 +26,15 @@ class ClusterSerializer(serializers.Serializer):
     node_pool_label = serializers.CharField(max_length=253, default="gpupool.io/node-pool")
     topology_labels = serializers.ListField(child=serializers.CharField(), default=list)
     description = serializers.CharField(write_only=True, required=False, allow_blank=True)
+    publish_ports = serializers.ChoiceField(
+        choices=["", "nodeport", "ingress"], required=False, source="config.publish_ports"
+    )
+    ingress_class = serializers.CharField(
+        max_length=253, required=False, allow_blank=True, source="config.ingress_class"
+    )
+    ingress_domain = serializers.CharField(
+        max_length=253, required=False, allow_blank=True, source="config.ingress_domain"
+    )
     enabled = serializers.BooleanField(read_only=True)
     reachable = serializers.BooleanField(read_only=True)
     last_contact_at = serializers.DateTimeField(read_only=True)
@@ -47,7 +56,8 @@ class ClusterListView(APIView):
     def post(self, request: Request) -> Response:
         _platform_admin(request)
         data = valid(ClusterSerializer, request.data)
-        cluster = call(services.cluster_register, actor=request.user, **data)
+        publishing = data.pop("config", {})  # publish_ports, ingress_class, ingress_domain
+        cluster = call(services.cluster_register, actor=request.user, **data, **publishing)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
 

@@ -52,6 +52,22 @@ class ClusterForm(forms.Form):
         "A workspace's data volume must lie under one of them; with none, workloads get "
         "no data volume here.",
     )
+    publish_ports = forms.ChoiceField(
+        required=False,
+        label="Publish workload ports",
+        choices=[
+            ("", "No: through the portal only"),
+            ("nodeport", "Also on every node (NodePort)"),
+            ("ingress", "Also through an Ingress class"),
+        ],
+        help_text="Kubernetes only. The SSH server's port is never published.",
+    )
+    ingress_class = forms.CharField(required=False, max_length=253, help_text="e.g. nginx")
+    ingress_domain = forms.CharField(
+        required=False,
+        max_length=253,
+        help_text="Hosts are <port>-<workload>-<pod>.<domain>; point a wildcard record here.",
+    )
     enabled = forms.BooleanField(required=False, initial=True)
 
     def __init__(self, *args: object, editing: bool = False, **kwargs: object):

@@ -8,10 +8,12 @@ from django.core.exceptions import ObjectDoesNotExist
 
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
+from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
+from portal.selectors import ssh_authorized_keys
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -37,10 +39,34 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     if allocation.gpu_memory_mib:
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(allocation.gpu_memory_mib)
     env.update(_secret_env(workload))
+    if (workload.spec or {}).get("ssh"):
+        env[SSH_ENV] = "\n".join(_ssh_keys(workload))
     return env
 
 
+def _ssh_keys(workload: Any) -> list[str]:
+    """Read when the pod starts: a key added later, or a change of sharing, reaches the
+    workload when its pod next starts."""
+    try:
+        shared = workload.workspace.shared_with_project
+    except ObjectDoesNotExist:  # not a workspace: only workspaces are shared
+        shared = False
+    return ssh_authorized_keys(
+        owner_id=workload.submitted_by_id, project_id=workload.project_id, shared=shared
+    )
+
+
+def pod_program(workload: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(command, args) as the pod runs them: with the SSH server first when it asked."""
+    command = tuple(str(c) for c in workload.command or ())
+    args = tuple(str(a) for a in workload.args or ())
+    if (workload.spec or {}).get("ssh"):
+        return with_ssh_server((*command, *args)), ()
+    return command, args
+
+
 DISTRIBUTED = "distributed"  # scheduling.models.WorkloadKind.DISTRIBUTED
+TRAINING = "training"  # an elastic training job's pods meet like a distributed job's
 RENDEZVOUS_PORT = 29500  # PyTorch's default MASTER_PORT
 LOCAL_PORTS = (29500, 10000)  # on one machine: 29500 + workload id mod 10000
 HOSTFILE = "/etc/gpupool/hostfile"
@@ -53,9 +79,10 @@ def rendezvous_for(
     they are) the rank-0 pod's stable name through the workload's headless Service
     (`<pod>.<service>.<namespace>.svc`, both names carrying the owner's identities as the
     backend names them), on one machine 127.0.0.1 and a port of the workload's own.
-    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods), in
-    rank order."""
-    if workload.kind != DISTRIBUTED:
+    `peers`: the pod indices admitted (a gang may run with `min_pods` of its pods, an
+    elastic job with any number in its range), in rank order."""
+    elastic = getattr(workload, "elastic", False) and workload.kind == TRAINING
+    if workload.kind != DISTRIBUTED and not elastic:
         return None
     gpus = workload.gpus or 0
     slots = max(int(gpus), 1)
@@ -136,15 +163,25 @@ def pod_spec(
         key = (allocation.node_id, allocation.mig_gpu_index, allocation.mig_start)
         mig_device = (mig_devices or {}).get(key, "")
         env.update(mig_env(mig_device))
+    if allocation.pod_index in peers:  # the current size: an elastic job's changes
+        env.update(
+            GPUPOOL_RANK=str(peers.index(allocation.pod_index)),
+            GPUPOOL_WORLD_SIZE=str(len(peers)),
+        )
     if rendezvous is not None and allocation.pod_index in peers:
         env.update(rendezvous_env(rendezvous, peers.index(allocation.pod_index)))
     uuids = uuids or {}
     node_id = allocation.node_id
     shared = allocation.shared_gpu_index
     ports = tuple(
-        PortSpec(name=str(p.get("name") or f"port{i}"), port=int(p["port"]))
+        PortSpec(
+            name=str(p.get("name") or f"port{i}"),
+            port=int(p["port"]),
+            protocol=str(p.get("protocol") or "http"),
+        )
         for i, p in enumerate((workload.spec or {}).get("ports", []))
     )
+    command, args = pod_program(workload)
     duration = (workload.spec or {}).get("duration_s")
     return PodSpec(
         name=pod_name(workload.pk, allocation.pod_index),
@@ -157,8 +194,8 @@ def pod_spec(
         workload_name=workload.name,
         kind=workload.kind,
         image=workload.image,
-        command=tuple(str(c) for c in workload.command or ()),
-        args=tuple(str(a) for a in workload.args or ()),
+        command=command,
+        args=args,
         env=env,
         cpu=float(workload.cpu),
         memory_mib=int(workload.memory_mib),

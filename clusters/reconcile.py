@@ -38,6 +38,7 @@ from clusters.sharing import (
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
+from scheduling.signals import cycle_request
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -104,9 +105,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
             _requeue_lost(by_workload, observed, result)
         graces = workload_grace_periods(allocations)
         mig_errors = mig_sync(cluster, backend)
-        desired = pod_specs_for(
-            [a for a in allocations if a.workload.state in ACTIVE_STATES], cluster, graces
-        )
+        wanted = [a for a in allocations if _runs(a.workload) and not a.releasing]
+        desired = pod_specs_for(wanted, cluster, graces)
         report = backend.reconcile(
             desired, grace_period_s=grace_period_s(cluster), grace_periods=graces
         )
@@ -124,6 +124,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
     with transaction.atomic():
         _refresh_states(by_workload)
         _record_statuses(allocations, report)
+        _restarted(by_workload, report)
+        _given_back(by_workload, report)
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
         cluster_mark_contacted(cluster, "; ".join(report.errors))
@@ -192,6 +194,39 @@ def _allocations(cluster: Cluster) -> list[PodAllocation]:
     return allocations
 
 
+def _runs(workload: Workload) -> bool:
+    """Whether its pods should run now: active, and not restarting with a new size."""
+    return workload.state in ACTIVE_STATES and not workload.restarting
+
+
+def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+    """An elastic job restarting with a new size: once all its old pods are gone, its
+    pods are created again (next pass) with the new rank and world size."""
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.restarting and not any(_name(a) in report.statuses for a in allocations):
+            workload.restarting = False
+            workload.save(update_fields=["restarting"])
+            for allocation in allocations:
+                allocation.backend_ref = allocation.phase = ""
+            PodAllocation.objects.bulk_update(allocations, ["backend_ref", "phase"])
+
+
+def _given_back(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+    """Pods an elastic workload gave back are gone: their GPUs are free now."""
+    gone = [
+        a
+        for allocations in by_workload.values()
+        for a in allocations
+        if a.releasing and _name(a) not in report.statuses
+    ]
+    if gone:
+        PodAllocation.objects.filter(pk__in=[a.pk for a in gone]).delete()
+        for allocations in by_workload.values():
+            allocations[:] = [a for a in allocations if a not in gone]
+        cycle_request()
+
+
 def _name(allocation: PodAllocation) -> str:
     return pod_name(allocation.workload_id, allocation.pod_index)
 
@@ -226,9 +261,9 @@ def _requeue_lost(
     requeued, never recreated silently on a node that may be gone."""
     for allocations in by_workload.values():
         workload = allocations[0].workload
-        if workload.state not in ACTIVE_STATES:
+        if not _runs(workload):
             continue
-        lost = [a for a in allocations if _lost(a, observed.get(_name(a)))]
+        lost = [a for a in allocations if not a.releasing and _lost(a, observed.get(_name(a)))]
         if lost:
             names = ", ".join(sorted({a.node.name for a in lost}))
             workload_transition(
@@ -254,12 +289,13 @@ def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) 
             continue
         phase = "Terminating" if status.terminating else (status.reason or str(status.phase))
         phase = phase[: PodAllocation._meta.get_field("phase").max_length]
-        new = (phase, status.endpoint or allocation.endpoint, status.backend_ref)
-        if new != (allocation.phase, allocation.endpoint, allocation.backend_ref):
-            allocation.phase, allocation.endpoint, allocation.backend_ref = new
+        ports = status.ports or allocation.ports
+        new = (phase, status.endpoint or allocation.endpoint, status.backend_ref, ports)
+        if new != (allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports):
+            allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports = new
             changed.append(allocation)
     if changed:
-        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref"])
+        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref", "ports"])
 
 
 def _release_finished(
@@ -280,11 +316,12 @@ def _apply_phases(
 ) -> None:
     for allocations in by_workload.values():
         workload = allocations[0].workload
-        if workload.state not in ACTIVE_STATES:
+        if not _runs(workload):
             continue
-        statuses = [report.statuses.get(_name(a)) for a in allocations]
+        running = [a for a in allocations if not a.releasing]
+        statuses = [report.statuses.get(_name(a)) for a in running]
         seen = [s for s in statuses if s is not None]
-        if _workload_from_phases(workload, seen, len(allocations)):
+        if _workload_from_phases(workload, seen, len(running)):
             result.transitions.append(f"{workload.pk}:{workload.state}")
             if workload.state not in ACTIVE_STATES:
                 result.finished += 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Avg, Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
+from clusters.backends.sshd import SSH_USER
+from clusters.metrics.models import GpuSample
 from clusters.mig import drawn_instances, mig_limits
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.sharing import allocation_mps, mps_enabled
@@ -18,6 +21,7 @@ from portal.permissions import visible_projects
 from scheduling.models import PodAllocation
 
 logger = logging.getLogger(__name__)
+__all__ = ["SSH_USER"]  # the login name of workloads' SSH servers, for scheduling's links
 
 # Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
 # cluster only pretends to run them.
@@ -43,6 +47,37 @@ def real_process_pool_names() -> list[str]:
 
 def simulated_pool_ids() -> set[int]:
     return set(_pools_of((Backend.SIMULATED,)).values_list("pk", flat=True))
+
+
+def pool_backends() -> dict[str, set[str]]:
+    """Node pool name -> the backends of the enabled clusters that feed it (its own
+    cluster's and its nodes'), for forms that explain what a pool runs: two queries."""
+    backends: dict[str, set[str]] = {
+        name: set() for name in NodePool.objects.values_list("name", flat=True)
+    }
+    own = NodePool.objects.filter(cluster__enabled=True).values_list("name", "cluster__backend")
+    fed = (
+        Node.objects.filter(pool__isnull=False, cluster__enabled=True)
+        .values_list("pool__name", "cluster__backend")
+        .distinct()
+    )
+    for name, backend in [*own, *fed]:
+        backends.setdefault(name, set()).add(backend)
+    return backends
+
+
+def gpu_models() -> list[str]:
+    """The GPU models the inventory holds, for a form's choices."""
+    models = Gpu.objects.exclude(model="").values_list("model", flat=True).distinct()
+    return sorted(set(models))
+
+
+def topology_levels() -> list[str]:
+    """The topology levels the nodes name (rack, zone, ...), for a form's suggestions."""
+    levels: set[str] = set()
+    for topology in Node.objects.exclude(topology={}).values_list("topology", flat=True).distinct():
+        levels.update(topology or {})
+    return sorted(levels)
 
 
 def cluster_list() -> QuerySet[Cluster]:
@@ -183,17 +218,31 @@ def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
     return _limits(allocation, memory or 0)
 
 
-def workload_pod_logs(workload: Any, tail_lines: int = 500) -> tuple[list[tuple[int, str]], str]:
-    """Each pod's recent output from the workload's cluster backend, or why there is none."""
+def workload_pod_logs(
+    workload: Any, tail_lines: int = 500, pod: int | None = None
+) -> tuple[list[tuple[int, str]], str]:
+    """Each pod's recent output (or only pod `pod`'s) from the workload's cluster backend,
+    or why there is none."""
     if workload.cluster is None:
         return [], "This workload has not run on a cluster yet."
+    indices = range(workload.pods) if pod is None else [pod]
     try:
         backend = get_backend(workload.cluster)
         namespace = workload.project.namespace
         return [
             (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
-            for i in range(workload.pods)
+            for i in indices
         ], ""
     except Exception as exc:  # a cluster that is down must not break the page
         logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
         return [], f"Logs are unavailable: {exc}"
+
+
+def workload_gpu_utilization(workload_id: int, since: datetime) -> float | None:
+    """Mean utilization (percent) of the GPUs a workload's processes used since `since`,
+    from the node agents' samples; None when there is no sample (scheduling.autoscale)."""
+    found = GpuSample.objects.filter(workload_id=workload_id, ts__gte=since).aggregate(
+        Avg("util_pct")
+    )
+    value = found["util_pct__avg"]
+    return None if value is None else float(value)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 from django.db import transaction
 
-from clusters.backends import BackendError, get_backend
+from clusters.backends import PUBLISH_INGRESS, PUBLISH_MODES, BackendError, get_backend
 from clusters.backends.simulated import description_parse
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_encrypt
 from clusters.inventory import SyncResult, inventory_sync
@@ -134,6 +134,37 @@ def _config_for(backend: str, description: str, current: dict[str, Any]) -> dict
     return current
 
 
+DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
+PUBLISH_KEYS = ("publish_ports", "ingress_class", "ingress_domain")
+
+
+def _publishing(
+    backend: str, publish_ports: str, ingress_class: str, ingress_domain: str
+) -> dict[str, str]:
+    """How workloads' ports are published beyond the cluster (the backend's config keys):
+    Kubernetes only; an Ingress needs its class and the domain its hosts end in."""
+    mode = publish_ports or ""
+    if mode not in PUBLISH_MODES:
+        raise ValidationFailed({"publish_ports": [f"Use one of: {', '.join(PUBLISH_MODES[1:])}."]})
+    if mode and backend != Backend.KUBERNETES:
+        raise ValidationFailed({"publish_ports": ["Only Kubernetes clusters publish ports."]})
+    errors: dict[str, list[str]] = {}
+    if mode == PUBLISH_INGRESS:
+        for field, value in (("ingress_class", ingress_class), ("ingress_domain", ingress_domain)):
+            if not value or len(value) > 253 or not DNS_NAME.fullmatch(value):
+                errors[field] = ["Give a DNS name: lower-case letters, digits, '-' and '.'."]
+    if errors:
+        raise ValidationFailed(errors)
+    if mode != PUBLISH_INGRESS:
+        ingress_class = ingress_domain = ""
+    return {"publish_ports": mode, "ingress_class": ingress_class, "ingress_domain": ingress_domain}
+
+
+def _with_publishing(config: dict[str, Any], publishing: dict[str, str]) -> dict[str, Any]:
+    kept = {k: v for k, v in config.items() if k not in PUBLISH_KEYS}
+    return {**kept, **{k: v for k, v in publishing.items() if v}}
+
+
 def _data_volume_roots(backend: str, roots: list[str]) -> list[str]:
     """Existing absolute directories, resolved (no link or '..' leads elsewhere later), and
     never the whole machine: a workload's data volume must lie under one of them."""
@@ -174,6 +205,9 @@ def cluster_register(
     topology_labels: list[str] | None = None,
     description: str = "",
     data_volume_roots: list[str] | None = None,
+    publish_ports: str = "",
+    ingress_class: str = "",
+    ingress_domain: str = "",
 ) -> Cluster:
     """Register a cluster and sync its inventory once the row is committed."""
     _check_name(name, None)
@@ -191,7 +225,8 @@ def cluster_register(
         token = _kubeconfig_token(kubeconfig)
         identity = _kubernetes_identity(name, kubeconfig)
         _check_registered_once(identity, None)
-    config = _config_for(backend, description, {})
+    publishing = _publishing(backend, publish_ports, ingress_class, ingress_domain)
+    config = _with_publishing(_config_for(backend, description, {}), publishing)
     roots = _data_volume_roots(backend, list(data_volume_roots or []))
     with transaction.atomic():
         cluster = Cluster.objects.create(
@@ -205,7 +240,7 @@ def cluster_register(
             data_volume_roots=roots,
         )
         audit_log(
-            actor=actor, action="cluster_register", obj=cluster, after=snapshot(cluster, AUDITED)
+            actor=actor, action="cluster.register", obj=cluster, after=snapshot(cluster, AUDITED)
         )
         transaction.on_commit(lambda: _sync_soon(cluster.pk))
     return cluster
@@ -222,16 +257,22 @@ def cluster_update(
     description: str = "",
     data_volume_roots: list[str] | None = None,
     enabled: bool = True,
+    publish_ports: str = "",
+    ingress_class: str = "",
+    ingress_domain: str = "",
 ) -> Cluster:
     """Change a cluster; an empty kubeconfig or description keeps the stored one."""
     _check_name(name, cluster)
     _check_labels(node_pool_label, topology_labels)
+    publishing = _publishing(cluster.backend, publish_ports, ingress_class, ingress_domain)
     before = snapshot(cluster, AUDITED)
     changes: dict[str, Any] = {
         "name": name,
         "node_pool_label": node_pool_label or "gpupool.io/node-pool",
         "topology_labels": list(topology_labels),
-        "config": _config_for(cluster.backend, description, cluster.config),
+        "config": _with_publishing(
+            _config_for(cluster.backend, description, cluster.config), publishing
+        ),
         "data_volume_roots": cluster.data_volume_roots
         if data_volume_roots is None
         else _data_volume_roots(cluster.backend, data_volume_roots),
@@ -249,7 +290,7 @@ def cluster_update(
         after = snapshot(cluster, AUDITED)
         if "kubeconfig_encrypted" in changes:
             after["kubeconfig"] = "replaced"  # that it changed, never what it is
-        audit_log(actor=actor, action="cluster_update", obj=cluster, before=before, after=after)
+        audit_log(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)
         transaction.on_commit(lambda: _sync_soon(cluster.pk))
     return cluster
 
@@ -273,7 +314,7 @@ def cluster_sync_inventory(*, actor: Any, cluster: Cluster) -> SyncResult:
     result = inventory_sync(cluster)
     with transaction.atomic():
         counts = {"nodes": result.nodes, "gpus": result.gpus, "vanished": result.vanished}
-        audit_log(actor=actor, action="cluster_sync_inventory", obj=cluster, after=counts)
+        audit_log(actor=actor, action="cluster.sync_inventory", obj=cluster, after=counts)
     return result
 
 

@@ -50,6 +50,7 @@ def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "description": _description_text(cluster),
         "data_volume_roots": "\n".join(cluster.data_volume_roots),
         "enabled": cluster.enabled,
+        **{key: (cluster.config or {}).get(key, "") for key in services.PUBLISH_KEYS},
     }
     form = ClusterForm(request.POST or None, request.FILES or None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():

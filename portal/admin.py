@@ -1,4 +1,5 @@
-"""Django's admin (/django-admin/, staff only) writes the same audit log as the portal.
+"""Django's admin (/django-admin/; platform admins and staff, portal.admin_site) writes the
+same audit log as the portal.
 
 Every ModelAdmin registered in the project derives from AuditedAdmin: adding, changing or
 deleting a row there (one at a time, in bulk, or in an inline) records who did it, with

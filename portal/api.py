@@ -21,8 +21,10 @@ from rest_framework.views import APIView
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal import selectors, services
 from portal.errors import ValidationFailed
-from portal.models import Department, Project
+from portal.models import Department, Project, SshKey
 from portal.permissions import visible_projects
+from portal.services.ssh_keys import ssh_key_add, ssh_key_remove
+from portal.ssh_keys import KEY_TEXT_MAX
 from portal.throttles import SIGN_IN_THROTTLES
 from portal.tokens import api_token_issue
 from scheduling.bounds import Bound
@@ -385,3 +387,37 @@ class NodePoolDetailView(DetailView):
 
     def update(self, actor: Any, obj: NodePool, values: dict[str, Any]) -> NodePool:
         return services.node_pool_update(actor=actor, pool=obj, **values)
+
+
+class SshKeySerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    public_key = serializers.CharField(
+        max_length=KEY_TEXT_MAX, write_only=True, help_text="One line of a .pub file."
+    )
+
+    class Meta:
+        model = SshKey
+        fields = ["id", "name", "public_key", "key_type", "bits", "fingerprint", "comment",
+                  "created_at"]  # fmt: skip
+        read_only_fields = ["key_type", "bits", "fingerprint", "comment", "created_at"]
+
+
+class SshKeyListView(ListCreateView):
+    """The caller's own SSH public keys (GET), and a new one (POST), refused with the reason
+    when it does not parse or is too weak."""
+
+    serializer = SshKeySerializer
+
+    def rows(self, request: Request) -> Any:
+        return request.user.ssh_keys.all()
+
+    def create(self, actor: Any, data: dict[str, Any]) -> SshKey:
+        return ssh_key_add(actor=actor, user=actor, name=data.get("name", ""),
+                           public_key=data["public_key"])  # fmt: skip
+
+
+class SshKeyDetailView(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        ssh_key_remove(actor=request.user, key=get_object_or_404(request.user.ssh_keys, pk=pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -7,6 +7,8 @@ from portal import api
 urlpatterns = [
     path("auth/token", api.TokenView.as_view(), name="api-token"),
     path("users/me", api.MeView.as_view(), name="api-me"),
+    path("users/me/ssh-keys/", api.SshKeyListView.as_view(), name="api-ssh-keys"),
+    path("users/me/ssh-keys/<int:pk>/", api.SshKeyDetailView.as_view(), name="api-ssh-key"),
     path("departments/", api.DepartmentListView.as_view(), name="api-departments"),
     path("departments/<int:pk>/", api.DepartmentDetailView.as_view(), name="api-department"),
     path(

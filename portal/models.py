@@ -30,6 +30,14 @@ class User(AbstractUser):
     def __str__(self) -> str:
         return self.username
 
+    # Platform admins run the whole pool: in Django's admin they may do what a superuser
+    # may (portal.admin_site lets them in; every change there is audited, portal.admin).
+    def has_perm(self, perm: str, obj: object = None) -> bool:
+        return (self.is_active and self.is_platform_admin) or super().has_perm(perm, obj)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return (self.is_active and self.is_platform_admin) or super().has_module_perms(app_label)
+
 
 class Department(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -187,3 +195,32 @@ class AuditLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_repr}"
+
+
+class SshKey(models.Model):
+    """A public key a user registered on their profile; put into the authorized_keys of the
+    workloads they start with SSH (and of colleagues' shared ones). Parsed on the way in
+    (portal.ssh_keys), so only keys sshd reads are stored."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    key_type = models.CharField(max_length=32)
+    body = models.TextField()
+    comment = models.CharField(max_length=100, blank=True)
+    bits = models.PositiveIntegerField()
+    fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="unique_ssh_key_name"),
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="unique_ssh_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    @property
+    def line(self) -> str:
+        return " ".join(part for part in (self.key_type, self.body, self.comment) if part)

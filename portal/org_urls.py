@@ -5,8 +5,8 @@ from django.urls import path
 
 from portal.forms import InvitedUsersPasswordResetForm
 from portal.throttles import sign_in_throttled
+from portal.views import home, people, profile
 from portal.views import organisation as org
-from portal.views import people
 
 auth = [
     path("accounts/login/", sign_in_throttled(auth_views.LoginView.as_view()), name="login"),
@@ -37,7 +37,8 @@ auth = [
 ]
 
 organisation = [
-    path("", org.home, name="home"),
+    path("", home.home, name="home"),
+    path("home/fragment/", home.home_live, name="home_live"),
     path("departments/", org.department_list, name="department_list"),
     path("departments/new/", org.department_create, name="department_create"),
     path("departments/<int:pk>/", org.department_edit, name="department_edit"),
@@ -67,6 +68,10 @@ people_urls = [
     path("users/<int:pk>/deactivate/", people.user_deactivate, name="user_deactivate"),
     path("users/<int:pk>/reactivate/", people.user_reactivate, name="user_reactivate"),
     path("audit/", people.audit_log, name="audit_log"),
+    path("accounts/profile/", profile.profile, name="profile"),
+    path(
+        "accounts/profile/ssh-keys/<int:pk>/delete/", profile.ssh_key_delete, name="ssh_key_delete"
+    ),
 ]
 
 urlpatterns = auth + organisation + people_urls

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
-from clusters.models import NodePool
-from portal.models import AuditLog, Department, Membership, Project, User
+from clusters.models import Gpu, NodePool
+from portal.models import (
+    AuditLog,
+    Department,
+    DepartmentQuota,
+    Membership,
+    Project,
+    ProjectQuota,
+    Role,
+    SshKey,
+    User,
+)
 from portal.permissions import (
     administered_department_ids,
     departments_for_admin,
@@ -146,3 +157,69 @@ def audit_choices(rows: QuerySet[AuditLog]) -> dict[str, list[str]]:
             distinct.values_list("object_type", flat=True).distinct().order_by("object_type")
         ),
     }
+
+
+def ssh_authorized_keys(*, owner_id: int, project_id: int, shared: bool) -> list[str]:
+    """The authorized_keys lines of a workload started with SSH: its owner's keys, and when
+    it is shared with its project, the keys of the project's researchers (the same people
+    the proxy lets in: viewers look at pages, they do not run code). Active users only."""
+    users = Q(user_id=owner_id)
+    if shared:
+        researchers = Membership.objects.filter(project_id=project_id, role=Role.RESEARCHER)
+        users |= Q(user_id__in=researchers.values("user_id"))
+    keys = SshKey.objects.filter(users, user__is_active=True).order_by("user_id", "id")
+    return [key.line for key in keys]
+
+
+# --- Capacity against guarantees -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    """One node pool: the GPUs its nodes carry and what departments and projects are
+    guaranteed there in total. Over-committed when a total passes the GPUs."""
+
+    pool: NodePool
+    gpus: int
+    departments: Decimal
+    projects: Decimal
+
+    @property
+    def over_committed(self) -> bool:
+        return max(self.departments, self.projects) > self.gpus
+
+    @property
+    def guaranteed(self) -> Decimal:
+        """The larger total: departments' guarantees, or projects' where those exceed them."""
+        return max(self.departments, self.projects)
+
+    @property
+    def shortfall(self) -> Decimal:
+        return max(self.guaranteed - self.gpus, Decimal(0))
+
+
+def pool_capacity() -> list[PoolCapacity]:
+    """Every node pool with its GPUs (nodes of enabled clusters) and the GPUs guaranteed in
+    it to departments and to projects: three grouped queries and the pools, whatever their
+    number."""
+    gpus = dict(
+        Gpu.objects.filter(node__pool__isnull=False, node__cluster__enabled=True)
+        .values_list("node__pool")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+
+    def guaranteed(model: Any) -> dict[int, Decimal]:
+        rows = model.objects.values_list("node_pool").annotate(total=Sum("gpus")).order_by()
+        return {pool: Decimal(total or 0) for pool, total in rows}
+
+    departments, projects = guaranteed(DepartmentQuota), guaranteed(ProjectQuota)
+    return [
+        PoolCapacity(
+            pool,
+            gpus.get(pool.pk, 0),
+            departments.get(pool.pk, Decimal(0)),
+            projects.get(pool.pk, Decimal(0)),
+        )
+        for pool in NodePool.objects.order_by("name")
+    ]

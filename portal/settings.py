@@ -75,7 +75,7 @@ if SECURE_SSL_REDIRECT and not _https:
     raise ImproperlyConfigured("SECURE_SSL_REDIRECT needs an https:// SITE_URL")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.admin_config.PortalAdminConfig",  # django.contrib.admin, for platform admins
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -313,16 +313,26 @@ STATIC_URL = "/static/"
 # The image collects them at build time outside var/, which a volume may cover at run time.
 STATIC_ROOT = Path(env_str("GPUPOOL_STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-# In development static files are served straight from their folders; production images
-# run collectstatic at build time.
-WHITENOISE_USE_FINDERS = DEBUG
 STATICFILES_DIRS = [BASE_DIR / "static"]
-try:  # plotly.js ships inside the plotly package: serve it locally, never from a CDN.
-    import plotly
-
-    STATICFILES_DIRS.append(("plotly", Path(plotly.__file__).parent / "package_data"))
-except ImportError:  # pragma: no cover - plotly is a pinned requirement
-    pass
+# Collected (the image at build time, `make demo` at start): collectstatic has written
+# hashed names and gzip + brotli copies of every file, which WhiteNoise serves to browsers
+# that accept them, with a year's caching for the hashed names. Otherwise (tests, a bare
+# `manage.py runserver`) files are served straight from their folders.
+STATIC_COLLECTED = env_bool("GPUPOOL_STATIC_COLLECTED", False)
+WHITENOISE_USE_FINDERS = not STATIC_COLLECTED
+# Source maps are fetched by a browser's developer tools only: not worth compressing.
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = [
+    *("jpg", "jpeg", "png", "gif", "webp", "ico", "zip", "gz", "tgz", "bz2", "xz", "br"),
+    *("woff", "woff2", "mp4", "webm", "map"),
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATIC_COLLECTED
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

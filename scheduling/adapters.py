@@ -26,6 +26,7 @@ from django.db.models import Q
 from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
 from scheduling import bounds
+from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
 from scheduling.models import (
@@ -166,7 +167,8 @@ def read_snapshot() -> SnapshotRead:
         queues=_queues(),
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
-    releasing = [a for a in allocations if a.workload_id not in managed]
+    # Pods of stopped or preempted workloads, and pods elastic ones gave back.
+    releasing = [a for a in allocations if a.workload_id not in managed or a.releasing]
     # Pods on an unreachable (or disabled) cluster may never confirm they are gone; they
     # keep their GPUs, but must not hold back evictions everywhere else.
     settling = {
@@ -378,15 +380,25 @@ def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
         mode = t.TopologyMode.REQUIRED if wl.topology_required else t.TopologyMode.PREFERRED
         topology = t.TopologyConstraint(wl.topology_level, mode)
     active = wl.state in ACTIVE_STATES
+    given_back = [a for a in allocations if a.releasing]  # their GPUs are taken capacity
+    allocations = [a for a in allocations if not a.releasing]
+    # A service scaled on load may grow only to what its load asks for (and never hides
+    # a pod it holds beyond that).
+    held = [a.pod_index + 1 for a in allocations] if active else []
+    pods = max([wanted_replicas(wl), *held])
+    if active and given_back:  # it grows again once the pods it gave back are gone
+        pods = max(held, default=pods)
     return t.Workload(
         id=str(wl.pk),
         queue_id=project_queue(wl.project_id),
-        pods=(_pod_request(wl),) * wl.pods,
+        pods=(_pod_request(wl),) * pods,
         priority=wl.priority,
         priority_class=wl.priority_class,
         preemptible=wl.preemptible,
         submit_time=epoch(wl.queued_at or wl.created_at) or 0.0,
         min_pods=wl.min_pods if wl.min_pods < wl.pods else None,
+        elastic=wl.elastic,
+        resized_at=epoch(wl.resized_at),
         pools=tuple(wl.node_pools),
         gpu_models=tuple(m for m in wl.gpu_model.split("|") if m),
         topology=topology,

@@ -98,6 +98,14 @@ class WorkloadSerializer(serializers.ModelSerializer):
     submitted_by = serializers.CharField(source="submitted_by.username")
     allocations = AllocationSerializer(many=True, read_only=True)
     gpus_allocated = serializers.SerializerMethodField()
+    gpus_requested = serializers.SerializerMethodField(
+        help_text="What the whole workload asks for, as the pages show it: GPUs per pod x"
+        " pods, or 'pods x MiB' for a request by GPU memory."
+    )
+    links = serializers.SerializerMethodField(
+        help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
+    )
+    size = serializers.SerializerMethodField(help_text="pods running now, and the range")
 
     class Meta:
         model = Workload
@@ -109,11 +117,21 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
-            "allocations", "gpus_allocated",
+            "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
+            "handles_resize", "resized_at", "size",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
         return f"{selectors.gpus_allocated(wl).normalize():f}"
+
+    def get_gpus_requested(self, wl: Workload) -> str:
+        return selectors.gpus_requested(wl)
+
+    def get_links(self, wl: Workload) -> dict[str, Any]:
+        return selectors.workload_links(wl)
+
+    def get_size(self, wl: Workload) -> dict[str, int]:
+        return selectors.workload_size(wl)
 
 
 class EventSerializer(serializers.Serializer):
@@ -162,12 +180,24 @@ class SubmitSpecSerializer(SubmitSerializer):
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
     master = serializers.BooleanField(required=False, help_text="distributed")
-    min_pods = bounded_integer(bounds.PODS, required=False, help_text="distributed")
+    min_pods = bounded_integer(
+        bounds.PODS, required=False, help_text="distributed gang minimum; elastic minimum"
+    )
+    max_pods = bounded_integer(bounds.PODS, required=False, help_text="training: elastic maximum")
+    handles_resize = serializers.BooleanField(
+        required=False, help_text="elastic: no restart from checkpoint on a size change"
+    )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
+    min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",
-            {"name": serializers.CharField(max_length=15), "port": bounded_integer(bounds.PORT)},
+            {
+                "name": serializers.CharField(max_length=15),
+                "port": bounded_integer(bounds.PORT),
+                "protocol": serializers.ChoiceField(choices=["http", "tcp"], required=False),
+            },
         ),
         max_length=bounds.PORTS_MAX,
         required=False,
@@ -181,6 +211,9 @@ class SubmitSpecSerializer(SubmitSerializer):
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
+    ssh = serializers.BooleanField(
+        required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
+    )
     search = serializers.DictField(required=False, help_text="hpo: method, parameters, ...")
 
 
@@ -202,6 +235,8 @@ class LogsSerializer(serializers.Serializer):
         "PodLog", {"pod": serializers.IntegerField(), "log": serializers.CharField()}, many=True
     )
     unavailable = serializers.CharField(help_text="Why there are no logs; empty when there are.")
+    state = serializers.CharField(help_text="The workload's state: `gpupool logs -f` follows "
+                                  "until it has ended.")  # fmt: skip
 
 
 class QueueSerializer(serializers.Serializer):
@@ -322,14 +357,24 @@ class WorkloadEventsView(APIView):
 
 class WorkloadLogsView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("tail", int, description=f"Lines, 1 to {MAX_LOG_LINES}.")],
+        parameters=[
+            OpenApiParameter("tail", int, description=f"Lines, 1 to {MAX_LOG_LINES}."),
+            OpenApiParameter("pod", int, description="Only this pod (0 to pods - 1)."),
+        ],
         responses=LogsSerializer,
     )
     def get(self, request: Request, pk: int) -> Response:
-        """Each pod's recent output, or why logs are unavailable."""
+        """Each pod's recent output (or one pod's), or why logs are unavailable."""
+        workload = _workload_for(request, pk)
         tail = query_number(request, "tail", bounds.LOG_LINES, 500)
-        pods, unavailable = workload_pod_logs(_workload_for(request, pk), tail_lines=tail)
-        data = {"pods": [{"pod": i, "log": text} for i, text in pods], "unavailable": unavailable}
+        pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+        pod = query_number(request, "pod", pods, None)
+        found, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+        data = {
+            "pods": [{"pod": i, "log": text} for i, text in found],
+            "unavailable": unavailable,
+            "state": workload.state,
+        }
         return Response(data)
 
 

@@ -4,6 +4,7 @@
     gpupool project list | gpupool project set ml-vision
     gpupool submit training resnet --image pytorch/pytorch:2.3 --gpus 2 -- python train.py
     gpupool list | describe ID | logs ID | stop ID | delete ID | queue
+    gpupool ssh-key add ~/.ssh/id_ed25519.pub; gpupool ssh ID [-- CMD] | ssh-config ID
 
 Settings live in ~/.config/gpupool/config.json (GPUPOOL_CONFIG_DIR moves the folder;
 GPUPOOL_URL and GPUPOOL_TOKEN override what is saved). Errors print the API's message
@@ -14,13 +15,18 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
+import threading
+import time
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import click
 import requests
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from scheduling import bounds
 from scheduling.bounds import Bound
@@ -275,6 +281,7 @@ def submit_options(command: Any) -> Any:
         click.option(
             "--duration", type=Bounded(bounds.DURATION_S), help="Simulated clusters: seconds."
         ),
+        click.option("--ssh", is_flag=True, help="Start an SSH server with your keys."),
         click.argument("name"),
         click.argument("command", nargs=-1),
     ]
@@ -297,7 +304,7 @@ def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": kind}
     body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
-               "duration": "duration_s"}  # fmt: skip
+               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
@@ -326,12 +333,35 @@ def submit() -> None:
     """Submit work: training, distributed, workspace or inference."""
 
 
+ELASTIC_OPTIONS = [
+    click.option(
+        "--max-pods",
+        type=Bounded(bounds.PODS),
+        help="Elastic: starts with --min-pods (default 1), grows with idle GPUs up to this.",
+    ),
+    click.option(
+        "--handles-resize",
+        is_flag=True,
+        default=None,
+        help="Elastic: it follows size changes itself (no restart from its checkpoint).",
+    ),
+]
+
+
+def elastic_options(command: Any) -> Any:
+    return with_options(command, ELASTIC_OPTIONS)
+
+
 @submit.command("training")
 @submit_options
 @click.option("--checkpoint-dir", help="Where it saves checkpoints to resume from.")
+@click.option("--min-pods", type=Bounded(bounds.PODS), help="Elastic: with --max-pods.")
+@elastic_options
 @click.pass_context
 def submit_training(ctx: click.Context, **options: Any) -> None:
-    """One pod of training: gpupool submit training NAME --image IMG -- python train.py"""
+    """Training: one pod, or an elastic range of pods (--min-pods .. --max-pods).
+
+    gpupool submit training NAME --image IMG -- python train.py"""
     submit_and_report(ctx, "training", options)
 
 
@@ -339,8 +369,13 @@ def submit_training(ctx: click.Context, **options: Any) -> None:
 @submit_options
 @click.option("--workers", type=Bounded(bounds.PODS), default=2, show_default=True)
 @click.option("--master", is_flag=True, help="Add a master pod.")
-@click.option("--min-pods", type=Bounded(bounds.PODS), help="Gang minimum; default all pods.")
+@click.option(
+    "--min-pods",
+    type=Bounded(bounds.PODS),
+    help="Gang minimum (default all pods); with --max-pods, the elastic minimum.",
+)
 @click.option("--checkpoint-dir")
+@elastic_options
 @click.pass_context
 def submit_distributed(ctx: click.Context, **options: Any) -> None:
     """A gang of workers (and a master), all started together."""
@@ -354,6 +389,7 @@ def submit_distributed(ctx: click.Context, **options: Any) -> None:
 @click.option("--node-pool", help="The pool to run in; default: where processes really run.")
 @click.option("--data-volume", default="", help="A folder or volume claim kept across launches.")
 @click.option("--share", is_flag=True, help="Let the project's members open it too.")
+@click.option("--ssh", is_flag=True, help="Start an SSH server with your keys (`gpupool ssh`).")
 @click.pass_context
 def submit_workspace(ctx: click.Context, name: str, **options: Any) -> None:
     """An interactive workspace (JupyterLab...) opened through the portal's link."""
@@ -366,6 +402,7 @@ def submit_workspace(ctx: click.Context, name: str, **options: Any) -> None:
         "env": env_of(options.pop("env")),
         "data_volume": options.pop("data_volume"),
         "shared_with_project": options.pop("share"),
+        "ssh": options.pop("ssh"),
         "cpu": options.pop("cpu"),
         "memory_mib": options.pop("memory"),
         **gpu_request(options.pop("gpus"), options.pop("gpu_memory")),
@@ -373,9 +410,13 @@ def submit_workspace(ctx: click.Context, name: str, **options: Any) -> None:
     if options.get("node_pool"):
         body["node_pool"] = options["node_pool"]
     workspace = api.call("POST", "/api/v1/workspaces/", json=body)
+    reach = (
+        f"Open it at {api.url}{workspace['url']}"
+        if workspace["url"]
+        else f"Connect with `gpupool ssh {workspace['id']}`."
+    )
     click.echo(f"Submitted workspace {workspace['project']}/{workspace['name']} "
-               f"(id {workspace['id']}): {workspace['state']}. "
-               f"Open it at {api.url}{workspace['url']}")  # fmt: skip
+               f"(id {workspace['id']}): {workspace['state']}. {reach}")  # fmt: skip
 
 
 def only_environment(api: Api) -> str:
@@ -391,9 +432,13 @@ def only_environment(api: Api) -> str:
 @submit_options
 @click.option("--replicas", type=Bounded(bounds.PODS), default=1, show_default=True)
 @click.option("--port", type=Bounded(bounds.PORT), multiple=True, required=True, help="Repeatable.")
+@click.option("--min-replicas", type=Bounded(bounds.PODS), help="Elastic: with --max-replicas.")
+@click.option("--max-replicas", type=Bounded(bounds.PODS), help="Elastic: grows up to this.")
+@click.option("--scale-target", help="Elastic: scale up at this GPU utilization (percent).")
+@click.option("--scale-cooldown", type=Bounded(bounds.GRACE_S), help="Seconds between changes.")
 @click.pass_context
 def submit_inference(ctx: click.Context, **options: Any) -> None:
-    """A long-running service with replicas."""
+    """A long-running service with replicas (or an elastic range, scaled on load)."""
     ports = options.pop("port")
     options["ports"] = [
         {"name": "http" if i == 0 else f"port{i}", "port": p} for i, p in enumerate(ports)
@@ -422,7 +467,15 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
     rows = body["results"]
     for row in rows:
         row["node"] = ",".join(sorted({a["node"] for a in row["allocations"]}))
-    click.echo(table(rows, LIST_COLUMNS))
+        row["gpus"] = row["gpus_requested"]  # the whole workload's, as the pages show it
+        size = row.get("size") or {}
+        row["size"] = (
+            f"{size['current']}/{size['min']}..{size['max']}" if row.get("elastic") else ""
+        )
+    columns = LIST_COLUMNS
+    if any(row.get("elastic") for row in rows):  # current/min..max of elastic work
+        columns = [*LIST_COLUMNS[:-1], "size", LIST_COLUMNS[-1]]
+    click.echo(table(rows, columns))
 
 
 @main.command()
@@ -433,9 +486,20 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     api = api_of(ctx)
     wl = api.call("GET", f"/api/v1/workloads/{workload_id}/")
     events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
-    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus", "pods",
-                "priority_class", "preemptible", "restart_count", "submitted_by"):  # fmt: skip
+    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus_requested",
+                "gpus", "pods", "priority_class", "preemptible", "restart_count",
+                "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
+    if wl.get("elastic"):
+        size = wl["size"]
+        click.echo(f"{'size:':16}{size['current']} (min {size['min']}, max {size['max']})")
+    links = wl.get("links") or {}
+    if links.get("ports"):
+        click.echo("\nPorts:")
+        rows = [{**p, "url": f"{api.url}{p['url']}" if p["url"] else ""} for p in links["ports"]]
+        click.echo(table(rows, ["name", "port", "protocol", "url"]))
+    if links.get("ssh"):
+        click.echo(f"\nSSH:            gpupool ssh {workload_id}  (user {links['ssh']['user']})")
     click.echo("\nAllocation:")
     click.echo(table(wl["allocations"], ["pod_index", "cluster", "node", "gpu_indices", "phase"]))
     click.echo("\nEvents:")
@@ -445,15 +509,48 @@ def describe(ctx: click.Context, workload_id: int) -> None:
 @main.command()
 @click.argument("workload_id", type=ID)
 @click.option("--tail", type=Bounded(bounds.LOG_LINES), default=500, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="Print new lines until the workload ends.")
+@click.option(
+    "--interval", type=Bounded(bounds.Bound.of(1, 60, unit="s")), default=2, show_default=True
+)
 @click.pass_context
-def logs(ctx: click.Context, workload_id: int, tail: int) -> None:
-    """Each pod's recent output."""
-    body = api_of(ctx).call("GET", f"/api/v1/workloads/{workload_id}/logs/", params={"tail": tail})
-    if body["unavailable"]:
+def logs(ctx: click.Context, workload_id: int, tail: int, follow: bool, interval: int) -> None:
+    """Each pod's recent output; with -f, follow it until the workload ends."""
+    api = api_of(ctx)
+    path = f"/api/v1/workloads/{workload_id}/logs/"
+    body = api.call("GET", path, params={"tail": tail})
+    if body["unavailable"] and not follow:
         raise click.ClickException(body["unavailable"])
-    for pod in body["pods"]:
-        click.echo(f"==> pod {pod['pod']} <==")
-        click.echo(pod["log"])
+    many = len(body["pods"]) > 1
+    seen: dict[int, list[str]] = {}
+    while True:
+        for pod in body["pods"]:
+            lines = pod["log"].splitlines()
+            fresh, gap = new_lines(seen.get(pod["pod"]), lines)
+            seen[pod["pod"]] = lines
+            if gap:
+                click.echo(f"... (pod {pod['pod']}: its output restarted, or more than --tail"
+                           " lines came since the last read)")  # fmt: skip
+            for line in fresh:
+                click.echo(f"[pod {pod['pod']}] {line}" if many else line)
+        if not follow or body["state"] in ENDED:
+            return
+        time.sleep(interval)
+        body = api.call("GET", path, params={"tail": tail})
+
+
+ENDED = {"succeeded", "failed", "stopped"}
+
+
+def new_lines(before: list[str] | None, now: list[str]) -> tuple[list[str], bool]:
+    """The lines of `now` after what `before` showed (both are the last lines of one log),
+    and whether some were missed: the two windows do not overlap."""
+    if before is None:
+        return now, False
+    for overlap in range(min(len(before), len(now)), 0, -1):
+        if before[-overlap:] == now[:overlap]:
+            return now[overlap:], False
+    return now, bool(before and now)
 
 
 @main.command()
@@ -472,6 +569,155 @@ def delete(ctx: click.Context, workload_id: int) -> None:
     """Delete a finished or pending workload."""
     api_of(ctx).call("DELETE", f"/api/v1/workloads/{workload_id}/")
     click.echo(f"Deleted workload {workload_id}.")
+
+
+# --- SSH ------------------------------------------------------------------------------------
+
+
+def ssh_alias(workload_id: int) -> str:
+    return f"gpupool-{workload_id}"
+
+
+def proxy_command(workload_id: int) -> list[str]:
+    """How ssh starts the tunnel: this same CLI (the interpreter running it now), so the
+    tunnel speaks for the same portal and token."""
+    return [sys.executable, "-m", "scheduling.cli", "ssh-proxy", str(workload_id)]
+
+
+def ssh_options(workload_id: int) -> dict[str, str]:
+    """Through the portal's tunnel. The pod's host key is trusted on first use and kept
+    under its own alias in GPUPool's known_hosts, never mixed with the user's."""
+    return {
+        "ProxyCommand": shlex.join(proxy_command(workload_id)),
+        "HostKeyAlias": ssh_alias(workload_id),
+        "UserKnownHostsFile": str(config_path().with_name("known_hosts")),
+        "StrictHostKeyChecking": "accept-new",
+    }
+
+
+def ssh_user(api: Api, workload_id: int) -> str:
+    workload = api.call("GET", f"/api/v1/workloads/{workload_id}/")
+    ssh = (workload.get("links") or {}).get("ssh")
+    if not ssh:
+        raise click.ClickException(
+            f"Workload {workload_id} was not started with SSH: submit it with --ssh."
+        )
+    return str(ssh["user"])
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("workload_id", type=ID)
+@click.option("--identity", "-i", type=click.Path(dir_okay=False), help="Your private key.")
+@click.option("--option", "-o", "options", multiple=True, help="An ssh -o option; repeatable.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def ssh(
+    ctx: click.Context,
+    workload_id: int,
+    identity: str | None,
+    options: tuple[str, ...],
+    command: tuple[str, ...],
+) -> None:
+    """Open a shell in a workload started with SSH (or run COMMAND there), through the
+    portal: gpupool ssh ID [-- CMD...]. Runs your own `ssh` client."""
+    user = ssh_user(api_of(ctx), workload_id)
+    argv = ["ssh"]
+    for name, value in ssh_options(workload_id).items():
+        argv += ["-o", f"{name}={value}"]
+    for option in options:
+        argv += ["-o", option]
+    if identity:
+        argv += ["-i", identity, "-o", "IdentitiesOnly=yes"]
+    argv += ["-l", user, ssh_alias(workload_id), *command]
+    try:
+        os.execvp("ssh", argv)
+    except OSError as exc:
+        raise click.ClickException(f"Cannot run ssh: {exc}. Install OpenSSH's client.") from exc
+
+
+@main.command("ssh-config")
+@click.argument("workload_ids", nargs=-1, type=ID, required=True)
+@click.pass_context
+def ssh_config(ctx: click.Context, workload_ids: tuple[int, ...]) -> None:
+    """A block for ~/.ssh/config per workload, for ssh, scp, PyCharm and VS Code Remote-SSH:
+    `ssh gpupool-ID` then works."""
+    api = api_of(ctx)
+    for workload_id in workload_ids:
+        click.echo(f"Host {ssh_alias(workload_id)}")
+        click.echo(f"    User {ssh_user(api, workload_id)}")
+        for name, value in ssh_options(workload_id).items():
+            click.echo(f"    {name} {value}")
+        click.echo("")
+
+
+@main.command("ssh-proxy", hidden=True)
+@click.argument("workload_id", type=ID)
+@click.pass_context
+def ssh_proxy(ctx: click.Context, workload_id: int) -> None:
+    """ssh's ProxyCommand: stdin and stdout carried over the portal's WebSocket tunnel."""
+    api = api_of(ctx)
+    url = "ws" + api.url.removeprefix("http") + f"/workloads/{workload_id}/ssh"
+    try:
+        tunnel_pump(url, api.headers)
+    except InvalidStatus as exc:
+        status = exc.response.status_code
+        reason = TUNNEL_REFUSALS.get(status, f"HTTP {status}")
+        raise click.ClickException(f"The portal refused the tunnel: {reason}.") from None
+    except (OSError, InvalidHandshake) as exc:
+        raise click.ClickException(f"Cannot open the tunnel at {url}: {exc}") from None
+
+
+TUNNEL_REFUSALS = {
+    403: "you may not open this workload, or you are not logged in (`gpupool login`)",
+    404: "no such workload, or it was not started with SSH",
+    503: "the workload is not running",
+}
+
+
+def tunnel_pump(url: str, headers: dict[str, str]) -> None:
+    """Bytes from stdin go out as binary messages, messages come back to stdout, until
+    either side ends."""
+    with ws_connect(url, additional_headers=headers, max_size=None, open_timeout=30) as ws:
+
+        def outbound() -> None:
+            try:
+                while chunk := os.read(0, 65536):
+                    ws.send(chunk)
+            except (OSError, ConnectionClosed):
+                pass
+            ws.close()
+
+        threading.Thread(target=outbound, daemon=True).start()
+        try:
+            for message in ws:
+                data = message.encode() if isinstance(message, str) else message
+                os.write(1, data)
+        except ConnectionClosed:
+            pass
+
+
+@main.group("ssh-key")
+def ssh_key() -> None:
+    """Your SSH public keys: workloads you start with --ssh accept them."""
+
+
+@ssh_key.command("list")
+@click.pass_context
+def ssh_key_list(ctx: click.Context) -> None:
+    keys = api_of(ctx).call("GET", "/api/v1/users/me/ssh-keys/")
+    click.echo(table(keys, ["id", "name", "key_type", "bits", "fingerprint"]))
+
+
+@ssh_key.command("add")
+@click.argument("public_key_file", type=click.File("r"))
+@click.option("--name", default="", help="Default: the key's comment.")
+@click.pass_context
+def ssh_key_add(ctx: click.Context, public_key_file: Any, name: str) -> None:
+    """gpupool ssh-key add ~/.ssh/id_ed25519.pub"""
+    text = public_key_file.read(8192)
+    body = {"name": name, "public_key": text}
+    key = api_of(ctx).call("POST", "/api/v1/users/me/ssh-keys/", json=body)
+    click.echo(f"Added SSH key {key['name']} ({key['fingerprint']}).")
 
 
 @main.command()

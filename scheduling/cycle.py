@@ -38,8 +38,10 @@ from django.utils import timezone
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
 from scheduling import adapters
-from scheduling.engine import schedule
+from scheduling.autoscale import autoscale_apply
+from scheduling.elastic import resizes_apply
 from scheduling.engine import types as t
+from scheduling.engine.cycle import Engine
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import Lease, cycle_lock
 from scheduling.mig import mig_instances_apply
@@ -105,11 +107,14 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         with transaction.atomic():
             nodes_lock()
             clusters |= max_runtime_enforce(now, run)
+            clusters |= autoscale_apply(now)
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
             clusters |= quarantine(read)
             run.quarantined = len(read.unrunnable)
+            engine_version_check(run)
             result = schedule(read.snapshot, _config(read), now.timestamp())
+            KEPT.version = run.pk
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             clusters |= decisions_apply(read, result, run)
             sweeps_update()
@@ -129,6 +134,40 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         run.duration_ms = (time.perf_counter() - started) * 1000
         run.save()
     return run
+
+
+class KeptEngine:
+    """The engine's state this process keeps between cycles, and the snapshot version it
+    was left at: the id of the CycleRun whose snapshot it last scheduled."""
+
+    def __init__(self) -> None:
+        self.engine = Engine()
+        self.version: int | None = None
+
+
+KEPT = KeptEngine()
+
+
+def engine_version_check(run: CycleRun) -> None:
+    """Rebuild the kept engine state when the snapshot's version jumped.
+
+    Version: the id of the latest cycle before this one (CycleRun, any state). The kept
+    state is diffed against each new snapshot (scheduling.engine.incremental), which is
+    exact whatever changed; but when the last cycle was not this process's (another
+    worker ran it, or this process has just started and keeps nothing), every decision
+    that cycle wrote is news here, and building afresh costs no more than that diff and
+    bounds what the diff must explain. Between two cycles of this process only the
+    writes of users, reconciliation and inventory have happened: the diff applies them."""
+    last = (
+        CycleRun.objects.filter(pk__lt=run.pk).order_by("-pk").values_list("pk", flat=True)
+    ).first()
+    if last is None or last != KEPT.version:
+        KEPT.engine.rebuild()
+
+
+def schedule(snapshot: t.Snapshot, config: t.SchedulerConfig, now: float) -> t.CycleResult:
+    """The engine's cycle over the state kept in this process (rebuilt when needed)."""
+    return KEPT.engine.schedule(snapshot, config, now)
 
 
 def nodes_lock() -> None:
@@ -159,7 +198,7 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
         )
         audit_log(
             actor=None,
-            action="workload_quarantine",
+            action="workload.quarantine",
             obj=wl,
             before=before,
             after={"state": wl.state, "reason": "InvalidRequest", "message": message},
@@ -212,7 +251,10 @@ def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
 def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: CycleRun) -> set[int]:
     """Evictions, then admissions, then pending reasons; the clusters to reconcile."""
     clusters, evicted = evictions_apply(read, result.evictions)
-    blocked = read.held_devices | evicted
+    capacity_check([t.Admission(r.workload_id, r.added) for r in result.resizes if r.added])
+    resized, freed = resizes_apply(read, result.resizes, timezone.now())
+    clusters |= resized
+    blocked = read.held_devices | evicted | freed
     waiting: dict[str, str] = {}
     admissions = []
     for admission in result.admissions:

@@ -9,12 +9,15 @@ from typing import Any
 
 from django import forms
 
+from clusters.models import Backend
+from clusters.selectors import gpu_models, pool_backends, topology_levels
 from portal.errors import ValidationFailed
 from portal.parsers import MAX_DEPTH, depth
 from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
+from scheduling.specs import SCALE_TARGET, range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -24,15 +27,50 @@ FORM_KINDS = (
 )
 # Fields each kind shows on top of the common ones.
 KIND_FIELDS = {
-    WorkloadKind.TRAINING: ("checkpoint_dir",),
-    WorkloadKind.DISTRIBUTED: ("workers", "master", "min_pods", "checkpoint_dir"),
+    WorkloadKind.TRAINING: ("min_pods", "max_pods", "handles_resize", "checkpoint_dir"),
+    WorkloadKind.DISTRIBUTED: (
+        "workers",
+        "master",
+        "min_pods",
+        "max_pods",
+        "handles_resize",
+        "checkpoint_dir",
+    ),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
-    WorkloadKind.INFERENCE: ("replicas", "ports"),
+    WorkloadKind.INFERENCE: (
+        "replicas",
+        "min_replicas",
+        "max_replicas",
+        "scale_target",
+        "scale_cooldown_s",
+    ),
 }
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
 TOO_DEEP = object()  # json.loads gave up: nested past Python's recursion limit
 TRI_STATE = [("", "Policy default"), ("yes", "Yes"), ("no", "No")]
+
+
+class ChoicesOrText(forms.MultipleChoiceField):
+    """Several of the platform's choices, ticked on the page or sent as one text
+    ('a100, h100'; 'A100|H100') by a script or a clone; order kept, repeats dropped."""
+
+    def __init__(self, *, separator: str, **kwargs: Any):
+        self.separator = separator
+        super().__init__(required=False, widget=forms.CheckboxSelectMultiple, **kwargs)
+
+    def to_python(self, value: Any) -> list[str]:
+        words: list[str] = []
+        for item in super().to_python(value):
+            words += [w.strip() for w in item.split(self.separator) if w.strip()]
+        return list(dict.fromkeys(words))
+
+
+def kind_noun(kind: str) -> str:
+    """A kind's label inside a sentence: 'training', 'distributed training', 'HPO sweep'."""
+    label = str(WorkloadKind(kind).label)
+    first = label.split()[0]
+    return label if first.isupper() else label[0].lower() + label[1:]
 
 
 def _text(label: str = "", **kwargs: Any) -> forms.CharField:
@@ -61,10 +99,17 @@ def decimal_field(bound: Bound, label: str | None = None, **kwargs: Any) -> form
 class WorkloadForm(forms.Form):
     project = forms.ModelChoiceField(queryset=None, empty_label=None)
     name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'.")
+    environment = forms.ChoiceField(
+        label="Start from an environment",
+        required=False,
+        help_text="Fills in the image of an environment your admins defined.",
+    )
     image = forms.CharField(max_length=300, help_text="e.g. nvcr.io/nvidia/pytorch:24.05-py3")
     command = _text(help_text="The program and its arguments, as on a shell line.")
     args = _text()
-    env = _text("Environment", widget=forms.Textarea(attrs={"rows": 3}), help_text="NAME=value")
+    env = _text(
+        "Environment variables", widget=forms.Textarea(attrs={"rows": 3}), help_text="NAME=value"
+    )
     gpu_request = forms.ChoiceField(label="GPU request", choices=GpuRequestKind.choices)
     gpus = decimal_field(bounds.GPUS, "GPUs per pod", initial=1)
     gpu_memory_mib = whole_field(bounds.GPU_MEMORY_MIB, "GPU memory (MiB)", required=False)
@@ -78,11 +123,55 @@ class WorkloadForm(forms.Form):
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
     workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
-    min_pods = whole_field(bounds.PODS, "Gang minimum", required=False)
+    min_pods = whole_field(
+        bounds.PODS, "Minimum pods", required=False, help_text="Elastic: with maximum pods."
+    )
+    max_pods = whole_field(
+        bounds.PODS,
+        "Maximum pods",
+        required=False,
+        help_text="Elastic: starts with the minimum, grows with idle GPUs up to this.",
+    )
+    handles_resize = forms.BooleanField(
+        label="Handles resizing itself",
+        required=False,
+        help_text="Unticked: the pods restart from their checkpoint when the size changes.",
+    )
     replicas = whole_field(bounds.PODS, required=False, initial=1)
-    ports = _text(help_text="Ports the service listens on: 8000, or metrics:9090")
-    node_pools = _text("Node pools", help_text="In order of preference, comma separated.")
-    gpu_model = _text("GPU model", max_length=200, help_text="e.g. A100|H100; empty = any.")
+    ports = _text(
+        max_length=2000,
+        help_text="Ports it listens on: 8000, tensorboard:6006, debug:5678/tcp. HTTP ports get a "
+        "link through the portal; TCP ports are reached inside the cluster.",
+    )
+    ssh = forms.BooleanField(
+        label="SSH", required=False,
+        help_text="Start an SSH server with your profile's keys; connect with `gpupool ssh`.",
+    )  # fmt: skip
+    min_replicas = whole_field(bounds.PODS, "Minimum replicas", required=False)
+    max_replicas = whole_field(
+        bounds.PODS, "Maximum replicas", required=False, help_text="Elastic: with the minimum."
+    )
+    scale_target = decimal_field(
+        SCALE_TARGET,
+        "Scale at GPU utilization (%)",
+        required=False,
+        help_text="Elastic: more replicas when the GPUs are busier than this.",
+    )
+    scale_cooldown_s = whole_field(
+        bounds.GRACE_S, "Scaling cool-down (s)", required=False, help_text="Default 300."
+    )
+    node_pools = ChoicesOrText(
+        label="Node pools",
+        separator=",",
+        help_text="None ticked = any pool. Ticked pools are tried in the order listed.",
+        error_messages={"invalid_choice": "No such node pool: %(value)s."},
+    )
+    gpu_model = ChoicesOrText(
+        label="GPU model",
+        separator="|",
+        help_text="None ticked = any model.",
+        error_messages={"invalid_choice": "No GPU of model %(value)s in any cluster."},
+    )
     topology_level = _text(
         max_length=63, help_text="Keep pods in one domain of this level, e.g. rack."
     )
@@ -94,7 +183,11 @@ class WorkloadForm(forms.Form):
     max_runtime_s = whole_field(bounds.RUNTIME_S, "Max runtime (s)", required=False)
     checkpoint_dir = _text("Checkpoint directory", max_length=500)
     duration_s = whole_field(
-        bounds.DURATION_S, "Duration (s)", required=False, help_text="Simulated clusters only."
+        bounds.DURATION_S,
+        "Simulated duration (s)",
+        required=False,
+        help_text="Only on simulated clusters, where nothing runs: how long the workload "
+        "pretends to run. Real clusters run it until its program exits.",
     )
     search_method = forms.ChoiceField(
         choices=[("grid", "Grid"), ("random", "Random")], required=False
@@ -114,12 +207,42 @@ class WorkloadForm(forms.Form):
         hidden = {f for fields in KIND_FIELDS.values() for f in fields} - set(KIND_FIELDS[kind])
         for name in hidden:
             del self.fields[name]
+        self._offer_the_platforms_choices()
+
+    def _offer_the_platforms_choices(self) -> None:
+        """Node pools (named with what runs them), GPU models and environments from the
+        inventory; the duration only where a simulated cluster could use it."""
+        from workspaces.models import Environment  # noqa: PLC0415 - workspaces imports this module
+
+        self.pool_backends = pool_backends()
+        self.fields["node_pools"].choices = [
+            (name, _pool_label(name, backends)) for name, backends in self.pool_backends.items()
+        ]
+        self.fields["gpu_model"].choices = [(m, m) for m in gpu_models()]
+        self.topology_levels = topology_levels()
+        if self.topology_levels:
+            self.fields["topology_level"].widget.attrs["list"] = "topology-levels"
+        self.environments = list(Environment.objects.filter(enabled=True).order_by("name"))
+        self.fields["environment"].choices = [("", "None: give the image below")] + [
+            (str(e.pk), e.name) for e in self.environments
+        ]
+        if not self.environments:
+            del self.fields["environment"]
+        self.backends = set().union(*self.pool_backends.values())
+        if Backend.SIMULATED not in self.backends and not self.initial.get("duration_s"):
+            del self.fields["duration_s"]
 
     def spec(self) -> dict[str, Any]:
         """The cleaned data as workload_submit's keyword arguments (minus actor/project)."""
         data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
         data.pop("project", None)
         data.pop("name", None)
+        data.pop("environment", None)  # it only filled in the image on the page
+        for key in ("node_pools", "gpu_model"):
+            if not data.get(key):
+                data.pop(key, None)
+        if "gpu_model" in data:
+            data["gpu_model"] = "|".join(data["gpu_model"])
         if "preemptible" in data:
             data["preemptible"] = data["preemptible"] == "yes"
         if "ports" in data:
@@ -144,15 +267,31 @@ class WorkloadForm(forms.Form):
         return search
 
 
+def _pool_label(name: str, backends: set[str]) -> str:
+    if not backends:
+        return f"{name} (no cluster yet)"
+    return f"{name} ({', '.join(sorted(Backend(b).label.lower() for b in backends))})"
+
+
 def parse_ports(text: str) -> list[dict[str, Any]] | str:
-    """'8000, metrics:9090' -> [{name: http, port: 8000}, {name: metrics, port: 9090}]."""
+    """'8000, metrics:9090, debug:5678/tcp' -> [{name: http, port: 8000}, {name: metrics,
+    port: 9090}, {name: debug, port: 5678, protocol: tcp}]."""
     ports: list[dict[str, Any]] = []
-    for item in (p.strip() for p in text.split(",") if p.strip()):
-        name, _, number = item.rpartition(":")
+    for index, item in enumerate(p.strip() for p in text.split(",") if p.strip()):
+        address, _, protocol = item.partition("/")
+        name, _, number = address.rpartition(":")
         if not number.isdigit():
             return text  # left for the service to refuse with its message
-        ports.append({"name": name or "http", "port": number})  # the service bounds it
+        port = {"name": name or ("http" if index == 0 else f"port{index}"), "port": number}
+        ports.append({**port, "protocol": protocol} if protocol else port)  # the service bounds it
     return ports
+
+
+def format_ports(ports: list[dict[str, Any]]) -> str:
+    """parse_ports' text for a workload's ports (clone-and-edit)."""
+    return ", ".join(
+        f"{p['name']}:{p['port']}" + ("/tcp" if p.get("protocol") == "tcp" else "") for p in ports
+    )
 
 
 def initial_from(workload: Workload) -> dict[str, Any]:
@@ -169,15 +308,20 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "mig_profile",
             "cpu",
             "memory_mib",
-            "gpu_model",
             "topology_level",
             "topology_required",
             "priority_class",
             "max_runtime_s",
             "checkpoint_dir",
-            "min_pods",
+            "handles_resize",
         )
     }
+    if workload.kind == WorkloadKind.DISTRIBUTED:
+        initial["min_pods"] = workload.min_pods
+    if workload.elastic:
+        low, high = range_fields(workload.kind)
+        initial.update({low: workload.min_pods, high: workload.pods})
+        initial.update({k: spec[k] for k in ("scale_target", "scale_cooldown_s") if k in spec})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",
@@ -185,12 +329,14 @@ def initial_from(workload: Workload) -> dict[str, Any]:
         command=shlex.join(workload.command),
         args=shlex.join(workload.args),
         env="\n".join(f"{k}={v}" for k, v in workload.env.items()),
-        node_pools=", ".join(workload.node_pools),
+        node_pools=list(workload.node_pools),
+        gpu_model=[m for m in workload.gpu_model.split("|") if m],
         preemptible="yes" if workload.preemptible else "no",
         workers=spec.get("workers"),
         master=spec.get("master", False),
         replicas=spec.get("replicas"),
-        ports=", ".join(f"{p['name']}:{p['port']}" for p in spec.get("ports", [])),
+        ports=format_ports(spec.get("ports", [])),
+        ssh=bool(spec.get("ssh")),
         duration_s=spec.get("duration_s"),
         search_method=search.get("method"),
         parameters=json.dumps(search.get("parameters")) if search else "",

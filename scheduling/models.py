@@ -101,6 +101,17 @@ class Workload(models.Model):
     memory_mib = models.PositiveIntegerField(default=1024)
     pods = models.PositiveIntegerField(default=1)
     min_pods = models.PositiveIntegerField(default=1)
+    # Elastic: runs with min_pods .. pods pods (replicas), grown with idle GPUs and shrunk
+    # first when GPUs are reclaimed (scheduling/engine/actions/elastic.py).
+    elastic = models.BooleanField(default=False)
+    handles_resize = models.BooleanField(
+        default=False,
+        help_text="The job follows size changes itself; otherwise its pods restart from "
+        "their checkpoint when its size changes.",
+    )
+    resized_at = models.DateTimeField(null=True, blank=True)
+    # Set while the pods of a job that changed size are restarted with the new size.
+    restarting = models.BooleanField(default=False)
     # Placement wishes.
     node_pools = models.JSONField(
         default=list, blank=True, help_text="Node pool names in preference order; empty = any."
@@ -170,8 +181,13 @@ class PodAllocation(models.Model):
     phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
     # Where the pod's exposed port answers (host:port), for the workspace proxy and services.
     endpoint = models.CharField(max_length=255, blank=True)
+    # Where each declared port answers, by port name (host:port, or unix:/path on the local
+    # backend), as the backend reports it: what the proxy and the SSH tunnel dial.
+    ports = models.JSONField(default=dict, blank=True)
     # The backend's own handle: a pod name, a process id.
     backend_ref = models.CharField(max_length=255, blank=True)
+    # A pod an elastic workload gave back: its GPUs stay taken until the pod is gone.
+    releasing = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

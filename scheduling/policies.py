@@ -15,7 +15,7 @@ from django.db.models import Q
 
 from portal.models import Project
 from scheduling.models import GpuRequestKind, WorkloadPolicy
-from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES
+from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES, range_fields
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -57,18 +57,35 @@ class EffectivePolicy:
 
 def effective_policy(project: Project) -> EffectivePolicy:
     """The project's policy merged over its department's over the defaults."""
-    rows = {
-        ("project" if p.project_id else "department"): p
-        for p in WorkloadPolicy.objects.filter(project=project)
-        | WorkloadPolicy.objects.filter(department_id=project.department_id)
+    return effective_policies([project])[project.pk]
+
+
+def effective_policies(projects: Iterable[Project]) -> dict[int, EffectivePolicy]:
+    """Project id -> its effective policy: one query whatever the number of projects
+    (the launch forms show the limits of every project the user may submit to)."""
+    projects = list(projects)
+    rows = WorkloadPolicy.objects.filter(
+        Q(project_id__in=[p.pk for p in projects])
+        | Q(department_id__in={p.department_id for p in projects})
+    )
+    own = {r.project_id: r for r in rows if r.project_id is not None}
+    inherited = {r.department_id: r for r in rows if r.project_id is None}
+    return {
+        p.pk: _merged(
+            (
+                ("department", p.department.name, inherited.get(p.department_id)),
+                ("project", p.name, own.get(p.pk)),
+            )
+        )
+        for p in projects
     }
+
+
+def _merged(layers: Iterable[tuple[str, str, WorkloadPolicy | None]]) -> EffectivePolicy:
+    """Policies from the widest scope to the narrowest: a set field wins over the ones before."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for scope, owner in (
-        ("department", project.department.name),
-        ("project", project.name),
-    ):
-        row = rows.get(scope)
+    for scope, owner, row in layers:
         for name in FIELDS if row else ():
             value = getattr(row, name)
             if value is not None and value != []:
@@ -112,9 +129,12 @@ def policy_errors(policy: EffectivePolicy, kind: str, fields: dict[str, Any]) ->
         errors["kind"] = [f"Refused by {policy.rule('allowed_kinds')}: only {allowed}."]
     cap, asked = policy.max_gpus_per_workload, workload_gpus(fields)
     if cap is not None and asked > cap:
-        errors["gpus"] = [
+        # An elastic workload's maximum is what asks too much: name the field that sets it.
+        name = range_fields(kind)[1] if fields.get("elastic") else "gpus"
+        at_most = " at its maximum" if fields.get("elastic") else ""
+        errors[name] = [
             f"Refused by {policy.rule('max_gpus_per_workload')}: this workload asks for "
-            f"{asked.normalize():f} GPUs, at most {cap.normalize():f} are allowed."
+            f"{asked.normalize():f} GPUs{at_most}, at most {cap.normalize():f} are allowed."
         ]
     runtime = fields.get("max_runtime_s")
     if policy.max_runtime_s and runtime and runtime > policy.max_runtime_s:

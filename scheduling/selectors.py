@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import (
+    Count,
     DecimalField,
     DurationField,
     ExpressionWrapper,
     F,
     OuterRef,
     Prefetch,
+    Q,
     QuerySet,
     Subquery,
     Sum,
@@ -22,7 +25,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from clusters.models import Cluster
+from clusters.models import Backend, Cluster
+from clusters.selectors import SSH_USER
 from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from portal.selectors import project_named
@@ -139,6 +143,21 @@ def gpus_allocated(wl: Workload) -> Decimal:
     return total
 
 
+def workload_size(wl: Workload) -> dict[str, int]:
+    """Pods running now (allocated), and the range it may run with."""
+    current = sum(1 for a in wl.allocations.all() if not a.releasing)
+    return {"current": current, "min": wl.min_pods, "max": wl.pods}
+
+
+def size_text(wl: Workload) -> str:
+    """'3 of 2..8 pods' for an elastic workload, '' for any other."""
+    if not wl.elastic:
+        return ""
+    size = workload_size(wl)
+    unit = "replicas" if wl.kind == "inference" else "pods"
+    return f"{size['current']} of {size['min']}..{size['max']} {unit}"
+
+
 def gpus_requested(wl: Workload) -> str:
     if wl.gpu_request == GpuRequestKind.MEMORY:
         return f"{wl.pods} x {wl.gpu_memory_mib} MiB"
@@ -161,6 +180,32 @@ def placement_of(wl: Workload) -> dict[str, str]:
     pools = sorted({a.node.pool.name for a in allocations if a.node.pool})
     nodes = sorted({a.node.name for a in allocations})
     return {"pool": ", ".join(pools), "node": ", ".join(nodes)}
+
+
+def port_path(workload_id: int, name: str) -> str:
+    """The stable address of a workload's HTTP port, served by the portal's proxy
+    (workspaces.proxy)."""
+    return f"/workloads/{workload_id}/ports/{name}/"
+
+
+def ssh_path(workload_id: int) -> str:
+    """The WebSocket that carries an SSH connection to the workload (`gpupool ssh`)."""
+    return f"/workloads/{workload_id}/ssh"
+
+
+def workload_links(wl: Workload) -> dict[str, Any]:
+    """What the workload page, the API and `gpupool describe` offer to reach it: a URL per
+    HTTP port; TCP ports as they are (inside the cluster); SSH when it was started with it."""
+    ports = []
+    for port in (wl.spec or {}).get("ports", []):
+        protocol = port.get("protocol", "http")
+        url = port_path(wl.pk, port["name"]) if protocol == "http" else ""
+        ports.append({"name": port["name"], "port": port["port"], "protocol": protocol,
+                      "url": url})  # fmt: skip
+    ssh = None
+    if (wl.spec or {}).get("ssh"):
+        ssh = {"user": SSH_USER, "path": ssh_path(wl.pk), "command": f"gpupool ssh {wl.pk}"}
+    return {"ports": ports, "ssh": ssh}
 
 
 def workload_row(wl: Workload) -> dict[str, Any]:
@@ -201,6 +246,8 @@ class QueueRow:
     fair_share: float = 0.0
     allocated: float = 0.0
     pending: list[Workload] = field(default_factory=list)
+    running: int = 0  # counted for the home page only (my_projects)
+    waiting: int = 0
 
     @property
     def over_quota(self) -> float:
@@ -328,3 +375,70 @@ def _pool_row(pools: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
         name,
         {"pool": name, "deserved": 0.0, "limit": None, "fair_share": 0.0, "allocated": 0.0},
     )
+
+
+# --- A researcher's home page ------------------------------------------------------------
+
+HOME_LIMIT = 50  # rows of "my work"; the workload list holds the rest
+RECENT = dt.timedelta(hours=24)
+OPEN_STATES = (WorkloadState.PENDING, *ACTIVE_STATES, WorkloadState.PREEMPTED)
+
+
+def my_work(user: Any) -> list[dict[str, Any]]:
+    """The user's own workloads and workspaces that run or wait, then those that ended in
+    the last day: one row each (sweep trials count under their sweep), newest first.
+    Four queries whatever the number of rows."""
+    since = timezone.now() - RECENT
+    workloads = (
+        Workload.objects.filter(
+            project__in=visible_projects(user), submitted_by=user, parent__isnull=True
+        )
+        .filter(Q(state__in=OPEN_STATES) | Q(finished_at__gte=since))
+        .select_related("project", "submitted_by", "cluster", "workspace")
+        .prefetch_related(
+            Prefetch("allocations", queryset=PodAllocation.objects.select_related("node__pool"))
+        )
+        .order_by("-created_at", "-id")[:HOME_LIMIT]
+    )
+    return [_work_row(wl) for wl in workloads]
+
+
+def _work_row(wl: Workload) -> dict[str, Any]:
+    row = workload_row(wl)
+    active = wl.state in ACTIVE_STATES
+    workspace = getattr(wl, "workspace", None)  # selected with the workload: no query
+    row.update(
+        kind_label=wl.get_kind_display(),
+        gpus=row["gpus_allocated"] if active else row["gpus_requested"],
+        open=active or wl.state in (WorkloadState.PENDING, WorkloadState.PREEMPTED),
+        url=f"/workspaces/{wl.pk}/" if workspace else f"/workloads/{wl.pk}/",
+        lab_url=workspace.lab_url if workspace and wl.state == WorkloadState.RUNNING else "",
+        simulated=bool(wl.cluster and wl.cluster.backend == Backend.SIMULATED),
+    )
+    return row
+
+
+def my_projects(user: Any) -> list[QueueRow]:
+    """The projects the user is a member of, with GPUs deserved, fair share (last cycle)
+    and held in all pools, and their running and pending counts: a fixed number of queries."""
+    projects = list(
+        Project.objects.filter(memberships__user=user)
+        .select_related("department")
+        .distinct()
+        .order_by("name")
+    )
+    cycle = last_cycle()
+    rows = _queue_rows(projects, cycle.shares if cycle else [])
+    counts = (
+        Workload.objects.filter(project__in=projects, parent__isnull=True)
+        .values_list("project_id", "state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for project_id, state, n in counts:
+        row = rows[project_id]
+        if state in ACTIVE_STATES:
+            row.running += n
+        elif state == WorkloadState.PENDING:
+            row.waiting += n
+    return list(rows.values())

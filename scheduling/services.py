@@ -105,7 +105,7 @@ def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) ->
         _create_trials(workload)
     audit_log(
         actor=actor,
-        action="workload_submit",
+        action="workload.submit",
         obj=workload,
         after=snapshot(workload, AUDIT_FIELDS),
         department=project.department,
@@ -169,7 +169,7 @@ def workload_stop(
         workload_transition(workload, WorkloadState.STOPPED, reason=reason, message=text)
         audit_log(
             actor=actor,
-            action="workload_stop",
+            action="workload.stop",
             obj=workload,
             before=before,
             after={**snapshot(workload, AUDIT_FIELDS), "reason": reason, "message": text},
@@ -203,7 +203,7 @@ def workload_delete(*, actor: Any, workload: Workload) -> None:
     with transaction.atomic():
         audit_log(
             actor=actor,
-            action="workload_delete",
+            action="workload.delete",
             obj=workload,
             before=snapshot(workload, AUDIT_FIELDS),
             department=workload.project.department,
@@ -238,7 +238,7 @@ def policy_set(
         policy.save()
         audit_log(
             actor=actor,
-            action="policy_set",
+            action="policy.set",
             obj=policy,
             before=before,
             after=snapshot(policy, list(POLICY_FIELDS)),

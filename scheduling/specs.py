@@ -39,7 +39,30 @@ CLASS_PRIORITY = {PriorityClass.TRAIN: 50, PriorityClass.BUILD: 100, PriorityCla
 DEFAULT_PREEMPTIBLE_CLASSES = (PriorityClass.TRAIN,)
 
 # Spec keys kept in Workload.spec rather than in a column.
-EXTRA_KEYS = {"ports", "duration_s", "workers", "master", "replicas", "search", "run_as_root"}
+EXTRA_KEYS = {
+    "ports",
+    "ssh",
+    "duration_s",
+    "workers",
+    "master",
+    "replicas",
+    "search",
+    "run_as_root",
+}
+# HTTP ports are reached through the portal's proxy at /workloads/<id>/ports/<name>/; TCP
+# ports only inside the cluster (or as the admin publishes them). SSH is a TCP port of its
+# own, reached through the portal's tunnel (`gpupool ssh`), never published.
+PORT_PROTOCOLS = ("http", "tcp")
+SSH_PORT_NAME = "ssh"
+SSH_CONTAINER_PORT = 2222
+# An elastic range: pods (training, distributed) or replicas (inference), min .. max.
+RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
+# Scale-up on load of an elastic service (scheduling/autoscale.py).
+SCALE_KEYS = {"scale_metric", "scale_target", "scale_cooldown_s"}
+SCALE_METRICS = ("gpu_utilization",)
+SCALE_TARGET = Bound.of(1, 100, unit="percent")
+RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
+ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
     "image",
     "command",
@@ -62,7 +85,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
-SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | {"params"}
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | SCALE_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -78,6 +101,10 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_program(raw, out, errors)
     _clean_resources(raw, out, errors)
     _clean_pods(kind, raw, out, errors)
+    _clean_range(kind, raw, out, errors)
+    if not out.get("elastic") or kind != WorkloadKind.INFERENCE:
+        for key in sorted(k for k in SCALE_KEYS if raw.get(k) not in (None, "")):
+            _add(errors, key, "Only an elastic service (min_replicas..max_replicas) scales.")
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
@@ -236,7 +263,9 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
         master = bool(_boolean(raw, "master", errors))
         pods = workers + int(master)
         min_pods = _integer(raw, "min_pods", pods, bounds.PODS, errors) or pods
-        if not 1 <= min_pods <= pods:
+        if raw.get("max_pods") not in (None, ""):
+            pods = min_pods  # elastic: _clean_range checks min_pods against max_pods
+        elif not 1 <= min_pods <= pods:
             _add(errors, "min_pods", f"The gang minimum is between 1 and {pods} pods.")
         out["spec"].update(workers=workers, master=master)
     elif kind == WorkloadKind.INFERENCE:
@@ -245,6 +274,60 @@ def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Err
     elif raw.get("pods") not in (None, "", 1, "1"):
         _add(errors, "pods", "This kind runs exactly one pod.")
     out.update(pods=max(pods, 1), min_pods=max(min_pods, 1))
+
+
+def range_fields(kind: str) -> tuple[str, str]:
+    """The names a kind's elastic range goes by: min_replicas .. max_replicas for a
+    service, min_pods .. max_pods for training."""
+    return RANGE_FIELDS.get(WorkloadKind(kind), ("min_pods", "max_pods"))
+
+
+def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """An elastic range, when its maximum is given: the workload starts with the minimum
+    (1 when not given) and may grow to the maximum (`pods`)."""
+    low_name, high_name = range_fields(kind)
+    given = [k for k in (low_name, high_name, "handles_resize") if raw.get(k) not in (None, "")]
+    out["elastic"], out["handles_resize"] = False, False
+    if kind not in ELASTIC_KINDS:
+        for key in given:
+            _add(errors, key, "Only training, distributed and inference work is elastic.")
+        return
+    if raw.get(high_name) in (None, ""):
+        gang = kind == WorkloadKind.DISTRIBUTED  # min_pods alone is its gang minimum
+        if raw.get(low_name) not in (None, "") and not gang:
+            _add(errors, low_name, f"Give {high_name} too: the range is {low_name}..{high_name}.")
+        return
+    high = _integer(raw, high_name, None, bounds.PODS, errors)
+    low = _integer(raw, low_name, 1, bounds.PODS, errors)
+    if high is None or low is None:
+        return
+    if low > high:
+        _add(errors, low_name, f"The minimum ({low}) is more than the maximum ({high}).")
+        return
+    out.update(pods=high, min_pods=low, elastic=True)
+    out["handles_resize"] = bool(_boolean(raw, "handles_resize", errors))
+    if kind == WorkloadKind.INFERENCE:
+        out["spec"]["replicas"] = high
+        _clean_scaling(raw, out, errors)
+    elif kind == WorkloadKind.DISTRIBUTED:
+        out["spec"].update(workers=high, master=False)
+
+
+def _clean_scaling(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """Scale-up on load: a GPU utilization target in percent, and a cool-down."""
+    metric = raw.get("scale_metric") or SCALE_METRICS[0]
+    if raw.get("scale_target") in (None, ""):
+        if raw.get("scale_metric") or raw.get("scale_cooldown_s") not in (None, ""):
+            _add(errors, "scale_target", "Give the target to scale on.")
+        return
+    if metric not in SCALE_METRICS:
+        # Request counts are not among the metrics GPUPool collects (GPU samples are).
+        _add(errors, "scale_metric", f"Use one of {', '.join(SCALE_METRICS)}.")
+    target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+    cooldown = _integer(raw, "scale_cooldown_s", 300, bounds.GRACE_S, errors)
+    if target is not None and cooldown is not None:
+        out["spec"].update(scale_metric=metric, scale_target=float(target))
+        out["spec"]["scale_cooldown_s"] = cooldown
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
@@ -299,6 +382,9 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
         spec["ports"] = _clean_ports(raw["ports"], errors)
     elif kind == WorkloadKind.INFERENCE:
         _add(errors, "ports", "An inference service exposes at least one port.")
+    if _boolean(raw, "ssh", errors):
+        spec["ssh"] = True
+        spec["ports"] = with_ssh_port(spec.get("ports", []), errors)
     if raw.get("duration_s") not in (None, ""):
         spec["duration_s"] = _integer(raw, "duration_s", None, bounds.DURATION_S, errors)
     if kind == WorkloadKind.HPO:
@@ -314,22 +400,46 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
 
 
 def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:
+    """[{name, port, protocol}], from numbers or mappings; names and numbers unique."""
     if isinstance(value, int | str):
         value = [value]
     if not isinstance(value, list):
-        _add(errors, "ports", "Give a list of {name, port}.")
+        _add(errors, "ports", "Give a list of {name, port, protocol}.")
         return []
-    ports = []
-    for raw_item in value[: bounds.PORTS_MAX + 1]:
+    ports: list[dict[str, Any]] = []
+    for index, raw_item in enumerate(value[: bounds.PORTS_MAX + 1]):
         item = raw_item if isinstance(raw_item, dict) else {"port": raw_item}
         port, error = bounds.PORT.whole(item.get("port"))
-        name = str(item.get("name") or "http")
+        name = str(item.get("name") or ("http" if index == 0 else f"port{index}"))
+        protocol = str(item.get("protocol") or "http").lower()
         if port is None:
             _add(errors, "ports", f"Not a port number: {str(item.get('port'))[:20]!r}. {error}")
         elif not PORT_NAME.match(name):
             _add(errors, "ports", f"Not a port name: {name[:20]!r}. {PORT_NAME_HELP}")
+        elif protocol not in PORT_PROTOCOLS:
+            _add(
+                errors, "ports", f"Port {name}: the protocol is http or tcp, not {protocol[:10]!r}."
+            )
+        elif any(p["name"] == name or p["port"] == port for p in ports):
+            _add(errors, "ports", f"Port {name} ({port}): each name and number only once.")
         else:
-            ports.append({"name": name, "port": port})
+            ports.append({"name": name, "port": port, "protocol": protocol})
     if len(value) > bounds.PORTS_MAX:
         _add(errors, "ports", f"Expose at most {bounds.PORTS_MAX} ports.")
     return ports
+
+
+def with_ssh_port(ports: list[dict[str, Any]], errors: Errors) -> list[dict[str, Any]]:
+    """The ports plus the SSH server's: a TCP port named ssh, added unless declared."""
+    declared = next((p for p in ports if p["name"] == SSH_PORT_NAME), None)
+    if declared is not None:
+        if declared.get("protocol") != "tcp":
+            _add(errors, "ports", "The port named ssh is the SSH server's: make it tcp.")
+        return ports
+    if any(p["port"] == SSH_CONTAINER_PORT for p in ports):
+        _add(errors, "ports", f"Port {SSH_CONTAINER_PORT} is the SSH server's; use another.")
+        return ports
+    if len(ports) >= bounds.PORTS_MAX:
+        _add(errors, "ports", f"Expose at most {bounds.PORTS_MAX - 1} ports with SSH on.")
+        return ports
+    return [*ports, {"name": SSH_PORT_NAME, "port": SSH_CONTAINER_PORT, "protocol": "tcp"}]

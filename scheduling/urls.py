@@ -17,4 +17,6 @@ urlpatterns = [
     path("<int:pk>/delete/", views.workload_delete, name="workload_delete"),
     path("<int:pk>/clone/", views.workload_clone, name="workload_clone"),
     path("<int:pk>/logs/", views.workload_logs, name="workload_logs"),
+    path("<int:pk>/logs/fragment/", views.workload_logs_fragment, name="workload_logs_fragment"),
+    path("<int:pk>/logs/download/", views.workload_logs_download, name="workload_logs_download"),
 ]

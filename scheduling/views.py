@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -23,10 +23,24 @@ from portal.permissions import (
     platform_admin_required,
     visible_projects,
 )
-from scheduling import selectors, services
-from scheduling.forms import FORM_KINDS, PolicyForm, WorkloadForm, initial_from, show_errors
-from scheduling.models import CycleRun, Workload, WorkloadKind, WorkloadPolicy, WorkloadState
-from scheduling.policies import effective_policy
+from scheduling import bounds, form_layout, selectors, services
+from scheduling.forms import (
+    FORM_KINDS,
+    PolicyForm,
+    WorkloadForm,
+    initial_from,
+    kind_noun,
+    show_errors,
+)
+from scheduling.models import (
+    FINISHED_STATES,
+    CycleRun,
+    Workload,
+    WorkloadKind,
+    WorkloadPolicy,
+    WorkloadState,
+)
+from scheduling.policies import effective_policies, effective_policy
 
 CSV_COLUMNS = [
     "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
@@ -42,7 +56,8 @@ def _posted(request: HttpRequest) -> Any:
 def visible_workload(request: HttpRequest, pk: int) -> Workload:
     """The workload if the user may see its project; 404 otherwise (no existence leak)."""
     qs = Workload.objects.filter(project__in=visible_projects(request.user))
-    return get_object_or_404(qs.select_related("project__department", "submitted_by"), pk=pk)
+    related = ("project__department", "submitted_by", "cluster")
+    return get_object_or_404(qs.select_related(*related), pk=pk)
 
 
 @login_required
@@ -50,7 +65,8 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     workloads = selectors.workload_list(request.user, request.GET)
     if request.GET.get("format") == "csv":
         return _csv(workloads)
-    rows = [selectors.workload_row(wl) for wl in workloads[:LIST_LIMIT]]
+    shown = workloads[:LIST_LIMIT]
+    rows = [{**selectors.workload_row(wl), "size": selectors.size_text(wl)} for wl in shown]
     context = {
         "rows": rows,
         "truncated": len(rows) == LIST_LIMIT,
@@ -97,8 +113,7 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
         else:
             messages.success(request, f"{workload.name} is queued.")
             return redirect("workload_detail", pk=workload.pk)
-    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
-    return render(request, "scheduling/workload_form.html", context)
+    return render(request, "scheduling/workload_form.html", _form_context(form, kind))
 
 
 @login_required
@@ -109,9 +124,32 @@ def workload_clone(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("You may not submit work to this project.")
     kind = workload.kind if workload.kind in FORM_KINDS else WorkloadKind.TRAINING
     form = WorkloadForm(user=request.user, kind=kind, initial=initial_from(workload))
-    context = {"form": form, "kind": kind, "kind_label": WorkloadKind(kind).label}
-    context["clone_of"] = workload
+    context = {**_form_context(form, kind), "clone_of": workload}
     return render(request, "scheduling/workload_form.html", context)
+
+
+def _form_context(form: WorkloadForm, kind: str) -> dict[str, Any]:
+    """The form in its sections, with what each backend does with the image, each
+    project's policy limits beside the fields they bound, and the environments' images."""
+    projects = list(form.fields["project"].queryset.select_related("department"))
+    policies = effective_policies(projects)
+    return {
+        "form": form,
+        "kind": kind,
+        "kind_label": WorkloadKind(kind).label,
+        "kind_noun": kind_noun(kind),
+        "sections": form_layout.sections(form),
+        "image_help": form_layout.image_help(form.backends),
+        "limits": {pk: form_layout.policy_limits(p, kind) for pk, p in policies.items()},
+        "selected_project": str(form["project"].value() or (projects[0].pk if projects else "")),
+        "environment_images": {str(e.pk): e.image for e in form.environments},
+        "simulated_pools": [
+            name for name, backends in form.pool_backends.items() if "simulated" in backends
+        ],
+        "real_pools": [
+            name for name, backends in form.pool_backends.items() if backends - {"simulated"}
+        ],
+    }
 
 
 def _live_context(workload: Workload) -> dict[str, Any]:
@@ -121,6 +159,7 @@ def _live_context(workload: Workload) -> dict[str, Any]:
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
+        "size": selectors.size_text(workload),
         "events": workload.events.all(),
         "allocations": allocations,
     }
@@ -134,6 +173,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "trials": workload.children.order_by("pk") if workload.kind == WorkloadKind.HPO else [],
         "can_act": can_submit_to_project(request.user, workload.project),
         "clonable": workload.kind in FORM_KINDS,
+        "links": selectors.workload_links(workload),
     }
     return render(request, "scheduling/workload_detail.html", context)
 
@@ -177,10 +217,66 @@ def workload_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def workload_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    """One pod's log, followed while the workload runs (static/js/logs.js polls the
+    fragment below), with a pod choice for multi-pod work and a download."""
     workload = visible_workload(request, pk)
-    pods, unavailable = workload_pod_logs(workload)
-    context = {"wl": workload, "pods": pods, "unavailable": unavailable}
+    pod, tail = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+    context = {
+        "wl": workload,
+        "pod": pod,
+        "tail": tail,
+        "pod_choices": range(workload.pods),
+        "text": pods[0][1] if pods else "",
+        "unavailable": unavailable,
+        "following": workload.state not in FINISHED_STATES,
+    }
     return render(request, "scheduling/workload_logs.html", context)
+
+
+@login_required
+def workload_logs_fragment(request: HttpRequest, pk: int) -> HttpResponse:
+    """The followed part of the logs page: the pod's latest lines and the state."""
+    workload = visible_workload(request, pk)
+    pod, tail = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
+    context = {
+        "wl": workload,
+        "text": pods[0][1] if pods else "",
+        "unavailable": unavailable,
+        "following": workload.state not in FINISHED_STATES,
+    }
+    return render(request, "scheduling/_workload_log.html", context)
+
+
+@login_required
+def workload_logs_download(request: HttpRequest, pk: int) -> HttpResponse:
+    """The pod's log as a text file, as many lines as the cluster keeps up to the bound."""
+    workload = visible_workload(request, pk)
+    pod, _ = _log_choice(request, workload)
+    pods, unavailable = workload_pod_logs(workload, tail_lines=int(bounds.LOG_LINES.high), pod=pod)
+    response = HttpResponse(
+        pods[0][1] if pods else unavailable, content_type="text/plain; charset=utf-8"
+    )
+    filename = f"{workload.project.name}-{workload.name}-pod{pod}.log"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _log_choice(request: HttpRequest, workload: Workload) -> tuple[int, int]:
+    """?pod= (0 .. pods - 1) and ?tail= (lines), each bounded; out of range is a 400."""
+    choice = []
+    pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+    for name, bound, default in (("pod", pods, 0), ("tail", bounds.LOG_LINES, 500)):
+        value = request.GET.get(name)
+        if value in (None, ""):
+            choice.append(default)
+            continue
+        number, error = bound.whole(value)
+        if error:
+            raise BadRequest(f"{name}: {error}")
+        choice.append(int(number))
+    return choice[0], choice[1]
 
 
 @login_required

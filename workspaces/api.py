@@ -65,6 +65,13 @@ class LaunchSerializer(serializers.Serializer):
     )
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
     shared_with_project = serializers.BooleanField(default=False)
+    ports = serializers.ListField(
+        child=serializers.DictField(), max_length=bounds.PORTS_MAX, default=list,
+        help_text="Ports of your own beside the tool's: {name, port, protocol: http|tcp}.",
+    )  # fmt: skip
+    ssh = serializers.BooleanField(
+        default=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
+    )
 
     def launch_request(self) -> services.LaunchRequest:
         data = dict(self.validated_data)

@@ -194,7 +194,7 @@ def _stop(workspace: Workspace, decision: CullDecision) -> None:
     workspace.idle_state = IdleState.CULLED
     audit_log(
         actor=None,
-        action="workspace_cull",
+        action="workspace.cull",
         obj=workspace,
         after={"reason": decision.reason},
         department=workload.project.department,

@@ -1,4 +1,5 @@
-"""Demo data of the workspaces app: a JupyterLab environment and a platform idle policy."""
+"""Demo data of the workspaces app: the environment catalogue (JupyterLab, an SSH server) and
+a platform idle policy."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def _jupyter_executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("jupyter") or "jupyter")
 
 
+SSH_ENVIRONMENT = "SSH server"
+
+
 def seed(stdout: TextIO) -> None:
     environment, created = Environment.objects.get_or_create(
         name="JupyterLab",
@@ -29,6 +33,20 @@ def seed(stdout: TextIO) -> None:
             "command": [_jupyter_executable(), "lab"],
             "port": 8888,
             "tool_kind": ToolKind.JUPYTERLAB,
+            "default_gpus": Decimal("0"),
+            "default_cpu": Decimal("1"),
+            "default_memory_mib": 4096,
+        },
+    )
+    Environment.objects.get_or_create(
+        name=SSH_ENVIRONMENT,
+        defaults={
+            "description": "A shell over SSH with your profile's keys: for a terminal, PyCharm "
+            "or VS Code Remote-SSH (`gpupool ssh`). Image: deploy/images/ssh.",
+            "image": "gpupool/ssh-workspace:1",
+            "command": [],
+            "port": 2222,
+            "tool_kind": ToolKind.SSH,
             "default_gpus": Decimal("0"),
             "default_cpu": Decimal("1"),
             "default_memory_mib": 4096,

@@ -12,7 +12,7 @@ from clusters.models import NodePool
 from clusters.selectors import simulated_pool_ids
 from portal.errors import ValidationFailed
 from scheduling import bounds
-from scheduling.forms import decimal_field, whole_field
+from scheduling.forms import decimal_field, parse_ports, whole_field
 from scheduling.models import GpuRequestKind
 from workspaces.models import Environment, WorkspaceTemplate
 from workspaces.services import LaunchRequest, data_volume_roots
@@ -61,6 +61,17 @@ class LaunchForm(forms.Form):
     )
     shared_with_project = forms.BooleanField(
         label="Let the project's researchers open it", required=False
+    )
+    ports = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Your own ports beside the tool's: tensorboard:6006, debug:5678/tcp. HTTP "
+        "ports get a link through the portal.",
+    )
+    ssh = forms.BooleanField(
+        label="SSH",
+        required=False,
+        help_text="Start an SSH server with your profile's keys (`gpupool ssh`).",
     )
 
     def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
@@ -119,6 +130,7 @@ class LaunchForm(forms.Form):
                 data_volume=data["data_volume"].strip(),
                 env=data["env"],
                 shared_with_project=data["shared_with_project"],
+                **self._extras(data),
             )
         return LaunchRequest(
             name=data["name"],
@@ -132,7 +144,13 @@ class LaunchForm(forms.Form):
             data_volume=data["data_volume"].strip(),
             env=data["env"],
             shared_with_project=data["shared_with_project"],
+            **self._extras(data),
         )
+
+    def _extras(self, data: dict[str, Any]) -> dict[str, Any]:
+        ports = parse_ports(data.get("ports") or "")
+        # Text that is not a port list goes on as it is, for the service to refuse by field.
+        return {"ports": ports if isinstance(ports, list) else [ports], "ssh": data["ssh"]}
 
     def add_service_errors(self, exc: ValidationFailed) -> None:
         uses_template = self.cleaned_data.get("template") is not None

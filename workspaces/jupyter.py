@@ -4,6 +4,7 @@ is a kernel busy. Used by the workspace page and by idle culling."""
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 
 from workspaces.activity import last_proxied
-from workspaces.models import Workspace
+from workspaces.models import ToolKind, Workspace
 from workspaces.proxy import upstream_address
 from workspaces.selectors import workspace_upstream
 
@@ -49,6 +50,8 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
     upstream = workspace_upstream(workspace)
     if upstream is None:
         return False
+    if workspace.environment is not None and workspace.environment.tool_kind == ToolKind.SSH:
+        return port_answers(upstream, timeout=timeout)
     jupyter = is_jupyter(workspace)
     try:
         with tool_client(upstream, headers=auth_headers(workspace), timeout=timeout) as client:
@@ -59,6 +62,16 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200 if jupyter else response.status_code < 500
+
+
+def port_answers(upstream: str, *, timeout: float) -> bool:
+    """A TCP port accepts connections (an SSH server: no HTTP to ask)."""
+    host, _, port = upstream.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def is_jupyter(workspace: Workspace) -> bool:

@@ -15,6 +15,9 @@ class ToolKind(models.TextChoices):
     JUPYTERLAB = "jupyterlab", "JupyterLab"
     VSCODE = "vscode", "VS Code server"
     TENSORBOARD = "tensorboard", "TensorBoard"
+    # No web tool: an SSH server with the owner's keys (clusters.backends.sshd), for a
+    # terminal, PyCharm or VS Code Remote-SSH through `gpupool ssh`.
+    SSH = "ssh", "SSH server"
 
 
 class Environment(models.Model):
@@ -106,6 +109,9 @@ class Workspace(models.Model):
 
     @property
     def lab_url(self) -> str:
+        """Its web tool's link; none for an SSH server (reached with `gpupool ssh`)."""
+        if self.environment is not None and self.environment.tool_kind == ToolKind.SSH:
+            return ""
         return f"/workspaces/{self.workload_id}/lab/"
 
 

@@ -1,10 +1,13 @@
 """The authenticated reverse proxy in front of workspace tools, as ASGI middleware.
 
 `/workspaces/<id>/lab/...` (HTTP and WebSocket; Jupyter's kernels speak WebSocket) goes to
-the workspace's tool; everything else goes to Django. Every HTTP request and every
-WebSocket handshake is checked against the portal's session: only the owner, or the
-project's members when the owner shares it, get through. The tool's token is added here,
-server-side, so the browser never holds it.
+the workspace's tool; `/workloads/<id>/ports/<name>/...` to a workload's HTTP port (with
+that prefix taken off: TensorBoard, a web demo); the WebSocket `/workloads/<id>/ssh`
+carries a TCP stream to its SSH server (`gpupool ssh-proxy`); everything else goes to
+Django. Every HTTP request and every WebSocket handshake is checked against the portal's
+session (or an API token: the CLI): only the owner, or the project's members when the owner
+shares it, get through. The tool's token is added here, server-side, so the browser never
+holds it.
 
 On the local backend a tool listens on a unix socket (`unix:/path` as its upstream) in a
 folder only the portal and the pod's own user may enter: no other user of the machine can
@@ -14,12 +17,14 @@ reach it past this proxy. Elsewhere the upstream is host:port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
@@ -30,6 +35,11 @@ from workspaces import activity, proxy_auth
 log = logging.getLogger(__name__)
 
 LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|$)")
+# The paths of scheduling.selectors.port_path and ssh_path; ids fit the database's integers.
+PORT_PATH = re.compile(
+    r"^/workloads/(?P<id>\d{1,18})/ports/(?P<name>[a-z0-9-]{1,15})(?P<rest>/.*)?$"
+)
+SSH_PATH = re.compile(r"^/workloads/(?P<id>\d{1,18})/ssh/?$")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself.
 DROP_REQUEST = {
     "host",
@@ -57,6 +67,8 @@ Touch = Callable[[], Awaitable[None]]
 # How often an open WebSocket's access is asked again (a DB read per socket).
 RECHECK_S = 30.0
 TIMEOUT = httpx.Timeout(120.0, connect=5.0)
+SSH_PORT = "ssh"  # the port named so (scheduling.specs.SSH_PORT_NAME)
+TUNNEL_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -69,7 +81,14 @@ class WorkspaceProxy:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
-        match = LAB_PATH.match(scope.get("path", ""))
+        path = scope.get("path", "")
+        if (port := PORT_PATH.match(path)) is not None:
+            return await self.port(
+                scope, receive, send, int(port["id"]), port["name"], port["rest"]
+            )
+        if (ssh := SSH_PATH.match(path)) is not None and scope["type"] == "websocket":
+            return await self.ssh(scope, receive, send, int(ssh["id"]))
+        match = LAB_PATH.match(path)
         if match is None:
             return await self.app(scope, receive, send)
         workspace_id = int(match["id"])
@@ -81,6 +100,35 @@ class WorkspaceProxy:
             touch = partial(activity.proxied, workspace_id)
             return await proxy_websocket(scope, receive, send, access, check, touch)
         return await self.proxy_http(scope, receive, send, access)
+
+    async def port(
+        self, scope: Scope, receive: Any, send: Any, workload_id: int, name: str, rest: str | None
+    ) -> None:
+        """A workload's HTTP port, at its stable address; the tool sees the path below it."""
+        check = partial(
+            proxy_auth.authorize_port, scope["headers"], workload_id, name, scope["path"], "http"
+        )
+        access = await check()
+        if access.allowed:
+            await activity.proxied(workload_id)
+        if rest is None and scope["type"] == "http" and access.allowed:
+            # Relative links of the tool resolve below its address only with the slash.
+            return await send_refusal(send, proxy_auth.Access(308, location=scope["path"] + "/"))
+        below = rest or "/"
+        if scope["type"] == "websocket":
+            touch = partial(activity.proxied, workload_id)
+            return await proxy_websocket(scope, receive, send, access, check, touch, path=below)
+        return await self.proxy_http(scope, receive, send, access, path=below)
+
+    async def ssh(self, scope: Scope, receive: Any, send: Any, workload_id: int) -> None:
+        check = partial(
+            proxy_auth.authorize_port, scope["headers"], workload_id, SSH_PORT, scope["path"], "tcp"
+        )
+        access = await check()
+        touch = partial(activity.proxied, workload_id)
+        if access.allowed:
+            await touch()
+        return await proxy_tunnel(receive, send, access, check, touch)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         # Django's handler does not speak lifespan; the proxy uses it for its HTTP client.
@@ -101,7 +149,7 @@ class WorkspaceProxy:
         return self.client
 
     async def proxy_http(
-        self, scope: Scope, receive: Any, send: Any, access: proxy_auth.Access
+        self, scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, path: str = ""
     ) -> None:
         if not access.allowed:
             return await send_refusal(send, access)
@@ -111,7 +159,7 @@ class WorkspaceProxy:
         client = self._client() if socket_path is None else socket_client(socket_path)
         request = client.build_request(
             scope["method"],
-            upstream_url("http", host, scope),
+            upstream_url("http", host, scope, path),
             headers=upstream_headers(scope, access),
             content=body,
         )
@@ -161,8 +209,13 @@ async def read_body(receive: Any) -> bytes:
     return b"".join(chunks)
 
 
-def upstream_url(scheme: str, upstream: str, scope: Scope) -> str:
-    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+def upstream_url(scheme: str, upstream: str, scope: Scope, path: str = "") -> str:
+    """The upstream's URL for the request: its own path, or `path` (a port's, below the
+    port's address; decoded, so quoted again here)."""
+    if path:
+        path = quote(path, safe="/:@!$&'()*+,;=-._~%")
+    else:
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     query = scope.get("query_string", b"").decode("latin-1")
     return f"{scheme}://{upstream}{path}" + (f"?{query}" if query else "")
 
@@ -179,7 +232,8 @@ def upstream_headers(scope: Scope, access: proxy_auth.Access) -> list[tuple[str,
             if kept:
                 headers.append(("cookie", kept))
     headers.append(("host", upstream_address(access.upstream)[0]))
-    headers.append(("authorization", f"token {access.token}"))
+    if access.token:  # a workspace's tool; a workload's own port has no token of ours
+        headers.append(("authorization", f"token {access.token}"))
     return headers
 
 
@@ -191,7 +245,8 @@ async def relay_response(response: httpx.Response, send: Any, token: str) -> Non
         and not proxy_auth.sets_portal_cookie(name, value)
     ]
     content_type = response.headers.get("content-type", "")
-    if content_type.startswith("text/html") and "content-encoding" not in response.headers:
+    html = content_type.startswith("text/html") and "content-encoding" not in response.headers
+    if token and html:
         # JupyterLab writes its token into the page's config; the browser does not need it
         # (the proxy authenticates every request), so it never reaches the user.
         body = b"".join([chunk async for chunk in response.aiter_raw()])
@@ -218,18 +273,31 @@ async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def handshake_allowed(receive: Any, send: Any, access: proxy_auth.Access) -> bool:
+    """Whether a WebSocket's handshake may go on; if not, it is refused."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return False
+    if not access.allowed:
+        # Closing before accepting makes the server answer the handshake with HTTP 403.
+        await send({"type": "websocket.close", "code": 1008})
+        return False
+    return True
+
+
 async def proxy_websocket(
-    scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, check: Check, touch: Touch
+    scope: Scope,
+    receive: Any,
+    send: Any,
+    access: proxy_auth.Access,
+    check: Check,
+    touch: Touch,
+    path: str = "",
 ) -> None:
     """Checks the handshake, then pumps frames both ways until either side closes, or the
     access is withdrawn (the owner stops sharing, a member leaves the project, the
     workspace stops): asked again every RECHECK_S seconds."""
-    message = await receive()
-    if message["type"] != "websocket.connect":
-        return
-    if not access.allowed:
-        # Closing before accepting makes the server answer the handshake with HTTP 403.
-        await send({"type": "websocket.close", "code": 1008})
+    if not await handshake_allowed(receive, send, access):
         return
     headers = [(n, v) for n, v in upstream_headers(scope, access) if n != "host"]
     host, socket_path = upstream_address(access.upstream)
@@ -239,7 +307,7 @@ async def proxy_websocket(
         "max_size": None,
         "open_timeout": 15,
     }
-    url = upstream_url("ws", host, scope)
+    url = upstream_url("ws", host, scope, path)
     try:
         if socket_path is None:
             upstream = await connect(url, **options)
@@ -253,8 +321,54 @@ async def proxy_websocket(
     await pump(upstream, receive, send, check, touch)
 
 
+async def proxy_tunnel(
+    receive: Any, send: Any, access: proxy_auth.Access, check: Check, touch: Touch
+) -> None:
+    """A WebSocket carrying one TCP connection (the SSH tunnel): binary messages both ways.
+    The same checks as any WebSocket: refused handshakes get HTTP 403, and access is asked
+    again while it is open."""
+    if not await handshake_allowed(receive, send, access):
+        return
+    host, socket_path = upstream_address(access.upstream)
+    try:
+        if socket_path is not None:
+            opening = asyncio.open_unix_connection(socket_path)
+        else:
+            address, _, port = host.rpartition(":")
+            opening = asyncio.open_connection(address, int(port))
+        reader, writer = await asyncio.wait_for(opening, timeout=15)
+    except (OSError, ValueError, TimeoutError) as exc:
+        log.warning("workload tunnel: %s unreachable: %s", access.upstream, exc)
+        await send({"type": "websocket.close", "code": 1011})
+        return
+    await send({"type": "websocket.accept"})
+    await pump(TcpStream(reader, writer), receive, send, check, touch)
+
+
+@dataclass
+class TcpStream:
+    """A TCP connection with the face of a WebSocket client connection, for `pump`."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    close_code: int = 1000
+
+    async def send(self, data: str | bytes) -> None:
+        self.writer.write(data.encode() if isinstance(data, str) else data)
+        await self.writer.drain()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while chunk := await self.reader.read(TUNNEL_CHUNK):
+            yield chunk
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
 async def pump(
-    upstream: ClientConnection, receive: Any, send: Any, check: Check, touch: Touch
+    upstream: ClientConnection | TcpStream, receive: Any, send: Any, check: Check, touch: Touch
 ) -> None:
     async def still_allowed() -> None:
         while True:
@@ -277,7 +391,7 @@ async def pump(
             async for data in upstream:
                 key = "text" if isinstance(data, str) else "bytes"
                 await send({"type": "websocket.send", key: data})
-        except ConnectionClosed:
+        except (ConnectionClosed, OSError):
             pass
         await send({"type": "websocket.close", "code": upstream.close_code or 1000})
 

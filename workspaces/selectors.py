@@ -19,7 +19,7 @@ from clusters.models import Backend, NodePool
 from portal.models import Membership, Project, Role
 from portal.permissions import can_admin_project, can_view_project, visible_projects
 from scheduling.models import ACTIVE_STATES, Workload, WorkloadState
-from scheduling.policies import effective_policy
+from scheduling.policies import effective_policies
 from workspaces.models import Environment, IdlePolicy, Workspace, WorkspaceTemplate
 
 
@@ -55,15 +55,65 @@ def can_open_workspace(user: Any, workspace: Workspace) -> bool:
     An owner who left the project (membership removed) no longer passes either: the tool
     is a shell on the project's data and GPUs.
     """
+    return _can_open(user, workspace.workload, shared=workspace.shared_with_project)
+
+
+def can_open_workload(user: Any, workload: Workload) -> bool:
+    """A workload's ports and SSH server: the same rule as a workspace's tool (above); a
+    workload that is not a workspace is never shared, so only its owner passes."""
+    shared = Workspace.objects.filter(workload=workload, shared_with_project=True).exists()
+    return _can_open(user, workload, shared=shared)
+
+
+def _can_open(user: Any, workload: Workload, *, shared: bool) -> bool:
     if not (user.is_authenticated and user.is_active):
         return False
-    if user.pk == workspace.workload.submitted_by_id:
-        return can_view_project(user, workspace.workload.project)
+    if user.pk == workload.submitted_by_id:
+        return can_view_project(user, workload.project)
     # Shared with the project's researchers: a viewer may look at the page, not run code.
     members = Membership.objects.filter(
-        user=user, project_id=workspace.workload.project_id, role=Role.RESEARCHER
+        user=user, project_id=workload.project_id, role=Role.RESEARCHER
     )
-    return workspace.shared_with_project and members.exists()
+    return shared and members.exists()
+
+
+def workload_get(workload_id: int) -> Workload | None:
+    return (
+        Workload.objects.select_related("project__department", "submitted_by")
+        .filter(id=workload_id)
+        .first()
+    )
+
+
+def workload_port(workload: Workload, name: str) -> dict[str, Any] | None:
+    """The port the workload declared under `name`, or None."""
+    return next((p for p in (workload.spec or {}).get("ports", []) if p.get("name") == name), None)
+
+
+def workload_port_upstream(workload: Workload, name: str) -> str | None:
+    """host:port where the workload's port `name` answers (its first pod's), or None while
+    it does not run. As the backend reported it; on Kubernetes, without a report yet, the
+    pod's Service."""
+    port = workload_port(workload, name)
+    if port is None or workload.state not in ACTIVE_STATES:
+        return None
+    allocation = workload.allocations.select_related("node__cluster").order_by("pod_index").first()
+    if allocation is None:
+        return None
+    if allocation.ports.get(name):
+        return str(allocation.ports[name])
+    if allocation.node.cluster.backend == Backend.KUBERNETES:
+        return f"{_service(workload, allocation)}:{port['port']}"
+    return None
+
+
+def _service(workload: Workload, allocation: Any) -> str:
+    """The DNS name of the Service the backend gives a pod with ports: named after the pod,
+    as the cluster knows it."""
+    name = owner_of(allocation.node.cluster).object_name(
+        pod_name(workload.id, allocation.pod_index)
+    )
+    return f"{name}.{workload.project.namespace}.svc"
 
 
 def can_manage_workspace(user: Any, workspace: Workspace) -> bool:
@@ -113,10 +163,7 @@ def workspace_upstream(workspace: Workspace) -> str | None:
     if allocation.node.cluster.backend == Backend.KUBERNETES:
         # The backend names a pod's Service after the pod, as the cluster knows it.
         port = workload.spec.get("ports", [{}])[0].get("port", 8888)
-        service = owner_of(allocation.node.cluster).object_name(
-            pod_name(workload.id, allocation.pod_index)
-        )
-        return f"{service}.{workload.project.namespace}.svc:{port}"
+        return f"{_service(workload, allocation)}:{port}"
     return None
 
 
@@ -127,14 +174,13 @@ def workspace_is_running(workspace: Workspace) -> bool:
 def submit_limits_for_projects(projects: QuerySet[Project]) -> dict[int, str]:
     """Per project id, the submission limits a launch must respect, said in words."""
     limits = {}
-    for project in projects.select_related("department"):
-        policy = effective_policy(project)
+    for pk, policy in effective_policies(projects.select_related("department")).items():
         words = []
         if policy.max_gpus_per_workload is not None:
             words.append(f"at most {policy.max_gpus_per_workload.normalize():f} GPUs per workload")
         if policy.allowed_kinds and "workspace" not in policy.allowed_kinds:
             words.append("workspaces are not allowed")
-        limits[project.pk] = "; ".join(words)
+        limits[pk] = "; ".join(words)
     return limits
 
 

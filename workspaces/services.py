@@ -28,7 +28,14 @@ from portal.permissions import (
 )
 from scheduling.models import PriorityClass, WorkloadKind
 from scheduling.services import workload_stop, workload_submit
-from workspaces.models import Environment, IdlePolicy, IdleState, Workspace, WorkspaceTemplate
+from workspaces.models import (
+    Environment,
+    IdlePolicy,
+    IdleState,
+    ToolKind,
+    Workspace,
+    WorkspaceTemplate,
+)
 from workspaces.selectors import can_manage_workspace
 
 # On Kubernetes the data volume (a PVC) is mounted here and is the notebook directory.
@@ -51,6 +58,9 @@ class LaunchRequest:
     data_volume: str = ""
     env: dict[str, str] = field(default_factory=dict)
     shared_with_project: bool = False
+    # Ports of the user's own beside the tool's (TensorBoard, a demo): {name, port, protocol}.
+    ports: list[dict[str, Any]] = field(default_factory=list)
+    ssh: bool = False  # start an SSH server with the owner's keys; always for an SSH tool
 
 
 def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) -> Workspace:
@@ -92,7 +102,7 @@ def workspace_launch(*, actor: Any, project: Project, request: LaunchRequest) ->
         )
         audit_log(
             actor=actor,
-            action="workspace_launch",
+            action="workspace.launch",
             obj=workspace,
             after=_public_snapshot(workspace),
             department=project.department,
@@ -187,8 +197,16 @@ def _workload_spec(request: LaunchRequest, pools: list[str]) -> dict[str, Any]:
         "node_pools": pools,
         "priority_class": PriorityClass.BUILD,
         "preemptible": False,
-        "ports": [{"name": "http", "port": request.environment.port}],
+        "ports": [*_tool_ports(request.environment), *request.ports],
+        "ssh": request.ssh or request.environment.tool_kind == ToolKind.SSH,
     }
+
+
+def _tool_ports(environment: Environment) -> list[dict[str, Any]]:
+    """The web tool's port, first (its link and idle checks use it); an SSH tool has none."""
+    if environment.tool_kind == ToolKind.SSH:
+        return []
+    return [{"name": "http", "port": environment.port, "protocol": "http"}]
 
 
 def _pool_clusters(pools: list[str]) -> QuerySet[Cluster]:
@@ -264,7 +282,7 @@ def workspace_share_set(*, actor: Any, workspace: Workspace, shared: bool) -> Wo
         workspace.save(update_fields=["shared_with_project"])
         audit_log(
             actor=actor,
-            action="workspace_share_set",
+            action="workspace.share",
             obj=workspace,
             before=before,
             after=_public_snapshot(workspace),
@@ -285,7 +303,7 @@ def workspace_keep_alive(*, actor: Any, workspace: Workspace) -> Workspace:
         workspace.save(update_fields=["kept_alive_at", "idle_state", "warned_at"])
         audit_log(
             actor=actor,
-            action="workspace_keep_alive",
+            action="workspace.keep_alive",
             obj=workspace,
             before=before,
             after=snapshot(workspace, fields=["idle_state", "warned_at", "kept_alive_at"]),
@@ -309,7 +327,7 @@ def environment_save(*, actor: Any, environment: Environment) -> Environment:
         old = Environment.objects.filter(pk=environment.pk).first() if environment.pk else None
         environment.save()
         audit_log(
-            actor=actor, action="environment_save", obj=environment,
+            actor=actor, action="environment.save", obj=environment,
             before=snapshot(old) if old else None, after=snapshot(environment),
         )  # fmt: skip
     return environment
@@ -322,7 +340,7 @@ def template_save(*, actor: Any, template: WorkspaceTemplate) -> WorkspaceTempla
         old = WorkspaceTemplate.objects.filter(pk=template.pk).first() if template.pk else None
         template.save()
         audit_log(
-            actor=actor, action="workspace_template_save", obj=template,
+            actor=actor, action="workspace_template.save", obj=template,
             before=snapshot(old) if old else None, after=snapshot(template),
             department=template.project.department,
         )  # fmt: skip
@@ -360,7 +378,7 @@ def idle_policy_set(
             setattr(policy, name, value)
         policy.save()
         audit_log(
-            actor=actor, action="idle_policy_set", obj=policy, before=before,
+            actor=actor, action="idle_policy.set", obj=policy, before=before,
             after=snapshot(policy),
             department=department or (project.department if project else None),
         )  # fmt: skip

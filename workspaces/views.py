@@ -9,9 +9,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from clusters.selectors import pool_backends
 from portal.errors import ValidationFailed
 from portal.permissions import submittable_projects
 from scheduling.bounds import query_id
+from scheduling.form_layout import image_help
+from scheduling.selectors import workload_links
 from workspaces import selectors, services
 from workspaces.forms import LaunchForm
 from workspaces.jupyter import tool_answers
@@ -58,6 +61,7 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
         "form": form,
         "environments": selectors.environment_list(),
         "policies": selectors.submit_limits_for_projects(projects),
+        "image_help": image_help(set().union(*pool_backends().values())),
     }
     return render(request, "workspaces/launch.html", context)
 
@@ -100,6 +104,7 @@ def _status_context(request: HttpRequest, workspace: Workspace) -> dict:
         "tool_ready": can_open and tool_answers(workspace),
         "can_manage": selectors.can_manage_workspace(request.user, workspace),
         "is_owner": request.user.pk == workload.submitted_by_id,
+        "links": workload_links(workload),
     }
 
 

@@ -70,10 +70,18 @@ class NodeInfo:
     unschedulable_reason: str = ""
 
 
+# How an admin may publish a Kubernetes cluster's workload ports beyond it (Cluster.config
+# "publish_ports"): not at all (the portal's proxy alone), on every node, or through an
+# Ingress class. The SSH server's port is never published: only the portal's tunnel reaches it.
+PUBLISH_NODEPORT, PUBLISH_INGRESS = "nodeport", "ingress"
+PUBLISH_MODES = ("", PUBLISH_NODEPORT, PUBLISH_INGRESS)
+
+
 @dataclass(frozen=True, slots=True)
 class PortSpec:
     name: str
     port: int
+    protocol: str = "http"  # http: through the portal's proxy; tcp: the SSH tunnel, or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,8 @@ class PodStatus:
     exit_code: int | None = None
     message: str = ""
     endpoint: str = ""
+    # Where each port answers, by name (host:port), for the port proxy and the SSH tunnel.
+    ports: dict[str, str] = field(default_factory=dict)
     backend_ref: str = ""
     node_name: str = ""
     terminating: bool = False

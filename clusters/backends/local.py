@@ -237,6 +237,7 @@ class LocalBackend(Backend):
             workload_id=record["workload_id"],
             pod_index=record["pod_index"],
             endpoint=record.get("endpoint", ""),
+            ports=dict(record.get("ports") or {}),
             # Empty while the process is being started: nothing to find again yet.
             backend_ref="" if record["pid"] is None else f"{record['pid']}:{record['start_time']}",
             node_name=self.node_name,
@@ -296,7 +297,7 @@ class LocalBackend(Backend):
         self._ensure_mps(spec)
         socket_dir = self._socket_dir(spec.name)
         socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        env, endpoint = self._environment(spec, socket_dir, sandboxed=isolation.available)
+        env, endpoint, ports = self._environment(spec, socket_dir, sandboxed=isolation.available)
         command = [expand_vars(part, env) for part in (*spec.command, *spec.args)]
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
@@ -315,6 +316,7 @@ class LocalBackend(Backend):
             "exit_file": str(exit_file),
             "log": str(workdir / f"pod-{spec.pod_index}.log"),
             "endpoint": endpoint,
+            "ports": ports,
             "command": command,
             "argv": argv,
             "terminating_since": None,
@@ -339,6 +341,7 @@ class LocalBackend(Backend):
             return command
         workdir = self.workload_dir(spec.workload_id)
         uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
+        mounts = (*mounts, self._passwd_mount(spec.name, uid, gid, workdir))
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
         _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
@@ -371,6 +374,15 @@ class LocalBackend(Backend):
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
         return record
+
+    def _passwd_mount(self, name: str, uid: int, gid: int, workdir: Path) -> sandbox.Mount:
+        """The machine's /etc/passwd plus a line naming the pod's user, bound read-only over
+        /etc/passwd in the sandbox: sshd, ssh-keygen and `whoami` look the user up by uid.
+        Written by the portal, out of the pod's reach."""
+        path = self.state_dir / f"{name}.passwd"
+        _write_atomic(path, sandbox.passwd_text(uid, gid, str(workdir)))
+        path.chmod(0o644)
+        return sandbox.Mount(str(path), "/etc/passwd", read_only=True)
 
     def _socket_dir(self, name: str) -> Path:
         """The pod's socket folder: only the pod's user and the portal's group enter it.
@@ -411,8 +423,9 @@ class LocalBackend(Backend):
 
     def _environment(
         self, spec: PodSpec, socket_dir: Path, *, sandboxed: bool
-    ) -> tuple[dict[str, str], str]:
-        """Built from nothing: the workload's variables, GPUPool's, a PATH and a locale."""
+    ) -> tuple[dict[str, str], str, dict[str, str]]:
+        """Built from nothing: the workload's variables, GPUPool's, a PATH and a locale.
+        Also returns the pod's endpoint (its tool's) and where each port answers."""
         workdir = self.workload_dir(spec.workload_id)
         env = {
             **BASE_ENV,
@@ -433,10 +446,13 @@ class LocalBackend(Backend):
             env["CUDA_VISIBLE_DEVICES"] = client_visible_devices(device)
             env.update(mps_env(spec.mps, str(self.mps.pipe_dir(device))))
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
+        env["GPUPOOL_BIND_HOST"] = "127.0.0.1"  # the portal is on this machine
         endpoint = ""
+        ports: dict[str, str] = {}
         for number, port in enumerate(spec.ports):
             host_port = _free_port()
             env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(host_port)
+            ports[port.name] = f"127.0.0.1:{host_port}"
             if number == 0:
                 env["GPUPOOL_PORT"] = str(host_port)
                 endpoint = f"127.0.0.1:{host_port}"
@@ -446,7 +462,7 @@ class LocalBackend(Backend):
             env["GPUPOOL_SOCKET"] = f"{inside}/{SOCKET_NAME}"
             if any("$(GPUPOOL_SOCKET)" in part for part in (*spec.command, *spec.args)):
                 endpoint = f"unix:{socket_dir / SOCKET_NAME}"
-        return env, endpoint
+        return env, endpoint, ports
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         """SIGTERM the pod's processes, SIGKILL them once the grace period is over.
@@ -475,6 +491,7 @@ class LocalBackend(Backend):
                 return False
         path.unlink(missing_ok=True)
         Path(record["exit_file"]).unlink(missing_ok=True)
+        self._record_path(status.name).with_suffix(".passwd").unlink(missing_ok=True)
         shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
         return True
 

@@ -116,6 +116,23 @@ def project_gid(project_id: int) -> int:
     return GID_BASE + project_id
 
 
+POD_USER = "gpupool"  # the pod's user's name inside its sandbox (clusters.backends.sshd)
+
+
+def passwd_text(uid: int, gid: int, home: str) -> str:
+    """The machine's passwd with the pod's user added under POD_USER (its uid has no entry
+    outside: see the module's docstring)."""
+    try:
+        lines = [
+            line
+            for line in Path("/etc/passwd").read_text().splitlines()
+            if line and not line.startswith(f"{POD_USER}:")
+        ]
+    except OSError:
+        lines = ["root:x:0:0:root:/root:/bin/sh"]
+    return "\n".join([*lines, f"{POD_USER}:x:{uid}:{gid}:GPUPool pod:{home}:/bin/sh", ""])
+
+
 def wrap(
     command: list[str],
     *,

@@ -147,3 +147,11 @@ def report_total(rows: list[ReportRow]) -> ReportRow:
     for row in rows:
         total.add(row)
     return total
+
+
+def user_month(user: Any, projects: QuerySet[Project], now: dt.datetime) -> ReportRow:
+    """The user's GPU-hours this month so far, in the given projects (zero when none)."""
+    start, end = period_for("this_month", now)
+    rows = usage_report(projects, start, end, "user")
+    mine = next((row for row in rows if row.key == user.pk), None)
+    return mine or ReportRow(user.pk, user.username)

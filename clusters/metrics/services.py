@@ -55,7 +55,7 @@ def node_token_issue(*, actor: Any, node: Node) -> tuple[NodeToken, str]:
         token = NodeToken.objects.create(
             node=node, token_hash=_hash(plain), prefix=plain[:12], created_by=actor
         )
-        audit_log(actor=actor, action="node_token_issue", obj=token, after={"node": node.pk})
+        audit_log(actor=actor, action="node_token.issue", obj=token, after={"node": node.pk})
     return token, plain
 
 
@@ -63,7 +63,7 @@ def node_token_revoke(*, actor: Any, token: NodeToken) -> None:
     with transaction.atomic():
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-        audit_log(actor=actor, action="node_token_revoke", obj=token, after={"node": token.node_id})
+        audit_log(actor=actor, action="node_token.revoke", obj=token, after={"node": token.node_id})
 
 
 def node_token_check(plain: str) -> NodeToken | None:
@@ -94,12 +94,12 @@ def gpu_price_set(*, actor: Any, gpu_model: str, price_per_hour: Decimal) -> Gpu
         price.price_per_hour = price_per_hour
         price.save()
         audit_log(
-            actor=actor, action="gpu_price_set", obj=price, before=before, after=snapshot(price)
+            actor=actor, action="gpu_price.set", obj=price, before=before, after=snapshot(price)
         )
     return price
 
 
 def gpu_price_delete(*, actor: Any, price: GpuPrice) -> None:
     with transaction.atomic():
-        audit_log(actor=actor, action="gpu_price_delete", obj=price, before=snapshot(price))
+        audit_log(actor=actor, action="gpu_price.delete", obj=price, before=snapshot(price))
         price.delete()

@@ -17,26 +17,11 @@ from portal.permissions import (
     admin_required,
     can_admin_project,
     departments_for_admin,
-    is_admin,
     is_platform_admin,
     platform_admin_required,
     visible_projects,
 )
 from portal.views.common import confirmed, form_saved, optional_template, posted
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """Researchers see their projects and quotas; admins everything they administer."""
-    projects = selectors.project_list_for_user(request.user)
-    context: dict[str, Any] = {"projects": projects, "rows": selectors.quota_overview(projects)}
-    if is_admin(request.user):
-        context["departments"] = selectors.department_list_for_user(request.user)
-        context["pools"] = NodePool.objects.all()
-        context["users"] = selectors.user_list_for_admin(request.user).count()
-        context["recent"] = selectors.audit_log_for_user(request.user)[:8]
-    return render(request, "portal/home.html", context)
-
 
 # --- Departments ------------------------------------------------------------------------------
 
@@ -46,7 +31,8 @@ def department_list(request: HttpRequest) -> HttpResponse:
     departments = selectors.department_list_for_user(request.user).prefetch_related(
         "quotas__node_pool"
     )
-    return render(request, "portal/department_list.html", {"departments": departments})
+    context = {"departments": departments, "capacity": selectors.pool_capacity()}
+    return render(request, "portal/department_list.html", context)
 
 
 @platform_admin_required
@@ -75,6 +61,7 @@ def _department_page(request: HttpRequest, department: Department, **forms: Any)
         "quota_rows": selectors.quota_table(department),
         "can_edit_quotas": is_platform_admin(request.user),
         "projects": department.projects.prefetch_related("quotas__node_pool"),
+        "capacity": selectors.pool_capacity(),
     }
     return render(request, "portal/department_edit.html", context)
 
@@ -212,7 +199,12 @@ def project_quotas(request: HttpRequest, pk: int) -> HttpResponse:
     if done:
         return done
     parent = selectors.quota_table(project.department)
-    context = {"project": project, "quota_form": quota_form, "department_rows": parent}
+    context = {
+        "project": project,
+        "quota_form": quota_form,
+        "department_rows": parent,
+        "capacity": selectors.pool_capacity(),
+    }
     return render(request, "portal/project_quotas.html", context)
 
 

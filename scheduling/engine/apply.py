@@ -3,7 +3,9 @@
 Evictions first: an evicted workload loses its placement and goes back to pending
 (keeping its last checkpoint, so it resumes from there); then admissions: each admitted
 workload gets its placement and started_at = now, and its devices are marked on the
-nodes. Nothing else changes, so a test can run many cycles without a database.
+nodes; then resizes: an elastic workload's placement loses the pods taken back and
+gains the pods added, with resized_at = now. Nothing else changes, so a test can run
+many cycles without a database.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from scheduling.engine.types import (
     GpuShare,
     Node,
     PodPlacement,
+    Resize,
     Snapshot,
     Workload,
 )
@@ -26,7 +29,11 @@ def apply_result(snapshot: Snapshot, result: CycleResult, now: float) -> Snapsho
     """The snapshot after the result's evictions and admissions take effect at `now`."""
     evicted = {e.workload_id for e in result.evictions}
     admitted = {a.workload_id: a.pods for a in result.admissions}
-    workloads = tuple(_next_workload(wl, evicted, admitted, now) for wl in snapshot.workloads)
+    resized = {r.workload_id: r for r in result.resizes}
+    workloads = tuple(
+        _resized(_next_workload(wl, evicted, admitted, now), resized, now)
+        for wl in snapshot.workloads
+    )
     return _with_devices(replace(snapshot, workloads=workloads), known=set())
 
 
@@ -56,6 +63,16 @@ def _next_workload(
     if wl.id in evicted:
         return replace(wl, placement=None, started_at=None, degraded_since=None)
     return wl
+
+
+def _resized(wl: Workload, resized: dict[str, Resize], now: float) -> Workload:
+    change = resized.get(wl.id)
+    if change is None or wl.placement is None:
+        return wl
+    gone = set(change.removed)
+    kept = tuple(p for p in wl.placement if p.pod not in gone)
+    placement = tuple(sorted(kept + change.added, key=lambda p: p.pod))
+    return replace(wl, placement=placement, resized_at=now)
 
 
 Holding = tuple[str, PodPlacement]
@@ -89,3 +106,42 @@ def _next_gpu(gpu: Gpu, holders: list[Holding], known: set[str]) -> Gpu:
         GpuShare(wid, p.share, p.gpu_memory_mib) for wid, p in holders if p.shared_gpu is not None
     ) + tuple(s for s in gpu.shares if s.workload_id not in known)
     return replace(gpu, whole_by=owner, shares=shares)
+
+
+def apply_changes(snapshot: Snapshot, result: CycleResult, now: float) -> Snapshot:
+    """apply_result for a snapshot whose node rows agree with its placements, in time of
+    what changed: only the nodes the result names get new objects, the way a caller that
+    keeps its rows between cycles (the simulator) hands the next snapshot to cycle.Engine."""
+    evicted = {e.workload_id for e in result.evictions}
+    admitted = {a.workload_id: a.pods for a in result.admissions}
+    touched: dict[str, tuple[set[str], list[Holding]]] = {}
+    for wl in snapshot.workloads:
+        if wl.id in evicted:
+            for placed in wl.placement or ():
+                touched.setdefault(placed.node_id, (set(), []))[0].add(wl.id)
+    for wid, pods in admitted.items():
+        for placed in pods:
+            touched.setdefault(placed.node_id, (set(), []))[1].append((wid, placed))
+    workloads = tuple(
+        _next_workload(wl, evicted, admitted, now) if wl.id in evicted or wl.id in admitted else wl
+        for wl in snapshot.workloads
+    )
+    nodes = tuple(
+        _changed_node(node, *touched[node.id]) if node.id in touched else node
+        for node in snapshot.nodes
+    )
+    return replace(snapshot, nodes=nodes, workloads=workloads)
+
+
+def _changed_node(node: Node, gone: set[str], added: list[Holding]) -> Node:
+    gpus = []
+    for gpu in node.gpus:
+        owner = None if gpu.whole_by in gone else gpu.whole_by
+        shares = [s for s in gpu.shares if s.workload_id not in gone]
+        for wid, placed in added:
+            if placed.shared_gpu == gpu.index:
+                shares.append(GpuShare(wid, placed.share, placed.gpu_memory_mib))
+            elif placed.shared_gpu is None and gpu.index in placed.gpus:
+                owner = wid
+        gpus.append(replace(gpu, whole_by=owner, shares=tuple(shares)))
+    return replace(node, gpus=tuple(gpus))

@@ -7,15 +7,18 @@ Statement, so everything they try can be undone.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scheduling.engine.fairshare import EPS, Key
 from scheduling.engine.mig import pod_fraction
 from scheduling.engine.placement import Placer, ShapeKey
+from scheduling.engine.resizes import Book
 from scheduling.engine.state import ClusterState, Group, PodSlot, share_units
 from scheduling.engine.statement import Ledger, Statement
 from scheduling.engine.types import (
+    RESOURCES,
     PodRequest,
     Queue,
     Quota,
@@ -52,7 +55,13 @@ class Context:
     shapes: dict[str, int] = field(default_factory=dict)
     shape_ids: dict[ShapeKey, int] = field(default_factory=dict)
     needs: dict[object, tuple[float, float, float]] = field(default_factory=dict)
+    # Only quotas with a limit or without borrowing can block an admission; most have
+    # neither, so admission checks skip them without a lookup.
     capped: dict[tuple[str, str], list[tuple[Resource, Quota]]] = field(default_factory=dict)
+    # (queue, pool) -> the capped quotas of the queue and its ancestors, leaf first
+    chain_caps: dict[tuple[str, str], list[tuple[str, Resource, Quota]]] = field(
+        default_factory=dict
+    )
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
@@ -65,28 +74,24 @@ class Context:
     searches_left: int = 0  # eviction-plan searches this cycle may still run
     considered: dict[str, None] = field(default_factory=dict)  # pending ids, in turn
     reclaimed: set[tuple[str, str]] = field(default_factory=set)  # (queue, pool) reclaimers
+    book: Book = field(default_factory=Book)  # elastic workloads (actions/elastic.py)
+    # incremental.EngineState keeps these between cycles, with queue_ids, waiting,
+    # parents and capped above (they depend on the snapshot alone):
+    preemptible_running: int = 0  # running workloads that are preemptible
+    short_gangs: list[str] = field(default_factory=list)  # running gangs below min_pods
+    capacity: dict[tuple[str, Resource], float] = field(default_factory=dict)  # per pool
+    pending_demand: dict[Key, float] = field(default_factory=dict)  # what `waiting` asks
+    # running workload -> (GPUs per pool, node orders), for actions.victims (read-only)
+    victim_parts: dict[str, tuple[dict[str, float], tuple[int, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.queue_ids = sorted(self.queues)
-        self.waiting = sorted(
-            (wl for wl in self.workloads.values() if wl.placement is None), key=pending_key
-        )
         self.searches_left = self.config.max_victim_searches
-        self.parents = {q.parent_id for q in self.queues.values() if q.parent_id is not None}
-        # Only quotas with a limit or without borrowing can block an admission; most
-        # have neither, so admission checks skip them without a lookup.
-        for q in self.queues.values():
-            for (pool, resource), quota in sorted(q.quotas.items()):
-                if quota.limit is not None or not quota.over_quota_allowed:
-                    self.capped.setdefault((q.id, pool), []).append((resource, quota))
 
     # -- workloads ------------------------------------------------------------------
 
     def pools_for(self, wl: Workload) -> list[str]:
         """The pools a workload may use, in its order of preference."""
-        if not wl.pools:
-            return self.pools
-        return [p for p in wl.pools if p in self.state.pool_models or p in self.pools]
+        return pools_for(self.state, self.pools, wl)
 
     def shape_of(self, wl: Workload) -> int:
         """A small id shared by workloads that fit or fail alike (hashing a gang's pods
@@ -115,24 +120,8 @@ class Context:
         """GPU, CPU and memory the workload's pods ask for in a pool (cached)."""
         found = self.needs.get(wl.id) or self.needs.get((wl.id, pool))
         if found is None:
-            pods = wl.pods
-            memory = 0
-            key: object = wl.id  # the same in every pool unless a pod asks GPU memory
-            if any(pod.gpu_memory_mib for pod in pods):
-                models = self.state.models_for(pool, wl.gpu_models)
-                memory = self.state.group_memory.get((pool, models[0]), 0) if models else 0
-                key = (wl.id, pool)
-            if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
-                one = pods[0]
-                n = len(pods)
-                found = (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))
-            else:
-                found = (
-                    sum(pod_gpus(pod, memory) for pod in pods),
-                    sum(p.cpu for p in pods),
-                    float(sum(p.memory_mib for p in pods)),
-                )
-            self.needs[key] = found
+            per_pool, found = workload_need(self.state, wl, pool)
+            self.needs[(wl.id, pool) if per_pool else wl.id] = found
         return found
 
     def name(self, queue_id: str) -> str:
@@ -191,25 +180,42 @@ class Context:
 
     def donors(self, pool: str) -> dict[str, float]:
         """Queues holding more than their fair share of GPUs in the pool, each with what it
-        may give up: down to its fair share rounded down to whole GPUs (see reclaim)."""
-        version, found = self.donor_memo.get(pool, (-1, {}))
-        if version != self.ledger.version:
-            alloc, fair = self.ledger.alloc, self.fair
+        may give up: down to its fair share rounded down to whole GPUs (see reclaim).
+        Kept up to date from the ledger's changes (not a pass over every queue)."""
+        seen, found = self.donor_memo.get(pool, (-1, {}))
+        moved = self.ledger.moved
+        if seen < 0:
             found = {}
             for qid in self.queue_ids:
-                held = alloc.get((qid, pool, GPU), 0.0)
-                share = fair.get((qid, pool, GPU), 0.0)
-                if held > share + EPS:
-                    found[qid] = held - math.floor(share + EPS)
-            self.donor_memo[pool] = (self.ledger.version, found)
+                self._donor(found, qid, pool)
+        else:
+            for key in moved[seen:]:
+                if key[1] == pool:
+                    self._donor(found, key[0], pool)
+        self.donor_memo[pool] = (len(moved), found)
         return found
+
+    def _donor(self, found: dict[str, float], qid: str, pool: str) -> None:
+        held = self.ledger.alloc.get((qid, pool, GPU), 0.0)
+        share = self.fair.get((qid, pool, GPU), 0.0)
+        if held > share + EPS:
+            found[qid] = held - math.floor(share + EPS)
+        else:
+            found.pop(qid, None)
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
-        need = None
-        for qid in self.ledger.chain(wl.queue_id):
-            for resource, quota in self.capped.get((qid, pool), ()):
-                need = need or self.need(wl, pool)
+        key = (wl.queue_id, pool)
+        caps = self.chain_caps.get(key)
+        if caps is None:
+            caps = self.chain_caps[key] = [
+                (qid, resource, quota)
+                for qid in self.ledger.chain(wl.queue_id)
+                for resource, quota in self.capped.get((qid, pool), ())
+            ]
+        if caps:
+            need = self.need(wl, pool)
+            for qid, resource, quota in caps:
                 amount = need[RESOURCE_INDEX[resource]]
                 if amount > 0:
                     held = self.ledger.get(qid, pool, resource)
@@ -231,7 +237,7 @@ class Context:
         if queue is not None and queue.nonpreemptible_over_quota:
             return None
         need = self.need(wl, pool)
-        for resource in Resource:
+        for resource in RESOURCES:
             amount = need[RESOURCE_INDEX[resource]]
             if amount <= EPS:
                 continue
@@ -279,6 +285,36 @@ class Context:
         return wl.started_at is None or self.now - wl.started_at >= least
 
 
+def pools_for(state: ClusterState, pools: list[str], wl: Workload) -> list[str]:
+    """The pools a workload may use, in its order of preference (all, by name, if none)."""
+    if not wl.pools:
+        return pools
+    return [p for p in wl.pools if p in state.pool_models or p in pools]
+
+
+def workload_need(
+    state: ClusterState, wl: Workload, pool: str
+) -> tuple[bool, tuple[float, float, float]]:
+    """GPU, CPU and memory the workload's pods ask for in a pool, and whether that
+    depends on the pool (a pod asking GPU memory counts the pool's device size)."""
+    pods = wl.pods
+    memory = 0
+    per_pool = False
+    if any(pod.gpu_memory_mib for pod in pods):
+        models = state.models_for(pool, wl.gpu_models)
+        memory = state.group_memory.get((pool, models[0]), 0) if models else 0
+        per_pool = True
+    if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
+        one = pods[0]
+        n = len(pods)
+        return per_pool, (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))
+    return per_pool, (
+        sum(pod_gpus(pod, memory) for pod in pods),
+        sum(p.cpu for p in pods),
+        float(sum(p.memory_mib for p in pods)),
+    )
+
+
 def pending_key(wl: Workload) -> tuple[int, float, str]:
     """Inside a queue: higher priority first, then older, then by id."""
     return (-wl.priority, wl.submit_time, wl.id)
@@ -293,9 +329,9 @@ def pod_gpus(pod: PodRequest, gpu_memory_mib: int) -> float:
     return pod.gpus + pod.gpu_fraction
 
 
-def waiting_sizes(state: ClusterState, workloads: list[Workload]) -> dict[Group, set[int]]:
-    """Share units that waiting fractional pods need, per (pool, model)."""
-    shared = {pod for wl in workloads for pod in wl.pods if pod.is_shared}
+def waiting_sizes(state: ClusterState, shared: Iterable[PodRequest]) -> dict[Group, set[int]]:
+    """Share units that the waiting fractional pods (`shared`, each request once) need,
+    per (pool, model)."""
     return {
         group: {share_units(pod, memory) for pod in shared}
         for group, memory in state.group_memory.items()

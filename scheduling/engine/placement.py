@@ -6,6 +6,12 @@ with the most. Fractional pods go onto already shared devices first, choosing th
 whose leftover stays most useful for the fraction sizes waiting (fragmentation-aware,
 after "fragmentation gradient descent", ATC'23), and only then open a free device.
 Whole and shared use never mix on one device.
+
+Given a histogram of typical pod shapes (fragmentation.ShapeHistogram), bin packing is
+fragmentation gradient descent instead: every pod (whole, fractional or host-only) goes to
+the node and device where the expected GPU capacity the typical pod cannot use grows least,
+ties broken as plain bin packing would (fill shared devices before opening one, fewest free
+first, node order).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduling.engine.fragmentation import NodeKey, ShapeHistogram, after_key, node_key
 from scheduling.engine.state import (
     UNITS,
     ClusterState,
@@ -76,8 +83,10 @@ class Placer:
         state: ClusterState,
         strategies: dict[str, PlacementStrategy],
         waiting_sizes: dict[Group, set[int]],
+        shapes: ShapeHistogram | None = None,
     ) -> None:
         self.state = state
+        self.shapes = shapes
         self.strategies = strategies
         self.waiting_sizes = waiting_sizes
         self._fill: dict[Group, list[int]] = {}
@@ -212,6 +221,8 @@ class Placer:
         to the MIG devices of the `wanted` models (any when empty)."""
         if pod.mig_profile:
             slot = self._mig_slot(index, pod, pool, scope, wanted)
+        elif self.shapes is not None and not self._spread(pool):
+            slot = self._least_fragmenting_slot(index, pod, pool, models, scope, self.shapes)
         elif pod.is_shared:
             slot = self._fraction_slot(index, pod, pool, models, scope)
         elif pod.gpus > 0:
@@ -347,10 +358,82 @@ class Placer:
                     return gpu
         return None
 
+    def _least_fragmenting_slot(
+        self,
+        index: int,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        scope: Scope | None,
+        shapes: ShapeHistogram,
+    ) -> PodSlot | None:
+        """Fragmentation gradient descent: the node and device where the placement adds
+        least to the node's fragmentation against the shape histogram."""
+        best: tuple[tuple[float, bool, int, int], NodeState, str | None, int] | None = None
+        for node in scope.nodes if scope is not None else self.state.nodes:
+            if node.pool != pool or not node.schedulable or not node.fits_host(pod):
+                continue
+            frees = [_free_units(g) for g in node.gpus]
+            key = node_key(node.cpu_free, node.mem_free, frees)
+            for rank, model, free in self._options(pod, node, key, models, shapes):
+                if best is None or rank < best[0]:
+                    best = (rank, node, model, free)
+        if best is None:
+            return None
+        _, node, model, free = best
+        host = {"cpu": pod.cpu, "host_memory": pod.memory_mib}
+        if model is None:
+            return PodSlot(index, node, **host)
+        if pod.gpus > 0:
+            gpus = tuple(g for g in node.gpus if g.model == model and g.is_free)[: pod.gpus]
+            return PodSlot(index, node, gpus=gpus, **host)
+        gpu = next(g for g in node.gpus if g.model == model and _free_units(g) == free)
+        units = share_units(pod, gpu.memory_mib)
+        memory = share_memory(pod, gpu.memory_mib)
+        return PodSlot(index, node, shared=gpu, units=units, memory=memory, **host)
+
+    def _options(
+        self,
+        pod: PodRequest,
+        node: NodeState,
+        key: NodeKey,
+        models: list[str],
+        shapes: ShapeHistogram,
+    ) -> Iterable[tuple[tuple[float, bool, int, int], str | None, int]]:
+        """(rank, model, free units of the device to share) for each way the pod fits."""
+        cpu, memory = pod.cpu, float(pod.memory_mib)
+        if pod.gpus == 0 and not pod.is_shared:
+            after = after_key(key, cpu, memory, [])
+            yield (shapes.delta(key, after), False, 0, node.order), None, 0
+            return
+        for model in models:
+            if pod.gpus > 0:
+                free = node.free_by_model.get(model, 0)
+                if free >= pod.gpus:
+                    after = after_key(key, cpu, memory, [(UNITS, UNITS)] * pod.gpus)
+                    yield (shapes.delta(key, after), False, free, node.order), model, UNITS
+                continue
+            seen: set[int] = set()
+            for gpu in node.gpus:
+                free = _free_units(gpu)
+                if gpu.model != model or free in seen or free == 0:
+                    continue
+                seen.add(free)
+                units = share_units(pod, gpu.memory_mib)
+                if units <= free:
+                    after = after_key(key, cpu, memory, [(free, units)])
+                    rank = (shapes.delta(key, after), free == UNITS, free, node.order)
+                    yield rank, model, free
+
     def _fill_for(self, group: Group) -> list[int]:
         if group not in self._fill:
             self._fill[group] = fill_table(self.waiting_sizes.get(group, ()))
         return self._fill[group]
+
+
+def _free_units(gpu: GpuState) -> int:
+    """Units of the device nobody holds (0 when it is held whole)."""
+    return 0 if gpu.owner is not None else UNITS - gpu.used_units
 
 
 def _gang_pods(wl: Workload) -> list[PodRequest]:

@@ -45,7 +45,8 @@ def _too_few_free(
     if whole <= free:
         return None
     model_text = f" of model {' or '.join(wl.gpu_models)}" if wl.gpu_models else ""
-    return f"needs {whole} GPUs{model_text} in pool {pool}; {free} are free"
+    verb = "is" if free == 1 else "are"
+    return f"needs {gpus(whole)}{model_text} in pool {pool}; {free} {verb} free"
 
 
 def _no_block(
@@ -55,7 +56,7 @@ def _no_block(
     block = ctx.state.largest_block(pool, models)
     if largest <= block:
         return None
-    return f"needs {largest} GPUs on one node; largest free block in pool {pool} is {block}"
+    return f"needs {gpus(largest)} on one node; largest free block in pool {pool} is {block}"
 
 
 def _no_domain(
@@ -70,7 +71,7 @@ def _no_domain(
     )
     whole = sum(p.gpus for p in pods)
     return (
-        f"needs {whole} GPUs inside one {topo.level}; the most free in one {topo.level}"
+        f"needs {gpus(whole)} inside one {topo.level}; the most free in one {topo.level}"
         f" of pool {pool} is {best}"
     )
 
@@ -91,6 +92,11 @@ def _no_share(
         f"needs {asked} of a GPU in pool {pool}; no GPU is free and the roomiest shared"
         f" GPU has {best / UNITS:g} left"
     )
+
+
+def gpus(count: float) -> str:
+    """'1 GPU', '2 GPUs', '0.5 GPU'."""
+    return f"{count:g} GPU" if count == 1 or 0 < count < 1 else f"{count:g} GPUs"
 
 
 def _no_mig(

@@ -5,11 +5,15 @@ through ClusterState methods that append their inverse to an undo log, so a Stat
 can roll a tentative gang placement or eviction plan back without copying the cluster.
 
 Shares of a GPU are counted in integer units (UNITS per device) so that fractions add
-up exactly and no float rounding can over-commit a device.
+up exactly and no float rounding can over-commit a device. A node's free host CPU and
+memory at the start of a cycle are its allocatable amount less the exact sum of what its
+pods hold (`fixed`), rounded once: the same figure whatever order the pods arrived in,
+so a state kept between cycles (incremental.py) equals one rebuilt from the snapshot.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +22,23 @@ from scheduling.engine.mig import MigIndex, MigSlot
 from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU
+FIXED = 1 << 1074  # every finite float is an integer multiple of 1 / FIXED
+
+
+def fixed(x: float) -> int:
+    """x exactly, as an integer count of 1 / FIXED (sums of these never round)."""
+    n, d = x.as_integer_ratio()
+    return n * (FIXED // d)
+
+
+def unfixed(total: int) -> float:
+    """The float nearest to total / FIXED (int division rounds correctly)."""
+    return total / FIXED
+
+
+def free_of(total: float, used: int) -> float:
+    """What is left of an allocatable amount (inf = not limited) with `used` held."""
+    return total if math.isinf(total) else unfixed(fixed(total) - used)
 
 
 def share_units(pod: PodRequest, gpu_memory_mib: int) -> int:
@@ -64,6 +85,13 @@ class NodeState:
     mem_free: float
     gpus: list[GpuState] = field(default_factory=list)
     free_by_model: dict[str, int] = field(default_factory=dict)
+    cpu_used: int = 0  # fixed(): exact CPU and memory held by the snapshot's pods
+    mem_used: int = 0
+
+    def settle(self, cpu: float, memory: float) -> None:
+        """Free CPU and memory from the allocatable amounts and the exact sums held."""
+        self.cpu_free = free_of(cpu, self.cpu_used)
+        self.mem_free = free_of(memory, self.mem_used)
 
     def fits_host(self, pod: PodRequest) -> bool:
         return pod.cpu <= self.cpu_free + 1e-9 and pod.memory_mib <= self.mem_free
@@ -117,9 +145,17 @@ class ClusterState:
         self.slots: dict[str, list[PodSlot]] = {}
         self.log: list[Callable[[], None]] = []
         self.mig = MigIndex()
+        # Changed since the last settle(): nodes whose free CPU and memory float sums
+        # drifted, and index buckets whose order may no longer be by node (see settle).
+        self.touched: dict[int, NodeState] = {}
+        self.dirty: dict[int, dict[object, object]] = {}
+        self.totals: dict[str, tuple[float, float]] = {}  # node id -> allocatable cpu, memory
         self._load_nodes(snapshot.nodes)
         self._load_running(snapshot.workloads)
+        for node in self.nodes:
+            node.settle(*self.totals[node.id])
         self._build_indexes()
+        self.dirty.clear()  # built in node order
 
     # -- building -------------------------------------------------------------------
 
@@ -145,6 +181,7 @@ class ClusterState:
                 state.gpus.append(g)
             self.nodes.append(state)
             self.by_id[node.id] = state
+            self.totals[node.id] = (state.cpu_free, state.mem_free)
 
     def _load_running(self, workloads: tuple[Workload, ...]) -> None:
         # By id, so that sums of shares come out bit-identical whatever the input order.
@@ -162,8 +199,8 @@ class ClusterState:
                     slot.units = (
                         round(slot.mig.instance.profile.fraction * UNITS) if slot.mig else 0
                     )
-                node.cpu_free -= slot.cpu
-                node.mem_free -= slot.host_memory
+                node.cpu_used += fixed(slot.cpu)
+                node.mem_used += fixed(slot.host_memory)
                 slots.append(slot)
             self.slots[wl.id] = slots
 
@@ -238,7 +275,9 @@ class ClusterState:
             buckets = self.shared.setdefault(group, {})
             free = UNITS - gpu.used_units
             if sign > 0:
-                buckets.setdefault(free, {})[(node.order, gpu.index)] = gpu
+                bucket = buckets.setdefault(free, {})
+                bucket[(node.order, gpu.index)] = gpu
+                self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
             else:
                 bucket = buckets[free]
                 del bucket[(node.order, gpu.index)]
@@ -251,7 +290,9 @@ class ClusterState:
             return
         buckets = self.whole[(node.pool, model)]
         del buckets[before][node.order]
-        buckets.setdefault(after, {})[node.order] = node
+        bucket = buckets.setdefault(after, {})
+        bucket[node.order] = node
+        self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
 
     def _change_gpu(self, gpu: GpuState, mutate: Callable[[], None]) -> None:
         before = gpu.node.free_by_model[gpu.model]
@@ -275,6 +316,19 @@ class ClusterState:
 
         self.log.append(undo)
 
+    def remove_slot(self, wid: str, slot: PodSlot) -> None:
+        """Free one pod of a workload (an elastic workload shrinking); logged for undo."""
+        held = self.slots[wid]
+        at = held.index(slot)
+        del held[at]
+        self._apply_slot(wid, slot, -1)
+
+        def undo() -> None:
+            self._apply_slot(wid, slot, +1)
+            self.slots[wid].insert(at, slot)
+
+        self.log.append(undo)
+
     def release(self, wid: str) -> list[PodSlot]:
         """Free everything a workload holds; logged for undo. Returns what it held."""
         slots = self.slots.pop(wid, [])
@@ -291,6 +345,7 @@ class ClusterState:
 
     def _apply_slot(self, wid: str, slot: PodSlot, sign: int) -> None:
         node = slot.node
+        self.touched[node.order] = node
         node.cpu_free -= sign * slot.cpu
         node.mem_free -= sign * slot.host_memory
         owner = wid if sign > 0 else None
@@ -317,6 +372,74 @@ class ClusterState:
     def rollback(self, mark: int) -> None:
         while len(self.log) > mark:
             self.log.pop()()
+
+    def settle(self) -> None:
+        """Bring what changed since the last settle to the form a fresh build has: free
+        CPU and memory from the exact sums (float subtractions undone in another order
+        leave other last bits), and each index bucket in node order (a node moved out
+        and back sits at the end of its bucket, and placement takes the first that fits).
+        Costs what changed."""
+        for node in self.touched.values():
+            node.settle(*self.totals[node.id])
+        self.touched.clear()
+        for bucket in self.dirty.values():
+            keys = list(bucket)
+            if any(a > b for a, b in itertools.pairwise(keys)):  # type: ignore[operator]
+                items = sorted(bucket.items())  # type: ignore[type-var]
+                bucket.clear()
+                bucket.update(items)
+        self.dirty.clear()
+
+    # -- holdings kept between cycles (incremental.py) ------------------------------
+
+    def running_add(self, wl: Workload) -> list[PodSlot]:
+        """Give a running workload of a later snapshot what its placement holds, as a
+        fresh build would; not logged (the state moves on to the new snapshot)."""
+        slots = []
+        for placed in wl.placement or ():
+            node = self.by_id.get(placed.node_id)
+            if node is None or not 0 <= placed.pod < len(wl.pods):
+                continue
+            by_index = {g.index: g for g in node.gpus}
+            gpus = tuple(by_index[i] for i in placed.gpus if i in by_index)
+            shared = by_index.get(placed.shared_gpu) if placed.shared_gpu is not None else None
+            units = max(1, round(placed.share * UNITS)) if shared is not None else 0
+            pod = wl.pods[placed.pod]
+            slot = PodSlot(
+                placed.pod,
+                node,
+                gpus,
+                shared,
+                units,
+                placed.gpu_memory_mib,
+                pod.cpu,
+                pod.memory_mib,
+            )
+            self._apply_slot(wl.id, slot, +1)
+            node.cpu_used += fixed(slot.cpu)
+            node.mem_used += fixed(slot.host_memory)
+            slots.append(slot)
+        self.slots[wl.id] = slots
+        return slots
+
+    def running_remove(self, wid: str) -> list[PodSlot]:
+        """Free what a workload that left the running set held; not logged."""
+        slots = self.slots.pop(wid, [])
+        for slot in reversed(slots):
+            self._apply_slot(wid, slot, -1)
+            slot.node.cpu_used -= fixed(slot.cpu)
+            slot.node.mem_used -= fixed(slot.host_memory)
+        return slots
+
+    def hold(self, gpu: GpuState, wid: str, units: int, memory: int, sign: int) -> None:
+        """Add (+1) or take away (-1) a holding by a workload the engine does not manage
+        (units 0: the whole device); not logged."""
+        self.touched[gpu.node.order] = gpu.node
+        if units == 0:
+            self._change_gpu(gpu, _owner_setter(gpu, wid if sign > 0 else None))
+            return
+        slot = PodSlot(0, gpu.node, shared=gpu, units=units, memory=memory)
+        self._change_gpu(gpu, lambda: self._change_share(wid, slot, sign))
 
     # -- queries --------------------------------------------------------------------
 

@@ -57,13 +57,24 @@ class Ledger:
     """Allocation per (queue, pool, resource) for every queue and its ancestors, and
     what each workload's own queue holds with non-preemptible work (`fixed`)."""
 
-    def __init__(self, state: ClusterState, queues: tuple[Queue, ...]) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        queues: tuple[Queue, ...],
+        chains: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.state = state
         self.alloc: dict[AllocKey, float] = {}
         self.fixed: dict[AllocKey, float] = {}
         self.version = 0  # bumped on every change, so callers can cache derived figures
+        self.moved: list[AllocKey] = []  # GPU keys in the order they changed (Context.donors)
+        self.chains = self.chains_of(queues) if chains is None else chains
+
+    @staticmethod
+    def chains_of(queues: tuple[Queue, ...]) -> dict[str, tuple[str, ...]]:
+        """Each queue with its ancestors, leaf first (a cycle in the tree stops the walk)."""
         parents = {q.id: q.parent_id for q in queues}
-        self.chains: dict[str, tuple[str, ...]] = {}
+        chains: dict[str, tuple[str, ...]] = {}
         for q in queues:
             chain: list[str] = []
             seen: set[str] = set()
@@ -72,7 +83,8 @@ class Ledger:
                 seen.add(current)
                 chain.append(current)
                 current = parents[current]
-            self.chains[q.id] = tuple(chain)
+            chains[q.id] = tuple(chain)
+        return chains
 
     def chain(self, queue_id: str) -> tuple[str, ...]:
         """The queue and its ancestors, leaf first."""
@@ -89,6 +101,7 @@ class Ledger:
         for slot in slots:
             amounts = slot_amounts(slot)
             for qid in self.chain(queue_id):
+                self.moved.append((qid, slot.node.pool, Resource.GPU))
                 for resource, amount in zip(RESOURCES, amounts, strict=True):
                     key = (qid, slot.node.pool, resource)
                     self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount

@@ -101,6 +101,10 @@ class Workload:
     queue_id is the project's queue. min_pods makes it a gang (None = all pods). pools
     lists the allowed node pools in preference order (empty = any pool, by name).
     gpu_models restricts the device model (empty = any).
+
+    elastic: it starts with min_pods pods (a gang) and grows toward len(pods) with idle
+    GPUs; reclaim takes its extra pods (beyond min_pods, newest first) before evicting
+    any whole workload (actions/elastic.py). resized_at: when its size last changed.
     """
 
     id: str
@@ -120,6 +124,8 @@ class Workload:
     name: str = ""  # readable name for reasons; falls back to id
     degraded_since: float | None = None  # when a running gang fell below min_pods
     restarts: int = 0  # times it was evicted and went back to pending (victim cost)
+    elastic: bool = False
+    resized_at: float | None = None
 
     @property
     def running(self) -> bool:
@@ -272,6 +278,9 @@ class SchedulerConfig:
     max_consolidation_moves: int = 4
     max_victim_searches: int = 256  # per cycle, shared by consolidate, reclaim, preempt
     restart_cost_s: float = 600.0  # victim cost of each earlier restart (actions/victims.py)
+    # Bin packing by fragmentation gradient descent against the snapshot's pod shapes,
+    # each weighted by 2^(-age / half-life) (engine/fragmentation.py); None = plain best fit.
+    fragmentation_half_life_s: float | None = None
 
     def strategy_for(self, pool: str) -> PlacementStrategy:
         """The placement strategy configured for a pool."""
@@ -297,12 +306,29 @@ class Eviction:
 
 
 @dataclass(frozen=True, slots=True)
+class Resize:
+    """A running elastic workload changes size: pods added (placed) and pods taken back.
+
+    beneficiary is the workload a shrink made room for (None for growth)."""
+
+    workload_id: str
+    added: tuple[PodPlacement, ...] = ()
+    removed: tuple[int, ...] = ()  # pod indices
+    beneficiary: str | None = None
+
+    @property
+    def delta(self) -> int:
+        return len(self.added) - len(self.removed)
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     """What a cycle decided. Apply evictions before admissions.
 
     fair_shares and allocations map (queue id, pool, resource) to an amount; allocations
     are after this cycle's decisions. pending_reasons holds a readable reason for every
-    workload still pending after the cycle.
+    workload still pending after the cycle. resizes: running elastic workloads that grew or
+    shrank (one admitted this cycle has its grown pods in its admission).
     """
 
     admissions: tuple[Admission, ...] = ()
@@ -311,3 +337,4 @@ class CycleResult:
     fair_shares: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
     allocations: Mapping[tuple[str, str, Resource], float] = field(default_factory=dict)
     pending_order: tuple[str, ...] = ()  # workloads pending at the start, as considered
+    resizes: tuple[Resize, ...] = ()

@@ -47,6 +47,7 @@ from tests.clusters.fake_generic import generic_route
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
+NETWORKING = "/apis/networking.k8s.io/v1"  # Ingresses (and NetworkPolicies): fake_generic.py
 NAME_LABEL = "kubernetes.io/metadata.name"
 NOT_READY = "node.kubernetes.io/not-ready"
 SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -327,6 +328,46 @@ def _validate_config_map(config_map: dict) -> None:
             raise ApiError(422, "Invalid", f'data[{key}]: Invalid value: "{key}"')
     if sum(len(k) + len(str(v)) for k, v in data.items()) > 1024 * 1024:
         raise ApiError(422, "Invalid", "data: Too long: must have at most 1048576 bytes")
+
+
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+NODE_PORTS = range(30000, 32768)  # the API server's default --service-node-port-range
+
+
+def _validate_service(service: dict, taken: set[int]) -> None:
+    """What the real API server checks of a Service's ports and type, and what it adds: a
+    node port for each port of a NodePort Service, from the range, never one in use."""
+    spec = service.get("spec") or {}
+    kind = spec.get("type") or "ClusterIP"
+    if kind not in SERVICE_TYPES:
+        raise ApiError(422, "Invalid", f'spec.type: Unsupported value: "{kind}"')
+    ports = spec.get("ports") or []
+    if not ports and spec.get("clusterIP") != "None":
+        raise ApiError(422, "Invalid", "spec.ports: Required value")
+    names = [p.get("name") or "" for p in ports]
+    if len(ports) > 1 and (not all(names) or len(set(names)) != len(names)):
+        raise ApiError(422, "Invalid", "spec.ports: names are required and unique when several")
+    for index, port in enumerate(ports):
+        where = f"spec.ports[{index}]"
+        if not isinstance(port.get("port"), int) or not 1 <= port["port"] <= 65535:
+            raise ApiError(422, "Invalid", f"{where}.port: Invalid value: {port.get('port')}")
+        if names[index] and not PORT_NAME.fullmatch(names[index]):
+            raise ApiError(422, "Invalid", f'{where}.name: Invalid value: "{names[index]}"')
+        if port.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP"):
+            raise ApiError(422, "Invalid", f"{where}.protocol: Unsupported value")
+        node_port = port.get("nodePort")
+        if node_port and kind not in ("NodePort", "LoadBalancer"):
+            raise ApiError(422, "Forbidden", f"{where}.nodePort: may not be used when `type` "
+                                             f"is '{kind}'")  # fmt: skip
+        if node_port and (node_port not in NODE_PORTS or node_port in taken):
+            raise ApiError(422, "Invalid", f"{where}.nodePort: Invalid value: {node_port}")
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port["port"])
+        if kind in ("NodePort", "LoadBalancer") and not node_port:
+            port["nodePort"] = next(p for p in NODE_PORTS if p not in taken)
+        if port.get("nodePort"):
+            taken.add(port["nodePort"])
+    spec["type"] = kind
 
 
 def _validate_owners(meta: dict) -> None:
@@ -645,6 +686,8 @@ def request_attributes(method: str, path: str, query: dict) -> tuple[str, ...] |
     request; None for a non-resource URL (/version, readable by anyone)."""
     if path.startswith(SCHEDULING):
         group, rest = "scheduling.k8s.io", path[len(SCHEDULING) :]
+    elif path.startswith(NETWORKING):
+        group, rest = "networking.k8s.io", path[len(NETWORKING) :]
     elif path.startswith(CORE):
         group, rest = "", path[len(CORE) :]
     else:
@@ -930,6 +973,14 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     obj["status"] = {"phase": "Active"}
                 if resource == "priorityclasses":
                     _validate_priority_class(obj)
+                if resource == "services":
+                    in_use = {
+                        p["nodePort"]
+                        for svc in api.objects["services"].values()
+                        for p in svc["spec"].get("ports") or []
+                        if p.get("nodePort")
+                    }
+                    _validate_service(obj, in_use)
                 if resource == "services" and obj["spec"].get("clusterIP") != "None":
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"

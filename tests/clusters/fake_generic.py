@@ -2,7 +2,8 @@
 
 ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets (apps/v1); Jobs
 (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings (rbac/v1); PriorityClasses
-(scheduling/v1); NetworkPolicies (networking/v1); PodDisruptionBudgets (policy/v1): create,
+(scheduling/v1); NetworkPolicies and Ingresses (networking/v1); PodDisruptionBudgets
+(policy/v1): create,
 get, list (label selectors), delete, over the real REST paths. Like the real API server it
 refuses a kind or namespace that does not match the URL, a missing or badly formed name or
 label, an unknown namespace, a duplicate, a workload whose selector does not match its pod
@@ -37,6 +38,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     (RBAC, "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
     ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
+    ("networking.k8s.io/v1", "ingresses"): ("Ingress", True),
     ("policy/v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
 }
 # The status a new object gets before its controller acts (the required fields at zero).
@@ -259,6 +261,47 @@ def _priority_class(obj: dict) -> None:
         _error(422, "Forbidden", 'metadata.name: the prefix "system-" is reserved')
 
 
+PATH_TYPES = ("Exact", "Prefix", "ImplementationSpecific")
+
+
+def _ingress(obj: dict) -> None:
+    """networking.k8s.io/v1 Ingress: hosts are DNS names (one leading wildcard label at
+    most), every path has a pathType and starts with '/', and every backend names a
+    Service and either a port number or a port name, never both."""
+    spec = obj.get("spec") or {}
+    klass = spec.get("ingressClassName")
+    if klass is not None and not DNS_SUBDOMAIN.fullmatch(klass):
+        _error(422, "Invalid", f'spec.ingressClassName: Invalid value: "{klass}"')
+    rules = spec.get("rules") or []
+    if not rules and not spec.get("defaultBackend"):
+        _error(
+            422,
+            "Invalid",
+            "spec: Invalid value: either `defaultBackend` or `rules` must be specified",
+        )
+    for index, rule in enumerate(rules):
+        host = rule.get("host", "")
+        if host and not (DNS_SUBDOMAIN.fullmatch(host.removeprefix("*.")) and len(host) <= 253):
+            _error(422, "Invalid", f'spec.rules[{index}].host: Invalid value: "{host}"')
+        paths = (rule.get("http") or {}).get("paths")
+        if not paths:
+            _error(422, "Invalid", f"spec.rules[{index}].http.paths: Required value")
+        for number, item in enumerate(paths):
+            where = f"spec.rules[{index}].http.paths[{number}]"
+            if item.get("pathType") not in PATH_TYPES:
+                _error(422, "Invalid", f"{where}.pathType: Unsupported value")
+            if not str(item.get("path", "")).startswith("/"):
+                _error(422, "Invalid", f"{where}.path: must be an absolute path")
+            service = (item.get("backend") or {}).get("service") or {}
+            port = service.get("port") or {}
+            if not service.get("name"):
+                _error(422, "Invalid", f"{where}.backend.service.name: Required value")
+            if ("number" in port) == ("name" in port):
+                _error(
+                    422, "Invalid", f"{where}.backend.service.port: exactly one of name or number"
+                )
+
+
 CHECKS = {
     "ConfigMap": _check_data_keys,
     "Secret": _secret,
@@ -271,4 +314,5 @@ CHECKS = {
     "RoleBinding": _binding,
     "ClusterRoleBinding": _binding,
     "PriorityClass": _priority_class,
+    "Ingress": _ingress,
 }

@@ -16,6 +16,7 @@ from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
 from scheduling.lifecycle import workload_transition
 from scheduling.models import WorkloadState
+from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 
@@ -92,6 +93,17 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         command=["x"],
         spec={"ports": [{"name": "http", "port": 8888}]},
     )
+    # A cluster whose admin publishes ports through an Ingress class.
+    published = kube.cluster(
+        "published", publish_ports="ingress", ingress_class="nginx", ingress_domain="example.com"
+    )
+    kube.nodes(published)
+    boards = f.make_project(org.project_b.department, "boards")  # a namespace of its own
+    f.make_membership(org.outsider, role=f.Role.RESEARCHER, project=boards)
+    board = make_workload(
+        boards, org.outsider, "board", command=["x"],
+        spec={"ports": [{"name": "tb", "port": 6006, "protocol": "http"}]},
+    )  # fmt: skip
     pinned = make_workload(org.project_a2, org.researcher, "pinned", command=["x"])
     ddp = make_workload(
         org.project_a, org.researcher, "ddp", kind="distributed", pods=2, min_pods=2, command=["x"]
@@ -100,6 +112,7 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     admit(half, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
     admit(lab, gpu_a)
     admit(pinned, Node.objects.get(cluster=bound, name="gpu-b"), pods=[{"gpu_indices": [0]}])
+    admit(board, Node.objects.get(cluster=published, name="gpu-b"))
     admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
     # Conflicts on create: the pod, and the headless Service, are read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
@@ -108,9 +121,10 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         cluster_reconcile(cluster)
     for _ in range(2):  # the pod, bound after its create; its phase
         cluster_reconcile(bound)
+        cluster_reconcile(published)  # the pod, its Service and Ingress; its phase
     logs = KubernetesBackend(cluster).pod_logs(f"gp-{whole.pk}-0", org.project_a.namespace)
     assert logs.startswith("GPU-gpu-a-")  # the device plugin's device, as nvidia-smi names it
-    workloads = [whole, half, lab, pinned, ddp]
+    workloads = [whole, half, lab, pinned, ddp, board]
     for workload in workloads:
         workload.refresh_from_db()
     states = [w.state for w in workloads]
@@ -119,6 +133,7 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     for _ in range(2):
         cluster_reconcile(cluster)
     cluster_reconcile(bound)
+    cluster_reconcile(published)
     return states
 
 
@@ -126,7 +141,7 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     fake = kube.require_fake()
     states = everything_gpupool_does(kube, org)
     assert fake.denied == []
-    assert states == [S.RUNNING] * 5
+    assert states == [S.RUNNING] * 6
     assert fake.pods() == [] and fake.services() == []
     assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
     unused = granted(cluster_role()["rules"]) - fake.allowed

@@ -159,7 +159,7 @@ def test_a_pods_environment_holds_no_portal_secret(backend, monkeypatch):
     assert not any("portal-secret" in value for value in env.values())
     assert env["WANDB_MODE"] == "offline" and env["CUDA_VISIBLE_DEVICES"] == ""
     gpupool = {k for k in env if k.startswith("GPUPOOL_")}
-    assert gpupool == {"GPUPOOL_POD_TOKEN"}
+    assert gpupool == {"GPUPOOL_POD_TOKEN", "GPUPOOL_BIND_HOST"}
     # What else is there is the backend's fixed list, set by nobody's environment.
     assert set(env) - gpupool <= {
         "PATH", "HOME", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "WANDB_MODE",
@@ -273,7 +273,11 @@ def test_a_tool_on_the_pods_socket_is_reached_by_the_portal_alone(backend):
     folder that only the pod's user and the portal's group enter."""
     server = (
         "import os, socket\n"
-        "s = socket.socket(socket.AF_UNIX); s.bind(os.environ['GPUPOOL_SOCKET']); s.listen()\n"
+        "path = os.environ['GPUPOOL_SOCKET']\n"
+        # The socket appears under its name once it listens: bind makes the file, and a
+        # connect between bind and listen is refused.
+        "s = socket.socket(socket.AF_UNIX); s.bind(path + '.new'); s.listen()\n"
+        "os.rename(path + '.new', path)\n"
         "c, _ = s.accept(); c.sendall(b'hello portal'); c.close()\n"
     )
     status = backend.ensure_pod(

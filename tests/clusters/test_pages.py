@@ -62,7 +62,7 @@ def test_registering_a_simulated_cluster_syncs_its_nodes_and_audits_it(
         "sim-0",
         "sim-1",
     ]
-    audit = AuditLog.objects.get(action="cluster_register")
+    audit = AuditLog.objects.get(action="cluster.register")
     assert audit.actor == org.platform_admin and audit.after["backend"] == "simulated"
     page = client.get("/clusters/").content.decode()
     assert "sim" in page and "reachable" in page
@@ -160,7 +160,7 @@ def test_editing_a_cluster_keeps_its_kubeconfig_and_audits_before_and_after(org,
         ["zone"],
         False,
     )
-    audit = AuditLog.objects.get(action="cluster_update")
+    audit = AuditLog.objects.get(action="cluster.update")
     assert audit.before["enabled"] is True and audit.after["enabled"] is False
 
 
@@ -222,7 +222,7 @@ def test_a_manual_sync_is_audited_with_its_counts(org, client_as):
 
     cluster = make_cluster("sim", Backend.SIMULATED, config=description_parse(SIMULATED))
     client_as(org.platform_admin).post(f"/clusters/{cluster.pk}/sync/")
-    audit = AuditLog.objects.get(action="cluster_sync_inventory")
+    audit = AuditLog.objects.get(action="cluster.sync_inventory")
     assert audit.after == {"nodes": 2, "gpus": 8, "vanished": 0}
     assert audit.actor == org.platform_admin
 

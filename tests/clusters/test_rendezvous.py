@@ -233,3 +233,39 @@ def test_a_gang_admitted_with_its_minimum_of_pods_counts_only_those(org):
         {"RANK": "1", "WORLD_SIZE": "2", "PET_NNODES": "2"},
     ]
     assert {s.env["MASTER_ADDR"] for s in specs} == {"127.0.0.1"}  # not Kubernetes
+
+
+def test_an_elastic_training_job_restarts_its_pods_with_the_new_world_size(
+    kube,  # noqa: F811
+    setup,  # noqa: F811
+    org,
+):
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = make_workload(
+        org.project_a, org.researcher, "el", kind="training", pods=4, min_pods=1,
+        elastic=True, gpus=Decimal(1), command=["sh", "-c", "sleep 3600"],
+    )  # fmt: skip
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}, {"gpu_indices": [1]}])
+    cluster_reconcile(cluster)
+    wid = workload.pk
+    names = [k8s_name(cluster, f"gp-{wid}-{i}") for i in range(3)]
+    env = _env(fake.pod(NS, names[1]))
+    assert (env["GPUPOOL_RANK"], env["GPUPOOL_WORLD_SIZE"], env["WORLD_SIZE"]) == ("1", "2", "2")
+    assert k8s_name(cluster, f"gp-{wid}") in {s["metadata"]["name"] for s in fake.services()}
+    # The cycle grew it to 3 pods; it does not handle resizing: its pods restart.
+    PodAllocation.objects.create(workload=workload, pod_index=2, node=nodes[1], gpu_indices=[0])
+    workload.restarting = True
+    workload.save()
+    for _ in range(5):
+        cluster_reconcile(cluster)
+        workload.refresh_from_db()
+        if not workload.restarting and all(fake.pod(NS, n) for n in names):
+            break
+    envs = [_env(fake.pod(NS, name)) for name in names]
+    assert [(e["GPUPOOL_RANK"], e["WORLD_SIZE"], e["NODE_RANK"]) for e in envs] == [
+        ("0", "3", "0"),
+        ("1", "3", "1"),
+        ("2", "3", "2"),
+    ]
+    assert workload.state in (S.ADMITTED, S.RUNNING) and not workload.restarting

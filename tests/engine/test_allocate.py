@@ -21,8 +21,8 @@ def test_starved_projects_take_turns_until_each_has_its_fair_share() -> None:
     assert sorted(placed(result)) == ["p1-0", "p1-1", "p2-0", "p2-1"]
     assert result.fair_shares[("p1", "a", G)] == 2
     assert result.pending_reasons == {
-        "p1-2": "needs 1 GPUs in pool a; 0 are free",
-        "p1-3": "needs 1 GPUs in pool a; 0 are free",
+        "p1-2": "needs 1 GPU in pool a; 0 are free",
+        "p1-3": "needs 1 GPU in pool a; 0 are free",
     }
 
 

@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from scheduling.engine import bench
-from scheduling.engine.apply import apply_result, remove_workloads
+from scheduling.engine.apply import apply_changes, apply_result, remove_workloads
+from scheduling.engine.arrival import run_arrival
+from scheduling.engine.cycle import schedule
 from scheduling.engine.types import (
     Admission,
     CycleResult,
@@ -19,9 +21,11 @@ from scheduling.engine.types import (
     PodPlacement,
     Resource,
     SchedulerConfig,
+    Snapshot,
     UsageRecord,
 )
 from tests.engine.builders import dept, frac, job, nodes, project, run, running, snapshot
+from tests.engine.test_properties import NOW, random_snapshot
 
 
 def test_admissions_become_placements_and_device_holders() -> None:
@@ -118,6 +122,44 @@ def test_the_small_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[s
         assert figures[key] > 0
     assert figures["admitted"] > 0
     assert figures["evicted"] >= 0
+
+
+def test_the_benchmark_keeps_the_state_and_checks_it_against_a_rebuild() -> None:
+    figures = bench.run("scale-small", repeat=2)
+    assert figures["rebuild_ms"] > 0
+    assert figures["cycle_ms_median"] > 0
+    assert len(figures["load"]) == 3  # type: ignore[arg-type]
+
+
+def test_the_arrival_benchmark_updates_the_kept_state_once_per_arrival() -> None:
+    figures = run_arrival(cycles=3)
+    assert (figures["nodes"], figures["gpus"], figures["running_at_start"]) == (1200, 6000, 8000)
+    assert (figures["builds"], figures["updates"], figures["admitted"]) == (1, 3, 3)
+
+
+def test_applying_only_the_changes_gives_the_snapshot_apply_result_gives() -> None:
+    snap = random_snapshot(5)
+    for now in (NOW, NOW + 60, NOW + 120):
+        result = schedule(snap, SchedulerConfig(), now)
+        full, changed = apply_result(snap, result, now), apply_changes(snap, result, now)
+        assert full.workloads == changed.workloads
+        assert _holders(full) == _holders(changed)
+        named = {p.node_id for a in result.admissions for p in a.pods}
+        named |= {p.node_id for wl in snap.workloads if wl.placement for p in wl.placement}
+        assert all(
+            new is old
+            for old, new in zip(snap.nodes, changed.nodes, strict=True)
+            if old.id not in named
+        )
+        snap = changed
+
+
+def _holders(snap: Snapshot) -> list[tuple[str, int, str | None, list[tuple[str, float]]]]:
+    return [
+        (node.id, gpu.index, gpu.whole_by, sorted((s.workload_id, s.share) for s in gpu.shares))
+        for node in snap.nodes
+        for gpu in node.gpus
+    ]
 
 
 def test_the_mig_benchmark_times_its_baseline_in_the_same_run(

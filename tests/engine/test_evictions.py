@@ -120,7 +120,7 @@ def test_reclaim_never_evicts_non_preemptible_work() -> None:
     )
     result = run(snap, now=NOW)
     assert result.evictions == ()
-    assert result.pending_reasons["mine"] == "needs 1 GPUs in pool a; 0 are free"
+    assert result.pending_reasons["mine"] == "needs 1 GPU in pool a; 0 are free"
 
 
 def test_a_project_already_at_its_deserved_quota_does_not_reclaim() -> None:

@@ -89,12 +89,21 @@ def test_equal_priority_preemption_only_takes_borrowed_work_and_never_cycles(see
             assert victim.queue_id == newcomer.queue_id
             if victim.priority == newcomer.priority:
                 pool = pool_of[(victim.placement or ())[0].node_id]
-                held = sum(
-                    _gpus(wl)
+                # What the queue held in the pool at most, in this cycle: before it, plus
+                # what the cycle admitted for it there (an admission may come first).
+                mine = [
+                    (wl.placement, by_id[wl.id])
                     for wl in snap.workloads
-                    if wl.queue_id == victim.queue_id
-                    and wl.placement
-                    and pool_of[wl.placement[0].node_id] == pool
+                    if wl.queue_id == victim.queue_id and wl.placement
+                ] + [
+                    (a.pods, by_id[a.workload_id])
+                    for a in result.admissions
+                    if by_id[a.workload_id].queue_id == victim.queue_id
+                ]
+                held = sum(
+                    _gpus(placement)
+                    for placement, _ in mine
+                    if pool_of[placement[0].node_id] == pool
                 )
                 queue = next(q for q in snap.queues if q.id == victim.queue_id)
                 deserved = sum(
@@ -110,5 +119,5 @@ def test_equal_priority_preemption_only_takes_borrowed_work_and_never_cycles(see
         now += 60
 
 
-def _gpus(wl) -> float:
-    return sum(len(p.gpus) + (p.share if p.shared_gpu is not None else 0.0) for p in wl.placement)
+def _gpus(placement) -> float:
+    return sum(len(p.gpus) + (p.share if p.shared_gpu is not None else 0.0) for p in placement)

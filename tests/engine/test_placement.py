@@ -86,7 +86,7 @@ def test_whole_and_shared_use_never_mix_on_one_device() -> None:
     snap = snapshot(nodes(1, gpus=2), QUEUES, workloads)
     result = run(snap)
     assert placed(result) == {"w1": [("n0", (1,))]}
-    assert result.pending_reasons["w2"] == "needs 1 GPUs in pool a; 0 are free"
+    assert result.pending_reasons["w2"] == "needs 1 GPU in pool a; 0 are free"
 
 
 def test_a_fraction_never_lands_on_a_device_held_whole() -> None:

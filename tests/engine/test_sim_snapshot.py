@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+from scheduling.engine.cycle import schedule
 from scheduling.engine.sim.engine_policy import EnginePolicy, build_queues
 from scheduling.engine.sim.fifo import FifoPolicy
 from scheduling.engine.sim.loop import SimConfig, Simulation
@@ -70,3 +73,36 @@ def test_unchanged_nodes_and_workloads_are_reused_between_cycles() -> None:
     first = policy.snapshot(sim, 0.0)
     second = policy.snapshot(sim, 0.0)
     assert all(a is b for a, b in zip(first.nodes, second.nodes, strict=True))
+
+
+def test_a_replay_with_the_kept_engine_state_equals_one_that_rebuilds_every_cycle() -> None:
+    rng = random.Random(4)
+    jobs = [
+        job(
+            f"j{i:03d}",
+            rng.uniform(0, 20000),
+            rng.choice((300, 1800, 7200, None)),
+            rng.choice((0.25, 0.5, 1, 2, 4, 8)),
+            team=rng.choice("abc"),
+        )
+        for i in range(150)
+    ]
+    spec = QuotaSpec(
+        {team: {"p": TeamQuota(deserved=8)} for team in "abc"}, dict.fromkeys("abc", "default")
+    )
+    config = SimConfig(tick=60.0, period=600.0, checkpoint_interval=900.0)
+
+    def replay(kept: bool) -> Simulation:
+        def factory(sim: Simulation) -> EnginePolicy:
+            scheduler = None if kept else schedule
+            return EnginePolicy(sim, "gpupool", SchedulerConfig(), True, scheduler)
+
+        return Simulation(cluster(4, 8), jobs, spec, factory, config).run()
+
+    kept, rebuilt = replay(True), replay(False)
+    outcome = {i: (r.first_start, r.end, r.preemptions, r.placement) for i, r in kept.runs.items()}
+    assert outcome == {
+        i: (r.first_start, r.end, r.preemptions, r.placement) for i, r in rebuilt.runs.items()
+    }
+    assert kept.policy.engine.updates > 10 * kept.policy.engine.builds  # type: ignore[attr-defined]
+    assert sum(r.preemptions for r in kept.runs.values()) > 0  # evictions were exercised

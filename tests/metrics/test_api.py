@@ -98,7 +98,7 @@ def test_issuing_a_token_stores_only_its_hash_and_writes_an_audit_row(org):
     assert plain.startswith("gpn_") and len(plain) > 40
     assert plain not in token.token_hash and token.prefix == plain[:12]
     assert NodeToken.objects.get().node == node
-    assert AuditLog.objects.filter(action="node_token_issue", actor=org.platform_admin).exists()
+    assert AuditLog.objects.filter(action="node_token.issue", actor=org.platform_admin).exists()
 
 
 def test_an_agent_lists_the_pods_on_its_node_only(agent, org):

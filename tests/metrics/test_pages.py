@@ -118,7 +118,7 @@ def test_the_overview_chart_is_built_from_pool_rollups(live, org, client_as):
 def test_the_dashboard_page_hands_the_figure_over_and_loads_local_plotly(live, org, client_as):
     page = client_as(org.researcher).get("/dashboard/").content.decode()
     assert '<script id="overview-figure" type="application/json">' in page
-    assert "/static/plotly/plotly.min.js" in page and "cdn" not in page.lower()
+    assert "/static/vendor/plotly/plotly-cartesian-" in page and "cdn" not in page.lower()
     assert 'data-src="/dashboard/fragment/now/' in page
 
 
@@ -157,7 +157,7 @@ def render_tag(tag: str, user, **objects) -> str:
 
 def test_the_project_chart_partial_shows_allocation_quota_and_use_to_viewers_only(live, org):
     html = render_tag("{% project_usage_chart project %}", org.researcher, project=org.project_a)
-    assert "usage-chart-" in html and "Deserved quota" in html and "plotly.min.js" in html
+    assert "usage-chart-" in html and "Deserved quota" in html and "plotly-cartesian-" in html
     assert ProjectUsage.objects.filter(project_id=org.project_a.pk).exists()
     hidden = render_tag("{% project_usage_chart project %}", org.outsider, project=org.project_a)
     assert hidden.strip() == ""

@@ -192,7 +192,7 @@ def test_only_platform_admins_set_prices_and_each_change_is_audited(org, client_
     client = client_as(org.platform_admin)
     response = client.post("/reports/prices/", {"gpu_model": "L40S", "price_per_hour": "1.25"})
     assert response.status_code == 302
-    assert AuditLog.objects.filter(action="gpu_price_set", object_repr__startswith="L40S").exists()
+    assert AuditLog.objects.filter(action="gpu_price.set", object_repr__startswith="L40S").exists()
     assert "L40S" in client.get("/reports/prices/").content.decode()
     bad = client.post("/reports/prices/", {"gpu_model": "L40S", "price_per_hour": "-1"})
     assert bad.status_code == 200 and "greater than or equal to 0" in bad.content.decode()

@@ -43,3 +43,18 @@ def test_seeding_twice_keeps_one_organisation_and_the_same_passwords(settings, t
     assert dict(re.findall(r"^  (admin|alice|bob)\s+(\S+)", second, re.MULTILINE)) == passwords
     for username, password in passwords.items():
         assert client.login(username=username, password=password), username
+
+
+def test_the_demo_prices_every_gpu_model_of_its_clusters(settings, tmp_path):
+    from clusters.metrics.models import GpuPrice
+    from clusters.models import Gpu
+
+    settings.VAR_DIR = tmp_path
+    _seed()
+    models = set(Gpu.objects.exclude(model="").values_list("model", flat=True))
+    assert models, "the demo has GPUs"
+    prices = dict(GpuPrice.objects.values_list("gpu_model", "price_per_hour"))
+    assert set(prices) == models and all(price > 0 for price in prices.values())
+    GpuPrice.objects.update(price_per_hour=9)  # an admin's change is kept on the next start
+    _seed()
+    assert set(GpuPrice.objects.values_list("price_per_hour", flat=True)) == {9}

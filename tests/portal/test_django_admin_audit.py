@@ -1,4 +1,5 @@
-"""Changes made in Django's admin (/django-admin/, staff only) are audited like the portal's."""
+"""Changes made in Django's admin (/django-admin/: platform admins with their portal session,
+and staff) are audited like the portal's."""
 
 from __future__ import annotations
 
@@ -84,6 +85,18 @@ def test_a_department_row_changed_there_is_filed_under_its_department(client_as,
     assert (entry.action, entry.department) == ("django-admin.workloadpolicy.delete", org.dept_a)
 
 
-def test_platform_admins_who_are_not_staff_cannot_reach_it(client_as, org):
-    response = client_as(org.platform_admin).get(PRICES)
-    assert response.status_code == 302 and "/django-admin/login/" in response["Location"]
+def test_a_platform_admin_reaches_the_django_admin_with_the_portal_session(client_as, org):
+    client = client_as(org.platform_admin)  # signed in to the portal, not a staff user
+    assert not org.platform_admin.is_staff
+    page = client.get("/django-admin/")
+    assert page.status_code == 200 and "GPUPool administration" in page.content.decode()
+    assert client.get(PRICES).status_code == 200
+    assert client.get(PRICES + "add/").status_code == 200
+
+
+@pytest.mark.parametrize("who", ["researcher", "dept_admin"])
+def test_anyone_else_signed_in_is_sent_to_the_admin_sign_in(client_as, org, who):
+    client = client_as(getattr(org, who))
+    for path in ("/django-admin/", PRICES):
+        page = client.get(path)
+        assert page.status_code == 302 and "/django-admin/login/" in page["Location"], path

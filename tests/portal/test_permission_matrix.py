@@ -47,6 +47,7 @@ def _membership_of(user) -> int:
 # name -> (url builder over the `org` fixture, expected status per persona)
 MATRIX = {
     "home": (lambda o: "/", row(200, 200, 200, 200)),
+    "home_live": (lambda o: "/home/fragment/", row(200, 200, 200, 200)),
     "department_list": (lambda o: "/departments/", row(200, 200, 403, 403)),
     "department_create": (lambda o: "/departments/new/", row(200, 403, 403, 403)),
     "department_edit": (lambda o: f"/departments/{o.dept_a.pk}/", row(200, 200, 403, 403)),
@@ -99,6 +100,9 @@ MATRIX = {
         row(405, 405, 403, 403),
     ),
     "audit_log": (lambda o: "/audit/", row(200, 200, 403, 403)),
+    # Everyone's own profile (SSH keys); a key is removed by POST, and only its owner's.
+    "profile": (lambda o: "/accounts/profile/", row(200, 200, 200, 200)),
+    "ssh_key_delete": (lambda o: "/accounts/profile/ssh-keys/1/delete/", row(405, 405, 405, 405)),
 }
 
 CASES = [(name, persona) for name in MATRIX for persona in (*ORDER, ANON)]
@@ -127,6 +131,7 @@ def test_each_page_answers_each_persona_as_the_matrix_says(client_as, org, name,
 # The organisation pages for the viewer, the peer and the member of nothing (see MORE below).
 MORE_PAGES = {
     "home": (200, 200, 200),
+    "home_live": (200, 200, 200),
     "department_list": (403, 403, 403),
     "department_create": (403, 403, 403),
     "department_edit": (403, 403, 403),
@@ -155,6 +160,8 @@ MORE_PAGES = {
     "user_deactivate:other": (403, 403, 403),
     "user_reactivate": (403, 403, 403),
     "audit_log": (403, 403, 403),
+    "profile": (200, 200, 200),
+    "ssh_key_delete": (405, 405, 405),
 }
 
 
@@ -302,14 +309,19 @@ SITE_MATRIX = {
     "password_reset_done": (GET, lambda o: "/accounts/password-reset/sent/", same(200)),
     "password_reset_confirm": (GET, lambda o: "/accounts/reset/MQ/bad-token/", same(200)),
     "password_reset_complete": (GET, lambda o: "/accounts/reset/done/", same(200)),
-    "admin:index": (GET, lambda o: "/django-admin/", same(302)),  # staff only: nobody here
-    "admin-login": (GET, lambda o: "/django-admin/login/", same(200)),  # throttled on POST
+    # Platform admins with their portal session; everyone else is sent to its sign-in.
+    "admin:index": (GET, lambda o: "/django-admin/", full(200, 302, 302, 302, 302)),
+    # throttled on POST; a platform admin already signed in goes on to the index
+    "admin-login": (GET, lambda o: "/django-admin/login/", full(302, 200, 200, 200, 200)),
     # The API's description: for signed-in users.
     "api-schema": (GET, lambda o: "/api/schema/", full(200, 200, 200, 200, 401)),
     "api-docs": (GET, lambda o: "/api/docs/", full(200, 200, 200, 200, LOGIN)),
     # REST API, organisation.
     "api-token": (POST, lambda o: "/api/v1/auth/token", same(400)),  # no credentials given
     "api-me": (GET, lambda o: "/api/v1/users/me", full(200, 200, 200, 200, 401)),
+    "api-ssh-keys": (GET, lambda o: "/api/v1/users/me/ssh-keys/", full(200, 200, 200, 200, 401)),
+    # Only DELETE, of the caller's own keys (tests/portal/test_ssh_keys.py).
+    "api-ssh-key": (GET, lambda o: "/api/v1/users/me/ssh-keys/1/", full(405, 405, 405, 405, 401)),
     "api-departments": (GET, lambda o: "/api/v1/departments/", full(200, 200, 200, 200, 401)),
     "api-department": (
         GET,
@@ -480,6 +492,16 @@ SITE_MATRIX = {
         row(200, 404, 404, 200),
     ),
     "workload_logs": (GET, lambda o: f"/workloads/{o.job.pk}/logs/", row(200, 200, 200, 404)),
+    "workload_logs_fragment": (
+        GET,
+        lambda o: f"/workloads/{o.job.pk}/logs/fragment/",
+        row(200, 200, 200, 404),
+    ),
+    "workload_logs_download": (
+        GET,
+        lambda o: f"/workloads/{o.job.pk}/logs/download/",
+        row(200, 200, 200, 404),
+    ),
     # Cluster pages: platform admins only; the node list is everyone's.
     "cluster_list": (GET, lambda o: "/clusters/", row(200, 403, 403, 403)),
     "cluster_new": (GET, lambda o: "/clusters/new/", row(200, 403, 403, 403)),
@@ -588,6 +610,8 @@ MORE_MATRIX = {
     "api-docs": (200, 200, 200),
     "api-token": (400, 400, 400),
     "api-me": (200, 200, 200),
+    "api-ssh-keys": (200, 200, 200),
+    "api-ssh-key": (405, 405, 405),
     "api-departments": (200, 200, 200),
     "api-department": (200, 200, 404),
     "api-department:other": (404, 404, 404),
@@ -641,6 +665,8 @@ MORE_MATRIX = {
     "workload_clone": (403, 404, 404),
     "workload_clone:other": (404, 404, 404),
     "workload_logs": (200, 404, 404),
+    "workload_logs_fragment": (200, 404, 404),
+    "workload_logs_download": (200, 404, 404),
     "cluster_list": (403, 403, 403),
     "cluster_new": (403, 403, 403),
     "node_list": (200, 200, 200),

@@ -135,9 +135,11 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     assert (svc.gpu_request, svc.pods, svc.spec["ports"]) == (
         "fraction",
         2,
-        [{"name": "http", "port": 8000}],
+        [{"name": "http", "port": 8000, "protocol": "http"}],
     )
-    assert Workload.objects.get(name="nb").spec["ports"] == [{"name": "http", "port": 8888}]
+    assert Workload.objects.get(name="nb").spec["ports"] == [
+        {"name": "http", "port": 8888, "protocol": "http"}
+    ]
     cycle_run()
     listing = gp("list")
     assert listing.splitlines()[0].split() == [
@@ -145,8 +147,14 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     ]  # fmt: skip
     assert any(line.split()[1:7] == ["resnet", "ml-vision", "training", "admitted", "2", "2"]
                for line in listing.splitlines())  # fmt: skip
-    assert any(line.split()[1:6] == ["svc", "ml-vision", "inference", "admitted", "0.5"]
+    # GPUS is the whole workload's, as the pages show it: 2 replicas of half a GPU, 1 GPU
+    # on each of the distributed job's pods.
+    assert any(line.split()[1:6] == ["svc", "ml-vision", "inference", "admitted", "1"]
                for line in listing.splitlines()), listing  # fmt: skip
+    ddp = Workload.objects.get(name="ddp")
+    assert ddp.pods > 1
+    assert any(line.split()[1:4] == ["ddp", "ml-vision", "distributed"]
+               and line.split()[5] == str(ddp.pods) for line in listing.splitlines())  # fmt: skip
     described = gp("describe", str(wl.pk))
     assert "Admitted" in described and "a100-node-" in described
     assert gp("stop", str(wl.pk)).strip() == "resnet: stopped."
@@ -221,3 +229,23 @@ def test_gpu_amounts_show_at_most_two_decimals_without_trailing_zeros():
     assert table([{"gpus": "4.00", "name": "2.50"}], ["name", "gpus"]).splitlines()[1].split() == [
         "2.50", "4"
     ]  # fmt: skip
+
+
+def test_an_elastic_range_is_submitted_listed_and_described(logged_in, org, cluster):
+    gp = logged_in
+    gp("project", "set", "ml-vision")
+    gp("submit", "training", "el", "--image", "img", "--gpus", "1", "--min-pods", "2",
+       "--max-pods", "6", "--", "python", "train.py")  # fmt: skip
+    wl = Workload.objects.get(name="el")
+    assert (wl.elastic, wl.min_pods, wl.pods, wl.handles_resize) == (True, 2, 6, False)
+    out = gp("submit", "training", "bad", "--image", "img", "--gpus", "1", "--min-pods", "7",
+             "--max-pods", "6", ok=False)  # fmt: skip
+    assert "min_pods" in out and "The minimum (7) is more than the maximum (6)." in out
+    gp("submit", "inference", "svc", "--image", "img", "--gpus", "1", "--port", "8000",
+       "--min-replicas", "1", "--max-replicas", "2", "--scale-target", "60")  # fmt: skip
+    svc = Workload.objects.get(name="svc")
+    assert (svc.min_pods, svc.pods, svc.spec["scale_target"]) == (1, 2, 60.0)
+    cycle_run()
+    listed = gp("list")
+    assert "0/2..6" not in listed and "6/2..6" in listed and "1/1..2" in listed
+    assert "size:           6 (min 2, max 6)" in gp("describe", str(wl.pk))

@@ -85,7 +85,7 @@ def test_the_cycle_fails_the_bad_row_and_runs_for_everyone_else(
     assert "Cannot be scheduled" in event.message
     detail = client_as(org.researcher).get(reverse("workload_detail", args=[bad.pk]))
     assert event.message in detail.content.decode()
-    audit = AuditLog.objects.get(action="workload_quarantine", object_id=str(bad.pk))
+    audit = AuditLog.objects.get(action="workload.quarantine", object_id=str(bad.pk))
     assert audit.actor is None and audit.department == org.dept_a
     # The next cycle runs clean: the failed row is no longer considered.
     again = cycle_run()
@@ -118,7 +118,7 @@ def test_the_bad_row_is_stopped_and_deleted_from_the_page_and_the_api(
     response = owner.post(reverse("api-workload-stop", args=[by_api.pk]))
     assert response.status_code == 200, response.content
     assert response.json()["state"] == WorkloadState.STOPPED
-    assert AuditLog.objects.filter(action="workload_stop", object_id=str(by_api.pk)).exists()
+    assert AuditLog.objects.filter(action="workload.stop", object_id=str(by_api.pk)).exists()
     assert owner.delete(reverse("api-workload", args=[by_api.pk])).status_code == 204
     assert not Workload.objects.filter(pk=by_api.pk).exists()
 

@@ -205,7 +205,7 @@ def test_each_kinds_form_queues_it_or_says_what_is_wrong_per_field(client_as, or
     assert (svc.pods, svc.preemptible, svc.spec["ports"][1]) == (
         3,
         False,
-        {"name": "metrics", "port": 9090},
+        {"name": "metrics", "port": 9090, "protocol": "http"},
     )
     errors = post("inference", "svc2", replicas="1").context["form"].errors
     assert errors["ports"] == ["An inference service exposes at least one port."]

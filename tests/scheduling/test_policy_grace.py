@@ -43,7 +43,7 @@ def test_other_policy_fields_do_not_make_a_project_override_the_department_grace
 def test_setting_the_grace_period_is_audited_with_before_and_after(org):
     policy_set(actor=org.dept_admin, project=org.project_a, termination_grace_s=30)
     policy_set(actor=org.dept_admin, project=org.project_a, termination_grace_s=300)
-    row = AuditLog.objects.filter(action="policy_set").latest("pk")
+    row = AuditLog.objects.filter(action="policy.set").latest("pk")
     assert (row.before["termination_grace_s"], row.after["termination_grace_s"]) == (30, 300)
     assert row.actor == org.dept_admin
 

@@ -27,7 +27,7 @@ def test_a_training_job_is_queued_pending_preemptible_with_an_event_and_audit_ro
     assert (wl.priority_class, wl.preemptible, wl.pods, wl.gpus) == ("train", True, 1, 2)
     assert wl.queued_at is not None
     assert list(wl.events.values_list("type", "reason")) == [("pending", "Submitted")]
-    row = AuditLog.objects.get(action="workload_submit")
+    row = AuditLog.objects.get(action="workload.submit")
     assert (row.actor, row.object_id, row.department) == (org.researcher, str(wl.pk), org.dept_a)
 
 
@@ -40,7 +40,7 @@ def test_inference_and_workspaces_are_not_preemptible_by_default(org, submit):
         3,
         1,
     )
-    assert svc.spec["ports"] == [{"name": "http", "port": 8000}]
+    assert svc.spec["ports"] == [{"name": "http", "port": 8000, "protocol": "http"}]
     assert (ws.priority_class, ws.preemptible) == ("build", False)
 
 
@@ -159,7 +159,7 @@ def test_only_admins_of_the_department_set_its_policies(org):
     with pytest.raises(PermissionDenied):
         policy_set(actor=org.dept_admin, department=org.dept_b, max_runtime_s=10)
     policy = policy_set(actor=org.dept_admin, project=org.project_a, max_runtime_s=10)
-    row = AuditLog.objects.get(action="policy_set")
+    row = AuditLog.objects.get(action="policy.set")
     assert (row.object_id, row.after["max_runtime_s"]) == (str(policy.pk), 10)
 
 
@@ -219,7 +219,7 @@ def test_stopping_a_sweep_stops_its_trials(org, submit):
     workload_stop(actor=org.researcher, workload=sweep)
     states = set(Workload.objects.values_list("state", flat=True))
     assert states == {WorkloadState.STOPPED}
-    assert AuditLog.objects.filter(action="workload_stop").count() == 1
+    assert AuditLog.objects.filter(action="workload.stop").count() == 1
 
 
 def test_stopping_a_finished_workload_is_refused(org, submit):
@@ -253,4 +253,4 @@ def test_a_running_workload_must_be_stopped_before_it_is_deleted(org, submit, cl
     workload_id = wl.pk
     workload_delete(actor=org.researcher, workload=wl)
     assert not Workload.objects.filter(pk=workload_id).exists()
-    assert AuditLog.objects.filter(action="workload_delete", object_id=str(workload_id)).exists()
+    assert AuditLog.objects.filter(action="workload.delete", object_id=str(workload_id)).exists()

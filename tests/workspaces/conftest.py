@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connections
 
 
@@ -14,3 +15,13 @@ def _no_persistent_connections():
     settings_dict["CONN_MAX_AGE"] = 0
     yield
     settings_dict["CONN_MAX_AGE"] = previous
+
+
+@pytest.fixture
+def local_var_dir(settings, tmp_path):
+    """A var/ of the test's own (local pods' records, folders, sockets), and a cache of its
+    own (the proxy's activity marks)."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    cache.clear()

@@ -27,7 +27,7 @@ def test_a_platform_admin_defines_an_environment_with_an_audit_row(client_as, or
     assert response.status_code == 302
     environment = Environment.objects.get(name="PyTorch")
     assert environment.command == ["jupyter", "lab"]
-    assert AuditLog.objects.get(action="environment_save").actor == org.platform_admin
+    assert AuditLog.objects.get(action="environment.save").actor == org.platform_admin
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_a_department_admin_adds_a_template_to_a_project_of_the_department(clien
     # A project of another department is not offered.
     refused = client.post("/workspaces/templates/", {**data, "project": org.project_b.pk})
     assert refused.status_code == 200 and "project" in refused.context["form"].errors
-    assert AuditLog.objects.filter(action="workspace_template_save").count() == 1
+    assert AuditLog.objects.filter(action="workspace_template.save").count() == 1
 
 
 def test_the_project_idle_policy_wins_over_the_department_and_the_platform(client_as, org):
@@ -69,7 +69,7 @@ def test_the_project_idle_policy_wins_over_the_department_and_the_platform(clien
     assert idle_policy_for(org.project_a).stop_after_min == 30
     assert idle_policy_for(org.project_a2).stop_after_min == 90
     assert idle_policy_for(org.project_b).stop_after_min == 120
-    assert AuditLog.objects.filter(action="idle_policy_set").count() == 3
+    assert AuditLog.objects.filter(action="idle_policy.set").count() == 3
 
 
 def test_a_department_admin_cannot_set_another_departments_policy(client_as, org):

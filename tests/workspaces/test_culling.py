@@ -71,9 +71,9 @@ def test_a_workspace_with_an_idle_kernel_is_warned_then_stopped_by_the_system(
     assert workspace.workload.state == WorkloadState.STOPPED
     stopped = workspace.workload.events.get(type="stopped")
     assert (stopped.reason, stopped.message) == ("IdleCulled", "Idle for 31 minutes.")
-    audit = AuditLog.objects.get(action="workspace_cull")
+    audit = AuditLog.objects.get(action="workspace.cull")
     assert audit.actor is None and audit.object_id == str(workspace.workload_id)
-    stop = AuditLog.objects.get(action="workload_stop")
+    stop = AuditLog.objects.get(action="workload.stop")
     assert (stop.actor, stop.after["reason"], stop.after["state"]) == (
         None,
         "IdleCulled",
@@ -133,7 +133,7 @@ def test_keeping_a_warned_workspace_running_restarts_its_idle_clock(org, tmp_pat
         assert response.status_code == 302
         workspace.refresh_from_db()
         assert workspace.idle_state == IdleState.ACTIVE and workspace.kept_alive_at is not None
-        assert AuditLog.objects.filter(action="workspace_keep_alive", actor=org.researcher).exists()
+        assert AuditLog.objects.filter(action="workspace.keep_alive", actor=org.researcher).exists()
         # Idle minutes now count from the click, not from Jupyter's last activity.
         keep = workspace.kept_alive_at
         assert workspaces_cull(now=keep + timedelta(minutes=9)) == {"keep": 1}

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from clusters.models import Backend, Cluster, Node
 from portal.models import AuditLog
 from scheduling.models import PriorityClass, Workload, WorkloadPolicy
 from tests.workspaces.helpers import make_running_workspace
@@ -55,7 +56,7 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
     workload = workspace.workload
     assert (workload.kind, workload.state, workload.preemptible) == ("workspace", "pending", False)
     assert workload.priority_class == PriorityClass.BUILD
-    assert workload.spec["ports"] == [{"name": "http", "port": 8888}]
+    assert workload.spec["ports"] == [{"name": "http", "port": 8888, "protocol": "http"}]
     assert workload.memory_mib == 2048 and workload.submitted_by == org.researcher
     assert workload.env["WANDB_MODE"] == "offline"
     assert "JUPYTER_TOKEN" not in workload.env and len(workspace.token) >= 32  # server-side
@@ -67,7 +68,7 @@ def test_the_form_launches_a_non_preemptible_build_workload_whose_token_stays_hi
         "--ServerApp.root_dir=/d",
     ]  # fmt: skip
     assert workload.env["WORKSPACE_BIND_HOST"] == "127.0.0.1"  # no Kubernetes cluster here
-    assert AuditLog.objects.filter(action="workspace_launch", actor=org.researcher).exists()
+    assert AuditLog.objects.filter(action="workspace.launch", actor=org.researcher).exists()
     page = client.get(response["Location"])
     assert page.status_code == 200 and b"my-lab" in page.content
     assert workspace.token.encode() not in page.content
@@ -200,3 +201,17 @@ def test_templates_of_a_disabled_environment_are_not_offered(client_as, org, jup
     jupyterlab.enabled = False
     jupyterlab.save()
     assert "cpu-box" not in client.get("/workspaces/new/").content.decode()
+
+
+def test_the_launch_form_comes_in_sections_and_explains_the_image_per_backend(client_as, org):
+    cluster = Cluster.objects.create(name="here", backend=Backend.LOCAL)
+    Node.objects.create(cluster=cluster, name="box", pool=org.pool, cpu_cores=8, memory_mib=8192)
+    response = client_as(org.researcher).get("/workspaces/new/")
+    page = response.content.decode()
+    for section in ("General", "Environment", "Compute", "Data", "Scheduling"):
+        assert f"<legend>{section}</legend>" in page
+    assert response.context["image_help"] == [
+        "The local machine does not use the image: the command runs in this host's own "
+        "environment (its Python and packages), in a sandbox."
+    ]
+    assert '<details class="advanced">' in page and 'id="row-env"' in page

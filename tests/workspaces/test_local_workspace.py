@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-from django.core.cache import cache
 
 from scheduling.models import PodAllocation, WorkloadState
 from tests.workspaces.helpers import drive_until_running, local_cluster, stop_and_reap, wait_until
@@ -19,11 +18,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.
 
 
 @pytest.fixture(autouse=True)
-def _var_dir(settings, tmp_path):
-    settings.VAR_DIR = tmp_path / "var"
-    settings.VAR_DIR.mkdir()
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    cache.clear()
+def _var_dir(local_var_dir):
+    pass
 
 
 def test_a_launched_workspace_runs_jupyter_on_the_local_backend_behind_the_proxy(client, org):

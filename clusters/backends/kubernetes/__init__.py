@@ -13,7 +13,9 @@
   (`spec.nodeName`, or a Binding when config `pin: binding`), whole GPUs as
   `nvidia.com/gpu` limits. A fractional pod gets no GPU limit: a reservation pod per
   shared GPU holds the device, and shared pods see it through NVIDIA_VISIBLE_DEVICES.
-- Pods that expose ports get a Service of the same name.
+- Pods that expose ports get a Service of the same name (ClusterIP: the portal's proxy and
+  SSH tunnel reach them); with the cluster's `publish_ports` also a NodePort Service or an
+  Ingress (`ingress_class`, `ingress_domain`) for their ports, never for the SSH server's.
 - Calls are retried with exponential backoff on 5xx, 429 and connection errors; a
   cluster that cannot be listed is unreachable (the caller keeps its workloads).
 - Lists and creates skip the client's model deserialization (`_preload_content=False`):
@@ -44,6 +46,8 @@ from kubernetes.client.exceptions import ApiException
 from clusters.backends import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    PUBLISH_INGRESS,
+    PUBLISH_NODEPORT,
     TERMINAL_PHASES,
     Backend,
     BackendError,
@@ -65,7 +69,9 @@ from clusters.backends.kubernetes.manifests import (
     ROLE,
     WORKLOAD_CONTAINER,
     hostfile_manifest,
+    ingress_manifest,
     node_info,
+    node_port_service_manifest,
     pod_manifest,
     pod_status,
     rendezvous_service_manifest,
@@ -110,6 +116,9 @@ class KubernetesBackend(Backend):
         self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
         self.priority_class = config.get("reservation_priority_class", "gpupool-reservation")
         self.run_as_user = config.get("run_as_user", DEFAULT_UID)
+        self.publish_ports = config.get("publish_ports", "")
+        self.ingress_class = config.get("ingress_class", "")
+        self.ingress_domain = config.get("ingress_domain", "")
         self.mps_root = str(config.get("mps_root", MPS_ROOT))
         self.watch = bool(config.get("watch", True))
         self.resync_s = float(config.get("resync_s", 300))
@@ -401,15 +410,44 @@ class KubernetesBackend(Backend):
         return pod
 
     def ensure_service(self, spec: PodSpec) -> None:
+        """The pod's own (ClusterIP) Service, and what the admin publishes beside it."""
         try:
-            self._json(
-                self.api.create_namespaced_service,
-                spec.namespace,
-                service_manifest(spec, self.owner),
-            )
+            try:
+                service = self._json(
+                    self.api.create_namespaced_service,
+                    spec.namespace,
+                    service_manifest(spec, self.owner),
+                )
+            except ApiException as exc:
+                if exc.status != 409 or not self.publish_ports:
+                    raise
+                name = self.owner.object_name(spec.name)
+                service = self._json(self.api.read_namespaced_service, name, spec.namespace)
+            self.publish(spec, service)
         except ApiException as exc:
             if exc.status != 409:
                 raise BackendError(f"service {spec.name}: {_said(exc)}") from exc
+
+    def publish(self, spec: PodSpec, service: dict) -> None:
+        """The cluster's choice (config `publish_ports`): the pod's ports, never its SSH
+        server's, on every node or through an Ingress class. Owned by the pod's Service,
+        they go with it. A 409 is ours from an earlier pass."""
+        if self.publish_ports == PUBLISH_NODEPORT:
+            body = node_port_service_manifest(spec, self.owner, service)
+            create = self.api.create_namespaced_service
+        elif self.publish_ports == PUBLISH_INGRESS:
+            body = ingress_manifest(spec, self.owner, service, ingress_class=self.ingress_class,
+                                    domain=self.ingress_domain)  # fmt: skip
+            create = k8s.NetworkingV1Api(self.api.api_client).create_namespaced_ingress
+        else:
+            return
+        if body is None:
+            return
+        try:
+            self._json(create, spec.namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def ensure_rendezvous(self, spec: PodSpec) -> None:
         """A distributed workload's headless Service and hostfile ConfigMap, made before

@@ -14,6 +14,7 @@ from clusters.backends import (
     PodPhase,
     PodSpec,
     PodStatus,
+    PortSpec,
 )
 from clusters.backends.kubernetes.ownership import Owner
 from clusters.sharing import POD_PIPE_DIRECTORY, mps_env
@@ -342,6 +343,69 @@ def service_manifest(spec: PodSpec, owner: Owner) -> dict:
     }
 
 
+SSH_PORT = "ssh"  # scheduling.specs.SSH_PORT_NAME: never published (PUBLISH_MODES)
+
+
+def published_ports(spec: PodSpec) -> list[tuple[str, PortSpec]]:
+    """(name in the cluster, port) of the ports an admin may publish: not SSH's."""
+    named = zip(port_names(spec), spec.ports, strict=True)
+    return [(name, port) for name, port in named if port.name != SSH_PORT]
+
+
+def _owned_by(service: dict) -> list[dict]:
+    meta = service["metadata"]
+    return [{"apiVersion": "v1", "kind": "Service", "name": meta["name"], "uid": meta["uid"]}]
+
+
+def node_port_service_manifest(spec: PodSpec, owner: Owner, service: dict) -> dict | None:
+    """The pod's published ports on every node (the cluster picks the node ports), owned by
+    its own Service so that they go with it. None: nothing to publish."""
+    ports = published_ports(spec)
+    if not ports:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{service['metadata']['name']}-np",
+            "labels": _labels(spec, owner),
+            "ownerReferences": _owned_by(service),
+        },
+        "spec": {
+            "type": "NodePort",
+            "selector": {POD_LABEL: spec.name, **owner.identity},
+            "ports": [{"name": n, "port": p.port, "targetPort": p.port} for n, p in ports],
+        },
+    }
+
+
+def ingress_manifest(
+    spec: PodSpec, owner: Owner, service: dict, *, ingress_class: str, domain: str
+) -> dict | None:
+    """A host per published HTTP port (<port>-<workload>-<pod>.<domain>) to the pod's own
+    Service, in the admin's Ingress class; owned by the Service. None: no HTTP port."""
+    ports = [(n, p) for n, p in published_ports(spec) if p.protocol == "http"]
+    if not ports:
+        return None
+    name = service["metadata"]["name"]
+    rules = []
+    for port_name, port in ports:
+        target = {"service": {"name": name, "port": {"number": port.port}}}
+        path = {"path": "/", "pathType": "Prefix", "backend": target}
+        host = f"{port_name}-{spec.workload_id}-{spec.pod_index}.{domain}"
+        rules.append({"host": host, "http": {"paths": [path]}})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": name,
+            "labels": _labels(spec, owner),
+            "ownerReferences": _owned_by(service),
+        },
+        "spec": {"ingressClassName": ingress_class, "rules": rules},
+    }
+
+
 def priority_class_manifest(name: str) -> dict:
     return {
         "apiVersion": "scheduling.k8s.io/v1",
@@ -480,4 +544,9 @@ def pod_status(pod: dict) -> PodStatus:
     ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
     if ports:
         result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
+        result.ports = {
+            p.get("name") or str(p["containerPort"]): f"{meta['name']}.{result.namespace}.svc:"
+            f"{p['containerPort']}"
+            for p in ports
+        }
     return result

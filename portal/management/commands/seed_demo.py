@@ -8,7 +8,13 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 # Order matters: the organisation first, then clusters (pools, nodes), then what uses them.
-SEEDERS = ["portal.demo", "clusters.demo", "scheduling.demo", "workspaces.demo"]
+SEEDERS = [
+    "portal.demo",
+    "clusters.demo",
+    "clusters.metrics.demo",
+    "scheduling.demo",
+    "workspaces.demo",
+]
 
 
 class Command(BaseCommand):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from scheduling.engine.context import Context, pending_key
+from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
 from scheduling.engine.types import Workload
@@ -64,9 +64,11 @@ def order_key(ctx: Context, queue_id: str) -> tuple[StarvationKey, StarvationKey
 
 def in_allocation_order(ctx: Context, waiting: list[Workload]) -> None:
     """Sort workloads as allocation takes them (department, project, then priority and
-    age), from each queue's standing now; each queue's key is computed once."""
+    age), from each queue's standing now; each queue's key is computed once. `waiting`
+    comes in pending order (a part of ctx.pending()), and the sort is stable: sorting by
+    queue alone keeps priority and age order inside each queue."""
     keys = {qid: order_key(ctx, qid) for qid in sorted({wl.queue_id for wl in waiting})}
-    waiting.sort(key=lambda wl: (keys[wl.queue_id], pending_key(wl)))
+    waiting.sort(key=lambda wl: keys[wl.queue_id])
 
 
 def allocate(ctx: Context) -> None:
@@ -78,7 +80,7 @@ def allocate(ctx: Context) -> None:
     2. pop the most starved department, its most starved project, and try that
        project's next workload in each allowed pool in order;
     3. push the project and the department back with their new keys while they have
-       workloads left.
+       workloads left (after an admission: until then they stay on top).
     """
     by_queue: dict[str, list[Workload]] = {}
     for wl in reversed(ctx.pending()):
@@ -90,14 +92,20 @@ def allocate(ctx: Context) -> None:
         heapq.heapify(heap)
     top = [(starvation_key(ctx, dept), dept) for dept in sorted(inner)]
     heapq.heapify(top)
+    considered = ctx.considered
     while top:
         _, dept = heapq.heappop(top)
         projects = inner[dept]
         _, qid = heapq.heappop(projects)
         waiting = by_queue[qid]
-        wl = waiting.pop()
-        ctx.consider(wl)
-        try_admit(ctx, wl)
+        # A workload that is not admitted changes no allocation: both keys stay, and
+        # the same department and project would come out on top again; so the project's
+        # next workload goes without the heaps until one is admitted.
+        admitted = False
+        while waiting and not admitted:
+            wl = waiting.pop()
+            considered.setdefault(wl.id, None)  # ctx.consider
+            admitted = try_admit(ctx, wl)
         if waiting:
             heapq.heappush(projects, (starvation_key(ctx, qid), qid))
         if projects:
@@ -111,20 +119,18 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
         return False
     reasons = []
     shape = ctx.shape_of(wl)
+    failures = ctx.shape_failures
     for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
-        if blocked is None:
-            blocked = ctx.shape_failures.get((pool, shape))
-        if blocked is None:
+        failed = failures.get((pool, shape))
+        if blocked is None and failed is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
                 ctx.admit(wl, pool, slots)
                 return True
-            blocked = capacity_reason(ctx, wl, pool)
-            ctx.shape_failures[(pool, shape)] = blocked
+            failed = failures[(pool, shape)] = capacity_reason(ctx, wl, pool)
+        if failed is not None:
             ctx.capacity_failed.add(wl.id)
-        elif (pool, shape) in ctx.shape_failures:
-            ctx.capacity_failed.add(wl.id)
-        reasons.append(blocked)
-    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"
+        reasons.append(blocked or failed)
+    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
     return False

@@ -48,12 +48,19 @@ def _candidates(ctx: Context) -> list[Workload]:
     could hold in total (for a fractional pod: the free shares of its shared GPUs). Free
     capacity only drops during this phase, so a filter taken once at its start never
     drops a candidate it would later accept."""
-    return [
-        wl
-        for wl in ctx.pending()
-        if wl.id in ctx.capacity_failed
-        and any(_fits_in_total(ctx, wl, p) for p in ctx.pools_for(wl))
-    ]
+    fits: dict[tuple[str, int], bool] = {}  # workloads of one shape fit alike
+
+    def fits_somewhere(wl: Workload) -> bool:
+        shape = ctx.shape_of(wl)
+        for pool in ctx.pools_for(wl):
+            found = fits.get((pool, shape))
+            if found is None:
+                found = fits[(pool, shape)] = _fits_in_total(ctx, wl, pool)
+            if found:
+                return True
+        return False
+
+    return [wl for wl in ctx.pending() if wl.id in ctx.capacity_failed and fits_somewhere(wl)]
 
 
 def _fits_in_total(ctx: Context, wl: Workload, pool: str) -> bool:

@@ -25,7 +25,10 @@ scenario in test_evictions.py and the random-snapshot property in test_propertie
 
 from __future__ import annotations
 
+import math
+
 from scheduling.engine.actions.allocate import in_allocation_order
+from scheduling.engine.actions.elastic import has_extras, shrink_for
 from scheduling.engine.actions.victims import Rule, Victim, VictimIndex, make_room, preemptible
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
@@ -59,7 +62,7 @@ def reclaim(ctx: Context) -> None:
     if not ctx.config.reclaim:
         return
     index = preemptible(ctx)
-    if not index.by_queue:
+    if not index.by_queue and not has_extras(ctx):
         return
     failures = Failures()
     waiting = ctx.pending()
@@ -87,19 +90,20 @@ def _try_reclaim(
     if free + _over_share(ctx, wl.queue_id, pool) < need - EPS:
         failures.add(key, wl, need)
         return False
-    found = make_room(
-        ctx,
-        wl,
-        pool,
-        index.pool(pool),
-        ReclaimRule(ctx, wl, pool),
-        EvictionReason.RECLAIM,
-        MAX_VICTIMS,
-    )
-    if found is None:
-        failures.add(key, wl, need)
-        return False
-    ctx.admit(wl, pool, found[1])
+    rule = ReclaimRule(ctx, wl, pool)
+    mark = ctx.stmt.mark()
+    # Extra pods of elastic workloads go first; whole workloads only for what is left.
+    slots = shrink_for(ctx, wl, pool, rule) if ctx.book.originals else None
+    if slots is None:
+        found = make_room(
+            ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS
+        )
+        if found is None:
+            ctx.stmt.discard(mark)
+            failures.add(key, wl, need)
+            return False
+        slots = found[1]
+    ctx.admit(wl, pool, slots)
     ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
     return True
 
@@ -107,7 +111,8 @@ def _try_reclaim(
 def _over_share(ctx: Context, queue_id: str, pool: str) -> float:
     """GPUs other leaf queues hold above their fair share: the most reclaim could free."""
     donors = ctx.donors(pool)
-    return sum(v for q, v in donors.items() if ctx.is_leaf(q)) - donors.get(queue_id, 0.0)
+    # fsum: exact, so the order the donors were found in cannot change the figure
+    return math.fsum(v for q, v in donors.items() if ctx.is_leaf(q)) - donors.get(queue_id, 0.0)
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
@@ -131,6 +136,7 @@ class ReclaimRule(Rule):
             qid: ctx.ledger.get(qid, pool) + need <= ctx.fair_share(qid, pool) + EPS
             for qid in ctx.ledger.chain(wl.queue_id)
         }
+        self.misfits = [qid for qid, ok in self.fits.items() if not ok]
 
     def _their_side(self, queue_id: str) -> list[str]:
         side = self.sides.get(queue_id)
@@ -151,9 +157,10 @@ class ReclaimRule(Rule):
     def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
         if queue_id == self.wl.queue_id or queue_id not in donors:
             return False
-        theirs = self.ctx.ledger.chain(queue_id)
-        if not all(ok for mine, ok in self.fits.items() if mine not in theirs):
-            return False
+        if self.misfits:  # usually none: then the victim's side alone decides
+            theirs = self.ctx.ledger.chain(queue_id)
+            if any(mine not in theirs for mine in self.misfits):
+                return False
         return all(q in donors for q in self._their_side(queue_id))
 
     def victim_ok(self, victim: Victim) -> bool:

@@ -13,13 +13,9 @@ from scheduling.engine.types import EvictionReason
 def evict_stale_gangs(ctx: Context) -> None:
     """Evict running gangs that have been short of min_pods past the grace period."""
     grace = ctx.config.stale_gang_grace_s
-    for wid in sorted(ctx.workloads):
+    for wid in ctx.short_gangs:  # kept between cycles: a scan of every workload is not
         wl = ctx.workloads[wid]
-        if wl.placement is None or wl.id not in ctx.state.slots:
-            continue
         running = len({s.pod for s in ctx.state.slots[wl.id]})
-        if running >= wl.gang_min:
-            continue
         since = wl.degraded_since if wl.degraded_since is not None else wl.started_at
         if since is None or ctx.now - since >= grace:
             detail = f"{running} of {wl.gang_min} pods running for {grace:g} s or more"

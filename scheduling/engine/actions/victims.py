@@ -119,6 +119,14 @@ def _cost(victim: Victim) -> tuple[float, int, float, str]:
     return victim.cost
 
 
+def _holdings(slots: list[PodSlot]) -> tuple[dict[str, float], tuple[int, ...]]:
+    """GPUs a running workload holds per pool, and the orders of its nodes."""
+    gpus: dict[str, float] = {}
+    for slot in slots:
+        gpus[slot.node.pool] = gpus.get(slot.node.pool, 0.0) + slot_amounts(slot)[0]
+    return gpus, tuple(sorted({s.node.order for s in slots}))
+
+
 class VictimIndex:
     """Running workloads that could be evicted, per queue and per pool, cheapest first."""
 
@@ -134,12 +142,13 @@ class VictimIndex:
             and wl.placement is not None
             and admissible(wl)
         ]
+        parts = ctx.victim_parts  # kept between cycles while a workload holds the same
         for wid in sorted(kept):  # filter first: often few running workloads qualify
             wl = workloads[wid]
-            gpus: dict[str, float] = {}
-            for slot in ctx.state.slots[wid]:
-                gpus[slot.node.pool] = gpus.get(slot.node.pool, 0.0) + slot_amounts(slot)[0]
-            nodes = tuple(sorted({s.node.order for s in ctx.state.slots[wid]}))
+            found = parts.get(wid)
+            if found is None:
+                found = parts[wid] = _holdings(ctx.state.slots[wid])
+            gpus, nodes = found
             cost = victim_cost(wl, sum(gpus.values()), ctx.now, ctx.config.restart_cost_s)
             self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes))
         for victims in self.by_queue.values():
@@ -175,8 +184,10 @@ def can_evict(ctx: Context) -> bool:
     minimum runtime). When none may, consolidation, reclaim and preemption cannot change
     anything, and the cycle skips them whole: consolidation would otherwise try up to
     MAX_ATTEMPTS placements of workloads that already failed, each a search over a pool.
-    A stale gang is evicted by its own rule before this is asked."""
-    return bool(preemptible(ctx).by_queue)
+    A stale gang is evicted by its own rule before this is asked. The count of running
+    preemptible work is kept between cycles, so a cluster of non-preemptible work pays
+    nothing here."""
+    return ctx.preemptible_running > 0 and bool(preemptible(ctx).by_queue)
 
 
 def make_room(

@@ -25,7 +25,7 @@ from scheduling.engine.sim.specs import (
     quotas_from_dict,
     quotas_to_dict,
 )
-from scheduling.engine.sim.trace import TraceJob, read_trace
+from scheduling.engine.sim.trace import TraceJob, made_elastic, read_trace
 from scheduling.engine.types import PlacementStrategy, SchedulerConfig
 
 POLICIES = ("fifo", "static", "gpupool")
@@ -107,6 +107,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
     parser.add_argument("--no-baseline", action="store_true", help="skip private clusters")
     parser.add_argument(
+        "--elastic-from",
+        type=float,
+        metavar="GPUS",
+        help="make jobs of at least GPUS whole GPUs elastic (1-GPU pods, half to all of them)",
+    )
+    parser.add_argument(
+        "--elastic-unit", type=int, default=1, help="GPUs per pod of a job made elastic"
+    )
+    parser.add_argument(
+        "--elastic-resizes-itself",
+        action="store_true",
+        help="jobs made elastic follow size changes without restarting from a checkpoint",
+    )
+    parser.add_argument(
         "--plot", type=Path, help="PNG of per-team extra queueing (this run and --compare)"
     )
     parser.add_argument(
@@ -128,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         nodes = cluster_from_dict(load_json(args.cluster))
         gpus_per_node = max(node.gpus for node in nodes)
         jobs, origin = read_trace(args.trace, gpus_per_node)
+        if args.elastic_from is not None:
+            jobs = made_elastic(
+                jobs, args.elastic_from, args.elastic_unit, args.elastic_resizes_itself
+            )
         quotas = quotas_from_dict(load_json(args.quotas)) if args.quotas else None
         quotas = quotas or proportional_quotas(jobs, nodes)
         earlier = {}
@@ -182,6 +200,7 @@ def _headline(summary: Mapping[str, Any]) -> str:
         "gpu_hours_lost_to_preemption",
         "wall_s",
         "engine_s",
+        "resizes",
     )
     parts = [f"{key}={summary.get(key)}" for key in keys]
     parts.append(f"queueing={summary['queueing_delay_s']} jct={summary['jct_s']}")

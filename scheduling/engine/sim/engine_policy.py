@@ -4,7 +4,8 @@ Teams become projects (leaf queues) under their department; a department's quota
 sum of its teams'. `static` is the engine with over-quota borrowing forbidden for every
 queue, so a team never holds more than its deserved GPUs; `gpupool` is the engine as
 configured. Node and workload objects are cached and rebuilt only when they change, which
-keeps building the snapshot cheap next to the cycle itself.
+keeps building the snapshot cheap next to the cycle itself, and lets the engine (which
+keeps its state between cycles, cycle.Engine) find what changed by identity.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from scheduling.engine.cycle import schedule
+from scheduling.engine.cycle import Engine
 from scheduling.engine.sim.specs import QuotaSpec, TeamQuota
 from scheduling.engine.sim.state import NodeState
 from scheduling.engine.sim.trace import TraceJob
@@ -140,7 +141,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
     job = run.job
     checkpoint = None
     if run.run_start is not None:
-        checkpoint = run.run_start + run.checkpointed(now, interval) - run.saved
+        checkpoint = run.run_start + (run.checkpointed(now, interval) - run.saved) / run.rate
     return Workload(
         id=job.id,
         queue_id=job.team,
@@ -154,6 +155,9 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         started_at=run.run_start,
         placement=run.placement,
         restarts=run.preemptions,
+        min_pods=job.min_pods if job.elastic else None,
+        elastic=job.elastic,
+        resized_at=run.resized_at,
     )
 
 
@@ -166,11 +170,14 @@ class EnginePolicy:
         name: str,
         config: SchedulerConfig,
         borrowing: bool,
-        scheduler: Callable[[Snapshot, SchedulerConfig, float], CycleResult] = schedule,
+        scheduler: Callable[[Snapshot, SchedulerConfig, float], CycleResult] | None = None,
     ) -> None:
         self.name = name
         self.config = config
-        self.scheduler = scheduler
+        # The engine keeps its state between cycles: a cycle pays for the jobs that
+        # started, ended or were evicted since the last one, not for the whole cluster.
+        self.engine = Engine()
+        self.scheduler = scheduler or self.engine.schedule
         teams = {run.job.team for run in sim.runs.values()}
         self.queues = build_queues(sim.quotas, teams, borrowing)
         self.pools = tuple(dict.fromkeys(spec.pool for spec in sim.node_specs))

@@ -4,6 +4,11 @@ Events that fall into the same tick are applied together and followed by one cyc
 scheduler also batches what happened since its last cycle); while work is pending a cycle
 also runs every `period` seconds. A preempted job returns to the queue and later resumes
 from its last checkpoint: the progress since then is lost.
+
+An elastic job's work scales with its size: with k of its n pods it progresses k/n as fast
+(progress is counted in seconds at full size, and so are checkpoint intervals). When it
+grows or shrinks it restarts from its last checkpoint with the new size, unless it handles
+resizing itself.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from scheduling.engine.sim.metrics import Recorder
 from scheduling.engine.sim.specs import NodeSpec, QuotaSpec
 from scheduling.engine.sim.state import ClusterState
 from scheduling.engine.sim.trace import TraceJob
-from scheduling.engine.types import CycleResult, Eviction, PodPlacement
+from scheduling.engine.types import CycleResult, Eviction, PodPlacement, Resize
 
 SUBMIT, FINISH = 1, 0  # finishes first: a job ending at t frees room for one submitted at t
 
@@ -50,6 +55,18 @@ class JobRun:
     placement: tuple[PodPlacement, ...] | None = None
     nodes: tuple[str, ...] = ()
     evictions: list[str] = field(default_factory=list)
+    resizes: int = 0
+    resized_at: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """Progress per second: the share of its pods the job runs with."""
+        held = len(self.placement) if self.placement else self.job.pods
+        return held / self.job.pods
+
+    @property
+    def gpus_held(self) -> float:
+        return len(self.placement or ()) * self.job.gpus_per_pod
 
     def waited(self, now: float) -> float:
         """Seconds spent pending up to `now`; a job still waiting counts until `now`."""
@@ -59,7 +76,7 @@ class JobRun:
     def progress(self, now: float) -> float:
         """Seconds of work done, counting the current run."""
         running = now - self.run_start if self.run_start is not None else 0.0
-        return self.saved + running
+        return self.saved + running * self.rate
 
     def checkpointed(self, now: float, interval: float) -> float:
         """Progress saved by the last checkpoint at `now` (a start counts as one)."""
@@ -191,27 +208,34 @@ class Simulation:
         result = self.policy.decide(self, self.now)
         for eviction in result.evictions:
             self._evict(eviction)
+        # Pods taken back first (they made room for this cycle's admissions), pods added
+        # last (they took what was idle after them).
+        for resize in result.resizes:
+            self._resize(self.running[resize.workload_id], resize, shrink=True)
         for admission in result.admissions:
             self._admit(self.pending[admission.workload_id], admission.pods)
-        return bool(result.evictions or result.admissions)
+        for resize in result.resizes:
+            self._resize(self.running[resize.workload_id], resize, shrink=False)
+        return bool(result.evictions or result.admissions or result.resizes)
 
     def _release(self, run: JobRun) -> None:
         assert run.placement is not None
         job = run.job
         self.cluster.release(job.id, run.placement, job.cpu, job.memory_gib)
-        self.recorder.allocation_changed(job.team, -job.gpus)
+        self.recorder.allocation_changed(job.team, -run.gpus_held)
         run.placement = None
 
     def _admit(self, run: JobRun, pods: tuple[PodPlacement, ...]) -> None:
         job = run.job
-        if len(pods) != job.pods:
+        least = job.min_pods if job.elastic and job.min_pods is not None else job.pods
+        if not least <= len(pods) <= job.pods:
             raise RuntimeError(f"{job.id}: admitted {len(pods)} of {job.pods} pods")
         self.cluster.allocate(job.id, pods, job.cpu, job.memory_gib)
-        self.recorder.allocation_changed(job.team, job.gpus)
         assert run.pending_since is not None
         run.queued += self.now - run.pending_since
         run.pending_since = None
         run.placement = pods
+        self.recorder.allocation_changed(job.team, run.gpus_held)
         run.nodes = tuple(dict.fromkeys(pod.node_id for pod in pods))
         run.run_start = self.now
         if run.first_start is None:
@@ -219,14 +243,53 @@ class Simulation:
         del self.pending[job.id]
         self._sorted_pending = None
         self.running[job.id] = run
-        if job.duration is not None:
-            self._push(self.now + job.duration - run.saved, FINISH, job.id, run.epoch)
+        self._push_finish(run)
+
+    def _push_finish(self, run: JobRun) -> None:
+        """The finish event of a run that (re)started now at its current size."""
+        if run.job.duration is not None:
+            left = (run.job.duration - run.saved) / run.rate
+            self._push(self.now + left, FINISH, run.job.id, run.epoch)
+
+    def _resize(self, run: JobRun, resize: Resize, shrink: bool) -> None:
+        """An elastic job gives pods back (`shrink`) or takes new ones: it restarts from
+        its checkpoint at the new size (or goes on from where it is, when it handles
+        resizing itself). A resize that both removes and adds pods restarts once."""
+        job = run.job
+        assert run.placement is not None
+        pods = resize.removed if shrink else tuple(p.pod for p in resize.added)
+        if not pods:
+            return
+        progress = run.progress(self.now)
+        interval = self.config.checkpoint_interval
+        saved = progress if job.handles_resize else run.checkpointed(self.now, interval)
+        lost = (progress - saved) / run.rate * run.gpus_held
+        run.lost_gpu_s += lost
+        if lost:
+            lost_by = self.lost_gpu_s_by_reason
+            lost_by["resize"] = lost_by.get("resize", 0.0) + lost
+        before = run.gpus_held
+        if shrink:
+            gone = set(pods)
+            removed = tuple(p for p in run.placement if p.pod in gone)
+            self.cluster.release(job.id, removed, job.cpu, job.memory_gib)
+            run.placement = tuple(p for p in run.placement if p.pod not in gone)
+        else:
+            self.cluster.allocate(job.id, resize.added, job.cpu, job.memory_gib)
+            run.placement = tuple(sorted(run.placement + resize.added, key=lambda p: p.pod))
+        self.recorder.allocation_changed(job.team, run.gpus_held - before)
+        run.nodes = tuple(dict.fromkeys(pod.node_id for pod in run.placement))
+        run.saved, run.run_start, run.resized_at = saved, self.now, self.now
+        if shrink or not resize.removed:
+            run.resizes += 1
+        run.epoch += 1
+        self._push_finish(run)
 
     def _evict(self, eviction: Eviction) -> None:
         run = self.running.pop(eviction.workload_id)
         saved = run.checkpointed(self.now, self.config.checkpoint_interval)
-        lost = run.progress(self.now) - saved
-        run.lost_gpu_s += lost * run.job.gpus
+        lost = (run.progress(self.now) - saved) / run.rate * run.gpus_held  # GPU-seconds
+        run.lost_gpu_s += lost
         run.saved = saved
         run.run_start = None
         run.preemptions += 1
@@ -235,7 +298,7 @@ class Simulation:
         reason = str(eviction.reason)
         self.eviction_counts[reason] = self.eviction_counts.get(reason, 0) + 1
         lost_by = self.lost_gpu_s_by_reason
-        lost_by[reason] = lost_by.get(reason, 0.0) + lost * run.job.gpus
+        lost_by[reason] = lost_by.get(reason, 0.0) + lost
         self._release(run)
         run.pending_since = self.now
         self.pending[run.job.id] = run

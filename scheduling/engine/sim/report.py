@@ -115,6 +115,8 @@ def summarize(
         gpu_allocation=_ratio(rec.allocated_window, sim.cluster.capacity * window),
         gpu_allocation_whole_run=_ratio(rec.allocated_total, sim.cluster.capacity * sim.now),
         evictions_by_reason=dict(sorted(sim.eviction_counts.items())),
+        elastic_jobs=sum(1 for run in sim.runs.values() if run.job.elastic),
+        resizes=sum(run.resizes for run in sim.runs.values()),
         gpu_hours_lost_by_reason={
             reason: round(seconds / HOUR, 2)
             for reason, seconds in sorted(sim.lost_gpu_s_by_reason.items())

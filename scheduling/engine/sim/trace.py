@@ -2,9 +2,12 @@
 
 Columns: submit_time (seconds, or an ISO date-time), duration_s (empty = never ends), team,
 gpus, and optionally id, pods, gpu_model (models separated by `|`), cpu, memory_gib,
-priority, preemptible, topology_level, topology_required. With a `pods` column, gpus is per
-pod; without it gpus is the job's total and a job over one node's worth is split into a gang
-of equal pods. gpus = 0 is a CPU-only job (it must ask for cpu or memory_gib).
+priority, preemptible, topology_level, topology_required, min_pods, max_pods,
+handles_resize. With a `pods` (or `max_pods`) column, gpus is per pod; without it gpus is the
+job's total and a job over one node's worth is split into a gang of equal pods. gpus = 0 is
+a CPU-only job (it must ask for cpu or memory_gib). A `min_pods` below the pods makes the
+job elastic: it runs with min_pods .. pods pods, its work scaling with its size, and
+restarts from its checkpoint when its size changes unless handles_resize says yes.
 """
 
 from __future__ import annotations
@@ -43,6 +46,13 @@ class TraceJob:
     preemptible: bool = True
     topology_level: str = ""  # keep the gang inside one domain of this level ("" = anywhere)
     topology_required: bool = True  # False: only preferred
+    min_pods: int | None = None  # elastic: runs with min_pods .. pods pods
+    handles_resize: bool = False  # elastic: a size change costs no restart
+
+    @property
+    def elastic(self) -> bool:
+        """True when the job may run with fewer pods than it asks for."""
+        return self.min_pods is not None and self.min_pods < self.pods
 
     @property
     def gpus(self) -> float:
@@ -111,7 +121,9 @@ def _optional_float(row: dict[str, str | None], name: str) -> float:
 
 def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -> TraceJob:
     gpus = parse_gpus(_cell(row, "gpus"))
-    pods_text = _cell(row, "pods")
+    pods_text = _cell(row, "max_pods") or _cell(row, "pods")
+    if _cell(row, "max_pods") and _cell(row, "pods") and _cell(row, "pods") != pods_text:
+        raise ValueError("pods and max_pods differ; give one of them")
     if pods_text:
         pods, per_pod = int(pods_text), gpus
     else:
@@ -132,6 +144,10 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
     duration_text = _cell(row, "duration_s")
     models = tuple(m.strip() for m in _cell(row, "gpu_model").split("|") if m.strip())
     priority_text = _cell(row, "priority")
+    min_text = _cell(row, "min_pods")
+    min_pods = int(min_text) if min_text else None
+    if min_pods is not None and not 1 <= min_pods <= pods:
+        raise ValueError(f"min_pods must be between 1 and the pods ({pods}), not {min_pods}")
     return TraceJob(
         id=_cell(row, "id") or f"j{number:05d}",
         team=_cell(row, "team") or "default",
@@ -146,7 +162,29 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
         preemptible=parse_bool(_cell(row, "preemptible"), default=True),
         topology_level=level,
         topology_required=parse_bool(required_text, default=True),
+        min_pods=min_pods,
+        handles_resize=parse_bool(_cell(row, "handles_resize"), default=False),
     )
+
+
+def made_elastic(
+    jobs: list[TraceJob], from_gpus: float, unit: int = 1, handles_resize: bool = False
+) -> list[TraceJob]:
+    """The trace with every job of at least `from_gpus` whole GPUs made elastic: pods of
+    `unit` GPUs each (a data-parallel worker per `unit` GPUs), able to run at half its
+    size or more (min_pods = half its pods, rounded up); `handles_resize`: resized without
+    a restart. Other jobs are unchanged."""
+    found = []
+    for job in jobs:
+        gpus = job.gpus
+        if job.is_fractional or gpus < from_gpus or gpus % unit:
+            found.append(job)
+            continue
+        pods = int(gpus) // unit
+        half = -(-pods // 2)
+        elastic = replace(job, pods=pods, gpus_per_pod=float(unit), min_pods=half)
+        found.append(replace(elastic, handles_resize=handles_resize))
+    return found
 
 
 def read_trace(path: Path, gpus_per_node: int = 8) -> tuple[list[TraceJob], float]:

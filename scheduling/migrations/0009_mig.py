@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0006_cycle_hardening'),
+        ('scheduling', '0008_elastic'),
     ]
 
     operations = [
