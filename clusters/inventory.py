@@ -90,7 +90,12 @@ def _store_gpus(node: Node, info: NodeInfo) -> int:
         Gpu.objects.update_or_create(
             node=node,
             index=gpu.index,
-            defaults={"uuid": gpu.uuid, "model": gpu.model, "memory_mib": gpu.memory_mib},
+            defaults={
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "memory_mib": gpu.memory_mib,
+                "mig_enabled": gpu.mig,
+            },
         )
         indices.append(gpu.index)
     # A GPU that fell off the bus is gone; allocations name GPUs by index, not by row.

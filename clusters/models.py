@@ -109,6 +109,14 @@ class NodePool(models.Model):
         max_length=16, choices=PlacementStrategy.choices, default=PlacementStrategy.BINPACK
     )
     description = models.TextField(blank=True)
+    # Whether the scheduler may destroy idle MIG instances on this pool's nodes to cut the
+    # shape a pending workload needs (dynamic MIG); off: only existing shapes and free
+    # slices are used.
+    mig_repartition = models.BooleanField(
+        "MIG repartitioning",
+        default=True,
+        help_text="Let the scheduler destroy idle MIG instances here to make other shapes.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -158,6 +166,8 @@ class Gpu(models.Model):
     # (its UUID; on Kubernetes the one its reservation pod holds). The node agent runs
     # that daemon (clusters.agent.mps).
     mps_device = models.CharField(max_length=100, blank=True)
+    # MIG mode as the node reports it: such a GPU is only ever split into MIG instances.
+    mig_enabled = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["node_id", "index"]
@@ -167,6 +177,31 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index}"
+
+
+class MigInstance(models.Model):
+    """A MIG GPU instance the scheduler wants on a GPU (profile at a first memory slice).
+
+    It outlives the workload that had it made, so the next one of that shape reuses it; the
+    scheduler deletes the row only to make room for another shape, and never while an
+    allocation holds it. The node makes the GPU match these rows and reports `uuid` (the
+    MIG device UUID its pods get as NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES).
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_instances")
+    profile = models.CharField(max_length=16)
+    start = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu_id", "start"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "start"], name="one_mig_instance_per_start")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu}/{self.profile}@{self.start}"
 
 
 class SimulatedPod(models.Model):

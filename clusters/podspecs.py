@@ -9,6 +9,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.sshd import SSH_ENV, with_ssh_server
+from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
@@ -150,12 +151,18 @@ def pod_spec(
     owner: Owner | None = None,
     peers: tuple[int, ...] = (),
     memories: dict[tuple[int, int], int] | None = None,
+    mig_devices: dict[tuple[int, int, int], str] | None = None,
 ) -> PodSpec:
     workload = allocation.workload
     namespace = workload.project.namespace
     peers = peers or tuple(range(workload.pods))
     rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
     env = pod_env(allocation)
+    mig_device = ""
+    if allocation.mig_gpu_index is not None and allocation.mig_start is not None:
+        key = (allocation.node_id, allocation.mig_gpu_index, allocation.mig_start)
+        mig_device = (mig_devices or {}).get(key, "")
+        env.update(mig_env(mig_device))
     if allocation.pod_index in peers:  # the current size: an elastic job's changes
         env.update(
             GPUPOOL_RANK=str(peers.index(allocation.pod_index)),
@@ -199,6 +206,7 @@ def pod_spec(
         gpu_share=float(allocation.gpu_share) if allocation.gpu_share is not None else None,
         gpu_memory_mib=allocation.gpu_memory_mib,
         mps=allocation_mps(allocation, (memories or {}).get((node_id, shared or 0), 0)),
+        mig_device=mig_device,
         ports=ports,
         checkpoint_dir=workload.checkpoint_dir,
         restart_count=workload.restart_count,
@@ -223,6 +231,10 @@ def pod_specs_for(
     uuids, memories = {}, {}
     for node_id, index, uuid, memory in gpus:
         uuids[(node_id, index)], memories[(node_id, index)] = uuid, memory
+    mig_devices = mig_device_map(node_ids)
+    # A MIG pod starts once its node made its instance (reported its UUID): before that it
+    # would see no GPU, or all of them.
+    allocations = [a for a in allocations if mig_ready(a, mig_devices)]
     owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
     peers: dict[int, list[int]] = {}
     for allocation in allocations:
@@ -235,6 +247,7 @@ def pod_specs_for(
             owner=owner,
             peers=tuple(sorted(peers[a.workload_id])),
             memories=memories,
+            mig_devices=mig_devices,
         )
         for a in allocations
     ]

@@ -25,6 +25,7 @@ from clusters.backends import (
     get_backend,
     pod_name,
 )
+from clusters.mig import mig_sync
 from clusters.models import Cluster, Gpu
 from clusters.podspecs import pod_specs_for
 from clusters.sharing import (
@@ -103,6 +104,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
             _refresh_states(by_workload)
             _requeue_lost(by_workload, observed, result)
         graces = workload_grace_periods(allocations)
+        mig_errors = mig_sync(cluster, backend)
         wanted = [a for a in allocations if _runs(a.workload) and not a.releasing]
         desired = pod_specs_for(wanted, cluster, graces)
         report = backend.reconcile(
@@ -114,7 +116,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         result.errors.append(str(exc))
         return result
     result.created, result.deleted = len(report.created), len(report.deleted)
-    result.errors += report.errors
+    result.errors += report.errors + mig_errors
     _record_mps_devices(cluster, report)
     _name_gpu_oom(allocations, report, backend)
     # One transaction for what was observed: readers never see half a pass, and on

@@ -14,6 +14,7 @@ from django.db.models import Avg, Count, Q, QuerySet
 from clusters.backends import get_backend, pod_name
 from clusters.backends.sshd import SSH_USER
 from clusters.metrics.models import GpuSample
+from clusters.mig import drawn_instances, mig_limits
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.sharing import allocation_mps, mps_enabled
 from portal.permissions import visible_projects
@@ -94,6 +95,9 @@ class GpuUse:
     memory_mib: int
     whole: dict[str, Any] | None = None
     shares: list[dict[str, Any]] = field(default_factory=list)
+    mig: bool = False
+    mig_instances: list[dict[str, Any]] = field(default_factory=list)
+    mig_holders: dict[int, dict] = field(default_factory=dict)  # instance start -> holder
 
     @property
     def shared_total(self) -> Decimal:
@@ -101,7 +105,7 @@ class GpuUse:
 
     @property
     def free(self) -> bool:
-        return self.whole is None and not self.shares
+        return self.whole is None and not self.shares and not self.mig_holders
 
 
 @dataclass(slots=True)
@@ -119,7 +123,9 @@ def node_rows(
 ) -> list[NodeRow]:
     """Nodes with each GPU's holders. Workloads of projects the user may not see are shown
     as "another project", so that the picture of free and used GPUs stays complete."""
-    nodes = Node.objects.select_related("cluster", "pool").prefetch_related("gpus")
+    nodes = Node.objects.select_related("cluster", "pool").prefetch_related(
+        "gpus", "gpus__mig_instances"
+    )
     if cluster_id:
         nodes = nodes.filter(cluster_id=cluster_id)
     if pool_id:
@@ -128,11 +134,18 @@ def node_rows(
     holders = _holders(user, [n.pk for n in nodes])
     rows = []
     for node in nodes:
-        gpus = [GpuUse(g.index, g.model, g.memory_mib) for g in node.gpus.all()]
+        gpus = [GpuUse(g.index, g.model, g.memory_mib, mig=g.mig_enabled) for g in node.gpus.all()]
         by_index = {g.index: g for g in gpus}
         enforced = mps_enabled(node.cluster.config)
         for allocation, label in holders.get(node.pk, []):
             _place(by_index, allocation, label, enforced=enforced)
+        for gpu in node.gpus.all():
+            use = by_index[gpu.index]
+            if gpu.mig_enabled:
+                instances = list(gpu.mig_instances.all())
+                use.mig_instances = drawn_instances(
+                    gpu.model, gpu.memory_mib, instances, use.mig_holders
+                )
         rows.append(NodeRow(node, gpus))
     return rows
 
@@ -161,6 +174,11 @@ def _place(
 ) -> None:
     """`enforced`: the cluster enforces shares through MPS; each share then carries its
     limits (clusters.sharing), which the nodes page shows."""
+    if allocation.mig_gpu_index is not None and allocation.mig_start is not None:
+        gpu = by_index.get(allocation.mig_gpu_index)
+        if gpu is not None:
+            gpu.mig_holders[allocation.mig_start] = label
+        return
     if allocation.shared_gpu_index is not None:
         gpu = by_index.get(allocation.shared_gpu_index)
         if gpu is not None:
@@ -186,7 +204,10 @@ def _limits(allocation: PodAllocation, device_memory_mib: int) -> dict[str, Any]
 
 def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
     """What MPS enforces for a sharer, for the API and the workload page: its GPU memory
-    and compute share. None for whole GPUs, and where the cluster turns MPS off."""
+    and compute share. None for whole GPUs, and where the cluster turns MPS off. A MIG
+    instance is enforced by the GPU itself: its profile, memory and compute slices."""
+    if allocation.mig_gpu_index is not None:
+        return mig_limits(allocation.mig_profile)
     if allocation.shared_gpu_index is None or not mps_enabled(allocation.node.cluster.config):
         return None
     memory = (

@@ -23,11 +23,12 @@ from decimal import Decimal
 
 from django.db.models import Q
 
-from clusters.models import Cluster, Gpu, Node, NodePool
+from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
 from scheduling import bounds
 from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
+from scheduling.engine.mig import AUTO, known_profile
 from scheduling.models import (
     ACTIVE_STATES,
     GpuRequestKind,
@@ -115,6 +116,10 @@ def request_problem(wl: Workload) -> str:
             problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
         if wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
             problems.append(f"{wl.gpus} whole GPUs is not a whole number")
+        if wl.gpu_request == GpuRequestKind.MIG and not known_profile(
+            wl.mig_profile or AUTO, wl.gpu_memory_mib
+        ):
+            problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
     return "; ".join(problems)
 
 
@@ -207,7 +212,11 @@ def _nodes() -> list[Node]:
         .order_by("pk")
     )
     gpus: dict[int, list[Gpu]] = {}
+    instances: dict[int, list[MigInstance]] = {}
+    for inst in MigInstance.objects.filter(gpu__node__in=nodes).order_by("gpu_id", "start"):
+        instances.setdefault(inst.gpu_id, []).append(inst)
     for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
+        gpu.mig_list = instances.get(gpu.pk, [])
         gpus.setdefault(gpu.node_id, []).append(gpu)
     for node in nodes:
         node.gpu_list = gpus.get(node.pk, [])
@@ -217,8 +226,11 @@ def _nodes() -> list[Node]:
 def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
     whole: dict[int, str] = {}
     shares: dict[int, list[t.GpuShare]] = {}
+    mig_holders: dict[tuple[int, int], str] = {}
     for alloc in allocations:
         wid = str(alloc.workload_id)
+        if alloc.mig_gpu_index is not None and alloc.mig_start is not None:
+            mig_holders[(alloc.mig_gpu_index, alloc.mig_start)] = wid
         if alloc.shared_gpu_index is not None:
             share = t.GpuShare(wid, float(alloc.gpu_share or 0), alloc.gpu_memory_mib)
             shares.setdefault(alloc.shared_gpu_index, []).append(share)
@@ -231,6 +243,11 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
             memory_mib=gpu.memory_mib,
             whole_by=whole.get(gpu.index),
             shares=tuple(shares.get(gpu.index, ())),
+            mig=gpu.mig_enabled,
+            mig_instances=tuple(
+                t.MigInstance(i.profile, i.start, mig_holders.get((gpu.index, i.start)))
+                for i in gpu.mig_list
+            ),
         )
         for gpu in node.gpu_list
     )
@@ -244,6 +261,7 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         schedulable=node.schedulable and node.cluster.reachable,
         cpu=float(node.cpu_cores) or None,
         memory_mib=int(node.memory_mib) or None,
+        mig_repartition=node.pool.mig_repartition,
     )
 
 
@@ -319,11 +337,14 @@ def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]
 
 
 def _pod_request(wl: Workload) -> t.PodRequest:
-    gpus, fraction, memory = 0, 0.0, 0
+    gpus, fraction, memory, mig = 0, 0.0, 0, ""
     if wl.gpu_request == GpuRequestKind.FRACTION:
         fraction = float(wl.gpus)
     elif wl.gpu_request == GpuRequestKind.MEMORY:
         memory = wl.gpu_memory_mib
+    elif wl.gpu_request == GpuRequestKind.MIG:
+        mig = wl.mig_profile or AUTO
+        memory = wl.gpu_memory_mib if mig == AUTO else 0
     else:
         gpus = int(wl.gpus)
     return t.PodRequest(
@@ -332,6 +353,7 @@ def _pod_request(wl: Workload) -> t.PodRequest:
         gpu_memory_mib=memory,
         cpu=float(wl.cpu),
         memory_mib=wl.memory_mib,
+        mig_profile=mig,
     )
 
 
@@ -344,6 +366,9 @@ def _placement(allocations: list[PodAllocation]) -> tuple[t.PodPlacement, ...]:
             shared_gpu=a.shared_gpu_index,
             share=float(a.gpu_share or 0),
             gpu_memory_mib=a.gpu_memory_mib,
+            mig_gpu=a.mig_gpu_index,
+            mig_profile=a.mig_profile,
+            mig_start=-1 if a.mig_start is None else a.mig_start,
         )
         for a in allocations
     )

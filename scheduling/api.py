@@ -62,6 +62,10 @@ class AllocationSerializer(serializers.Serializer):
     shared_gpu_index = serializers.IntegerField(allow_null=True)
     gpu_share = serializers.DecimalField(max_digits=6, decimal_places=3, allow_null=True)
     gpu_memory_mib = serializers.IntegerField()
+    # A MIG instance: its GPU, profile and first memory slice (null / "" otherwise).
+    mig_gpu_index = serializers.IntegerField(allow_null=True)
+    mig_profile = serializers.CharField()
+    mig_start = serializers.IntegerField(allow_null=True)
     # What MPS enforces on a sharer (clusters.sharing): {"mechanism": "mps",
     # "gpu_memory_mib", "active_thread_percentage"}; null for whole GPUs.
     enforced_limits = serializers.SerializerMethodField()
@@ -107,8 +111,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "id", "project", "submitted_by", "parent", "kind", "name", "image", "command",
-            "args", "env", "gpu_request", "gpus", "gpu_memory_mib", "cpu", "memory_mib", "pods",
-            "min_pods", "node_pools", "gpu_model", "topology_level", "topology_required",
+            "args", "env", "gpu_request", "gpus", "gpu_memory_mib", "mig_profile", "cpu",
+            "memory_mib", "pods", "min_pods", "node_pools", "gpu_model", "topology_level",
+            "topology_required",
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
@@ -165,6 +170,12 @@ class SubmitSpecSerializer(SubmitSerializer):
     gpu_request = serializers.ChoiceField(choices=GpuRequestKind.choices, required=False)
     gpus = bounded_decimal(bounds.GPUS, required=False)
     gpu_memory_mib = bounded_integer(bounds.GPU_MEMORY_MIB, required=False)
+    mig_profile = serializers.CharField(
+        max_length=16,
+        required=False,
+        help_text="gpu_request mig: a profile such as 1g.10gb, "
+        "or auto (the smallest profile holding gpu_memory_mib)",
+    )
     cpu = bounded_decimal(bounds.CPU, required=False)
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")

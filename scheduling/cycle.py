@@ -44,6 +44,7 @@ from scheduling.engine import types as t
 from scheduling.engine.cycle import Engine
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import Lease, cycle_lock
+from scheduling.mig import mig_instances_apply
 from scheduling.models import (
     ACTIVE_STATES,
     CycleRun,
@@ -325,6 +326,9 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
     """Pod allocations and ADMITTED transitions for all admissions, in a few batched
     statements (a first cycle may admit thousands)."""
     capacity_check(admissions)
+    refused = mig_instances_apply(admissions)
+    if refused:
+        raise OvercommitRefused(refused)
     PodAllocation.objects.bulk_create(
         (
             PodAllocation(
@@ -335,6 +339,9 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
                 shared_gpu_index=pod.shared_gpu,
                 gpu_share=pod.share if pod.shared_gpu is not None else None,
                 gpu_memory_mib=pod.gpu_memory_mib,
+                mig_gpu_index=pod.mig_gpu,
+                mig_profile=pod.mig_profile,
+                mig_start=pod.mig_start if pod.mig_gpu is not None else None,
             )
             for admission in admissions
             for pod in admission.pods

@@ -16,8 +16,10 @@ from typing import Any
 
 from django.db.models import Count, Max, Q
 
-from clusters.models import Node
+from clusters.models import Gpu, Node
 from scheduling.bounds import fmt
+from scheduling.engine.mig import AUTO, profile_for, profiles_for
+from scheduling.engine.types import PodRequest
 from scheduling.models import GpuRequestKind
 
 
@@ -70,6 +72,39 @@ def fit_errors(fields: dict[str, Any]) -> dict[str, list[str]]:
     return errors
 
 
+def mig_errors(fields: dict[str, Any]) -> dict[str, list[str]]:
+    """For a MIG request: the pools asked (all when none) must have MIG-enabled GPUs, and one
+    of their models must offer the profile (or a profile holding the memory asked)."""
+    if fields["gpu_request"] != GpuRequestKind.MIG:
+        return {}
+    pools = fields["node_pools"]
+    gpus = Gpu.objects.filter(node__cluster__enabled=True, node__pool__isnull=False)
+    if pools:
+        gpus = gpus.filter(node__pool__name__in=pools)
+    models = [m for m in fields["gpu_model"].split("|") if m]
+    if models:
+        gpus = gpus.filter(model__in=models)
+    if not gpus.exists():
+        return {}  # before the first inventory sync only the static checks apply
+    found = set(gpus.filter(mig_enabled=True).values_list("model", "memory_mib").distinct())
+    where = f"pool {', '.join(pools)}" if pools else "any pool"
+    if not found:
+        field = "node_pools" if pools else "gpu_request"
+        return {field: [f"{where.capitalize()} has no MIG-enabled GPU; ask for whole GPUs, "
+                        "a fraction or GPU memory there."]}  # fmt: skip
+    pod = PodRequest(mig_profile=fields["mig_profile"], gpu_memory_mib=fields["gpu_memory_mib"])
+    offered: set[str] = set()
+    for model, memory in sorted(found):
+        profiles = profiles_for(model, memory)
+        if profile_for(pod, profiles) is not None:
+            return {}
+        offered.update(profiles)
+    asked = fields["mig_profile"]
+    what = f"{fields['gpu_memory_mib']} MiB" if asked == AUTO else f"profile {asked}"
+    return {"mig_profile": [f"No MIG-enabled GPU in {where} offers {what}; offered: "
+                            f"{', '.join(sorted(offered)) or 'none'}."]}  # fmt: skip
+
+
 def node_rooms(pools: list[str], gpu_model: str) -> list[NodeRoom]:
     """The nodes the scheduler could use for these pools (all pools when none is named),
     with only the GPUs of the wanted models counted: one query, whatever the inventory."""
@@ -101,6 +136,7 @@ def _needs(fields: dict[str, Any]) -> dict[str, Any]:
     # A fraction or a slice of GPU memory still needs one GPU on the node.
     gpus = fields["gpus"] if request == GpuRequestKind.WHOLE else 1
     memory = fields["gpu_memory_mib"] if request == GpuRequestKind.MEMORY else 0
+    # (a MIG request's memory is checked against the MIG profiles: mig_errors)
     return {"gpus": gpus, "gpu_memory_mib": memory, "cpu": fields["cpu"],
             "memory_mib": fields["memory_mib"]}  # fmt: skip
 

@@ -113,6 +113,12 @@ class WorkloadForm(forms.Form):
     gpu_request = forms.ChoiceField(label="GPU request", choices=GpuRequestKind.choices)
     gpus = decimal_field(bounds.GPUS, "GPUs per pod", initial=1)
     gpu_memory_mib = whole_field(bounds.GPU_MEMORY_MIB, "GPU memory (MiB)", required=False)
+    mig_profile = _text(
+        "MIG profile",
+        max_length=16,
+        help_text="With GPU request 'MIG instance': e.g. 1g.10gb, 3g.40gb; empty = the "
+        "smallest that holds the GPU memory.",
+    )
     cpu = decimal_field(bounds.CPU, "CPU cores per pod", initial=1)
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
     workers = whole_field(bounds.PODS, required=False, initial=2)
@@ -299,6 +305,7 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "gpu_request",
             "gpus",
             "gpu_memory_mib",
+            "mig_profile",
             "cpu",
             "memory_mib",
             "topology_level",

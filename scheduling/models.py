@@ -53,6 +53,7 @@ class GpuRequestKind(models.TextChoices):
     WHOLE = "whole", "Whole GPUs"
     FRACTION = "fraction", "Fraction of a GPU"
     MEMORY = "memory", "GPU memory"
+    MIG = "mig", "MIG instance"
 
 
 class PriorityClass(models.TextChoices):
@@ -93,6 +94,9 @@ class Workload(models.Model):
         help_text="Whole GPUs per pod, or the fraction of one GPU.",
     )
     gpu_memory_mib = models.PositiveIntegerField(default=0)
+    # With gpu_request "mig": a MIG profile ("3g.40gb"), or "auto" for the smallest profile
+    # that holds gpu_memory_mib.
+    mig_profile = models.CharField(max_length=16, blank=True)
     cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=1)
     memory_mib = models.PositiveIntegerField(default=1024)
     pods = models.PositiveIntegerField(default=1)
@@ -170,6 +174,10 @@ class PodAllocation(models.Model):
     shared_gpu_index = models.IntegerField(null=True, blank=True)
     gpu_share = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
     gpu_memory_mib = models.PositiveIntegerField(default=0)
+    # A MIG instance: the GPU, the instance's profile and first memory slice.
+    mig_gpu_index = models.IntegerField(null=True, blank=True)
+    mig_profile = models.CharField(max_length=16, blank=True)
+    mig_start = models.SmallIntegerField(null=True, blank=True)
     phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
     # Where the pod's exposed port answers (host:port), for the workspace proxy and services.
     endpoint = models.CharField(max_length=255, blank=True)

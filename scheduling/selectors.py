@@ -32,6 +32,8 @@ from portal.permissions import visible_projects
 from portal.selectors import project_named
 from scheduling.adapters import project_queue
 from scheduling.bounds import query_id
+from scheduling.engine.mig import AUTO, pod_fraction
+from scheduling.engine.types import PodRequest
 from scheduling.models import (
     ACTIVE_STATES,
     CycleRun,
@@ -130,11 +132,14 @@ def _sort_annotation(column: str) -> Any:
 
 
 def gpus_allocated(wl: Workload) -> Decimal:
-    """Whole GPUs held, plus shares of shared GPUs."""
+    """Whole GPUs held, plus shares of shared GPUs and MIG slices (slices / 7)."""
     total = Decimal(0)
     for alloc in wl.allocations.all():
         total += len(alloc.gpu_indices)
         total += alloc.gpu_share or 0
+        if alloc.mig_profile:
+            fraction = pod_fraction(PodRequest(mig_profile=alloc.mig_profile))
+            total += Decimal(fraction).quantize(Decimal("0.001"))
     return total
 
 
@@ -156,6 +161,9 @@ def size_text(wl: Workload) -> str:
 def gpus_requested(wl: Workload) -> str:
     if wl.gpu_request == GpuRequestKind.MEMORY:
         return f"{wl.pods} x {wl.gpu_memory_mib} MiB"
+    if wl.gpu_request == GpuRequestKind.MIG:
+        what = wl.mig_profile if wl.mig_profile != AUTO else f"{wl.gpu_memory_mib} MiB"
+        return f"{wl.pods} x MIG {what}"
     return f"{(wl.gpus * wl.pods).normalize():f}"
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from clusters.models import NodePool
 from scheduling import bounds
 from scheduling.bounds import Bound
-from scheduling.fits import fit_errors
+from scheduling.engine.mig import AUTO
+from scheduling.fits import fit_errors, mig_errors
 from scheduling.models import GpuRequestKind, PriorityClass, WorkloadKind
 from scheduling.sweeps import clean_search
 
@@ -70,6 +71,7 @@ COLUMN_KEYS = {
     "gpu_request",
     "gpus",
     "gpu_memory_mib",
+    "mig_profile",
     "cpu",
     "memory_mib",
     "pods",
@@ -106,6 +108,8 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
+    if not errors:
+        errors.update(mig_errors(out))
     if not errors:  # only a request that is sound on its own is compared with the nodes
         errors.update(fit_errors(out))
     return out, errors
@@ -228,12 +232,22 @@ def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
         _add(errors, "gpus", "Whole GPUs are counted in whole numbers; ask for a fraction.")
     if request == GpuRequestKind.FRACTION and gpus is not None and not 0 < gpus < 1:
         _add(errors, "gpus", "A fraction of a GPU is between 0 and 1, e.g. 0.5.")
+    mig = _text(raw, "mig_profile", 16, errors)
     if request == GpuRequestKind.MEMORY:
         gpus = Decimal(0)
         if not memory:
             _add(errors, "gpu_memory_mib", "Give the GPU memory to reserve, in MiB.")
+    elif request == GpuRequestKind.MIG:
+        gpus, mig = Decimal(0), mig or AUTO
+        if mig == AUTO and not memory:
+            _add(errors, "mig_profile", "Name a MIG profile (e.g. 1g.10gb) or give GPU memory.")
+        if mig != AUTO:
+            memory = 0
     else:
         memory = 0
+    if mig and request != GpuRequestKind.MIG:
+        _add(errors, "mig_profile", "A MIG profile goes with the GPU request 'mig'.")
+    out["mig_profile"] = mig if request == GpuRequestKind.MIG else ""
     cpu = _number(raw, "cpu", 1, bounds.CPU, errors)
     if cpu is not None and cpu <= 0:
         _add(errors, "cpu", "Ask for more than 0 CPU cores.")

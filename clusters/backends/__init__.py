@@ -55,6 +55,7 @@ class GpuInfo:
     model: str = ""
     memory_mib: int = 0
     uuid: str = ""
+    mig: bool = False  # MIG mode on: only ever split into MIG instances
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,9 @@ class PodSpec:
     # A sharer's limits on its GPU, enforced through that GPU's MPS daemon (clusters.sharing):
     # each backend gives the pod sharing.mps_env(mps, <its pipe folder>).
     mps: MpsLimits | None = None
+    # A MIG pod's device, as the node reported it (MIG-<uuid>); its env shows it only that
+    # (clusters.mig.mig_env), and the local backend's CUDA_VISIBLE_DEVICES names it too.
+    mig_device: str = ""
     ports: tuple[PortSpec, ...] = ()
     checkpoint_dir: str = ""
     restart_count: int = 0
@@ -203,6 +207,10 @@ def mps_device(spec: PodSpec) -> str:
     return spec.shared_gpu_uuid or str(spec.shared_gpu_index)
 
 
+MigKey = tuple[str, int, int]  # (node name, GPU index, first memory slice)
+MigLayout = dict[tuple[str, int], list[tuple[str, int]]]
+
+
 def pod_name(workload_id: int, pod_index: int) -> str:
     return f"gp-{workload_id}-{pod_index}"
 
@@ -239,6 +247,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         """The pod's recent stdout and stderr."""
+
+    def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
+        """Make each MIG-enabled GPU hold exactly the instances wanted ({(node name, GPU
+        index): [(profile, start)]}); return the MIG device UUID of each instance made or
+        found ({(node, index, start): uuid}) and the errors. The base: nothing on the
+        node side (on Kubernetes the node agent does it, clusters/agent/mig.py)."""
+        return {}, []
 
     def reconcile(
         self,

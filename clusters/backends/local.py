@@ -38,6 +38,8 @@ from clusters.agent.mps import MpsDaemons, MpsError
 from clusters.backends import (
     Backend,
     BackendError,
+    MigKey,
+    MigLayout,
     NodeInfo,
     PodPhase,
     PodSpec,
@@ -49,7 +51,7 @@ from clusters.backends import (
     mps_device,
     sandbox,
 )
-from clusters.backends.localgpus import local_gpus
+from clusters.backends.localgpus import local_gpus, local_mig_sync
 from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
@@ -187,6 +189,10 @@ class LocalBackend(Backend):
     def test_connection(self) -> str:
         gpus = local_gpus()
         return f"Local machine {self.node_name}: {os.cpu_count()} CPUs, {len(gpus)} GPUs"
+
+    def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
+        """This machine's MIG-mode GPUs, through NVML (clusters/agent/mig.py)."""
+        return local_mig_sync(wanted)
 
     def list_inventory(self) -> list[NodeInfo]:
         self.isolation()  # the worker's answer, for the clusters page
@@ -432,6 +438,8 @@ class LocalBackend(Backend):
         # NVML's, which follow the PCI bus order; CUDA's default order (fastest first) may not.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if spec.mig_device:
+            env["CUDA_VISIBLE_DEVICES"] = spec.mig_device  # the MIG instance, by its UUID
         if spec.mps is not None:
             # The daemon sees only this GPU; the sharer names it so that the server agrees.
             device = mps_device(spec)

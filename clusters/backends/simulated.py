@@ -11,6 +11,8 @@ them like a real cluster's:
          spread: {gpupool.io/rack: [rack-1, rack-2]}}
     nodes:
       - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
+      - {name: h100-mig, gpus: 8, gpu_model: NVIDIA H100 80GB HBM3, mig_gpus: 4}
+                           # mig_gpus: the last N GPUs run in MIG mode (dynamic MIG)
     stop_delay_s: 0        # how long a stopped pod takes to go away (at most its grace period)
     down_nodes: [t4-0]     # nodes that failed: they vanish, and their pods with them
                            # (as do the pods of a node edited out of the description)
@@ -36,18 +38,21 @@ from django.utils import timezone
 from clusters.backends import (
     Backend,
     GpuInfo,
+    MigKey,
+    MigLayout,
     NodeInfo,
     PodPhase,
     PodSpec,
     PodStatus,
     ReconcileReport,
 )
+from clusters.mig import simulated_uuid
 from clusters.models import SimulatedPod
 from clusters.sharing import POD_PIPE_DIRECTORY, mps_env
 from portal.errors import ValidationFailed
 
 log = logging.getLogger(__name__)
-NODE_KEYS = {"name", "gpus", "gpu_model", "gpu_memory_mib", "cpu_cores", "memory_mib"}
+NODE_KEYS = {"name", "gpus", "gpu_model", "gpu_memory_mib", "cpu_cores", "memory_mib", "mig_gpus"}
 
 
 def description_parse(text: str) -> dict[str, Any]:
@@ -84,6 +89,7 @@ def description_nodes(config: dict[str, Any]) -> list[NodeInfo]:
 
 def _node(item: dict[str, Any]) -> NodeInfo:
     gpus = int(item.get("gpus", 0))
+    mig_from = gpus - int(item.get("mig_gpus", 0))
     return NodeInfo(
         name=str(item["name"]),
         labels={str(k): str(v) for k, v in (item.get("labels") or {}).items()},
@@ -97,6 +103,7 @@ def _node(item: dict[str, Any]) -> NodeInfo:
                 model=str(item.get("gpu_model", "Simulated GPU")),
                 memory_mib=int(item.get("gpu_memory_mib", 81920)),
                 uuid=f"GPU-sim-{item['name']}-{i}",
+                mig=i >= mig_from,
             )
             for i in range(gpus)
         ),
@@ -168,6 +175,21 @@ class SimulatedBackend(Backend):
         return (
             started + "\n[simulated] MPS client: " + " ".join(f"{k}={v}" for k, v in limits.items())
         )
+
+    def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
+        """The instances "exist" as soon as they are wanted, with stable made-up UUIDs."""
+        gpus = {
+            (n.name, g.index): g for n in description_nodes(self.cluster.config) for g in n.gpus
+        }
+        made, errors = {}, []
+        for (node, index), instances in sorted(wanted.items()):
+            gpu = gpus.get((node, index))
+            if gpu is None or not gpu.mig:
+                errors.append(f"{node} GPU {index} is not in MIG mode")
+                continue
+            for profile, start in instances:
+                made[(node, index, start)] = simulated_uuid(gpu.uuid, profile, start)
+        return made, errors
 
     def reconcile(
         self,

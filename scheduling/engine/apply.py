@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduling.engine.mig import next_instances
 from scheduling.engine.types import (
     CycleResult,
     Gpu,
@@ -84,6 +85,8 @@ def _holdings(workloads: tuple[Workload, ...]) -> dict[str, dict[int, list[Holdi
         for placed in wl.placement or ():
             devices = held.setdefault(placed.node_id, {})
             indices = placed.gpus if placed.shared_gpu is None else (placed.shared_gpu,)
+            if placed.mig_gpu is not None:
+                indices = (placed.mig_gpu,)
             for index in indices:
                 devices.setdefault(index, []).append((wl.id, placed))
     return held
@@ -95,6 +98,8 @@ def _next_node(node: Node, held: dict[int, list[Holding]], known: set[str]) -> N
 
 
 def _next_gpu(gpu: Gpu, holders: list[Holding], known: set[str]) -> Gpu:
+    if gpu.mig:
+        return replace(gpu, mig_instances=next_instances(gpu, holders, known))
     foreign = gpu.whole_by if gpu.whole_by not in known else None
     owner = next((wid for wid, p in holders if p.shared_gpu is None), foreign)
     shares = tuple(

@@ -4,8 +4,12 @@
 
 `scale`: 1,000 nodes x 8 GPUs in 2 pools and 10 racks, 20 departments x 10 projects,
 5,000 running and 10,000 pending workloads (whole, fractional, gangs of 2-16 pods).
-`scale-small` is the same at one tenth, `scale-x10` ten times as large (10,000 nodes,
-50,000 running, 100,000 pending; the same 220 queues). The running set is placed by the
+`scale-mig` is `scale` with a quarter of the GPUs MIG-enabled (the last 2 of each node)
+and one single-pod workload in five asking for a MIG profile (or for memory, mapped to a
+profile); it also times `scale` in the same run and reports the ratio of the medians
+(`scale-mig-small`: the same at one tenth). `scale-small` is the same at one tenth,
+`scale-x10` ten times as large (10,000 nodes, 50,000 running, 100,000 pending; the same
+220 queues). The running set is placed by the
 engine itself (so it is a state the engine could have produced); then pending work is
 added. The first cycle builds the engine's state from the snapshot (`rebuild_ms`); the
 timed cycles run on the same snapshot with the state kept between cycles (cycle.Engine),
@@ -58,15 +62,39 @@ class Scenario:
     pending: int
     racks: int = 10
     gpus_per_node: int = 8
+    mig_gpus: int = 0  # per node, the last ones: MIG-enabled
+    mig_share: float = 0.0  # of single-pod workloads, the part that asks for MIG
+    baseline: str = ""  # a scenario timed in the same run, for comparison
 
 
 SCENARIOS = {
     "scale": Scenario(nodes=1000, departments=20, projects=10, running=5000, pending=10000),
     "scale-small": Scenario(nodes=100, departments=2, projects=10, running=500, pending=1000),
+    "scale-mig": Scenario(
+        nodes=1000,
+        departments=20,
+        projects=10,
+        running=5000,
+        pending=10000,
+        mig_gpus=2,
+        mig_share=0.2,
+        baseline="scale",
+    ),
+    "scale-mig-small": Scenario(
+        nodes=100,
+        departments=2,
+        projects=10,
+        running=500,
+        pending=1000,
+        mig_gpus=2,
+        mig_share=0.2,
+        baseline="scale-small",
+    ),
     "scale-x10": Scenario(
         nodes=10000, departments=20, projects=10, running=50000, pending=100000, racks=100
     ),
 }
+MIG_REQUESTS = ("1g.10gb", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "auto")
 
 
 def build_nodes(sc: Scenario) -> tuple[Node, ...]:
@@ -75,7 +103,8 @@ def build_nodes(sc: Scenario) -> tuple[Node, ...]:
     per_rack = max(sc.nodes // sc.racks, 1)
     for i in range(sc.nodes):
         pool, model = POOLS[i * len(POOLS) // sc.nodes]
-        gpus = tuple(Gpu(j, model, GPU_MEMORY) for j in range(sc.gpus_per_node))
+        mig_from = sc.gpus_per_node - sc.mig_gpus
+        gpus = tuple(Gpu(j, model, GPU_MEMORY, mig=j >= mig_from) for j in range(sc.gpus_per_node))
         topology = {"zone": f"z{i // (per_rack * 5)}", "rack": f"rack-{i // per_rack}"}
         nodes.append(
             Node(f"node-{i:04d}", pool, gpus, topology=topology, cpu=128.0, memory_mib=1 << 20)
@@ -109,10 +138,15 @@ def build_queues(sc: Scenario, rng: Random) -> tuple[Queue, ...]:
     return tuple(queues)
 
 
-def _pods(rng: Random, gang: bool, small: bool) -> tuple[PodRequest, ...]:
-    """Pods of one workload; `small` shapes keep 5,000 running ones within 8,000 GPUs."""
+def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest, ...]:
+    """Pods of one workload; `small` shapes keep 5,000 running ones within 8,000 GPUs.
+    A `mig` part of single-pod workloads asks for a MIG profile."""
     kind = rng.random()
     cpu, mem = float(rng.choice((2, 4, 8))), rng.choice((8192, 16384, 32768))
+    if mig and not gang and rng.random() < mig:
+        profile = rng.choice(MIG_REQUESTS)
+        memory = rng.choice((8192, 20480, 30720)) if profile == "auto" else 0
+        return (PodRequest(mig_profile=profile, gpu_memory_mib=memory, cpu=cpu),)
     if gang:
         size = rng.randint(2, 4) if small else rng.randint(2, 16)
         gpus = 1 if small else rng.choice((1, 2, 4, 8))
@@ -126,10 +160,12 @@ def _pods(rng: Random, gang: bool, small: bool) -> tuple[PodRequest, ...]:
     return (PodRequest(gpus=rng.choice(sizes), cpu=cpu, memory_mib=mem),)
 
 
-def build_workload(wid: str, projects: list[str], rng: Random, now: float, small: bool) -> Workload:
-    """One random workload: whole, fractional or a gang, some with pool or rack wishes."""
+def build_workload(
+    wid: str, projects: list[str], rng: Random, now: float, small: bool, mig: float = 0.0
+) -> Workload:
+    """One random workload: whole, fractional, MIG or a gang, some with pool or rack wishes."""
     gang = rng.random() < (0.05 if small else 0.1)
-    pods = _pods(rng, gang, small)
+    pods = _pods(rng, gang, small, mig)
     pools: tuple[str, ...] = ()
     if rng.random() < 0.5:
         pools = tuple(p for p, _ in rng.sample(POOLS, 2))
@@ -158,7 +194,8 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
     nodes, queues = build_nodes(sc), build_queues(sc, rng)
     projects = [q.id for q in queues if q.parent_id is not None]
     first = tuple(
-        build_workload(f"run-{i:05d}", projects, rng, now, small=True) for i in range(sc.running)
+        build_workload(f"run-{i:05d}", projects, rng, now, True, sc.mig_share)
+        for i in range(sc.running)
     )
     # Place without limits (non-preemptible work over quota too, as it may run from
     # before an admin took the permission back); the timed cycles apply every rule.
@@ -171,7 +208,8 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
         if wl.placement is not None
     )
     pending = tuple(
-        build_workload(f"pend-{i:05d}", projects, rng, now, small=False) for i in range(sc.pending)
+        build_workload(f"pend-{i:05d}", projects, rng, now, False, sc.mig_share)
+        for i in range(sc.pending)
     )
     return replace(placed, queues=queues, workloads=running + pending)
 
@@ -220,6 +258,24 @@ def load() -> list[float]:
 
 
 def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
+    """The scenario's figures; with a baseline, that one's median and the ratio too."""
+    figures = _measure(name, repeat, searches)
+    baseline = SCENARIOS[name].baseline
+    if baseline:
+        base = _measure(baseline, repeat, searches)
+        figures["baseline"] = baseline
+        figures["baseline_cycle_ms_median"] = base["cycle_ms_median"]
+        figures["baseline_cycle_cpu_ms_median"] = base["cycle_cpu_ms_median"]
+        figures["cpu_ratio_to_baseline"] = round(
+            float(figures["cycle_cpu_ms_median"]) / float(base["cycle_cpu_ms_median"]), 3
+        )
+        figures["ratio_to_baseline"] = round(
+            float(figures["cycle_ms_median"]) / float(base["cycle_ms_median"]), 3
+        )
+    return figures
+
+
+def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
     snapshot = build_snapshot(name)
     now = 1_000_000.0
     config = SchedulerConfig()
@@ -246,6 +302,8 @@ def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object
         "rebuild_ms": round(rebuild_wall[0], 1),
         "rebuild_cpu_ms": round(rebuild_cpu[0], 1),
         "floor_ms": round(floor, 2),
+        "mig_gpus": sum(g.mig for n in snapshot.nodes for g in n.gpus),
+        "mig_admitted": sum(1 for a in result.admissions for p in a.pods if p.mig_gpu is not None),
         "admitted": len(result.admissions),
         "evicted": len(result.evictions),
         "max_victim_searches": config.max_victim_searches,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scheduling.engine.fairshare import EPS, Key
+from scheduling.engine.mig import pod_fraction
 from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.resizes import Book
 from scheduling.engine.state import ClusterState, Group, PodSlot, share_units
@@ -321,6 +322,8 @@ def pending_key(wl: Workload) -> tuple[int, float, str]:
 
 def pod_gpus(pod: PodRequest, gpu_memory_mib: int) -> float:
     """GPUs one pod counts as: whole devices, or its share of one."""
+    if pod.mig_profile:
+        return pod_fraction(pod)
     if pod.gpu_memory_mib > 0:
         return pod.gpu_memory_mib / gpu_memory_mib if gpu_memory_mib else 0.0
     return pod.gpus + pod.gpu_fraction

@@ -185,6 +185,11 @@ class EngineState:
     def update(self, snapshot: Snapshot) -> bool:
         """Apply what changed since the last snapshot; False when only a rebuild can
         give the state a fresh build would (the state is then unusable)."""
+        if _has_mig(snapshot) or _has_mig(self.snapshot):
+            # MIG instances outlive their workloads and move with repartitions, and the MIG
+            # indexes are not put back in node order after a cycle's undo: the kept state
+            # does not follow them yet, so a cluster with MIG GPUs is rebuilt each cycle.
+            return False
         if snapshot is self.snapshot:
             return True
         try:
@@ -443,3 +448,7 @@ def _capacity(nodes: Iterable[Node]) -> dict[tuple[str, Resource], float]:
         for resource, amount in zip(RESOURCES, (len(node.gpus), cpu, memory), strict=True):
             capacity[(node.pool, resource)] = capacity.get((node.pool, resource), 0.0) + amount
     return capacity
+
+
+def _has_mig(snapshot: Snapshot) -> bool:
+    return any(gpu.mig for node in snapshot.nodes for gpu in node.gpus)

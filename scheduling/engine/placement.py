@@ -194,7 +194,7 @@ class Placer:
             for scope in scopes:
                 if scope is not None and pod.gpus > self.state.domain_free[scope.key]:
                     continue  # cannot fit whole devices there: skip the node scan
-                slot = self.place_pod(wl.id, index, pod, pool, models, scope)
+                slot = self.place_pod(wl.id, index, pod, pool, models, scope, wl.gpu_models)
                 if slot is not None:
                     break
             if slot is None:
@@ -215,9 +215,13 @@ class Placer:
         pool: str,
         models: list[str],
         scope: Scope | None,
+        wanted: tuple[str, ...] = (),
     ) -> PodSlot | None:
-        """Place one pod and apply it to the state; None when it fits nowhere."""
-        if self.shapes is not None and not self._spread(pool):
+        """Place one pod and apply it to the state; None when it fits nowhere. MIG pods go
+        to the MIG devices of the `wanted` models (any when empty)."""
+        if pod.mig_profile:
+            slot = self._mig_slot(index, pod, pool, scope, wanted)
+        elif self.shapes is not None and not self._spread(pool):
             slot = self._least_fragmenting_slot(index, pod, pool, models, scope, self.shapes)
         elif pod.is_shared:
             slot = self._fraction_slot(index, pod, pool, models, scope)
@@ -228,6 +232,20 @@ class Placer:
         if slot is not None:
             self.state.add_slot(wid, slot)
         return slot
+
+    def _mig_slot(
+        self, index: int, pod: PodRequest, pool: str, scope: Scope | None, wanted: tuple[str, ...]
+    ) -> PodSlot | None:
+        """A MIG instance (scheduling/engine/mig.py); it counts as slices / 7 of a GPU."""
+        mig = self.state.mig
+        models = mig.models_for(pool, wanted)
+        allowed = None if scope is None else scope.orders
+        found = mig.choose(pod, pool, models, allowed, self._spread(pool))
+        if found is None:
+            return None
+        units = round(found.instance.profile.fraction * UNITS)
+        node = found.gpu.node
+        return PodSlot(index, node, units=units, cpu=pod.cpu, host_memory=pod.memory_mib, mig=found)
 
     def _spread(self, pool: str) -> bool:
         return self.strategies.get(pool) is PlacementStrategy.SPREAD

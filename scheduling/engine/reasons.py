@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduling.engine.context import Context
+from scheduling.engine.mig import mig_reason
 from scheduling.engine.state import UNITS
 from scheduling.engine.types import PodRequest, TopologyMode, Workload
 
@@ -98,4 +99,13 @@ def gpus(count: float) -> str:
     return f"{count:g} GPU" if count == 1 or 0 < count < 1 else f"{count:g} GPUs"
 
 
-CHECKS: tuple[Check, ...] = (_no_model, _too_few_free, _no_block, _no_domain, _no_share)
+def _no_mig(
+    ctx: Context, wl: Workload, pool: str, models: list[str], pods: list[PodRequest]
+) -> str | None:
+    pod = next((p for p in pods if p.mig_profile), None)
+    if pod is None:
+        return None
+    return mig_reason(ctx.state.mig, pod, pool, wl.gpu_models)
+
+
+CHECKS: tuple[Check, ...] = (_no_mig, _no_model, _too_few_free, _no_block, _no_domain, _no_share)

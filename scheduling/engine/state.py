@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from scheduling.engine.mig import MigIndex, MigSlot
 from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU
@@ -108,6 +109,7 @@ class PodSlot:
     memory: int = 0
     cpu: float = 0.0
     host_memory: float = 0.0
+    mig: MigSlot | None = None  # a MIG instance (units then hold its slices as a share)
 
 
 Group = tuple[str, str]  # (pool, GPU model)
@@ -142,6 +144,7 @@ class ClusterState:
         self.pool_models: dict[str, list[str]] = {}
         self.slots: dict[str, list[PodSlot]] = {}
         self.log: list[Callable[[], None]] = []
+        self.mig = MigIndex()
         # Changed since the last settle(): nodes whose free CPU and memory float sums
         # drifted, and index buckets whose order may no longer be by node (see settle).
         self.touched: dict[int, NodeState] = {}
@@ -168,6 +171,8 @@ class ClusterState:
                 mem_free=math.inf if node.memory_mib is None else node.memory_mib,
             )
             for gpu in sorted(node.gpus, key=lambda g: g.index):
+                if self.mig.add(state, gpu, node.mig_repartition):
+                    continue
                 g = GpuState(state, gpu.index, gpu.model, gpu.memory_mib, gpu.whole_by)
                 for share in gpu.shares:
                     units = max(1, round(share.share * UNITS))
@@ -189,6 +194,11 @@ class ClusterState:
                 if node is None or not 0 <= placed.pod < len(wl.pods):
                     continue  # a pod on a node outside the snapshot holds nothing here
                 slot = self._slot_for(wl, placed.pod, node, placed)
+                if placed.mig_gpu is not None:
+                    slot.mig = self.mig.running_slot(node, placed, wl.id)
+                    slot.units = (
+                        round(slot.mig.instance.profile.fraction * UNITS) if slot.mig else 0
+                    )
                 node.cpu_used += fixed(slot.cpu)
                 node.mem_used += fixed(slot.host_memory)
                 slots.append(slot)
@@ -343,6 +353,8 @@ class ClusterState:
             self._change_gpu(gpu, _owner_setter(gpu, owner))
         if slot.shared is not None:
             self._change_gpu(slot.shared, lambda: self._change_share(wid, slot, sign))
+        if slot.mig is not None:
+            self.mig.apply(wid, slot.mig, sign)
 
     @staticmethod
     def _change_share(wid: str, slot: PodSlot, sign: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scheduling.engine import mig
 from scheduling.engine.state import UNITS, ClusterState, PodSlot
 from scheduling.engine.types import (
     RESOURCES,
@@ -31,6 +32,8 @@ def slot_amounts(slot: PodSlot) -> tuple[float, float, float]:
 
 def slot_placement(slot: PodSlot) -> PodPlacement:
     """The public form of a placed pod."""
+    if slot.mig is not None:
+        return mig.placement(slot.pod, slot.mig)
     if slot.shared is not None:
         return PodPlacement(
             pod=slot.pod,

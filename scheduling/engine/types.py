@@ -63,11 +63,12 @@ class PodRequest:
     gpu_memory_mib: int = 0
     cpu: float = 0.0
     memory_mib: int = 0
+    mig_profile: str = ""  # a MIG instance ("3g.40gb"), or "auto": smallest holding gpu_memory_mib
 
     @property
     def is_shared(self) -> bool:
         """True when the pod takes part of one GPU rather than whole devices."""
-        return self.gpu_fraction > 0 or self.gpu_memory_mib > 0
+        return not self.mig_profile and (self.gpu_fraction > 0 or self.gpu_memory_mib > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,9 @@ class PodPlacement:
     shared_gpu: int | None = None  # index of the shared device, for fractional pods
     share: float = 0.0  # fraction of the shared device (memory requests converted)
     gpu_memory_mib: int = 0  # memory reserved on the shared device
+    mig_gpu: int | None = None  # index of the MIG-enabled device, for MIG pods
+    mig_profile: str = ""  # the instance's profile and first memory slice on that device
+    mig_start: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +148,21 @@ class GpuShare:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG GPU instance on a device: its profile, first memory slice, and holder (None:
+    idle, kept for the next workload of the same shape)."""
+
+    profile: str
+    start: int
+    workload_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One device and what holds it now: a whole-device owner, or shares, or nothing.
 
     Allocations by workloads absent from the snapshot still count as taken capacity.
+    A device with `mig` set is only ever split into MIG instances (scheduling/engine/mig.py).
     """
 
     index: int
@@ -155,6 +170,8 @@ class Gpu:
     memory_mib: int
     whole_by: str | None = None
     shares: tuple[GpuShare, ...] = ()
+    mig: bool = False
+    mig_instances: tuple[MigInstance, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +191,7 @@ class Node:
     schedulable: bool = True
     cpu: float | None = None
     memory_mib: int | None = None
+    mig_repartition: bool = True  # its pool lets the engine destroy idle MIG instances
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,11 @@
   var select = document.getElementById("id_gpu_request");
   function syncGpus() {
     var byMemory = select.value === "memory";
-    if (row("gpus")) { row("gpus").hidden = byMemory; }
-    if (row("gpu_memory_mib")) { row("gpu_memory_mib").hidden = !byMemory; }
+    var byMig = select.value === "mig";
+    if (row("gpus")) { row("gpus").hidden = byMemory || byMig; }
+    // A MIG request names a profile, or GPU memory for the smallest profile holding it.
+    if (row("gpu_memory_mib")) { row("gpu_memory_mib").hidden = !(byMemory || byMig); }
+    if (row("mig_profile")) { row("mig_profile").hidden = !byMig; }
   }
   if (select) { select.addEventListener("change", syncGpus); syncGpus(); }
 

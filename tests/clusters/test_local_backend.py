@@ -226,12 +226,14 @@ def test_gpus_are_read_from_nvml_when_a_driver_answers(monkeypatch):
         nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3" if h == 0 else "NVIDIA H100 80GB HBM3",
         nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=81559 * 1024 * 1024),
+        nvmlDeviceGetMigMode=lambda h: (1, 1) if h == 1 else (0, 0),  # (current, pending)
+        NVMLError=RuntimeError,
     )
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     gpus = local_gpus()
-    assert [(g.index, g.model, g.memory_mib, g.uuid) for g in gpus] == [
-        (0, "NVIDIA H100 80GB HBM3", 81559, "GPU-0"),
-        (1, "NVIDIA H100 80GB HBM3", 81559, "GPU-1"),
+    assert [(g.index, g.model, g.memory_mib, g.uuid, g.mig) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", 81559, "GPU-0", False),
+        (1, "NVIDIA H100 80GB HBM3", 81559, "GPU-1", True),
     ]
     assert calls == ["init", "shutdown"]
 

@@ -160,3 +160,15 @@ def _holders(snap: Snapshot) -> list[tuple[str, int, str | None, list[tuple[str,
         for node in snap.nodes
         for gpu in node.gpus
     ]
+
+
+def test_the_mig_benchmark_times_its_baseline_in_the_same_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench.main(["--scenario", "scale-mig-small", "--repeat", "1", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["gpus"], figures["mig_gpus"]) == (800, 200)
+    assert figures["mig_admitted"] > 0
+    assert figures["baseline"] == "scale-small"
+    ratio = figures["cycle_ms_median"] / figures["baseline_cycle_ms_median"]
+    assert figures["ratio_to_baseline"] == pytest.approx(ratio, abs=0.01)

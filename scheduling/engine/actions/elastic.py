@@ -144,7 +144,9 @@ def _grow_one(ctx: Context, wl: Workload) -> bool:
     slot = None
     models = ctx.state.models_for(pool, wl.gpu_models)
     for scope in _scopes(ctx, wl, held[0]):
-        slot = ctx.placer.place_pod(wl.id, index, wl.pods[index], pool, models, scope)
+        slot = ctx.placer.place_pod(
+            wl.id, index, wl.pods[index], pool, models, scope, wl.gpu_models
+        )
         if slot is not None:
             break
     if slot is None:

@@ -1,0 +1,449 @@
+"""Dynamic MIG: a MIG-enabled GPU is a row of slots that instances are cut from on demand.
+
+A MIG pod asks for a profile ("3g.40gb") or for memory ("auto": the smallest profile of the
+device's model that holds `gpu_memory_mib`). Where it may go (scheduling/engine/mig_profiles.py
+has the rules): a profile takes `size` memory slices from one of its legal starts, and no two
+instances overlap. Choosing, in order:
+
+1. an idle instance of the same profile (an instance outlives its workload, so the next
+   workload of that shape reuses it and the node does nothing);
+2. free slices: a legal start overlapping no instance, on the fullest device (binpack) or the
+   emptiest (spread), at the start that keeps most placements open for later;
+3. repartition, only where the node's pool allows it: a legal start whose overlapping
+   instances are all idle; those are destroyed, the fewest slices first. An instance that
+   holds a workload is never destroyed.
+
+A MIG slice counts in quotas and fair share as the part of the GPU's compute it takes
+(slices / 7: a 3g.40gb is 3/7 of a GPU). Indexes keep each choice independent of the
+cluster's size: idle instances by profile, and devices by their used-slice mask (256 masks).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from scheduling.engine.mig_profiles import COMPUTE_SLICES, FAMILIES, PROFILES
+from scheduling.engine.types import Gpu, MigInstance, PodPlacement, PodRequest
+
+if TYPE_CHECKING:
+    from scheduling.engine.state import NodeState
+
+AUTO = "auto"  # mig_profile of a pod that asks by memory
+_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_SLICES = re.compile(r"^([1-7])g\.")
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A GPU instance profile of one model: compute slices, memory slices it occupies."""
+
+    name: str
+    slices: int
+    size: int
+    memory_mib: int
+    starts: tuple[int, ...]
+
+    @property
+    def fraction(self) -> float:
+        return self.slices / COMPUTE_SLICES
+
+    def mask(self, start: int) -> int:
+        return ((1 << self.size) - 1) << start
+
+
+@functools.cache
+def table(canonical: str) -> dict[str, Profile]:
+    """The profiles of a model of the data table, smallest first."""
+    return {row[0]: Profile(*row) for row in PROFILES.get(canonical, ())}
+
+
+@functools.cache
+def canonical_model(name: str, memory_mib: int = 0) -> str | None:
+    """The table's name for a device ("NVIDIA H100 80GB HBM3" -> "H100-80GB"), or None when
+    the model has no MIG. The memory class is the one named, else nearest the memory."""
+    upper = name.upper()
+    for family, classes in FAMILIES.items():
+        if family not in upper:
+            continue
+        named = _GB.search(upper)
+        gb = int(named.group(1)) if named else memory_mib / 1024
+        return min(classes, key=lambda c: abs(c[0] - gb))[1]
+    return None
+
+
+def profiles_for(model: str, memory_mib: int = 0) -> dict[str, Profile]:
+    canonical = canonical_model(model, memory_mib)
+    return table(canonical) if canonical else {}
+
+
+def profile_for(pod: PodRequest, profiles: dict[str, Profile]) -> Profile | None:
+    """The profile a MIG pod takes on a device with these profiles."""
+    if pod.mig_profile != AUTO:
+        return profiles.get(pod.mig_profile)
+    fitting = [p for p in profiles.values() if p.memory_mib >= pod.gpu_memory_mib]
+    return min(fitting, key=lambda p: (p.slices, p.size, p.memory_mib), default=None)
+
+
+def known_profile(name: str, memory_mib: int = 0) -> bool:
+    """A profile of some model of the table, or "auto" with memory asked."""
+    if name == AUTO:
+        return memory_mib > 0
+    return any(name in table(model) for model in PROFILES)
+
+
+def pod_fraction(pod: PodRequest) -> float:
+    """The GPUs a MIG pod counts against quota before it is placed (slices / 7); once placed
+    its instance's profile counts. "auto" counts the smallest profile of any model that holds
+    it."""
+    found = _SLICES.match(pod.mig_profile)
+    if found:
+        return int(found.group(1)) / COMPUTE_SLICES
+    fits = [profile_for(pod, table(m)) for m in PROFILES]
+    return min((p.fraction for p in fits if p is not None), default=1.0)
+
+
+@functools.cache
+def best_start(canonical: str, used: int, name: str) -> int | None:
+    """The legal free start for a profile on a device whose used slices are `used`: the one
+    that leaves the most (profile, start) placements open, lowest start on ties."""
+    profiles = table(canonical)
+    profile = profiles[name]
+    best: tuple[int, int] | None = None
+    for start in profile.starts:
+        if profile.mask(start) & used:
+            continue
+        after = used | profile.mask(start)
+        room = sum(1 for p in profiles.values() for s in p.starts if not p.mask(s) & after)
+        if best is None or room > best[0]:
+            best = (room, start)
+    return None if best is None else best[1]
+
+
+@dataclass(slots=True, eq=False)
+class Instance:
+    profile: Profile
+    start: int
+    holder: str | None = None
+
+    @property
+    def mask(self) -> int:
+        return self.profile.mask(self.start)
+
+
+@dataclass(slots=True, eq=False)
+class MigGpu:
+    """A MIG-enabled device: its instances (by start) and whether idle ones may go."""
+
+    node: NodeState
+    index: int
+    model: str
+    canonical: str
+    repartition: bool
+    instances: list[Instance] = field(default_factory=list)
+
+    @property
+    def profiles(self) -> dict[str, Profile]:
+        return table(self.canonical)
+
+    @property
+    def used(self) -> int:
+        mask = 0
+        for inst in self.instances:
+            mask |= inst.mask
+        return mask
+
+    @property
+    def held(self) -> int:
+        mask = 0
+        for inst in self.instances:
+            if inst.holder is not None:
+                mask |= inst.mask
+        return mask
+
+
+@dataclass(slots=True, eq=False)
+class MigSlot:
+    """What a MIG pod holds: its instance, and whether placing it made that instance and
+    destroyed idle ones (undone exactly when the placement is)."""
+
+    gpu: MigGpu
+    instance: Instance
+    created: bool = False
+    destroyed: tuple[Instance, ...] = ()
+
+
+Key = tuple[int, int]  # (node order, device index)
+Group = tuple[str, str]  # (pool, model)
+
+
+class MigIndex:
+    """The MIG devices of a cluster state, indexed by idle profile and by used/held mask."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Key, MigGpu] = {}
+        self.tables: dict[Group, str] = {}  # the profile table of each group
+        self.pool_models: dict[str, list[str]] = {}
+        self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
+        self.used: dict[Group, dict[int, dict[Key, MigGpu]]] = {}
+        self.held: dict[Group, dict[int, dict[Key, MigGpu]]] = {}
+
+    # -- building -------------------------------------------------------------------
+
+    def add(self, node: NodeState, gpu: Gpu, repartition: bool) -> bool:
+        """Take a snapshot device in; False when it is not MIG (or its model has no
+        table: it then holds nothing anyone can use, and is left out)."""
+        if not gpu.mig:
+            return False
+        canonical = canonical_model(gpu.model, gpu.memory_mib)
+        if canonical is None:
+            return True
+        state = MigGpu(node, gpu.index, gpu.model, canonical, repartition)
+        profiles = state.profiles
+        for inst in sorted(gpu.mig_instances, key=lambda i: i.start):
+            profile = profiles.get(inst.profile)
+            if profile is not None and inst.start in profile.starts:
+                state.instances.append(Instance(profile, inst.start, inst.workload_id))
+        self.by_key[(node.order, gpu.index)] = state
+        self.tables[(node.pool, gpu.model)] = canonical
+        models = self.pool_models.setdefault(node.pool, [])
+        if gpu.model not in models:
+            models.append(gpu.model)
+            models.sort()
+        self._index(state, +1)
+        return True
+
+    def running_slot(self, node: NodeState, placed: PodPlacement, wid: str) -> MigSlot | None:
+        """The slot of a running MIG pod; the placement is authoritative (an instance it
+        names but the device lacks is added as held by it)."""
+        gpu = self.by_key.get((node.order, placed.mig_gpu or 0))
+        if gpu is None or placed.mig_gpu is None:
+            return None
+        self._index(gpu, -1)
+        inst = next(
+            (i for i in gpu.instances if i.start == placed.mig_start),
+            None,
+        )
+        profile = gpu.profiles.get(placed.mig_profile)
+        if inst is None and profile is not None and placed.mig_start in profile.starts:
+            inst = Instance(profile, placed.mig_start)
+            gpu.instances = sorted([*gpu.instances, inst], key=lambda i: i.start)
+        if inst is not None:
+            inst.holder = wid
+        self._index(gpu, +1)
+        return None if inst is None else MigSlot(gpu, inst)
+
+    # -- indexes --------------------------------------------------------------------
+
+    def _index(self, gpu: MigGpu, sign: int) -> None:
+        if not gpu.node.schedulable:
+            return
+        group = (gpu.node.pool, gpu.model)
+        key = (gpu.node.order, gpu.index)
+        for name in sorted({i.profile.name for i in gpu.instances if i.holder is None}):
+            _bucket(self.idle, group, name, key, gpu, sign)
+        _bucket(self.used, group, gpu.used, key, gpu, sign)
+        if gpu.repartition:
+            _bucket(self.held, group, gpu.held, key, gpu, sign)
+
+    def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
+        """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
+        instance leaves it idle; taking back one placed in this cycle undoes it whole."""
+        gpu, inst = slot.gpu, slot.instance
+        self._index(gpu, -1)
+        if sign > 0:
+            for gone in slot.destroyed:
+                gpu.instances.remove(gone)
+            if slot.created:
+                gpu.instances.append(inst)
+                gpu.instances.sort(key=lambda i: i.start)
+            inst.holder = wid
+        else:
+            inst.holder = None
+            if slot.created:
+                gpu.instances.remove(inst)
+            gpu.instances.extend(slot.destroyed)
+            gpu.instances.sort(key=lambda i: i.start)
+        self._index(gpu, +1)
+
+    # -- choosing -------------------------------------------------------------------
+
+    def models_for(self, pool: str, wanted: tuple[str, ...]) -> list[str]:
+        return [m for m in self.pool_models.get(pool, []) if not wanted or m in wanted]
+
+    def choose(
+        self,
+        pod: PodRequest,
+        pool: str,
+        models: list[str],
+        allowed: frozenset[int] | None,
+        spread: bool,
+    ) -> MigSlot | None:
+        """Reuse, then free slices, then repartition (module docstring); None if none."""
+        wanted = []
+        for model in models:
+            profile = profile_for(pod, table(self.tables[(pool, model)]))
+            if profile is not None:
+                wanted.append(((pool, model), profile))
+        for step in (self._reuse, self._free, self._repartition):
+            for group, profile in wanted:
+                slot = step(pod, profile, group, allowed, spread)
+                if slot is not None:
+                    return slot
+        return None
+
+    def _candidates(
+        self,
+        buckets: dict[int, dict[Key, MigGpu]],
+        start_at: Callable[[int], int | None],
+        allowed: frozenset[int] | None,
+        pod: PodRequest,
+        spread: bool,
+    ) -> Iterator[tuple[int, MigGpu]]:
+        """(start, device) on devices whose mask has room (`start_at` is not None): fullest
+        first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
+        so the cost follows the masks present (at most 256), not the devices."""
+        for mask in sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread):
+            start = start_at(mask)
+            if start is None:
+                continue
+            for (order, _), gpu in buckets[mask].items():
+                if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
+                    yield start, gpu
+
+    def _reuse(
+        self,
+        pod: PodRequest,
+        profile: Profile,
+        group: Group,
+        allowed: frozenset[int] | None,
+        spread: bool,
+    ) -> MigSlot | None:
+        for (order, _), gpu in self.idle.get(group, {}).get(profile.name, {}).items():
+            if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
+                inst = next(
+                    i for i in gpu.instances if i.holder is None and i.profile.name == profile.name
+                )
+                return MigSlot(gpu, inst)
+        return None
+
+    def _free(
+        self,
+        pod: PodRequest,
+        profile: Profile,
+        group: Group,
+        allowed: frozenset[int] | None,
+        spread: bool,
+    ) -> MigSlot | None:
+        canonical = self.tables[group]
+        buckets = self.used.get(group, {})
+        for start, gpu in self._candidates(
+            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
+        ):
+            return MigSlot(gpu, Instance(profile, start), created=True)
+        return None
+
+    def _repartition(
+        self,
+        pod: PodRequest,
+        profile: Profile,
+        group: Group,
+        allowed: frozenset[int] | None,
+        spread: bool,
+    ) -> MigSlot | None:
+        """Free slices first failed: the device where the profile fits beside the held
+        instances, destroying the fewest idle slices."""
+        canonical = self.tables[group]
+        buckets = self.held.get(group, {})
+        for _, gpu in self._candidates(
+            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
+        ):
+            held = gpu.held
+            options = []
+            for start in profile.starts:
+                mask = profile.mask(start)
+                if not mask & held:
+                    gone = tuple(i for i in gpu.instances if i.mask & mask)
+                    options.append((sum(i.profile.size for i in gone), start, gone))
+            _, start, gone = min(options, key=lambda o: o[:2])
+            return MigSlot(gpu, Instance(profile, start), created=True, destroyed=gone)
+        return None
+
+
+def _bucket(
+    index: dict[Group, dict],  # type: ignore[type-arg]  # keyed by profile name or mask
+    group: Group,
+    key: object,
+    dev: Key,
+    gpu: MigGpu,
+    sign: int,
+) -> None:
+    buckets = index.setdefault(group, {})
+    if sign > 0:
+        buckets.setdefault(key, {})[dev] = gpu
+    else:
+        bucket = buckets[key]
+        bucket.pop(dev, None)
+        if not bucket:
+            del buckets[key]
+
+
+def mig_reason(index: MigIndex, pod: PodRequest, pool: str, wanted: tuple[str, ...]) -> str:
+    """Why a MIG pod fits nowhere in a pool, in a researcher's words."""
+    models = index.models_for(pool, wanted)
+    asked = pod.mig_profile if pod.mig_profile != AUTO else f"{pod.gpu_memory_mib} MiB of MIG"
+    if not models:
+        return f"pool {pool} has no MIG-enabled GPU" + (
+            f" of {' or '.join(wanted)}" if wanted else ""
+        )
+    tables = [table(index.tables[(pool, m)]) for m in models]
+    if all(profile_for(pod, t) is None for t in tables):
+        return f"no MIG-enabled GPU in pool {pool} offers {asked} ({', '.join(models)})"
+    return (
+        f"needs a {asked} MIG instance in pool {pool}; no MIG-enabled GPU has room for it"
+        " beside the instances in use"
+    )
+
+
+def placement(pod: int, slot: MigSlot) -> PodPlacement:
+    """The public form of a placed MIG pod."""
+    return PodPlacement(
+        pod=pod,
+        node_id=slot.gpu.node.id,
+        mig_gpu=slot.gpu.index,
+        mig_profile=slot.instance.profile.name,
+        mig_start=slot.instance.start,
+    )
+
+
+def next_instances(
+    gpu: Gpu, placed: list[tuple[str, PodPlacement]], known: set[str]
+) -> tuple[MigInstance, ...]:
+    """A device's instances after a cycle (for the simulator and bench): the instances of
+    the pods placed on it, and the others kept idle unless a new one overlaps them."""
+    profiles = profiles_for(gpu.model, gpu.memory_mib)
+    new = []
+    mask = 0
+    for wid, p in placed:
+        profile = profiles.get(p.mig_profile)
+        if profile is not None:
+            new.append(MigInstance(p.mig_profile, p.mig_start, wid))
+            mask |= profile.mask(p.mig_start)
+    kept = []
+    for inst in gpu.mig_instances:
+        profile = profiles.get(inst.profile)
+        if profile is None or profile.mask(inst.start) & mask:
+            continue
+        holder = inst.workload_id if inst.workload_id not in known else None
+        kept.append(MigInstance(inst.profile, inst.start, holder))
+    return tuple(sorted([*kept, *new], key=lambda i: i.start))
+
+
+def all_legal(model: str) -> Iterator[tuple[str, int]]:
+    """Every (profile, start) a model allows; for tests and pages."""
+    for profile in profiles_for(model).values():
+        for start in profile.starts:
+            yield profile.name, start
