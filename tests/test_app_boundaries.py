@@ -19,6 +19,10 @@ CLUSTERS_MAY_USE = {
     "scheduling.policies",
     "scheduling.bounds",
     "scheduling.signals",
+    # The MIG profile table (data, and the lookups over it) is shared with the node side,
+    # which makes the instances the engine chose: one table, no copy of NVIDIA's rules.
+    "scheduling.engine.mig",
+    "scheduling.engine.mig_profiles",
 }
 
 
