@@ -367,7 +367,7 @@ class WorkloadLogsView(APIView):
         """Each pod's recent output (or one pod's), or why logs are unavailable."""
         workload = _workload_for(request, pk)
         tail = query_number(request, "tail", bounds.LOG_LINES, 500)
-        pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+        pods = bounds.pod_index(workload.pods)
         pod = query_number(request, "pod", pods, None)
         found, unavailable = workload_pod_logs(workload, tail_lines=tail, pod=pod)
         data = {

@@ -112,6 +112,11 @@ FIRST_DATE = dt.date(1970, 1, 1)
 LAST_DATE = dt.date(2999, 12, 31)
 
 
+def pod_index(pods: int) -> Bound:
+    """Which pod of a workload of `pods` pods: 0 to pods - 1."""
+    return Bound.of(0, max(pods - 1, 0))
+
+
 def query_id(value: Any) -> int | None:
     """An object id from a query string, or None for anything that cannot be one."""
     number, _ = ID.whole(value) if value not in (None, "") else (None, None)

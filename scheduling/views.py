@@ -266,7 +266,7 @@ def workload_logs_download(request: HttpRequest, pk: int) -> HttpResponse:
 def _log_choice(request: HttpRequest, workload: Workload) -> tuple[int, int]:
     """?pod= (0 .. pods - 1) and ?tail= (lines), each bounded; out of range is a 400."""
     choice = []
-    pods = bounds.Bound.of(0, max(workload.pods - 1, 0))
+    pods = bounds.pod_index(workload.pods)
     for name, bound, default in (("pod", pods, 0), ("tail", bounds.LOG_LINES, 500)):
         value = request.GET.get(name)
         if value in (None, ""):

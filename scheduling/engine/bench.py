@@ -67,29 +67,16 @@ class Scenario:
     baseline: str = ""  # a scenario timed in the same run, for comparison
 
 
+SCALE = Scenario(nodes=1000, departments=20, projects=10, running=5000, pending=10000)
+SCALE_SMALL = Scenario(nodes=100, departments=2, projects=10, running=500, pending=1000)
+# The MIG scenarios are their baselines with two MIG GPUs per node and a fifth of the
+# single-pod workloads asking a MIG profile, timed beside them in the same run.
+MIG = {"mig_gpus": 2, "mig_share": 0.2}
 SCENARIOS = {
-    "scale": Scenario(nodes=1000, departments=20, projects=10, running=5000, pending=10000),
-    "scale-small": Scenario(nodes=100, departments=2, projects=10, running=500, pending=1000),
-    "scale-mig": Scenario(
-        nodes=1000,
-        departments=20,
-        projects=10,
-        running=5000,
-        pending=10000,
-        mig_gpus=2,
-        mig_share=0.2,
-        baseline="scale",
-    ),
-    "scale-mig-small": Scenario(
-        nodes=100,
-        departments=2,
-        projects=10,
-        running=500,
-        pending=1000,
-        mig_gpus=2,
-        mig_share=0.2,
-        baseline="scale-small",
-    ),
+    "scale": SCALE,
+    "scale-small": SCALE_SMALL,
+    "scale-mig": replace(SCALE, **MIG, baseline="scale"),
+    "scale-mig-small": replace(SCALE_SMALL, **MIG, baseline="scale-small"),
     "scale-x10": Scenario(
         nodes=10000, departments=20, projects=10, running=50000, pending=100000, racks=100
     ),
