@@ -6,7 +6,8 @@ its Node object and reports the MIG devices back (clusters/agent/miglayout.py: t
    (RBAC: `get` on nodes, deploy/agent/rbac.yaml) and decode its `gpupool.io/mig-layout`;
 2. make each GPU the layout names hold its instances (clusters/agent/mig.py, through NVML);
    a GPU NVML refuses (not in MIG mode, a placement refused) becomes an error in the report;
-3. post {layout id, GPUs in MIG mode, devices, errors} to the portal (Shipper.report_mig).
+3. post {layout id, GPUs in MIG mode, devices, errors} to the portal (Shipper.report_mig)
+   when it changed, or RESEND_S after the last one the portal accepted.
 A Node that cannot be read changes nothing on the GPUs; the last report stands.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from clusters.agent.miglayout import ANNOTATION, MAX_ERRORS, MAX_GPUS, LayoutInv
 
 log = logging.getLogger("gpupool.agent")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# An unchanged report is sent again this often: a portal that lost it (restored) hears it.
+RESEND_S = 600.0
 
 
 def in_cluster_api() -> str:
@@ -72,6 +76,8 @@ class NodeMig:
         self.node, self.nvml = node, nvml
         self.instances = MigInstances(nvml)
         self.reported: dict[str, Any] | None = None  # the last report the portal accepted
+        self.reported_at = float("-inf")
+        self.resend_s = RESEND_S
 
     def sync(self, shipper: Any) -> dict[str, Any] | None:
         """Steps 1-3 of the module docstring; the report, or None when the Node is unread."""
@@ -91,8 +97,9 @@ class NodeMig:
                 report["layout"] = layout["id"]
                 self.apply(layout, report)
         report["errors"] = report["errors"][:MAX_ERRORS]
-        if report != self.reported and shipper.report_mig(report):
-            self.reported = report
+        due = time.monotonic() - self.reported_at >= self.resend_s
+        if (report != self.reported or due) and shipper.report_mig(report):
+            self.reported, self.reported_at = report, time.monotonic()
         return report
 
     def apply(self, layout: dict[str, Any], report: dict[str, Any]) -> None:

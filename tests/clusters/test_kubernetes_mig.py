@@ -93,9 +93,9 @@ def test_the_backend_publishes_each_nodes_layout_once_and_keeps_its_id(kube, mig
     assert layout["destroy"] is True
     owner = KubernetesBackend(cluster).owner
     assert layout["owner"] == f"{owner.installation}/{owner.cluster}"
-    patches = [r for r in fake.requests if r[0] == "PATCH"]
+    before = len(fake.requests)
     assert mig_sync(cluster, KubernetesBackend(cluster)) == []
-    assert [r for r in fake.requests if r[0] == "PATCH"] == patches  # unchanged: not written
+    assert fake.requests[before:] == []  # unchanged: neither listed nor written again
     assert layout_on(fake)["id"] == layout["id"]
     assert list(MigInstance.objects.values_list("uuid", flat=True)) == ["", ""]  # not reported
     assert fake.denied == []
@@ -241,3 +241,46 @@ def test_an_agent_that_cannot_read_its_node_changes_nothing(kube, tmp_path):  # 
 
     assert node_agent(fake, tmp_path, nvml).sync(NoPortal()) is None
     assert nvml.gpus[0].gis == []
+
+
+def test_a_layout_removed_by_hand_is_published_again_at_the_next_resync(kube, mig_cluster):  # noqa: F811
+    cluster, node = mig_cluster
+    fake = kube.fake
+    MigInstance.objects.create(gpu=Gpu.objects.get(node=node, index=0), profile="1g.10gb", start=0)
+    mig_sync(cluster, KubernetesBackend(cluster))
+    first = layout_on(fake)["id"]
+    KubernetesBackend(cluster).api.patch_node(
+        MIG_NODE, {"metadata": {"annotations": {ANNOTATION: None}}}
+    )
+    mig_sync(cluster, KubernetesBackend(cluster))  # within resync_s: trusts what it wrote
+    assert ANNOTATION not in fake.objects["nodes"][("", MIG_NODE)]["metadata"]["annotations"]
+    cluster.config = {**cluster.config, "resync_s": 0}
+    mig_sync(cluster, KubernetesBackend(cluster))
+    assert layout_on(fake)["gpus"] == {0: [("1g.10gb", 0)], 1: []}
+    assert layout_on(fake)["id"] != first
+
+
+def test_the_agent_reports_a_change_at_once_and_an_unchanged_report_only_now_and_then(
+    kube,  # noqa: F811
+    tmp_path,
+):
+    fake = kube.require_fake()
+    nvml = FakeNvml([FakeGpu(*H100, mig=True)])
+    fake.add_node(MIG_NODE, gpus=1)
+
+    class Portal:
+        def __init__(self):
+            self.reports = []
+
+        def report_mig(self, report):
+            self.reports.append(report)
+            return True
+
+    portal = Portal()
+    agent = node_agent(fake, tmp_path, nvml)
+    agent.sync(portal)
+    agent.sync(portal)
+    assert portal.reports == [{"layout": "", "mig_mode": [0], "devices": {}, "errors": []}]
+    agent.resend_s = 0
+    agent.sync(portal)
+    assert len(portal.reports) == 2
