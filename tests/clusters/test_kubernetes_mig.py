@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from clusters.agent.kubenode import KubeNode, NodeMig
-from clusters.agent.miglayout import ANNOTATION, layout_decode
+from clusters.agent.miglayout import ANNOTATION, LayoutInvalid, layout_decode, layout_encode
 from clusters.agent.shipper import Shipper
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.metrics.services import node_token_issue
@@ -284,3 +285,58 @@ def test_the_agent_reports_a_change_at_once_and_an_unchanged_report_only_now_and
     agent.resend_s = 0
     agent.sync(portal)
     assert len(portal.reports) == 2
+
+
+# --- the layout's format: what the agent accepts from the Node ------------------------------
+
+
+def test_a_layout_decodes_to_what_was_encoded():
+    text = layout_encode("0123456789abcdef", "i/c", {6: [("3g.40gb", 4), ("1g.10gb", 0)], 7: []},
+                         destroy=False)  # fmt: skip
+    assert layout_decode(text) == {
+        "id": "0123456789abcdef",
+        "owner": "i/c",
+        "destroy": False,
+        "gpus": {6: [("1g.10gb", 0), ("3g.40gb", 4)], 7: []},
+    }
+
+
+GOOD_LAYOUT = {"id": "0123456789abcdef", "owner": "i/c", "destroy": True, "gpus": {"0": []}}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"id": "x"}, "no layout id"),
+        ({"destroy": "yes"}, "destroy must be true or false"),
+        ({"gpus": {"64": []}}, "is not an index below 64"),
+        ({"gpus": {"-1": []}}, "is not an index below 64"),
+        ({"gpus": {"0": [["1g.10gb", 8]]}}, "is not an index below 8"),
+        ({"gpus": {"0": [["1g.10gb", True]]}}, "is not an index below 8"),
+        ({"gpus": {"0": [["rm -rf", 0]]}}, "an instance is [profile, start]"),
+        ({"gpus": {"0": [["1g.10gb", 0]] * 9}}, "at most 8 instances"),
+        ({"gpus": {str(i): [] for i in range(65)}}, "at most 64 entries"),
+    ],
+)
+def test_a_malformed_layout_is_refused_whole(change, why):
+    with pytest.raises(LayoutInvalid, match=re.escape(why)):
+        layout_decode(json.dumps({**GOOD_LAYOUT, **change}))
+
+
+def test_a_layout_that_is_not_json_or_too_long_is_refused():
+    with pytest.raises(LayoutInvalid, match="not JSON"):
+        layout_decode("{")
+    with pytest.raises(LayoutInvalid, match="longer than"):
+        layout_decode(" " * (64 * 1024 + 1))
+
+
+def test_the_agent_syncs_mig_on_the_node_it_is_told_with_the_pods_service_account():
+    from clusters.agent.main import node_mig, parse_args
+
+    args = parse_args(["--mig-node", "gpu-7", "--kube-api", "https://10.0.0.1:443"])
+    mig = node_mig(args, FakeNvml([]))
+    assert (mig.node.api, mig.node.name) == ("https://10.0.0.1:443", "gpu-7")
+    assert str(mig.node.token_file) == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert str(mig.node.ca_file) == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    assert node_mig(parse_args(["--kube-api", "https://x"]), FakeNvml([])) is None
+    assert node_mig(parse_args(["--mig-node", "n", "--kube-api", ""]), FakeNvml([])) is None
