@@ -183,8 +183,11 @@ Group = tuple[str, str]  # (pool, model)
 class MigIndex:
     """The MIG devices of a cluster state, indexed by idle profile and by used/held mask."""
 
-    def __init__(self) -> None:
+    def __init__(self, dirty: dict[int, dict[object, object]] | None = None) -> None:
         self.by_key: dict[Key, MigGpu] = {}
+        # Buckets a device entered since the last settle: ClusterState.settle puts them back
+        # in node order (a device moved out and back sits at the end; choosing takes the first).
+        self.dirty: dict[int, dict[object, object]] = {} if dirty is None else dirty
         self.tables: dict[Group, str] = {}  # the profile table of each group
         self.pool_models: dict[str, list[str]] = {}
         self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
@@ -198,43 +201,50 @@ class MigIndex:
         table: it then holds nothing anyone can use, and is left out)."""
         if not gpu.mig:
             return False
-        canonical = canonical_model(gpu.model, gpu.memory_mib)
-        if canonical is None:
+        state = _device(node, gpu, repartition)
+        if state is None:
             return True
-        state = MigGpu(node, gpu.index, gpu.model, canonical, repartition)
-        profiles = state.profiles
-        for inst in sorted(gpu.mig_instances, key=lambda i: i.start):
-            profile = profiles.get(inst.profile)
-            if profile is not None and inst.start in profile.starts:
-                state.instances.append(Instance(profile, inst.start, inst.workload_id))
         self.by_key[(node.order, gpu.index)] = state
-        self.tables[(node.pool, gpu.model)] = canonical
+        self.tables[(node.pool, gpu.model)] = state.canonical
         models = self.pool_models.setdefault(node.pool, [])
         if gpu.model not in models:
             models.append(gpu.model)
             models.sort()
-        self._index(state, +1)
         return True
 
+    def index_all(self) -> None:
+        """Index every device once the snapshot's running pods hold their instances, in
+        node order (as settle() keeps the buckets)."""
+        for gpu in self.by_key.values():
+            self._index(gpu, +1)
+
     def running_slot(self, node: NodeState, placed: PodPlacement, wid: str) -> MigSlot | None:
-        """The slot of a running MIG pod; the placement is authoritative (an instance it
-        names but the device lacks is added as held by it)."""
+        """The slot of a running MIG pod while the state is built (before index_all); the
+        placement is authoritative (an instance it names but the device lacks is added as
+        held by it)."""
         gpu = self.by_key.get((node.order, placed.mig_gpu or 0))
         if gpu is None or placed.mig_gpu is None:
             return None
-        self._index(gpu, -1)
-        inst = next(
-            (i for i in gpu.instances if i.start == placed.mig_start),
-            None,
-        )
-        profile = gpu.profiles.get(placed.mig_profile)
-        if inst is None and profile is not None and placed.mig_start in profile.starts:
-            inst = Instance(profile, placed.mig_start)
-            gpu.instances = sorted([*gpu.instances, inst], key=lambda i: i.start)
-        if inst is not None:
-            inst.holder = wid
-        self._index(gpu, +1)
-        return None if inst is None else MigSlot(gpu, inst)
+        return _claim(gpu, placed, wid)
+
+    def reload(
+        self, node: NodeState, gpu: Gpu, repartition: bool, holders: list[tuple[str, PodPlacement]]
+    ) -> list[MigSlot | None]:
+        """A kept device brought to what a fresh build makes of the snapshot's device and the
+        running pods placed on it (`holders`: workload id and pod placement, in workload id
+        order). Returns each holder's new slot, for the
+        caller to check and take (incremental.py)."""
+        key = (node.order, gpu.index)
+        old = self.by_key.get(key)
+        if old is None:
+            return [None] * len(holders)
+        self._index(old, -1)
+        new = _device(node, gpu, repartition)
+        assert new is not None  # the same model as the kept device: it has a table
+        self.by_key[key] = new
+        slots = [_claim(new, placed, wid) for wid, placed in holders]
+        self._index(new, +1)
+        return slots
 
     # -- indexes --------------------------------------------------------------------
 
@@ -244,10 +254,10 @@ class MigIndex:
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
         for name in sorted({i.profile.name for i in gpu.instances if i.holder is None}):
-            _bucket(self.idle, group, name, key, gpu, sign)
-        _bucket(self.used, group, gpu.used, key, gpu, sign)
+            _bucket(self.idle, group, name, key, gpu, sign, self.dirty)
+        _bucket(self.used, group, gpu.used, key, gpu, sign, self.dirty)
         if gpu.repartition:
-            _bucket(self.held, group, gpu.held, key, gpu, sign)
+            _bucket(self.held, group, gpu.held, key, gpu, sign, self.dirty)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
@@ -310,9 +320,8 @@ class MigIndex:
             start = start_at(mask)
             if start is None:
                 continue
-            for (order, _), gpu in buckets[mask].items():
-                if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-                    yield start, gpu
+            for gpu in _usable(buckets[mask], allowed, pod):
+                yield start, gpu
 
     def _reuse(
         self,
@@ -322,12 +331,11 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        for (order, _), gpu in self.idle.get(group, {}).get(profile.name, {}).items():
-            if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-                inst = next(
-                    i for i in gpu.instances if i.holder is None and i.profile.name == profile.name
-                )
-                return MigSlot(gpu, inst)
+        for gpu in _usable(self.idle.get(group, {}).get(profile.name, {}), allowed, pod):
+            inst = next(
+                i for i in gpu.instances if i.holder is None and i.profile.name == profile.name
+            )
+            return MigSlot(gpu, inst)
         return None
 
     def _free(
@@ -373,6 +381,44 @@ class MigIndex:
         return None
 
 
+def _usable(
+    bucket: dict[Key, MigGpu], allowed: frozenset[int] | None, pod: PodRequest
+) -> Iterator[MigGpu]:
+    """The bucket's devices, in its order, on an allowed node whose host has room for the
+    pod (allowed None: any node)."""
+    for (order, _), gpu in bucket.items():
+        if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
+            yield gpu
+
+
+def _device(node: NodeState, gpu: Gpu, repartition: bool) -> MigGpu | None:
+    """A snapshot device's state with its legal instances (None: its model has no table)."""
+    canonical = canonical_model(gpu.model, gpu.memory_mib)
+    if canonical is None:
+        return None
+    state = MigGpu(node, gpu.index, gpu.model, canonical, repartition)
+    profiles = state.profiles
+    for inst in sorted(gpu.mig_instances, key=lambda i: i.start):
+        profile = profiles.get(inst.profile)
+        if profile is not None and inst.start in profile.starts:
+            state.instances.append(Instance(profile, inst.start, inst.workload_id))
+    return state
+
+
+def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
+    """A running pod takes the instance at its placement's start (one is added when the
+    device lacks it and the profile may start there); None when it holds nothing."""
+    inst = next((i for i in gpu.instances if i.start == placed.mig_start), None)
+    profile = gpu.profiles.get(placed.mig_profile)
+    if inst is None and profile is not None and placed.mig_start in profile.starts:
+        inst = Instance(profile, placed.mig_start)
+        gpu.instances = sorted([*gpu.instances, inst], key=lambda i: i.start)
+    if inst is None:
+        return None
+    inst.holder = wid
+    return MigSlot(gpu, inst)
+
+
 def _bucket(
     index: dict[Group, dict],  # type: ignore[type-arg]  # keyed by profile name or mask
     group: Group,
@@ -380,10 +426,13 @@ def _bucket(
     dev: Key,
     gpu: MigGpu,
     sign: int,
+    dirty: dict[int, dict[object, object]],
 ) -> None:
     buckets = index.setdefault(group, {})
     if sign > 0:
-        buckets.setdefault(key, {})[dev] = gpu
+        bucket = buckets.setdefault(key, {})
+        bucket[dev] = gpu
+        dirty[id(bucket)] = bucket
     else:
         bucket = buckets[key]
         bucket.pop(dev, None)
