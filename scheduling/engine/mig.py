@@ -249,21 +249,39 @@ class MigIndex:
     # -- indexes --------------------------------------------------------------------
 
     def _index(self, gpu: MigGpu, sign: int) -> None:
+        """Add (+1) or remove (-1) a device from every bucket it belongs in."""
         if not gpu.node.schedulable:
             return
+        keys = _keys(gpu)
+        if sign > 0:
+            self._move(gpu, _NOWHERE, keys)
+        else:
+            self._move(gpu, keys, _NOWHERE)
+
+    def _move(self, gpu: MigGpu, before: Keys, after: Keys) -> None:
+        """Move a device between the buckets whose keys changed (-1: in none); a device
+        that stays in a bucket keeps its place there."""
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
-        for name in sorted({i.profile.name for i in gpu.instances if i.holder is None}):
-            _bucket(self.idle, group, name, key, gpu, sign, self.dirty)
-        _bucket(self.used, group, gpu.used, key, gpu, sign, self.dirty)
-        if gpu.repartition:
-            _bucket(self.held, group, gpu.held, key, gpu, sign, self.dirty)
+        for name in before[0]:
+            if name not in after[0]:
+                _bucket(self.idle, group, name, key, gpu, -1, self.dirty)
+        for name in after[0]:
+            if name not in before[0]:
+                _bucket(self.idle, group, name, key, gpu, +1, self.dirty)
+        for at, index in ((1, self.used), (2, self.held)):
+            if before[at] == after[at] or (at == 2 and not gpu.repartition):
+                continue
+            if before[at] >= 0:
+                _bucket(index, group, before[at], key, gpu, -1, self.dirty)
+            if after[at] >= 0:
+                _bucket(index, group, after[at], key, gpu, +1, self.dirty)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
-        self._index(gpu, -1)
+        before = _keys(gpu)
         if sign > 0:
             for gone in slot.destroyed:
                 gpu.instances.remove(gone)
@@ -277,7 +295,8 @@ class MigIndex:
                 gpu.instances.remove(inst)
             gpu.instances.extend(slot.destroyed)
             gpu.instances.sort(key=lambda i: i.start)
-        self._index(gpu, +1)
+        if gpu.node.schedulable:
+            self._move(gpu, before, _keys(gpu))
 
     # -- choosing -------------------------------------------------------------------
 
@@ -417,6 +436,25 @@ def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
         return None
     inst.holder = wid
     return MigSlot(gpu, inst)
+
+
+Keys = tuple[tuple[str, ...], int, int]  # a device's idle profiles, used and held masks
+_NOWHERE: Keys = ((), -1, -1)
+
+
+def _keys(gpu: MigGpu) -> Keys:
+    """The index keys of a device: the profiles it has idle, its used and held slices."""
+    idle: list[str] = []
+    used = held = 0
+    for inst in gpu.instances:
+        mask = inst.mask
+        used |= mask
+        if inst.holder is None:
+            if inst.profile.name not in idle:
+                idle.append(inst.profile.name)
+        else:
+            held |= mask
+    return tuple(sorted(idle)), used, held
 
 
 def _bucket(
