@@ -9,7 +9,11 @@ and one single-pod workload in five asking for a MIG profile (or for memory, map
 profile); it also times `scale` in the same run and reports the ratio of the medians
 (`scale-mig-small`: the same at one tenth). `scale-small` is the same at one tenth,
 `scale-x10` ten times as large (10,000 nodes, 50,000 running, 100,000 pending; the same
-220 queues). The running set is placed by the
+220 queues). `scale-whole` and `scale-whole-small` are `scale` and `scale-small` without
+GPU sharing: the pods that ask a fraction or GPU memory (shared through MPS on the nodes)
+ask one whole GPU instead. `--scenario sharing` times the six at two sizes in one run and
+reports each one's cycle against its size's `-whole` (issue 14: sharing through MPS or MIG
+adds no per-cycle cost that grows with the cluster). The running set is placed by the
 engine itself (so it is a state the engine could have produced); then pending work is
 added. The first cycle builds the engine's state from the snapshot (`rebuild_ms`); the
 timed cycles run on the same snapshot with the state kept between cycles (cycle.Engine),
@@ -64,6 +68,7 @@ class Scenario:
     gpus_per_node: int = 8
     mig_gpus: int = 0  # per node, the last ones: MIG-enabled
     mig_share: float = 0.0  # of single-pod workloads, the part that asks for MIG
+    fractions: bool = True  # some pods ask a fraction or GPU memory (else one whole GPU)
     baseline: str = ""  # a scenario timed in the same run, for comparison
 
 
@@ -77,10 +82,17 @@ SCENARIOS = {
     "scale-small": SCALE_SMALL,
     "scale-mig": replace(SCALE, **MIG, baseline="scale"),
     "scale-mig-small": replace(SCALE_SMALL, **MIG, baseline="scale-small"),
+    "scale-whole": replace(SCALE, fractions=False),
+    "scale-whole-small": replace(SCALE_SMALL, fractions=False),
     "scale-x10": Scenario(
         nodes=10000, departments=20, projects=10, running=50000, pending=100000, racks=100
     ),
 }
+# Per size: the scenario without sharing, then with fractions (MPS), then with MIG besides.
+SHARING = (
+    ("scale-small", ("scale-whole-small", "scale-small", "scale-mig-small")),
+    ("scale", ("scale-whole", "scale", "scale-mig")),
+)
 MIG_REQUESTS = ("1g.10gb", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "auto")
 
 
@@ -125,9 +137,12 @@ def build_queues(sc: Scenario, rng: Random) -> tuple[Queue, ...]:
     return tuple(queues)
 
 
-def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest, ...]:
+def _pods(
+    rng: Random, gang: bool, small: bool, mig: float, fractions: bool = True
+) -> tuple[PodRequest, ...]:
     """Pods of one workload; `small` shapes keep 5,000 running ones within 8,000 GPUs.
-    A `mig` part of single-pod workloads asks for a MIG profile."""
+    A `mig` part of single-pod workloads asks for a MIG profile; without `fractions` the
+    pods that would ask part of a GPU ask one whole GPU."""
     kind = rng.random()
     cpu, mem = float(rng.choice((2, 4, 8))), rng.choice((8192, 16384, 32768))
     if mig and not gang and rng.random() < mig:
@@ -138,6 +153,8 @@ def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest,
         size = rng.randint(2, 4) if small else rng.randint(2, 16)
         gpus = 1 if small else rng.choice((1, 2, 4, 8))
         return (PodRequest(gpus=gpus, cpu=cpu, memory_mib=mem),) * size
+    if kind < 0.4 and not fractions:
+        return (PodRequest(gpus=1, cpu=cpu, memory_mib=mem),)
     if kind < 0.3:
         fraction = rng.choice((0.25, 0.5, 0.5, 0.75))
         return (PodRequest(gpu_fraction=fraction, cpu=cpu, memory_mib=mem),)
@@ -148,11 +165,11 @@ def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest,
 
 
 def build_workload(
-    wid: str, projects: list[str], rng: Random, now: float, small: bool, mig: float = 0.0
+    wid: str, projects: list[str], rng: Random, now: float, small: bool, sc: Scenario
 ) -> Workload:
     """One random workload: whole, fractional, MIG or a gang, some with pool or rack wishes."""
     gang = rng.random() < (0.05 if small else 0.1)
-    pods = _pods(rng, gang, small, mig)
+    pods = _pods(rng, gang, small, sc.mig_share, sc.fractions)
     pools: tuple[str, ...] = ()
     if rng.random() < 0.5:
         pools = tuple(p for p, _ in rng.sample(POOLS, 2))
@@ -181,8 +198,7 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
     nodes, queues = build_nodes(sc), build_queues(sc, rng)
     projects = [q.id for q in queues if q.parent_id is not None]
     first = tuple(
-        build_workload(f"run-{i:05d}", projects, rng, now, True, sc.mig_share)
-        for i in range(sc.running)
+        build_workload(f"run-{i:05d}", projects, rng, now, True, sc) for i in range(sc.running)
     )
     # Place without limits (non-preemptible work over quota too, as it may run from
     # before an admin took the permission back); the timed cycles apply every rule.
@@ -195,8 +211,7 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
         if wl.placement is not None
     )
     pending = tuple(
-        build_workload(f"pend-{i:05d}", projects, rng, now, False, sc.mig_share)
-        for i in range(sc.pending)
+        build_workload(f"pend-{i:05d}", projects, rng, now, False, sc) for i in range(sc.pending)
     )
     return replace(placed, queues=queues, workloads=running + pending)
 
@@ -253,12 +268,8 @@ def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object
         figures["baseline"] = baseline
         figures["baseline_cycle_ms_median"] = base["cycle_ms_median"]
         figures["baseline_cycle_cpu_ms_median"] = base["cycle_cpu_ms_median"]
-        figures["cpu_ratio_to_baseline"] = round(
-            float(figures["cycle_cpu_ms_median"]) / float(base["cycle_cpu_ms_median"]), 3
-        )
-        figures["ratio_to_baseline"] = round(
-            float(figures["cycle_ms_median"]) / float(base["cycle_ms_median"]), 3
-        )
+        figures["cpu_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_median")
+        figures["ratio_to_baseline"] = _ratio(figures, base, "cycle_ms_median")
     return figures
 
 
@@ -291,6 +302,9 @@ def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
         "floor_ms": round(floor, 2),
         "mig_gpus": sum(g.mig for n in snapshot.nodes for g in n.gpus),
         "mig_admitted": sum(1 for a in result.admissions for p in a.pods if p.mig_gpu is not None),
+        "shared_admitted": sum(
+            1 for a in result.admissions for p in a.pods if p.shared_gpu is not None
+        ),
         "admitted": len(result.admissions),
         "evicted": len(result.evictions),
         "max_victim_searches": config.max_victim_searches,
@@ -299,9 +313,43 @@ def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
     }
 
 
+def run_sharing(repeat: int) -> dict[str, object]:
+    """Each size's scenarios without sharing, with fractions (MPS) and with MIG besides,
+    in one run: their cycle medians (wall and CPU), what they admitted, and each one's
+    ratio to its size's scenario without sharing."""
+    sizes: dict[str, object] = {}
+    for size, names in SHARING:
+        measured = [_measure(name, repeat, None) for name in names]
+        sizes[size] = {str(m["scenario"]): _row(m, measured[0]) for m in measured}
+    return {"sizes": sizes, "repeat": repeat, "load": load()}
+
+
+SHARING_FIGURES = (
+    "cycle_ms_median",
+    "cycle_cpu_ms_median",
+    "admitted",
+    "shared_admitted",
+    "mig_admitted",
+    "evicted",
+)
+
+
+def _row(figures: dict[str, object], base: dict[str, object]) -> dict[str, object]:
+    row = {key: figures[key] for key in SHARING_FIGURES}
+    row["ratio"] = _ratio(figures, base, "cycle_ms_median")
+    row["cpu_ratio"] = _ratio(figures, base, "cycle_cpu_ms_median")
+    return row
+
+
+def _ratio(figures: dict[str, object], base: dict[str, object], key: str) -> float:
+    return round(float(figures[key]) / float(base[key]), 3)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", choices=sorted([*SCENARIOS, "arrival"]), default="scale")
+    parser.add_argument(
+        "--scenario", choices=sorted([*SCENARIOS, "arrival", "sharing"]), default="scale"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed cycles (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -315,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         from scheduling.engine.arrival import run_arrival  # noqa: PLC0415  # it imports this
 
         found = run_arrival(max(args.repeat, 1))
+    elif args.scenario == "sharing":
+        found = run_sharing(max(args.repeat, 1))
     else:
         found = run(args.scenario, args.repeat, args.max_victim_searches)
     if args.json:
