@@ -92,8 +92,9 @@ def _sum_quotas(
     return result
 
 
-def node_snapshot(node: NodeState) -> Node:
-    """The engine's frozen view of one simulated node."""
+def node_snapshot(node: NodeState, static_mig: bool = False) -> Node:
+    """The engine's frozen view of one simulated node (with `static_mig` its MIG devices
+    may not be repartitioned)."""
     spec = node.spec
     gpus = tuple(
         Gpu(
@@ -102,6 +103,8 @@ def node_snapshot(node: NodeState) -> Node:
             memory_mib=spec.gpu_memory_mib,
             whole_by=gpu.whole_by,
             shares=tuple(GpuShare(workload_id=job, share=share) for job, share in gpu.shares),
+            mig=gpu.mig,
+            mig_instances=tuple(gpu.instances),
         )
         for gpu in node.gpus
     )
@@ -113,12 +116,21 @@ def node_snapshot(node: NodeState) -> Node:
         topology={"rack": spec.rack} if spec.rack else {},
         cpu=spec.cpu,
         memory_mib=memory,
+        mig_repartition=not static_mig,
     )
 
 
 def pod_requests(run: JobRun) -> tuple[PodRequest, ...]:
     """One request per pod of the job."""
     job = run.job
+    if job.mig_profile:
+        mig = PodRequest(
+            mig_profile=job.mig_profile,
+            gpu_memory_mib=job.gpu_memory_mib,
+            cpu=job.cpu,
+            memory_mib=int(job.memory_gib * MIB_PER_GIB),
+        )
+        return (mig,) * job.pods
     request = PodRequest(
         gpus=0 if job.is_fractional else int(job.gpus_per_pod),
         gpu_fraction=job.gpus_per_pod if job.is_fractional else 0.0,
@@ -193,7 +205,7 @@ class EnginePolicy:
         for node in sim.cluster.nodes:
             cached = self._nodes.get(node.spec.name)
             if cached is None or cached[0] != node.version:
-                cached = (node.version, node_snapshot(node))
+                cached = (node.version, node_snapshot(node, sim.cluster.static_mig))
                 self._nodes[node.spec.name] = cached
             nodes.append(cached[1])
         interval = sim.config.checkpoint_interval
