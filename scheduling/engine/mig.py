@@ -188,6 +188,9 @@ class MigIndex:
         # Buckets a device entered since the last settle: ClusterState.settle puts them back
         # in node order (a device moved out and back sits at the end; choosing takes the first).
         self.dirty: dict[int, dict[object, object]] = {} if dirty is None else dirty
+        # The masks of a group's used or held buckets in the order _candidates takes them,
+        # by (id of the group's buckets, spread); dropped when a mask appears or goes.
+        self._orders: dict[tuple[int, bool], list[int]] = {}
         self.tables: dict[Group, str] = {}  # the profile table of each group
         self.pool_models: dict[str, list[str]] = {}
         self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
@@ -272,10 +275,15 @@ class MigIndex:
         for at, index in ((1, self.used), (2, self.held)):
             if before[at] == after[at] or (at == 2 and not gpu.repartition):
                 continue
-            if before[at] >= 0:
-                _bucket(index, group, before[at], key, gpu, -1, self.dirty)
-            if after[at] >= 0:
-                _bucket(index, group, after[at], key, gpu, +1, self.dirty)
+            changed = before[at] >= 0 and _bucket(
+                index, group, before[at], key, gpu, -1, self.dirty
+            )
+            if after[at] >= 0 and _bucket(index, group, after[at], key, gpu, +1, self.dirty):
+                changed = True
+            if changed:  # a mask appeared or went: its group's order is to be made again
+                masks = id(index[group])
+                self._orders.pop((masks, False), None)
+                self._orders.pop((masks, True), None)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
@@ -335,7 +343,11 @@ class MigIndex:
         """(start, device) on devices whose mask has room (`start_at` is not None): fullest
         first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
         so the cost follows the masks present (at most 256), not the devices."""
-        for mask in sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread):
+        order = self._orders.get((id(buckets), spread))
+        if order is None:
+            order = sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread)
+            self._orders[(id(buckets), spread)] = order
+        for mask in order:
             start = start_at(mask)
             if start is None:
                 continue
@@ -366,7 +378,7 @@ class MigIndex:
         spread: bool,
     ) -> MigSlot | None:
         canonical = self.tables[group]
-        buckets = self.used.get(group, {})
+        buckets = self.used.setdefault(group, {})  # kept: _candidates caches by its id
         for start, gpu in self._candidates(
             buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
         ):
@@ -384,7 +396,7 @@ class MigIndex:
         """Free slices first failed: the device where the profile fits beside the held
         instances, destroying the fewest idle slices."""
         canonical = self.tables[group]
-        buckets = self.held.get(group, {})
+        buckets = self.held.setdefault(group, {})
         for _, gpu in self._candidates(
             buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
         ):
@@ -465,17 +477,22 @@ def _bucket(
     gpu: MigGpu,
     sign: int,
     dirty: dict[int, dict[object, object]],
-) -> None:
+) -> bool:
+    """Put a device in (+1) or take it out of (-1) a bucket; True when that made or
+    emptied the bucket (the group's keys changed)."""
     buckets = index.setdefault(group, {})
     if sign > 0:
+        made = key not in buckets
         bucket = buckets.setdefault(key, {})
         bucket[dev] = gpu
         dirty[id(bucket)] = bucket
-    else:
-        bucket = buckets[key]
-        bucket.pop(dev, None)
-        if not bucket:
-            del buckets[key]
+        return made
+    bucket = buckets[key]
+    bucket.pop(dev, None)
+    if not bucket:
+        del buckets[key]
+        return True
+    return False
 
 
 def mig_reason(index: MigIndex, pod: PodRequest, pool: str, wanted: tuple[str, ...]) -> str:
