@@ -40,6 +40,7 @@ from random import Random
 from scheduling.engine.apply import apply_result
 from scheduling.engine.cycle import Engine, schedule
 from scheduling.engine.types import (
+    CycleResult,
     Gpu,
     Node,
     PodRequest,
@@ -54,6 +55,7 @@ from scheduling.engine.types import (
 )
 
 POOLS = (("pool-a", "A100-80GB"), ("pool-b", "H100-80GB"))
+NOW = 1_000_000.0
 GPU_MEMORY = 81920
 
 
@@ -194,7 +196,7 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
     """The scenario's snapshot: running workloads placed by the engine, then pending."""
     sc = SCENARIOS[name]
     rng = Random(seed)
-    now = 1_000_000.0
+    now = NOW
     nodes, queues = build_nodes(sc), build_queues(sc, rng)
     projects = [q.id for q in queues if q.parent_id is not None]
     first = tuple(
@@ -249,6 +251,7 @@ def figures(cycles: list[float], cpu: list[float]) -> dict[str, float]:
         "cycle_ms_median": round(statistics.median(cycles), 2),
         "cycle_ms_p90": round(cycles[min(len(cycles) - 1, int(0.9 * len(cycles)))], 2),
         "cycle_cpu_ms_median": round(statistics.median(cpu), 2),
+        "cycle_cpu_ms_min": round(min(cpu), 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -260,31 +263,68 @@ def load() -> list[float]:
 
 
 def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
-    """The scenario's figures; with a baseline, that one's median and the ratio too."""
-    figures = _measure(name, repeat, searches)
+    """The scenario's figures; with a baseline, that one's median and the ratio too (the
+    two timed in turns, so that load from elsewhere falls on both alike)."""
     baseline = SCENARIOS[name].baseline
+    names = [name, baseline] if baseline else [name]
+    ready = {n: prepare(n, searches) for n in names}
+    times = _in_turns(ready, repeat)
+    figures = _measure(name, ready[name], *times[name])
     if baseline:
-        base = _measure(baseline, repeat, searches)
+        base = _measure(baseline, ready[baseline], *times[baseline])
         figures["baseline"] = baseline
         figures["baseline_cycle_ms_median"] = base["cycle_ms_median"]
         figures["baseline_cycle_cpu_ms_median"] = base["cycle_cpu_ms_median"]
+        figures["baseline_cycle_cpu_ms_min"] = base["cycle_cpu_ms_min"]
         figures["cpu_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_median")
+        figures["cpu_min_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_min")
         figures["ratio_to_baseline"] = _ratio(figures, base, "cycle_ms_median")
     return figures
 
 
-def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
+@dataclass(slots=True)
+class Prepared:
+    """A scenario's snapshot and engine after its first cycle (the state built), and what
+    a rebuild decides."""
+
+    snapshot: Snapshot
+    config: SchedulerConfig
+    engine: Engine
+    result: CycleResult
+    rebuild: tuple[list[float], list[float]]
+
+    def cycle(self) -> object:
+        return self.engine.schedule(self.snapshot, self.config, NOW)
+
+
+def prepare(name: str, searches: int | None = None) -> Prepared:
     snapshot = build_snapshot(name)
-    now = 1_000_000.0
     config = SchedulerConfig()
     if searches is not None:
         config = replace(config, max_victim_searches=searches)
     engine = Engine()
-    rebuild_wall, rebuild_cpu = _timed(lambda: engine.schedule(snapshot, config, now), 1)
+    rebuild = _timed(lambda: engine.schedule(snapshot, config, NOW), 1)
     assert engine.state is not None
-    result = schedule(snapshot, config, now)
-    cycles, cpu = _timed(lambda: engine.schedule(snapshot, config, now), repeat)
-    if engine.schedule(snapshot, config, now) != result:
+    return Prepared(snapshot, config, engine, schedule(snapshot, config, NOW), rebuild)
+
+
+def _in_turns(ready: dict[str, Prepared], repeat: int) -> dict[str, tuple[list[float], ...]]:
+    """Sorted wall and CPU milliseconds of `repeat` cycles of each, one of each in turn."""
+    times: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in ready}
+    for _ in range(repeat):
+        for name, prepared in ready.items():
+            wall, cpu = _timed(prepared.cycle, 1)
+            times[name][0].extend(wall)
+            times[name][1].extend(cpu)
+    return {name: (sorted(wall), sorted(cpu)) for name, (wall, cpu) in times.items()}
+
+
+def _measure(
+    name: str, ready: Prepared, cycles: list[float], cpu: list[float]
+) -> dict[str, object]:
+    snapshot, config, engine, result = ready.snapshot, ready.config, ready.engine, ready.result
+    (rebuild_wall,), (rebuild_cpu,) = ready.rebuild
+    if engine.schedule(snapshot, config, NOW) != result:
         raise AssertionError("the kept state decided otherwise than a rebuild")
     floor = min(_timed(lambda: floor_pass(snapshot), 5)[0])
     running = sum(1 for wl in snapshot.workloads if wl.placement is not None)
@@ -297,48 +337,52 @@ def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
         "running": running,
         "pending": len(snapshot.workloads) - running,
         **figures(cycles, cpu),
-        "rebuild_ms": round(rebuild_wall[0], 1),
-        "rebuild_cpu_ms": round(rebuild_cpu[0], 1),
+        "rebuild_ms": round(rebuild_wall, 1),
+        "rebuild_cpu_ms": round(rebuild_cpu, 1),
         "floor_ms": round(floor, 2),
         "mig_gpus": sum(g.mig for n in snapshot.nodes for g in n.gpus),
-        "mig_admitted": sum(1 for a in result.admissions for p in a.pods if p.mig_gpu is not None),
-        "shared_admitted": sum(
-            1 for a in result.admissions for p in a.pods if p.shared_gpu is not None
-        ),
+        **_decided(result),
+        "max_victim_searches": config.max_victim_searches,
+        "repeat": len(cycles),
+        "load": load(),
+    }
+
+
+def _decided(result: CycleResult) -> dict[str, int]:
+    pods = [p for a in result.admissions for p in a.pods]
+    return {
+        "mig_admitted": sum(1 for p in pods if p.mig_gpu is not None),
+        "shared_admitted": sum(1 for p in pods if p.shared_gpu is not None),
         "admitted": len(result.admissions),
         "evicted": len(result.evictions),
-        "max_victim_searches": config.max_victim_searches,
-        "repeat": repeat,
-        "load": load(),
     }
 
 
 def run_sharing(repeat: int) -> dict[str, object]:
     """Each size's scenarios without sharing, with fractions (MPS) and with MIG besides,
-    in one run: their cycle medians (wall and CPU), what they admitted, and each one's
-    ratio to its size's scenario without sharing."""
+    in one run, their cycles timed in turns (one of each, `repeat` times, so that load
+    from elsewhere falls on all alike): medians and minima (wall and CPU), what they
+    admitted, and each one's ratio to its size's scenario without sharing."""
     sizes: dict[str, object] = {}
     for size, names in SHARING:
-        measured = [_measure(name, repeat, None) for name in names]
-        sizes[size] = {str(m["scenario"]): _row(m, measured[0]) for m in measured}
+        ready = {name: prepare(name) for name in names}
+        times = _in_turns(ready, repeat)
+        rows = {n: _row(*times[n], ready[n].result) for n in names}
+        base = rows[names[0]]
+        for row in rows.values():
+            for key in ("cycle_ms_median", "cycle_cpu_ms_median", "cycle_cpu_ms_min"):
+                row[f"{key}_ratio"] = _ratio(row, base, key)
+        sizes[size] = rows
     return {"sizes": sizes, "repeat": repeat, "load": load()}
 
 
-SHARING_FIGURES = (
-    "cycle_ms_median",
-    "cycle_cpu_ms_median",
-    "admitted",
-    "shared_admitted",
-    "mig_admitted",
-    "evicted",
-)
-
-
-def _row(figures: dict[str, object], base: dict[str, object]) -> dict[str, object]:
-    row = {key: figures[key] for key in SHARING_FIGURES}
-    row["ratio"] = _ratio(figures, base, "cycle_ms_median")
-    row["cpu_ratio"] = _ratio(figures, base, "cycle_cpu_ms_median")
-    return row
+def _row(wall: list[float], cpu: list[float], result: CycleResult) -> dict[str, object]:
+    return {
+        "cycle_ms_median": round(statistics.median(wall), 2),
+        "cycle_cpu_ms_median": round(statistics.median(cpu), 2),
+        "cycle_cpu_ms_min": round(min(cpu), 2),
+        **_decided(result),
+    }
 
 
 def _ratio(figures: dict[str, object], base: dict[str, object], key: str) -> float:
