@@ -123,15 +123,19 @@ def best_start(canonical: str, used: int, name: str) -> int | None:
     return None if best is None else best[1]
 
 
+Keys = tuple[tuple[str, ...], int, int]  # a device's idle profiles, used and held masks
+_NOWHERE: Keys = ((), -1, -1)  # in no bucket
+
+
 @dataclass(slots=True, eq=False)
 class Instance:
     profile: Profile
     start: int
     holder: str | None = None
+    mask: int = field(init=False)  # the memory slices it occupies
 
-    @property
-    def mask(self) -> int:
-        return self.profile.mask(self.start)
+    def __post_init__(self) -> None:
+        self.mask = self.profile.mask(self.start)
 
 
 @dataclass(slots=True, eq=False)
@@ -144,6 +148,7 @@ class MigGpu:
     canonical: str
     repartition: bool
     instances: list[Instance] = field(default_factory=list)
+    keys: Keys = _NOWHERE  # where the index holds it (MigIndex._move)
 
     @property
     def profiles(self) -> dict[str, Profile]:
@@ -191,6 +196,8 @@ class MigIndex:
         # The masks of a group's used or held buckets in the order _candidates takes them,
         # by (id of the group's buckets, spread); dropped when a mask appears or goes.
         self._orders: dict[tuple[int, bool], list[int]] = {}
+        # (profile asked, memory, pool, models) -> the profile each model's table gives it
+        self._wanted: dict[tuple[str, int, str, tuple[str, ...]], list[tuple[Group, Profile]]] = {}
         self.tables: dict[Group, str] = {}  # the profile table of each group
         self.pool_models: dict[str, list[str]] = {}
         self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
@@ -255,15 +262,15 @@ class MigIndex:
         """Add (+1) or remove (-1) a device from every bucket it belongs in."""
         if not gpu.node.schedulable:
             return
-        keys = _keys(gpu)
         if sign > 0:
-            self._move(gpu, _NOWHERE, keys)
+            self._move(gpu, _NOWHERE, _keys(gpu))
         else:
-            self._move(gpu, keys, _NOWHERE)
+            self._move(gpu, gpu.keys, _NOWHERE)
 
     def _move(self, gpu: MigGpu, before: Keys, after: Keys) -> None:
         """Move a device between the buckets whose keys changed (-1: in none); a device
         that stays in a bucket keeps its place there."""
+        gpu.keys = after
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
         for name in before[0]:
@@ -289,7 +296,6 @@ class MigIndex:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
-        before = _keys(gpu)
         if sign > 0:
             for gone in slot.destroyed:
                 gpu.instances.remove(gone)
@@ -304,7 +310,7 @@ class MigIndex:
             gpu.instances.extend(slot.destroyed)
             gpu.instances.sort(key=lambda i: i.start)
         if gpu.node.schedulable:
-            self._move(gpu, before, _keys(gpu))
+            self._move(gpu, gpu.keys, _keys(gpu))
 
     # -- choosing -------------------------------------------------------------------
 
@@ -320,11 +326,14 @@ class MigIndex:
         spread: bool,
     ) -> MigSlot | None:
         """Reuse, then free slices, then repartition (module docstring); None if none."""
-        wanted = []
-        for model in models:
-            profile = profile_for(pod, table(self.tables[(pool, model)]))
-            if profile is not None:
-                wanted.append(((pool, model), profile))
+        asked = (pod.mig_profile, pod.gpu_memory_mib, pool, tuple(models))
+        wanted = self._wanted.get(asked)
+        if wanted is None:
+            wanted = self._wanted[asked] = []
+            for model in models:
+                profile = profile_for(pod, table(self.tables[(pool, model)]))
+                if profile is not None:
+                    wanted.append(((pool, model), profile))
         for step in (self._reuse, self._free, self._repartition):
             for group, profile in wanted:
                 slot = step(pod, profile, group, allowed, spread)
@@ -448,10 +457,6 @@ def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
         return None
     inst.holder = wid
     return MigSlot(gpu, inst)
-
-
-Keys = tuple[tuple[str, ...], int, int]  # a device's idle profiles, used and held masks
-_NOWHERE: Keys = ((), -1, -1)
 
 
 def _keys(gpu: MigGpu) -> Keys:
