@@ -48,7 +48,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.policies import FIELDS as POLICY_FIELDS
-from scheduling.specs import SPEC_KEYS
+from scheduling.specs import SCALE_TARGET, SCALE_TARGET_REQUESTS, SPEC_KEYS
 
 MAX_LOG_LINES = int(bounds.LOG_LINES.high)
 SHAPE_KEYS = ("project", "kind", "name")
@@ -190,6 +190,17 @@ class SubmitSpecSerializer(SubmitSerializer):
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
     min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    scale_target = bounded_decimal(
+        SCALE_TARGET, required=False, help_text="elastic inference: GPU utilization, percent"
+    )
+    scale_target_requests = bounded_integer(
+        SCALE_TARGET_REQUESTS,
+        required=False,
+        help_text="elastic inference: requests per replica per minute (through the proxy)",
+    )
+    scale_cooldown_s = bounded_integer(
+        bounds.GRACE_S, required=False, help_text="elastic inference: seconds between changes"
+    )
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",

@@ -85,6 +85,9 @@ RUNTIME_S = Bound.of(1, 366 * DAY_S, unit="seconds")
 DURATION_S = RUNTIME_S
 # A day: longer would let one stopped workload hold its GPUs hostage.
 GRACE_S = Bound.of(0, DAY_S, unit="seconds")
+# Scale-on-requests target of an elastic service (scheduling/load.py counts them): up to
+# 1,000 a second per replica; what one replica serves is for its owner to say.
+SCALE_TARGET_REQUESTS = Bound.of(1, 60_000, unit="requests per replica per minute")
 PORT = Bound.of(1, 65535)
 # The command line, its arguments and the environment, each: far below what a Kubernetes
 # object (1.5 MB) or an exec() (ARG_MAX) can carry.

@@ -304,7 +304,8 @@ def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": kind}
     body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
-               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s"}  # fmt: skip
+               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s",
+               "scale_requests": "scale_target_requests"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
@@ -435,6 +436,11 @@ def only_environment(api: Api) -> str:
 @click.option("--min-replicas", type=Bounded(bounds.PODS), help="Elastic: with --max-replicas.")
 @click.option("--max-replicas", type=Bounded(bounds.PODS), help="Elastic: grows up to this.")
 @click.option("--scale-target", help="Elastic: scale up at this GPU utilization (percent).")
+@click.option(
+    "--scale-requests",
+    type=Bounded(bounds.SCALE_TARGET_REQUESTS),
+    help="Elastic: scale up at this many requests per replica per minute.",
+)
 @click.option("--scale-cooldown", type=Bounded(bounds.GRACE_S), help="Seconds between changes.")
 @click.pass_context
 def submit_inference(ctx: click.Context, **options: Any) -> None:

@@ -39,6 +39,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "min_replicas",
             "max_replicas",
             "scale_target",
+            "scale_target_requests",
             "scale_cooldown_s",
         ),
     ),

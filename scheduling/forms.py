@@ -17,7 +17,7 @@ from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
-from scheduling.specs import SCALE_TARGET, range_fields
+from scheduling.specs import SCALE_TARGET, SCALE_TARGET_REQUESTS, range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -42,9 +42,11 @@ KIND_FIELDS = {
         "min_replicas",
         "max_replicas",
         "scale_target",
+        "scale_target_requests",
         "scale_cooldown_s",
     ),
 }
+SCALE_FIELDS = ("scale_target", "scale_target_requests", "scale_cooldown_s")
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
 TOO_DEEP = object()  # json.loads gave up: nested past Python's recursion limit
@@ -156,6 +158,12 @@ class WorkloadForm(forms.Form):
         "Scale at GPU utilization (%)",
         required=False,
         help_text="Elastic: more replicas when the GPUs are busier than this.",
+    )
+    scale_target_requests = whole_field(
+        SCALE_TARGET_REQUESTS,
+        "Scale at requests per replica per minute",
+        required=False,
+        help_text="Elastic: more replicas when each gets more requests (through its links).",
     )
     scale_cooldown_s = whole_field(
         bounds.GRACE_S, "Scaling cool-down (s)", required=False, help_text="Default 300."
@@ -321,7 +329,7 @@ def initial_from(workload: Workload) -> dict[str, Any]:
     if workload.elastic:
         low, high = range_fields(workload.kind)
         initial.update({low: workload.min_pods, high: workload.pods})
-        initial.update({k: spec[k] for k in ("scale_target", "scale_cooldown_s") if k in spec})
+        initial.update({k: spec[k] for k in SCALE_FIELDS if k in spec})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",

@@ -58,9 +58,10 @@ SSH_CONTAINER_PORT = 2222
 # An elastic range: pods (training, distributed) or replicas (inference), min .. max.
 RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
 # Scale-up on load of an elastic service (scheduling/autoscale.py).
-SCALE_KEYS = {"scale_metric", "scale_target", "scale_cooldown_s"}
-SCALE_METRICS = ("gpu_utilization",)
+SCALE_KEYS = {"scale_metric", "scale_target", "scale_target_requests", "scale_cooldown_s"}
+SCALE_METRICS = ("gpu_utilization",)  # what scale_target is in
 SCALE_TARGET = Bound.of(1, 100, unit="percent")
+SCALE_TARGET_REQUESTS = bounds.SCALE_TARGET_REQUESTS
 RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
 ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
@@ -314,20 +315,29 @@ def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Er
 
 
 def _clean_scaling(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
-    """Scale-up on load: a GPU utilization target in percent, and a cool-down."""
+    """Scale-up on load: a GPU utilization target in percent, a requests-per-replica
+    target (per minute), or both; and a cool-down."""
     metric = raw.get("scale_metric") or SCALE_METRICS[0]
-    if raw.get("scale_target") in (None, ""):
+    given = [k for k in ("scale_target", "scale_target_requests") if raw.get(k) not in (None, "")]
+    if not given:
         if raw.get("scale_metric") or raw.get("scale_cooldown_s") not in (None, ""):
             _add(errors, "scale_target", "Give the target to scale on.")
         return
     if metric not in SCALE_METRICS:
-        # Request counts are not among the metrics GPUPool collects (GPU samples are).
+        # scale_target is a GPU utilization; requests have their own target field.
         _add(errors, "scale_metric", f"Use one of {', '.join(SCALE_METRICS)}.")
-    target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+    spec = out["spec"]
+    if "scale_target" in given:
+        target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+        if target is not None:
+            spec.update(scale_metric=metric, scale_target=float(target))
+    if "scale_target_requests" in given:
+        per_replica = _integer(raw, "scale_target_requests", None, SCALE_TARGET_REQUESTS, errors)
+        if per_replica is not None:
+            spec["scale_target_requests"] = per_replica
     cooldown = _integer(raw, "scale_cooldown_s", 300, bounds.GRACE_S, errors)
-    if target is not None and cooldown is not None:
-        out["spec"].update(scale_metric=metric, scale_target=float(target))
-        out["spec"]["scale_cooldown_s"] = cooldown
+    if cooldown is not None:
+        spec["scale_cooldown_s"] = cooldown
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
