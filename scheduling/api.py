@@ -118,7 +118,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
-            "handles_resize", "resized_at", "size",
+            "handles_resize", "resized_at", "size", "min_gpus",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -186,6 +186,10 @@ class SubmitSpecSerializer(SubmitSerializer):
     max_pods = bounded_integer(bounds.PODS, required=False, help_text="training: elastic maximum")
     handles_resize = serializers.BooleanField(
         required=False, help_text="elastic: no restart from checkpoint on a size change"
+    )
+    min_gpus = bounded_integer(bounds.GPU_RANGE, required=False, help_text="training: GPU range")
+    max_gpus = bounded_integer(
+        bounds.GPU_RANGE, required=False, help_text="training: GPU range (replaces gpus)"
     )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
     min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")

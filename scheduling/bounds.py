@@ -70,6 +70,7 @@ def fmt(value: Decimal) -> str:
 # --- A workload's request, per pod ----------------------------------------------------------
 # Workload.gpus is DECIMAL(6, 3); no server carries more than a few dozen GPUs.
 GPUS = Bound.of(0, 256, places=3, unit="GPUs")
+GPU_RANGE = Bound.of(1, 256, unit="GPUs")  # min_gpus..max_gpus: whole GPUs of one pod
 # Workload.cpu is DECIMAL(7, 2) (99999.99); the largest servers have a few hundred cores.
 CPU = Bound.of(0, 4096, places=2, unit="CPU cores")
 # 64 TiB: more memory than any single machine sold; an integer column holds 2 PiB.

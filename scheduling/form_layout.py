@@ -24,6 +24,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         (
             "gpu_request",
             "gpus",
+            "min_gpus",
+            "max_gpus",
             "gpu_memory_mib",
             "cpu",
             "memory_mib",

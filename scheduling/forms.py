@@ -27,7 +27,14 @@ FORM_KINDS = (
 )
 # Fields each kind shows on top of the common ones.
 KIND_FIELDS = {
-    WorkloadKind.TRAINING: ("min_pods", "max_pods", "handles_resize", "checkpoint_dir"),
+    WorkloadKind.TRAINING: (
+        "min_gpus",
+        "max_gpus",
+        "min_pods",
+        "max_pods",
+        "handles_resize",
+        "checkpoint_dir",
+    ),
     WorkloadKind.DISTRIBUTED: (
         "workers",
         "master",
@@ -123,6 +130,16 @@ class WorkloadForm(forms.Form):
     )
     cpu = decimal_field(bounds.CPU, "CPU cores per pod", initial=1)
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
+    min_gpus = whole_field(
+        bounds.GPU_RANGE, "Minimum GPUs", required=False, help_text="A GPU range: with maximum."
+    )
+    max_gpus = whole_field(
+        bounds.GPU_RANGE,
+        "Maximum GPUs",
+        required=False,
+        help_text="A GPU range instead of a count: starts with the minimum, grows with idle "
+        "GPUs of its node, restarting from its checkpoint with the new count.",
+    )
     workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
     min_pods = whole_field(
@@ -326,7 +343,9 @@ def initial_from(workload: Workload) -> dict[str, Any]:
     }
     if workload.kind == WorkloadKind.DISTRIBUTED:
         initial["min_pods"] = workload.min_pods
-    if workload.elastic:
+    if workload.min_gpus is not None:
+        initial.update(min_gpus=workload.min_gpus, max_gpus=int(workload.gpus))
+    elif workload.elastic:
         low, high = range_fields(workload.kind)
         initial.update({low: workload.min_pods, high: workload.pods})
         initial.update({k: spec[k] for k in SCALE_FIELDS if k in spec})

@@ -20,6 +20,7 @@ from scheduling.engine.types import (
     Quota,
     SchedulerConfig,
     Snapshot,
+    TopologyConstraint,
     Workload,
 )
 from tests.engine.builders import cycles, dept, evicted, job, nodes, project, run, running, snapshot
@@ -112,6 +113,30 @@ def test_consolidation_takes_an_extra_pod_to_free_a_node_instead_of_waiting() ->
     assert evicted(result) == {}
 
 
+# -- GPU ranges: one-GPU slices required on one node (scheduling/gpu_range.py) -----------
+
+NODE = "gpupool.io/node"
+
+
+def _ranged(wid: str, queue: str, low: int, high: int, **kw: object) -> Workload:
+    one_node = TopologyConstraint(NODE)
+    pods = (PodRequest(gpus=1),) * high
+    return Workload(wid, queue, pods, min_pods=low, elastic=True, topology=one_node, **kw)  # type: ignore[arg-type]
+
+
+def _own_domains(node_list: tuple[Node, ...]) -> tuple[Node, ...]:
+    return tuple(replace(n, topology={**n.topology, NODE: n.id}) for n in node_list)
+
+
+def test_a_gpu_range_starts_on_the_node_where_it_can_grow_to_its_maximum() -> None:
+    # Best fit for its minimum alone is n0 (1 free GPU), where it could never grow.
+    queues = [dept(), project("p", deserved=8)]
+    rigid = running(job("r", "p", gpus=3), "n0", [0, 1, 2], started=100)
+    snap = snapshot(_own_domains(nodes(2, 4)), queues, [rigid, _ranged("e", "p", 1, 4)])
+    [admission] = run(snap).admissions
+    assert {p.node_id for p in admission.pods} == {"n1"} and len(admission.pods) == 4
+
+
 # -- properties -----------------------------------------------------------------------
 
 
@@ -127,11 +152,16 @@ def _preempted_queues(before: Snapshot, result: object) -> dict[str, int]:
 
 
 def elastic_mix(seed: int) -> Snapshot:
-    """Random 1-GPU and half-GPU elastic and rigid work of few queues with mixed
-    priorities, some placed by the engine, more arriving (so preemption happens)."""
+    """Random 1-GPU and half-GPU elastic and rigid work and GPU ranges of few queues with
+    mixed priorities, some placed by the engine, more arriving (so preemption happens)."""
     rng = random.Random(seed)
     node_list = tuple(
-        Node(f"n{i}", "a", tuple(Gpu(j, "A100", 40960) for j in range(rng.choice((2, 4)))))
+        Node(
+            f"n{i}",
+            "a",
+            tuple(Gpu(j, "A100", 40960) for j in range(rng.choice((2, 4)))),
+            topology={NODE: f"n{i}"},
+        )
         for i in range(rng.randint(1, 3))
     )
     queues = [Queue("d", None, {})]
@@ -144,6 +174,8 @@ def elastic_mix(seed: int) -> Snapshot:
         size = rng.randint(1, 5)
         low = rng.randint(1, size) if rng.random() < 0.6 else None
         pod = PodRequest(gpus=1) if rng.random() < 0.7 else PodRequest(gpu_fraction=0.5)
+        if low is not None and pod.gpus and rng.random() < 0.3:  # a GPU range
+            return replace(_ranged(f"w{i:03d}", rng.choice(leaves), low, size), priority=5)
         return Workload(
             f"w{i:03d}",
             rng.choice(leaves),

@@ -62,7 +62,8 @@ def elastic_view(snapshot: Snapshot) -> tuple[Snapshot, Book]:
         if wl.elastic:
             book.originals[wl.id] = wl
             if wl.placement is None and wl.gang_min < len(wl.pods):
-                wl = replace(wl, pods=wl.pods[: wl.gang_min], min_pods=None)  # noqa: PLW2901
+                cut = wl.pods[: wl.gang_min]
+                wl = replace(wl, pods=cut, min_pods=None, grows_to=len(wl.pods))  # noqa: PLW2901
         workloads.append(wl)
     if not book.originals:
         return snapshot, book
