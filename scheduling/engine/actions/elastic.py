@@ -15,13 +15,22 @@ from min_pods up. The rules:
   workload first, highest pod index first), under the same rule as whole victims (a
   victim queue keeps its fair share rounded down). Never below min_pods: only extras
   are candidates; below that reclaim evicts the workload whole, as for any other.
+  Preemption (`shrink_in_queue`) first takes extras of the waiting job's own project
+  of at most its priority, and consolidation (`shrink_to_defragment`) extras of its own
+  project or of projects above their fair share, before either touches a whole
+  workload. Fractional extras count too: a shared device is freed once all its shares
+  are taken, and a fractional job needs only room on one device;
+- a pending elastic workload carries `grows_to` (its maximum), so that a required
+  topology domain with room for it all is preferred (placement.py): a GPU range
+  (one-GPU pods on one node, scheduling/gpu_range.py) starts where it can grow;
 - extras are never "fixed" (non-preemptible) work, even for a non-preemptible
   workload: taking them back does not stop the service, so they may borrow.
 
 Why growth cannot flip-flop with reclaim: growth uses only GPUs still idle after
 allocation and reclaim, never evicts, and skips workloads shrunk in the same cycle; a
-shrink happens only for a pending workload that reclaim then admits on the freed GPUs,
-so the same GPUs are not idle for growth in the next cycle while that workload runs.
+shrink happens only for a pending workload that reclaim (or preemption, or
+consolidation: each discards its shrinks when it admits nothing) then admits on the
+freed GPUs, so the same GPUs are not idle for growth in the next cycle while that workload runs.
 Reclaim's own argument (actions/reclaim.py) holds unchanged for the extras: they are
 taken only from queues above their fair share.
 """
