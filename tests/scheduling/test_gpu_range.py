@@ -12,6 +12,7 @@ from portal.errors import ValidationFailed
 from scheduling.cli import gpu_request
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload, WorkloadPolicy
+from scheduling.services import workload_stop
 from tests.scheduling.conftest import make_nodes
 
 
@@ -152,3 +153,20 @@ def test_the_api_form_and_cli_take_a_gpu_range_and_show_the_size(client_as, org,
     assert "min_gpus" in bad_form.context["form"].errors
     assert gpu_request("2..4", None) == {"gpu_request": "whole", "min_gpus": 2, "max_gpus": 4}
     assert b"of 2..4 GPUs" not in client_as(org.outsider).get("/workloads/").content
+
+
+def test_a_gpu_range_grows_in_a_later_cycle_with_a_restart(org, cluster, submit):
+    blockers = [submit(org.researcher, org.project_a, f"b{i}", gpus=3) for i in range(2)]
+    cycle_run()
+    job = submit(org.researcher, org.project_a, "ranged", min_gpus=1, max_gpus=4)
+    cycle_run()
+    assert len(_gpus(job)) == 1
+    node = job.allocations.get().node_id
+    [beside] = [b for b in blockers if b.allocations.get().node_id == node]
+    workload_stop(actor=org.researcher, workload=beside)
+    beside.allocations.all().delete()  # the cluster confirmed its pod is gone
+    cycle_run()
+    job.refresh_from_db()
+    assert len(_gpus(job)) == 4 and job.restarting
+    event = job.events.get(type="resized")
+    assert event.reason == "Grew" and event.message.startswith("From 1 to 4 GPUs (range 1..4)")
