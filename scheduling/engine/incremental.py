@@ -194,7 +194,7 @@ class EngineState:
 
     def settle(self) -> None:
         """Undo what a cycle tried and put the state in its fresh-build form."""
-        self.state.rollback(0)
+        self.state.undo_all()
         self.state.settle()
 
     # -- moving to the next snapshot ------------------------------------------------

@@ -20,6 +20,7 @@ cluster's size: idle instances by profile, and devices by their used-slice mask 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Callable, Iterator
@@ -270,6 +271,8 @@ class MigIndex:
     def _move(self, gpu: MigGpu, before: Keys, after: Keys) -> None:
         """Move a device between the buckets whose keys changed (-1: in none); a device
         that stays in a bucket keeps its place there."""
+        if before == after:
+            return
         gpu.keys = after
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
@@ -296,19 +299,19 @@ class MigIndex:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
+        instances = gpu.instances
         if sign > 0:
             for gone in slot.destroyed:
-                gpu.instances.remove(gone)
+                instances.remove(gone)
             if slot.created:
-                gpu.instances.append(inst)
-                gpu.instances.sort(key=lambda i: i.start)
+                bisect.insort(instances, inst, key=_start)
             inst.holder = wid
         else:
             inst.holder = None
             if slot.created:
-                gpu.instances.remove(inst)
-            gpu.instances.extend(slot.destroyed)
-            gpu.instances.sort(key=lambda i: i.start)
+                instances.remove(inst)
+            for gone in slot.destroyed:
+                bisect.insort(instances, gone, key=_start)
         if gpu.node.schedulable:
             self._move(gpu, gpu.keys, _keys(gpu))
 
@@ -457,6 +460,10 @@ def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
         return None
     inst.holder = wid
     return MigSlot(gpu, inst)
+
+
+def _start(inst: Instance) -> int:
+    return inst.start
 
 
 def _keys(gpu: MigGpu) -> Keys:

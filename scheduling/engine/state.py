@@ -22,6 +22,22 @@ from scheduling.engine.mig import MigIndex, MigSlot
 from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU
+
+
+class Scratch:
+    """An undo log entry for what lives one cycle only (the ledger's sums, the
+    statement's decisions): a discarded Statement runs it; the rollback at the end of
+    a kept state's cycle (undo_all) skips it, as those objects are dropped then."""
+
+    __slots__ = ("undo",)
+
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self.undo = undo
+
+    def __call__(self) -> None:
+        self.undo()
+
+
 FIXED = 1 << 1074  # every finite float is an integer multiple of 1 / FIXED
 
 
@@ -376,6 +392,15 @@ class ClusterState:
     def rollback(self, mark: int) -> None:
         while len(self.log) > mark:
             self.log.pop()()
+
+    def undo_all(self) -> None:
+        """Roll the whole log back, skipping what undoes a cycle's own bookkeeping
+        (Scratch): that goes with the cycle."""
+        log = self.log
+        while log:
+            undo = log.pop()
+            if type(undo) is not Scratch:
+                undo()
 
     def settle(self) -> None:
         """Bring what changed since the last settle to the form a fresh build has: free
