@@ -259,8 +259,9 @@ def _cheapest_batch(
         stream = heapq.merge(*streams, key=_cost)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
+    slots = ctx.state.slots
     for victim in stream:
-        if victim.wl.id in evicted:
+        if victim.wl.id in evicted or not _frees_devices(slots.get(victim.wl.id, ())):
             continue
         if not rule.victim_ok(victim):
             continue
@@ -320,6 +321,13 @@ class _NodePlan:
             return False
         used = sum(units for wid, units, _ in gpu.shares if wid not in self.gone)
         return used + share_units(self.share, gpu.memory_mib) <= UNITS
+
+
+def _frees_devices(slots: Iterable[PodSlot]) -> bool:
+    """Whether evicting a workload frees whole or shared devices: one holding only MIG
+    instances frees slices of MIG devices, which no plan here counts, so it is neither
+    walked nor chosen (its eviction would gain the beneficiary nothing)."""
+    return any(slot.gpus or slot.shared is not None for slot in slots)
 
 
 def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:
