@@ -25,7 +25,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduling.engine.mig_profiles import COMPUTE_SLICES, FAMILIES, PROFILES
 from scheduling.engine.types import Gpu, MigInstance, PodPlacement, PodRequest
@@ -481,6 +481,15 @@ def _keys(gpu: MigGpu) -> Keys:
     return tuple(sorted(idle)), used, held
 
 
+def put_in_order(bucket: dict, key: Any, value: object, dirty: dict[int, dict]) -> None:  # type: ignore[type-arg]
+    """Put an entry in an index bucket kept in node order; the bucket goes to `dirty`
+    (put back in order by ClusterState.settle) only when the key does not come after its
+    last one: a bucket outside `dirty` is in order, and appending in order keeps it so."""
+    if bucket and next(reversed(bucket)) >= key:
+        dirty[id(bucket)] = bucket
+    bucket[key] = value
+
+
 def _bucket(
     index: dict[Group, dict],  # type: ignore[type-arg]  # keyed by profile name or mask
     group: Group,
@@ -495,9 +504,7 @@ def _bucket(
     buckets = index.setdefault(group, {})
     if sign > 0:
         made = key not in buckets
-        bucket = buckets.setdefault(key, {})
-        bucket[dev] = gpu
-        dirty[id(bucket)] = bucket
+        put_in_order(buckets.setdefault(key, {}), dev, gpu, dirty)
         return made
     bucket = buckets[key]
     bucket.pop(dev, None)

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from scheduling.engine.mig import MigIndex, MigSlot
+from scheduling.engine.mig import MigIndex, MigSlot, put_in_order
 from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU
@@ -295,9 +295,7 @@ class ClusterState:
             buckets = self.shared.setdefault(group, {})
             free = UNITS - gpu.used_units
             if sign > 0:
-                bucket = buckets.setdefault(free, {})
-                bucket[(node.order, gpu.index)] = gpu
-                self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
+                put_in_order(buckets.setdefault(free, {}), (node.order, gpu.index), gpu, self.dirty)
             else:
                 bucket = buckets[free]
                 del bucket[(node.order, gpu.index)]
@@ -310,9 +308,7 @@ class ClusterState:
             return
         buckets = self.whole[(node.pool, model)]
         del buckets[before][node.order]
-        bucket = buckets.setdefault(after, {})
-        bucket[node.order] = node
-        self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
+        put_in_order(buckets.setdefault(after, {}), node.order, node, self.dirty)
 
     def _change_gpu(self, gpu: GpuState, mutate: Callable[[], None]) -> None:
         before = gpu.node.free_by_model[gpu.model]
