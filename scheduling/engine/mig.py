@@ -276,24 +276,37 @@ class MigIndex:
         gpu.keys = after
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
-        for name in before[0]:
-            if name not in after[0]:
-                _bucket(self.idle, group, name, key, gpu, -1, self.dirty)
-        for name in after[0]:
-            if name not in before[0]:
-                _bucket(self.idle, group, name, key, gpu, +1, self.dirty)
-        for at, index in ((1, self.used), (2, self.held)):
-            if before[at] == after[at] or (at == 2 and not gpu.repartition):
-                continue
-            changed = before[at] >= 0 and _bucket(
-                index, group, before[at], key, gpu, -1, self.dirty
-            )
-            if after[at] >= 0 and _bucket(index, group, after[at], key, gpu, +1, self.dirty):
-                changed = True
-            if changed:  # a mask appeared or went: its group's order is to be made again
-                masks = id(index[group])
-                self._orders.pop((masks, False), None)
-                self._orders.pop((masks, True), None)
+        idle_before, used_before, held_before = before
+        idle_after, used_after, held_after = after
+        if idle_before != idle_after:
+            for name in idle_before:
+                if name not in idle_after:
+                    _bucket(self.idle, group, name, key, gpu, -1, self.dirty)
+            for name in idle_after:
+                if name not in idle_before:
+                    _bucket(self.idle, group, name, key, gpu, +1, self.dirty)
+        if used_before != used_after:
+            self._remask(self.used, group, key, gpu, used_before, used_after)
+        if held_before != held_after and gpu.repartition:
+            self._remask(self.held, group, key, gpu, held_before, held_after)
+
+    def _remask(
+        self,
+        index: dict[Group, dict[int, dict[Key, MigGpu]]],
+        group: Group,
+        key: Key,
+        gpu: MigGpu,
+        before: int,
+        after: int,
+    ) -> None:
+        """Move a device from one mask's bucket to another's (-1: in none)."""
+        changed = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
+        if after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty):
+            changed = True
+        if changed:  # a mask appeared or went: its group's order is to be made again
+            masks = id(index[group])
+            self._orders.pop((masks, False), None)
+            self._orders.pop((masks, True), None)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
@@ -501,7 +514,9 @@ def _bucket(
 ) -> bool:
     """Put a device in (+1) or take it out of (-1) a bucket; True when that made or
     emptied the bucket (the group's keys changed)."""
-    buckets = index.setdefault(group, {})
+    buckets = index.get(group)
+    if buckets is None:
+        buckets = index[group] = {}
     if sign > 0:
         made = key not in buckets
         put_in_order(buckets.setdefault(key, {}), dev, gpu, dirty)

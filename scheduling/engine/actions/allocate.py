@@ -35,11 +35,12 @@ def starvation_key(ctx: Context, queue_id: str) -> StarvationKey:
     CPU and memory, so a project that holds most of its CPU share with few GPUs does not
     jump the line. It is under its deserved quota while under it in any resource."""
     at_quota, ratio, gpus = True, -math.inf, 0.0
-    held = ctx.ledger.alloc
-    for is_gpu, keys, fair, deserved in ctx.totals(queue_id):
+    held = ctx.ledger.alloc.get
+    totals = ctx.total_memo.get(queue_id) or ctx.totals(queue_id)
+    for is_gpu, keys, fair, deserved in totals:
         alloc = 0.0
         for key in keys:
-            alloc += held.get(key, 0.0)
+            alloc += held(key, 0.0)
         if is_gpu:
             gpus = alloc
         if alloc < deserved - EPS:
