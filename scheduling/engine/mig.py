@@ -194,9 +194,10 @@ class MigIndex:
         # Buckets a device entered since the last settle: ClusterState.settle puts them back
         # in node order (a device moved out and back sits at the end; choosing takes the first).
         self.dirty: dict[int, dict[object, object]] = {} if dirty is None else dirty
-        # The masks of a group's used or held buckets in the order _candidates takes them,
-        # by (id of the group's buckets, spread); dropped when a mask appears or goes.
-        self._orders: dict[tuple[int, bool], list[int]] = {}
+        # The masks of a group's used or held buckets, emptiest first (by id of the group's
+        # buckets): _candidates walks it forward to spread, backward to pack; a mask that
+        # appears or goes is put in or taken out (_remask), not the whole list sorted again.
+        self._orders: dict[int, list[int]] = {}
         # (profile asked, memory, pool, models) -> the profile each model's table gives it
         self._wanted: dict[tuple[str, int, str, tuple[str, ...]], list[tuple[Group, Profile]]] = {}
         self.tables: dict[Group, str] = {}  # the profile table of each group
@@ -300,13 +301,15 @@ class MigIndex:
         after: int,
     ) -> None:
         """Move a device from one mask's bucket to another's (-1: in none)."""
-        changed = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
-        if after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty):
-            changed = True
-        if changed:  # a mask appeared or went: its group's order is to be made again
-            masks = id(index[group])
-            self._orders.pop((masks, False), None)
-            self._orders.pop((masks, True), None)
+        gone = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
+        made = after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty)
+        if gone or made:  # a mask went or appeared: the group's mask order follows
+            order = self._orders.get(id(index[group]))
+            if order is not None:
+                if gone:
+                    order.remove(before)
+                if made:
+                    bisect.insort(order, after, key=_mask_rank)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
@@ -368,11 +371,10 @@ class MigIndex:
         """(start, device) on devices whose mask has room (`start_at` is not None): fullest
         first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
         so the cost follows the masks present (at most 256), not the devices."""
-        order = self._orders.get((id(buckets), spread))
+        order = self._orders.get(id(buckets))
         if order is None:
-            order = sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread)
-            self._orders[(id(buckets), spread)] = order
-        for mask in order:
+            order = self._orders[id(buckets)] = sorted(buckets, key=_mask_rank)
+        for mask in order if spread else reversed(order):
             start = start_at(mask)
             if start is None:
                 continue
@@ -473,6 +475,11 @@ def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
         return None
     inst.holder = wid
     return MigSlot(gpu, inst)
+
+
+def _mask_rank(mask: int) -> tuple[int, int]:
+    """Masks from the emptiest (fewest slices used) to the fullest."""
+    return mask.bit_count(), mask
 
 
 def _start(inst: Instance) -> int:
