@@ -103,6 +103,8 @@ class Placer:
     def cannot_fit(self, wl: Workload, pool: str) -> bool:
         """A quick test on the free-capacity indexes: True when the pool surely lacks the
         devices, so the full placement need not be tried."""
+        if wl.pods and wl.pods[0].mig_profile and all(_mig_only(p) for p in wl.pods):
+            return False  # no free-device index speaks for MIG pods: mig.choose() decides
         models = self.state.models_for(pool, wl.gpu_models)
         if not models:
             return any(p.gpus > 0 or p.is_shared for p in wl.pods)
@@ -438,6 +440,11 @@ class Placer:
 def _free_units(gpu: GpuState) -> int:
     """Units of the device nobody holds (0 when it is held whole)."""
     return 0 if gpu.owner is not None else UNITS - gpu.used_units
+
+
+def _mig_only(pod: PodRequest) -> bool:
+    """A pod that asks a MIG instance and no whole device."""
+    return bool(pod.mig_profile) and not pod.gpus
 
 
 def _gang_pods(wl: Workload) -> list[PodRequest]:
