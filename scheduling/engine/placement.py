@@ -134,6 +134,14 @@ class Placer:
 
         Returns the slots (already applied to the state) or None with the state as it was.
         """
+        if len(wl.pods) == wl.gang_min == 1 and wl.topology is None and _mig_only(wl.pods[0]):
+            # One MIG pod (most MIG work): what _place_pods would do, without its walk
+            pod = wl.pods[0]
+            slot = self._mig_slot(0, pod, pool, None, wl.gpu_models)
+            if slot is None:
+                return None
+            self.state.add_slot(wl.id, slot)
+            return [slot]
         models = self.state.models_for(pool, wl.gpu_models)
         needs_gpu = any(p.gpus > 0 or p.is_shared for p in wl.pods)
         if needs_gpu and not models:
