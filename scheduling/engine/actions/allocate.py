@@ -95,9 +95,11 @@ def allocate(ctx: Context) -> None:
     heapq.heapify(top)
     considered = ctx.considered
     while top:
-        _, dept = heapq.heappop(top)
+        # Read the tops and put them back with heapreplace (one sift, not a pop and a
+        # push): keys end with the queue id, so the order is the same either way.
+        dept = top[0][1]
         projects = inner[dept]
-        _, qid = heapq.heappop(projects)
+        qid = projects[0][1]
         waiting = by_queue[qid]
         # A workload that is not admitted changes no allocation: both keys stay, and
         # the same department and project would come out on top again; so the project's
@@ -108,9 +110,13 @@ def allocate(ctx: Context) -> None:
             considered.setdefault(wl.id, None)  # ctx.consider
             admitted = try_admit(ctx, wl)
         if waiting:
-            heapq.heappush(projects, (starvation_key(ctx, qid), qid))
+            heapq.heapreplace(projects, (starvation_key(ctx, qid), qid))
+        else:
+            heapq.heappop(projects)
         if projects:
-            heapq.heappush(top, (starvation_key(ctx, dept), dept))
+            heapq.heapreplace(top, (starvation_key(ctx, dept), dept))
+        else:
+            heapq.heappop(top)
 
 
 def try_admit(ctx: Context, wl: Workload) -> bool:
