@@ -244,12 +244,14 @@ def load() -> list[float]:
         return [float(x) for x in f.read().split()[:3]]
 
 
-def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
+def run(
+    name: str, repeat: int, searches: int | None = None, packing: bool = True
+) -> dict[str, object]:
     """The scenario's figures; with a baseline, that one's median and the ratio too."""
-    figures = _measure(name, repeat, searches)
+    figures = _measure(name, repeat, searches, packing)
     baseline = SCENARIOS[name].baseline
     if baseline:
-        base = _measure(baseline, repeat, searches)
+        base = _measure(baseline, repeat, searches, packing)
         figures["baseline"] = baseline
         figures["baseline_cycle_ms_median"] = base["cycle_ms_median"]
         figures["baseline_cycle_cpu_ms_median"] = base["cycle_cpu_ms_median"]
@@ -262,10 +264,15 @@ def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object
     return figures
 
 
-def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
+def config_for(packing: bool) -> SchedulerConfig:
+    """The default config, or with fragmentation-aware packing off (plain best fit)."""
+    return SchedulerConfig() if packing else SchedulerConfig(fragmentation_half_life_s=None)
+
+
+def _measure(name: str, repeat: int, searches: int | None, packing: bool) -> dict[str, object]:
     snapshot = build_snapshot(name)
     now = 1_000_000.0
-    config = SchedulerConfig()
+    config = config_for(packing)
     if searches is not None:
         config = replace(config, max_victim_searches=searches)
     engine = Engine()
@@ -294,6 +301,7 @@ def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
         "admitted": len(result.admissions),
         "evicted": len(result.evictions),
         "max_victim_searches": config.max_victim_searches,
+        "packing": packing,
         "repeat": repeat,
         "load": load(),
     }
@@ -310,13 +318,21 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override the per-cycle budget of eviction-plan searches",
     )
+    parser.add_argument(
+        "--packing",
+        choices=("on", "off"),
+        default="on",
+        help="fragmentation-aware packing (the default config) or plain best fit",
+    )
     args = parser.parse_args(argv)
+    packing = args.packing == "on"
     if args.scenario == "arrival":
         from scheduling.engine.arrival import run_arrival  # noqa: PLC0415  # it imports this
 
-        found = run_arrival(max(args.repeat, 1))
+        found = run_arrival(max(args.repeat, 1), config=config_for(packing))
+        found["packing"] = packing
     else:
-        found = run(args.scenario, args.repeat, args.max_victim_searches)
+        found = run(args.scenario, args.repeat, args.max_victim_searches, packing)
     if args.json:
         print(json.dumps(found, indent=2))
     else:
