@@ -145,7 +145,7 @@ class ShapeHistogram:
         cached = self._cache.get(key)
         if cached is None:
             cached = sum(c.fragment(key) for c in self._classes)
-            if len(self._cache) > 200_000:
+            if len(self._cache) > 100_000:
                 self._cache.clear()
             self._cache[key] = cached
         return cached
@@ -306,7 +306,7 @@ _HISTOGRAMS: dict[tuple[tuple[Shape, int], ...], ShapeHistogram] = {}
 def _histogram(mix: tuple[tuple[Shape, int], ...]) -> ShapeHistogram:
     found = _HISTOGRAMS.get(mix)
     if found is None:
-        if len(_HISTOGRAMS) >= 16:
+        if len(_HISTOGRAMS) >= 4:  # the last few roundings, each with its score cache
             _HISTOGRAMS.pop(next(iter(_HISTOGRAMS)))
         found = ShapeHistogram({s: float(q) for s, q in mix}, prior_weight=1.0)
         _HISTOGRAMS[mix] = found
