@@ -278,13 +278,15 @@ class ShapeTally:
         """Each pod weighted by 2^(-age / half_life) of its submission minute, recent
         arrivals counting most and what has run long still saying what is typical; rounded
         to 1/QUANTUM so that consecutive cycles share one histogram and its score cache."""
+        decay: dict[int, float] = {}  # each minute's weight, computed once
         weights: dict[Shape, float] = {}
-        for shape in sorted(self.counts):
-            by_time = self.counts[shape]
-            total = 0.0
-            for bucket in sorted(by_time):
-                age = max(0.0, now - (bucket + 0.5) * BUCKET_S)
-                total += by_time[bucket] * 2.0 ** (-age / half_life_s)
+        for shape, by_time in self.counts.items():
+            for bucket in by_time:
+                if bucket not in decay:
+                    age = max(0.0, now - (bucket + 0.5) * BUCKET_S)
+                    decay[bucket] = 2.0 ** (-age / half_life_s)
+            # fsum is exactly rounded: the same total whatever order the minutes come in
+            total = math.fsum(count * decay[bucket] for bucket, count in by_time.items())
             if total > 0:
                 weights[shape] = total
         return quantized_histogram(weights)

@@ -382,11 +382,15 @@ class Placer:
         least to the node's fragmentation against the shape histogram, among a bounded set
         of candidate nodes (_candidates); when none of them fits, the plain best fit."""
         best: tuple[tuple[float, bool, int, int], NodeState, str | None, int] | None = None
-        seen: set[tuple[NodeKey, tuple[tuple[str, int], ...]]] = set()
+        seen: set[object] = set()
         for node in self._candidates(pod, pool, models):
             frees = [_free_units(g) for g in node.gpus]
             key = node_key(node.cpu_free, node.mem_free, frees)
-            kind = (key, tuple(sorted(zip([g.model for g in node.gpus], frees, strict=True))))
+            kind = (
+                key
+                if len(node.free_by_model) < 2
+                else (key, *zip([g.model for g in node.gpus], frees, strict=True))
+            )
             if kind in seen:
                 continue  # a node in the same state earlier in order wins every tie
             seen.add(kind)

@@ -280,7 +280,7 @@ class SchedulerConfig:
     restart_cost_s: float = 600.0  # victim cost of each earlier restart (actions/victims.py)
     # Bin packing by fragmentation gradient descent against the snapshot's pod shapes,
     # each weighted by 2^(-age / half-life) (engine/fragmentation.py); None = plain best fit.
-    fragmentation_half_life_s: float | None = 3600.0
+    fragmentation_half_life_s: float | None = 86400.0
     # The fragmentation score is computed, per pod, for this many nodes where it fits from
     # each bucket of the free-capacity indexes, in node order (engine/placement.py).
     fragmentation_candidates: int = 2
