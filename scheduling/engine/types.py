@@ -126,6 +126,10 @@ class Workload:
     restarts: int = 0  # times it was evicted and went back to pending (victim cost)
     elastic: bool = False
     resized_at: float | None = None
+    # A pending elastic workload cut to its minimum (actions/elastic.py elastic_view):
+    # the pods it may grow to, so that a required topology domain with room for them
+    # all is chosen before a fuller one (where it could never grow).
+    grows_to: int = 0
 
     @property
     def running(self) -> bool:

@@ -20,6 +20,7 @@ victim that comes back is borrowed again, so it never evicts its evictor this wa
 
 from __future__ import annotations
 
+from scheduling.engine.actions.elastic import has_extras, shrink_in_queue
 from scheduling.engine.actions.reclaim import Failures
 from scheduling.engine.actions.victims import (
     Candidates,
@@ -42,14 +43,14 @@ def preempt(ctx: Context) -> None:
     if not ctx.config.preempt:
         return
     index = preemptible(ctx)
-    if not index.by_queue:
+    if not index.by_queue and not has_extras(ctx):
         return
     failures = Failures()
     guarantee = Guarantee(ctx)
     for wl in ctx.pending():
         if ctx.searches_left <= 0:
             return
-        if wl.queue_id not in index.by_queue:
+        if wl.queue_id not in index.by_queue and not has_extras(ctx, wl.queue_id):
             continue
         for pool in ctx.pools_for(wl):
             if _try_preempt(ctx, wl, pool, index, failures, guarantee):
@@ -71,6 +72,13 @@ def _try_preempt(
         return False
     if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
         return False  # evicting preemptible work frees none of its non-preemptible quota
+    mark = ctx.stmt.mark()
+    # Extra pods of the project's elastic workloads go before any whole workload.
+    slots = shrink_in_queue(ctx, wl, pool, lambda e: _extras_of(e, wl))
+    if slots is not None:
+        ctx.admit(wl, pool, slots)
+        guarantee.forget(wl.queue_id)
+        return True
 
     def eligible(victim: Victim) -> bool:
         if victim.wl.queue_id != wl.queue_id:
@@ -82,6 +90,7 @@ def _try_preempt(
     victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
@@ -97,12 +106,19 @@ def _try_preempt(
         ready=lambda: ctx.quota_block(wl, pool) is None,
     )
     if found is None:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
     ctx.admit(wl, pool, found[1])
     guarantee.forget(wl.queue_id)
     return True
+
+
+def _extras_of(owner: Workload, wl: Workload) -> bool:
+    """Whose extra pods wl may take back: its project's elastic work of at most its
+    priority (extras run on idle GPUs; they never outrank a waiting job)."""
+    return owner.queue_id == wl.queue_id and owner.priority <= wl.priority and owner.id != wl.id
 
 
 class Guarantee:
