@@ -21,7 +21,7 @@ import math
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
-from scheduling.engine.types import Workload
+from scheduling.engine.types import Resource, Workload
 
 StarvationKey = tuple[bool, float, float, str]
 
@@ -121,7 +121,9 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
     shape = ctx.shape_of(wl)
     failures = ctx.shape_failures
     for pool in ctx.pools_for(wl):
-        blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
+        blocked = (
+            ctx.quota_block(wl, pool) or ctx.share_block(wl, pool) or borrow_block(ctx, wl, pool)
+        )
         failed = failures.get((pool, shape))
         if blocked is None and failed is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
@@ -134,3 +136,33 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
         reasons.append(blocked or failed)
     ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
     return False
+
+
+# A queue borrows idle GPUs up to this many times its fair share while another queue
+# below its fair share is waiting in the pool (issue 18, docs/simulator.md).
+BORROW_LIMIT = 2.0
+
+
+def borrow_block(ctx: Context, wl: Workload, pool: str) -> str | None:
+    """Why the workload's queue may not borrow more idle GPUs in the pool, or None.
+
+    A queue past both its deserved quota and BORROW_LIMIT x its fair share takes no more
+    while another queue with pending work holds less than its fair share: the GPUs it
+    would fill are the ones that queue's work is waiting to see freed (a gang waiting for
+    a node to drain), and on the Philly week one team of quota 2 otherwise held 10 GPUs
+    for a day against a fair share near 2.4 while others queued."""
+    qid = wl.queue_id
+    held = ctx.ledger.get(qid, pool) + ctx.gpu_need(wl, pool)
+    fair = ctx.fair_share(qid, pool)
+    if held <= max(ctx.deserved(qid, pool), BORROW_LIMIT * fair) + EPS:
+        return None
+    for (other, where, resource), amount in ctx.pending_demand.items():
+        if other == qid or where != pool or resource is not Resource.GPU or amount <= EPS:
+            continue
+        if ctx.ledger.get(other, pool) < ctx.fair_share(other, pool) - EPS:
+            return (
+                f"{ctx.kind(qid)} {ctx.name(qid)} holds more than {BORROW_LIMIT:g} x its fair"
+                f" share of {fair:.3g} GPUs in pool {pool} while {ctx.kind(other)}"
+                f" {ctx.name(other)} waits below its own"
+            )
+    return None
