@@ -126,6 +126,9 @@ class Workload:
     restarts: int = 0  # times it was evicted and went back to pending (victim cost)
     elastic: bool = False
     resized_at: float | None = None
+    # How often it saves a checkpoint, in seconds of running (None = unknown): an
+    # eviction waits for a checkpoint that is due soon (actions/victims.py).
+    checkpoint_interval_s: float | None = None
 
     @property
     def running(self) -> bool:

@@ -94,7 +94,7 @@ def _try_preempt(
         wl,
         pool,
         Candidates.of(victims),
-        VictimRule(eligible),
+        VictimRule(eligible, wait=not borrowed),
         EvictionReason.PREEMPT,
         MAX_VICTIMS,
         # Work within the guarantee is not borrowing; other newcomers borrow no more
@@ -138,6 +138,8 @@ class BorrowedRule(ReclaimRule):
     where reclaim would allow taking it (their side stays at or above its fair share).
     Guaranteed work only ever evicts borrowed work this way, and a project's guaranteed
     set only grows by it, so it cannot flip-flop."""
+
+    wait_for_checkpoints = False  # work within its guarantee does not wait
 
     def __init__(self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee) -> None:
         super().__init__(ctx, wl, pool)
