@@ -121,10 +121,10 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
     shape = ctx.shape_of(wl)
     failures = ctx.shape_failures
     for pool in ctx.pools_for(wl):
-        blocked = (
-            ctx.quota_block(wl, pool) or ctx.share_block(wl, pool) or borrow_block(ctx, wl, pool)
-        )
+        blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
         failed = failures.get((pool, shape))
+        if blocked is None and failed is None:  # else it waits anyway: spare the check
+            blocked = borrow_block(ctx, wl, pool)
         if blocked is None and failed is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
@@ -150,19 +150,37 @@ def borrow_block(ctx: Context, wl: Workload, pool: str) -> str | None:
     while another queue with pending work holds less than its fair share: the GPUs it
     would fill are the ones that queue's work is waiting to see freed (a gang waiting for
     a node to drain), and on the Philly week one team of quota 2 otherwise held 10 GPUs
-    for a day against a fair share near 2.4 while others queued."""
+    for a day while others queued (docs/simulator.md, issue 18)."""
     qid = wl.queue_id
     held = ctx.ledger.get(qid, pool) + ctx.gpu_need(wl, pool)
-    fair = ctx.fair_share(qid, pool)
-    if held <= max(ctx.deserved(qid, pool), BORROW_LIMIT * fair) + EPS:
+    fair = ctx.fair.get((qid, pool, Resource.GPU), 0.0)
+    if held <= BORROW_LIMIT * fair + EPS or held <= ctx.deserved(qid, pool) + EPS:
         return None
-    for (other, where, resource), amount in ctx.pending_demand.items():
-        if other == qid or where != pool or resource is not Resource.GPU or amount <= EPS:
-            continue
-        if ctx.ledger.get(other, pool) < ctx.fair_share(other, pool) - EPS:
-            return (
-                f"{ctx.kind(qid)} {ctx.name(qid)} holds more than {BORROW_LIMIT:g} x its fair"
-                f" share of {fair:.3g} GPUs in pool {pool} while {ctx.kind(other)}"
-                f" {ctx.name(other)} waits below its own"
-            )
-    return None
+    starved = _starved(ctx, pool)
+    if len(starved) <= (qid in starved):
+        return None
+    return (
+        f"{ctx.kind(qid)} {ctx.name(qid)} holds more than {BORROW_LIMIT:g} x its fair share"
+        f" of {fair:.3g} GPUs in pool {pool} while other queues wait below theirs"
+    )
+
+
+def _starved(ctx: Context, pool: str) -> set[str]:
+    """Queues with pending work (at the cycle's start) holding less than their fair share
+    in the pool; kept up to date from the ledger's changes, like Context.donors."""
+    seen, found = ctx.starved_memo.get(pool, (-1, set()))
+    moved = ctx.ledger.moved
+    if seen < 0:
+        keys = [k[0] for k in ctx.pending_demand if k[1] == pool and k[2] is Resource.GPU]
+    else:
+        keys = [k[0] for k in moved[seen:] if k[1] == pool]
+    for qid in keys:
+        if (
+            ctx.pending_demand.get((qid, pool, Resource.GPU), 0.0) > EPS
+            and ctx.ledger.get(qid, pool) < ctx.fair.get((qid, pool, Resource.GPU), 0.0) - EPS
+        ):
+            found.add(qid)
+        else:
+            found.discard(qid)
+    ctx.starved_memo[pool] = (len(moved), found)
+    return found
