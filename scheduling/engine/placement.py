@@ -163,9 +163,13 @@ class Placer:
         self, wl: Workload, pool: str, models: list[str], level: str
     ) -> list[PodSlot] | None:
         need = sum(p.gpus for p in _gang_pods(wl))
+        # An elastic workload admitted at its minimum grows only inside this domain: one
+        # with room for its maximum goes first (best fit among those, then the rest).
+        room = need + max(wl.grows_to - len(wl.pods), 0) * (wl.pods[-1].gpus if wl.pods else 0)
+        free = self.state.domain_free
         for key in sorted(
             (k for k in self.state.domain_nodes if k[0] == pool and k[1] == level),
-            key=lambda k: (self.state.domain_free[k], k[2]),
+            key=lambda k: (free[k] < room, free[k], k[2]),
         ):
             if self.state.domain_free[key] < need:
                 continue

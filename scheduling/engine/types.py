@@ -129,6 +129,10 @@ class Workload:
     # How often it saves a checkpoint, in seconds of running (None = unknown): an
     # eviction waits for a checkpoint that is due soon (actions/victims.py).
     checkpoint_interval_s: float | None = None
+    # A pending elastic workload cut to its minimum (actions/elastic.py elastic_view):
+    # the pods it may grow to, so that a required topology domain with room for them
+    # all is chosen before a fuller one (where it could never grow).
+    grows_to: int = 0
 
     @property
     def running(self) -> bool:

@@ -21,6 +21,7 @@ victim that comes back is borrowed again, so it never evicts its evictor this wa
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import borrow_block
+from scheduling.engine.actions.elastic import has_extras, shrink_in_queue
 from scheduling.engine.actions.reclaim import Failures, ReclaimRule
 from scheduling.engine.actions.victims import (
     Candidates,
@@ -32,6 +33,7 @@ from scheduling.engine.actions.victims import (
 )
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
+from scheduling.engine.state import PodSlot
 from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
 
@@ -43,14 +45,14 @@ def preempt(ctx: Context) -> None:
     if not ctx.config.preempt:
         return
     index = preemptible(ctx)
-    if not index.by_queue:
+    if not index.by_queue and not has_extras(ctx):
         return
     failures = Failures()
     guarantee = Guarantee(ctx)
     for wl in ctx.pending():
         if ctx.searches_left <= 0:
             return
-        if wl.queue_id not in index.by_queue:
+        if wl.queue_id not in index.by_queue and not has_extras(ctx, wl.queue_id):
             continue
         for pool in ctx.pools_for(wl):
             if _try_preempt(ctx, wl, pool, index, failures, guarantee):
@@ -72,6 +74,15 @@ def _try_preempt(
         return False
     if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
         return False  # evicting preemptible work frees none of its non-preemptible quota
+    mark = ctx.stmt.mark()
+    # Extra pods of the project's elastic workloads go before any whole workload.
+    slots = shrink_in_queue(ctx, wl, pool, lambda e: _extras_of(e, wl))
+    if slots is None and borrowed:  # then other projects' borrowed work, then its own
+        slots = _take_borrowed(ctx, wl, pool, index, guarantee)
+    if slots is not None:
+        ctx.admit(wl, pool, slots)
+        guarantee.forget(wl.queue_id)
+        return True
 
     def eligible(victim: Victim) -> bool:
         if victim.wl.queue_id != wl.queue_id:
@@ -80,11 +91,10 @@ def _try_preempt(
             victim.wl.priority <= wl.priority and victim.wl.id in borrowed
         )
 
-    if borrowed and _take_borrowed(ctx, wl, pool, index, guarantee):
-        return True
     victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
@@ -103,6 +113,7 @@ def _try_preempt(
         and (bool(borrowed) or borrow_block(ctx, wl, pool) is None),
     )
     if found is None:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
@@ -113,24 +124,21 @@ def _try_preempt(
 
 def _take_borrowed(
     ctx: Context, wl: Workload, pool: str, index: VictimIndex, guarantee: Guarantee
-) -> bool:
+) -> list[PodSlot] | None:
     """Work within its project's guarantee first evicts other projects' borrowed work
     (reason `reclaim`): only work their own deserved quota does not cover, of a project
-    above its fair share that keeps that share rounded down (as reclaim does)."""
+    above its fair share that keeps that share rounded down (as reclaim does). Returns
+    wl's slots (placed, not recorded), or None with nothing evicted."""
     rule = BorrowedRule(ctx, wl, pool, guarantee)
-    others = rule.allowed()
-    if not others:
-        return False
-    candidates = index.pool(pool)
-    found = make_room(ctx, wl, pool, candidates, rule, EvictionReason.RECLAIM, MAX_VICTIMS)
+    if not any(rule.allowed().values()):
+        return None
+    found = make_room(ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS)
     if found is None:
-        return False
-    ctx.admit(wl, pool, found[1])
+        return None
     ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
     for victim in found[0]:
         guarantee.forget(victim.queue_id)
-    guarantee.forget(wl.queue_id)
-    return True
+    return found[1]
 
 
 class BorrowedRule(ReclaimRule):
@@ -160,6 +168,12 @@ class BorrowedRule(ReclaimRule):
         if self.ctx.ledger.get(queue_id, self.pool) <= deserved + EPS:
             return frozenset()
         return self.guarantee.split(queue_id, self.pool, deserved)[1]
+
+
+def _extras_of(owner: Workload, wl: Workload) -> bool:
+    """Whose extra pods wl may take back: its project's elastic work of at most its
+    priority (extras run on idle GPUs; they never outrank a waiting job)."""
+    return owner.queue_id == wl.queue_id and owner.priority <= wl.priority and owner.id != wl.id
 
 
 class Guarantee:
