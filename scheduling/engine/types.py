@@ -126,6 +126,9 @@ class Workload:
     restarts: int = 0  # times it was evicted and went back to pending (victim cost)
     elastic: bool = False
     resized_at: float | None = None
+    # How often it saves a checkpoint, in seconds of running (None = unknown): an
+    # eviction waits for a checkpoint that is due soon (actions/victims.py).
+    checkpoint_interval_s: float | None = None
     # A pending elastic workload cut to its minimum (actions/elastic.py elastic_view):
     # the pods it may grow to, so that a required topology domain with room for them
     # all is chosen before a fuller one (where it could never grow).
