@@ -262,12 +262,14 @@ def load() -> list[float]:
         return [float(x) for x in f.read().split()[:3]]
 
 
-def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
+def run(
+    name: str, repeat: int, searches: int | None = None, packing: bool = True
+) -> dict[str, object]:
     """The scenario's figures; with a baseline, that one's median and the ratio too (the
     two timed in turns, so that load from elsewhere falls on both alike)."""
     baseline = SCENARIOS[name].baseline
     names = [name, baseline] if baseline else [name]
-    ready = {n: prepare(n, searches) for n in names}
+    ready = {n: prepare(n, searches, packing) for n in names}
     times = _in_turns(ready, repeat)
     figures = _measure(name, ready[name], *times[name])
     if baseline:
@@ -280,6 +282,11 @@ def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object
         figures["cpu_min_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_min")
         figures["ratio_to_baseline"] = _ratio(figures, base, "cycle_ms_median")
     return figures
+
+
+def config_for(packing: bool) -> SchedulerConfig:
+    """The default config, or with fragmentation-aware packing off (plain best fit)."""
+    return SchedulerConfig() if packing else SchedulerConfig(fragmentation_half_life_s=None)
 
 
 @dataclass(slots=True)
@@ -297,9 +304,9 @@ class Prepared:
         return self.engine.schedule(self.snapshot, self.config, NOW)
 
 
-def prepare(name: str, searches: int | None = None) -> Prepared:
+def prepare(name: str, searches: int | None = None, packing: bool = True) -> Prepared:
     snapshot = build_snapshot(name)
-    config = SchedulerConfig()
+    config = config_for(packing)
     if searches is not None:
         config = replace(config, max_victim_searches=searches)
     engine = Engine()
@@ -343,6 +350,7 @@ def _measure(
         "mig_gpus": sum(g.mig for n in snapshot.nodes for g in n.gpus),
         **_decided(result),
         "max_victim_searches": config.max_victim_searches,
+        "packing": bool(config.fragmentation_half_life_s),
         "repeat": len(cycles),
         "load": load(),
     }
@@ -402,15 +410,23 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override the per-cycle budget of eviction-plan searches",
     )
+    parser.add_argument(
+        "--packing",
+        choices=("on", "off"),
+        default="on",
+        help="fragmentation-aware packing (the default config) or plain best fit",
+    )
     args = parser.parse_args(argv)
+    packing = args.packing == "on"
     if args.scenario == "arrival":
         from scheduling.engine.arrival import run_arrival  # noqa: PLC0415  # it imports this
 
-        found = run_arrival(max(args.repeat, 1))
+        found = run_arrival(max(args.repeat, 1), config=config_for(packing))
+        found["packing"] = packing
     elif args.scenario == "sharing":
         found = run_sharing(max(args.repeat, 1))
     else:
-        found = run(args.scenario, args.repeat, args.max_victim_searches)
+        found = run(args.scenario, args.repeat, args.max_victim_searches, packing)
     if args.json:
         print(json.dumps(found, indent=2))
     else:

@@ -45,7 +45,7 @@ from scheduling.engine.context import (
     workload_need,
 )
 from scheduling.engine.fairshare import Key
-from scheduling.engine.fragmentation import cycle_shapes
+from scheduling.engine.fragmentation import ShapeTally, cluster_memory, cycle_shapes
 from scheduling.engine.mig import MigSlot
 from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.resizes import fixed_slots
@@ -134,6 +134,7 @@ class EngineState:
         self.shapes: dict[str, int] = {}  # Context.shape_of, kept while a workload is
         self.shape_ids: dict[ShapeKey, int] = {}
         self.victim_parts: dict[str, tuple[dict[str, float], tuple[int, ...]]] = {}
+        self.tally = ShapeTally(snapshot.workloads, cluster_memory(self.state.group_memory))
         self.short: set[str] = set()  # running gangs below their minimum pods
         self.nodes = snapshot.nodes
         self.node_index = {node.id: i for i, node in enumerate(snapshot.nodes)}
@@ -166,8 +167,14 @@ class EngineState:
         ledger.fixed = dict(self.fixed.view)
         waiting = [wl for _, wl in self.waiting]
         strategies = {pool: config.strategy_for(pool) for pool in self.pools}
-        shapes = cycle_shapes(self.snapshot, config, now, state.group_memory)
-        placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods), shapes)
+        shapes = cycle_shapes(self.tally, config, now)
+        placer = Placer(
+            state,
+            strategies,
+            waiting_sizes(state, self.shared_pods),
+            shapes,
+            config.fragmentation_candidates,
+        )
         return Context(
             self.snapshot,
             config,
@@ -340,6 +347,7 @@ class EngineState:
     ) -> None:
         """Bring one workload's entry from old to new (its holdings are freed already;
         `mig`: the instances its MIG pods hold, from _reload_mig)."""
+        self.tally.change(old, new)
         if old is not None:
             self.shapes.pop(old.id, None)
             if new is None or new.placement is None:

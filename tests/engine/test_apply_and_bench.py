@@ -124,6 +124,17 @@ def test_the_small_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[s
     assert figures["evicted"] >= 0
 
 
+def test_the_benchmark_times_packing_on_by_default_and_off_on_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench.config_for(True) == SchedulerConfig()
+    assert bench.config_for(True).fragmentation_half_life_s
+    assert bench.config_for(False).fragmentation_half_life_s is None
+    assert bench.main(["--scenario", "arrival", "--repeat", "2", "--packing", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["packing"] is False
+    assert bench.run("scale-small", repeat=1)["packing"] is True
+
+
 def test_the_benchmark_keeps_the_state_and_checks_it_against_a_rebuild() -> None:
     figures = bench.run("scale-small", repeat=2)
     assert figures["rebuild_ms"] > 0

@@ -21,7 +21,7 @@ import math
 from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.reasons import capacity_reason
-from scheduling.engine.types import Workload
+from scheduling.engine.types import Resource, Workload
 
 StarvationKey = tuple[bool, float, float, str]
 
@@ -130,6 +130,8 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
     for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
         failed = failures.get((pool, shape))
+        if blocked is None and failed is None:  # else it waits anyway: spare the check
+            blocked = borrow_block(ctx, wl, pool)
         if blocked is None and failed is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
@@ -141,3 +143,51 @@ def try_admit(ctx: Context, wl: Workload) -> bool:
         reasons.append(blocked or failed)
     ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
     return False
+
+
+# A queue borrows idle GPUs up to this many times its fair share while another queue
+# below its fair share is waiting in the pool (issue 18, docs/simulator.md).
+BORROW_LIMIT = 2.0
+
+
+def borrow_block(ctx: Context, wl: Workload, pool: str) -> str | None:
+    """Why the workload's queue may not borrow more idle GPUs in the pool, or None.
+
+    A queue past both its deserved quota and BORROW_LIMIT x its fair share takes no more
+    while another queue with pending work holds less than its fair share: the GPUs it
+    would fill are the ones that queue's work is waiting to see freed (a gang waiting for
+    a node to drain), and on the Philly week one team of quota 2 otherwise held 10 GPUs
+    for a day while others queued (docs/simulator.md, issue 18)."""
+    qid = wl.queue_id
+    held = ctx.ledger.get(qid, pool) + ctx.gpu_need(wl, pool)
+    fair = ctx.fair.get((qid, pool, Resource.GPU), 0.0)
+    if held <= BORROW_LIMIT * fair + EPS or held <= ctx.deserved(qid, pool) + EPS:
+        return None
+    starved = _starved(ctx, pool)
+    if len(starved) <= (qid in starved):
+        return None
+    return (
+        f"{ctx.kind(qid)} {ctx.name(qid)} holds more than {BORROW_LIMIT:g} x its fair share"
+        f" of {fair:.3g} GPUs in pool {pool} while other queues wait below theirs"
+    )
+
+
+def _starved(ctx: Context, pool: str) -> set[str]:
+    """Queues with pending work (at the cycle's start) holding less than their fair share
+    in the pool; kept up to date from the ledger's changes, like Context.donors."""
+    seen, found = ctx.starved_memo.get(pool, (-1, set()))
+    moved = ctx.ledger.moved
+    if seen < 0:
+        keys = [k[0] for k in ctx.pending_demand if k[1] == pool and k[2] is Resource.GPU]
+    else:
+        keys = [k[0] for k in moved[seen:] if k[1] == pool]
+    for qid in keys:
+        if (
+            ctx.pending_demand.get((qid, pool, Resource.GPU), 0.0) > EPS
+            and ctx.ledger.get(qid, pool) < ctx.fair.get((qid, pool, Resource.GPU), 0.0) - EPS
+        ):
+            found.add(qid)
+        else:
+            found.discard(qid)
+    ctx.starved_memo[pool] = (len(moved), found)
+    return found

@@ -10,7 +10,7 @@ own topology rule); its cost counts all its GPUs, so single pods go first.
 
 from __future__ import annotations
 
-from scheduling.engine.actions.allocate import in_allocation_order
+from scheduling.engine.actions.allocate import borrow_block, in_allocation_order
 from scheduling.engine.actions.elastic import shrink_to_defragment
 from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
 from scheduling.engine.context import Context
@@ -36,6 +36,8 @@ def consolidate(ctx: Context) -> None:
             if attempts >= MAX_ATTEMPTS:
                 return
             if not _fits_in_total(ctx, wl, pool) or ctx.quota_block(wl, pool) is not None:
+                continue
+            if borrow_block(ctx, wl, pool) is not None:
                 continue
             attempts += 1
             slots = shrink_to_defragment(ctx, wl, pool)  # extra pods before whole moves

@@ -148,9 +148,13 @@ def topology_of(job: TraceJob) -> TopologyConstraint | None:
     return TopologyConstraint(job.topology_level, mode)
 
 
-def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
-    """The engine's view of a pending or running job at `now`."""
+def workload_snapshot(run: JobRun, now: float, interval: float, periodic: bool = True) -> Workload:
+    """The engine's view of a pending or running job at `now`. Its checkpoint interval
+    is told only to a replay with periodic cycles: the engine may then wait for a
+    checkpoint that is due soon, and a later cycle acts once it is saved (an
+    event-only replay might run none before the job ends)."""
     job = run.job
+    checkpoint_every = interval or None if periodic else None
     checkpoint = None
     if run.run_start is not None:
         checkpoint = run.run_start + (run.checkpointed(now, interval) - run.saved) / run.rate
@@ -164,6 +168,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         gpu_models=job.gpu_models,
         topology=topology_of(job),
         last_checkpoint_time=checkpoint,
+        checkpoint_interval_s=checkpoint_every,
         started_at=run.run_start,
         placement=run.placement,
         restarts=run.preemptions,
@@ -208,21 +213,23 @@ class EnginePolicy:
                 cached = (node.version, node_snapshot(node, sim.cluster.static_mig))
                 self._nodes[node.spec.name] = cached
             nodes.append(cached[1])
-        interval = sim.config.checkpoint_interval
-        workloads = [self._workload(run, now, interval) for run in sim.running.values()]
-        workloads.extend(self._workload(run, now, interval) for run in sim.pending_in_order())
+        interval, periodic = sim.config.checkpoint_interval, sim.config.period > 0
+        workloads = [self._workload(run, now, interval, periodic) for run in sim.running.values()]
+        workloads.extend(
+            self._workload(run, now, interval, periodic) for run in sim.pending_in_order()
+        )
         history: tuple[UsageRecord, ...] = ()
         if self.usage is not None:
             self.usage.advance(sim, now)
             history = self.usage.records(now)
         return Snapshot(self.pools, tuple(nodes), self.queues, tuple(workloads), history)
 
-    def _workload(self, run: JobRun, now: float, interval: float) -> Workload:
+    def _workload(self, run: JobRun, now: float, interval: float, periodic: bool) -> Workload:
         running = run.run_start is not None
         key = (run.epoch, run.run_start, run.checkpointed(now, interval) if running else 0.0)
         cached = self._workloads.get(run.job.id)
         if cached is None or cached[0] != key:
-            cached = (key, workload_snapshot(run, now, interval))
+            cached = (key, workload_snapshot(run, now, interval, periodic))
             self._workloads[run.job.id] = cached
         return cached[1]
 
