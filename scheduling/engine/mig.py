@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -360,26 +360,30 @@ class MigIndex:
                     return slot
         return None
 
-    def _candidates(
+    def _first(
         self,
         buckets: dict[int, dict[Key, MigGpu]],
-        start_at: Callable[[int], int | None],
+        canonical: str,
+        profile: Profile,
         allowed: frozenset[int] | None,
         pod: PodRequest,
         spread: bool,
-    ) -> Iterator[tuple[int, MigGpu]]:
-        """(start, device) on devices whose mask has room (`start_at` is not None): fullest
-        first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
-        so the cost follows the masks present (at most 256), not the devices."""
+    ) -> tuple[int, MigGpu] | None:
+        """The first (start, device) on a device whose mask leaves the profile a legal start:
+        fullest mask first (emptiest with spread), then by node order. Whole buckets are
+        skipped by mask, so the cost follows the masks present (at most 256), not the
+        devices."""
         order = self._orders.get(id(buckets))
         if order is None:
             order = self._orders[id(buckets)] = sorted(buckets, key=_mask_rank)
+        name = profile.name
         for mask in order if spread else reversed(order):
-            start = start_at(mask)
-            if start is None:
-                continue
-            for gpu in _usable(buckets[mask], allowed, pod):
-                yield start, gpu
+            start = best_start(canonical, mask, name)
+            if start is not None:
+                gpu = _first_usable(buckets[mask], allowed, pod)
+                if gpu is not None:
+                    return start, gpu
+        return None
 
     def _reuse(
         self,
@@ -389,12 +393,11 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        for gpu in _usable(self.idle.get(group, {}).get(profile.name, {}), allowed, pod):
-            inst = next(
-                i for i in gpu.instances if i.holder is None and i.profile.name == profile.name
-            )
-            return MigSlot(gpu, inst)
-        return None
+        gpu = _first_usable(self.idle.get(group, {}).get(profile.name, {}), allowed, pod)
+        if gpu is None:
+            return None
+        inst = next(i for i in gpu.instances if i.holder is None and i.profile.name == profile.name)
+        return MigSlot(gpu, inst)
 
     def _free(
         self,
@@ -404,13 +407,11 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        canonical = self.tables[group]
-        buckets = self.used.setdefault(group, {})  # kept: _candidates caches by its id
-        for start, gpu in self._candidates(
-            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
-        ):
-            return MigSlot(gpu, Instance(profile, start), created=True)
-        return None
+        buckets = self.used.setdefault(group, {})  # kept: _first caches its order by its id
+        found = self._first(buckets, self.tables[group], profile, allowed, pod, spread)
+        if found is None:
+            return None
+        return MigSlot(found[1], Instance(profile, found[0]), created=True)
 
     def _repartition(
         self,
@@ -422,31 +423,31 @@ class MigIndex:
     ) -> MigSlot | None:
         """Free slices first failed: the device where the profile fits beside the held
         instances, destroying the fewest idle slices."""
-        canonical = self.tables[group]
         buckets = self.held.setdefault(group, {})
-        for _, gpu in self._candidates(
-            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
-        ):
-            held = gpu.held
-            options = []
-            for start in profile.starts:
-                mask = profile.mask(start)
-                if not mask & held:
-                    gone = tuple(i for i in gpu.instances if i.mask & mask)
-                    options.append((sum(i.profile.size for i in gone), start, gone))
-            _, start, gone = min(options, key=lambda o: o[:2])
-            return MigSlot(gpu, Instance(profile, start), created=True, destroyed=gone)
-        return None
+        found = self._first(buckets, self.tables[group], profile, allowed, pod, spread)
+        if found is None:
+            return None
+        gpu = found[1]
+        held = gpu.held
+        options = []
+        for start in profile.starts:
+            mask = profile.mask(start)
+            if not mask & held:
+                gone = tuple(i for i in gpu.instances if i.mask & mask)
+                options.append((sum(i.profile.size for i in gone), start, gone))
+        _, start, gone = min(options, key=lambda o: o[:2])
+        return MigSlot(gpu, Instance(profile, start), created=True, destroyed=gone)
 
 
-def _usable(
+def _first_usable(
     bucket: dict[Key, MigGpu], allowed: frozenset[int] | None, pod: PodRequest
-) -> Iterator[MigGpu]:
-    """The bucket's devices, in its order, on an allowed node whose host has room for the
-    pod (allowed None: any node)."""
+) -> MigGpu | None:
+    """The bucket's first device, in its order, on an allowed node whose host has room for
+    the pod (allowed None: any node)."""
     for (order, _), gpu in bucket.items():
         if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-            yield gpu
+            return gpu
+    return None
 
 
 def _device(node: NodeState, gpu: Gpu, repartition: bool) -> MigGpu | None:
