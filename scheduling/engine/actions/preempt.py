@@ -21,7 +21,7 @@ victim that comes back is borrowed again, so it never evicts its evictor this wa
 from __future__ import annotations
 
 from scheduling.engine.actions.allocate import borrow_block
-from scheduling.engine.actions.elastic import has_extras, shrink_in_queue
+from scheduling.engine.actions.elastic import has_extras, shrink_for, shrink_in_queue
 from scheduling.engine.actions.reclaim import Failures, ReclaimRule
 from scheduling.engine.actions.victims import (
     Candidates,
@@ -132,6 +132,12 @@ def _take_borrowed(
     rule = BorrowedRule(ctx, wl, pool, guarantee)
     if not any(rule.allowed().values()):
         return None
+    # Other projects' extra pods go before any of their whole workloads, as in reclaim.
+    extras = BorrowedRule(ctx, wl, pool, guarantee, extras=True)
+    slots = shrink_for(ctx, wl, pool, extras) if ctx.book.originals else None
+    if slots is not None:
+        ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
+        return slots
     found = make_room(ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS)
     if found is None:
         return None
@@ -149,9 +155,12 @@ class BorrowedRule(ReclaimRule):
 
     wait_for_checkpoints = False  # work within its guarantee does not wait
 
-    def __init__(self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee) -> None:
+    def __init__(
+        self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee, extras: bool = False
+    ) -> None:
         super().__init__(ctx, wl, pool)
         self.guarantee = guarantee
+        self.extras = extras  # judging extra pods: all of them are borrowed room
 
     def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
         if queue_id == self.wl.queue_id or queue_id not in donors:
@@ -161,7 +170,9 @@ class BorrowedRule(ReclaimRule):
         return all(q in donors for q in self._their_side(queue_id))
 
     def victim_ok(self, victim: Victim) -> bool:
-        return victim.wl.id in self._borrowed(victim.wl.queue_id) and super().victim_ok(victim)
+        if not self.extras and victim.wl.id not in self._borrowed(victim.wl.queue_id):
+            return False
+        return super().victim_ok(victim)
 
     def _borrowed(self, queue_id: str) -> frozenset[str]:
         deserved = self.ctx.deserved(queue_id, self.pool)
