@@ -105,10 +105,11 @@ def allocate(ctx: Context) -> None:
         # the same department and project would come out on top again; so the project's
         # next workload goes without the heaps until one is admitted.
         admitted = False
+        failed: dict[FailureKey, tuple[str, bool]] = {}  # nothing moves until admitted
         while waiting and not admitted:
             wl = waiting.pop()
             considered.setdefault(wl.id, None)  # ctx.consider
-            admitted = try_admit(ctx, wl)
+            admitted = try_admit(ctx, wl, failed)
         if waiting:
             heapq.heapreplace(projects, (starvation_key(ctx, qid), qid))
         else:
@@ -119,29 +120,50 @@ def allocate(ctx: Context) -> None:
             heapq.heappop(top)
 
 
-def try_admit(ctx: Context, wl: Workload) -> bool:
-    """Place the workload in its first pool that has quota and room; record why not."""
+FailureKey = tuple[int, bool, tuple[str, ...]]
+
+
+def try_admit(
+    ctx: Context, wl: Workload, failed: dict[FailureKey, tuple[str, bool]] | None = None
+) -> bool:
+    """Place the workload in its first pool that has quota and room; record why not.
+
+    `failed` holds the outcomes of this queue's workloads that failed since its ledger
+    last moved: one of the same shape, kind (preemptible or not) and pools fails alike,
+    for the same reasons, so it is not worked out again."""
     if not wl.pods or wl.gang_min > len(wl.pods):
         ctx.reasons[wl.id] = f"asks for {len(wl.pods)} pods but needs {wl.gang_min} to start"
         return False
-    reasons = []
     shape = ctx.shape_of(wl)
+    key = (shape, wl.preemptible, wl.pools)
+    seen = failed.get(key) if failed is not None else None
+    if seen is not None:
+        ctx.reasons[wl.id] = seen[0]
+        if seen[1]:
+            ctx.capacity_failed.add(wl.id)
+        return False
+    reasons = []
+    capacity = False
     failures = ctx.shape_failures
     for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
-        failed = failures.get((pool, shape))
-        if blocked is None and failed is None:  # else it waits anyway: spare the check
+        failure = failures.get((pool, shape))
+        if blocked is None and failure is None:  # else it waits anyway: spare the check
             blocked = borrow_block(ctx, wl, pool)
-        if blocked is None and failed is None:
+        if blocked is None and failure is None:
             slots = None if ctx.placer.cannot_fit(wl, pool) else ctx.placer.place(wl, pool)
             if slots is not None:
                 ctx.admit(wl, pool, slots)
                 return True
-            failed = failures[(pool, shape)] = capacity_reason(ctx, wl, pool)
-        if failed is not None:
+            failure = failures[(pool, shape)] = capacity_reason(ctx, wl, pool)
+        if failure is not None:
+            capacity = True
             ctx.capacity_failed.add(wl.id)
-        reasons.append(blocked or failed)
-    ctx.reasons[wl.id] = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
+        reasons.append(blocked or failure)
+    reason = "; ".join(reasons) or "no node pool allowed for this workload"  # type: ignore[arg-type]
+    ctx.reasons[wl.id] = reason
+    if failed is not None:
+        failed[key] = (reason, capacity)
     return False
 
 
