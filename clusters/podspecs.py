@@ -34,6 +34,8 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     )
     if workload.checkpoint_dir:
         env["GPUPOOL_CHECKPOINT_DIR"] = workload.checkpoint_dir
+    if allocation.gpu_indices:  # whole GPUs: a GPU range's current count
+        env["GPUPOOL_NUM_GPUS"] = str(len(allocation.gpu_indices))
     if allocation.gpu_share is not None:
         env["GPUPOOL_GPU_FRACTION"] = str(allocation.gpu_share.normalize())
     if allocation.gpu_memory_mib:

@@ -210,7 +210,10 @@ def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileRep
             workload.save(update_fields=["restarting"])
             for allocation in allocations:
                 allocation.backend_ref = allocation.phase = ""
-            PodAllocation.objects.bulk_update(allocations, ["backend_ref", "phase"])
+                allocation.releasing_gpu_indices = []  # a GPU range's given-back GPUs: free
+            PodAllocation.objects.bulk_update(
+                allocations, ["backend_ref", "phase", "releasing_gpu_indices"]
+            )
 
 
 def _given_back(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:

@@ -17,7 +17,7 @@ taken capacity.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
-from scheduling import bounds
+from scheduling import bounds, gpu_range
 from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
@@ -112,6 +112,8 @@ def request_problem(wl: Workload) -> str:
     if not problems:
         if wl.min_pods > wl.pods:
             problems.append(f"min_pods={wl.min_pods} is more than pods={wl.pods}")
+        if wl.min_gpus is not None and not (1 <= wl.min_gpus <= wl.gpus and wl.pods == 1):
+            problems.append(f"a GPU range of {wl.min_gpus}..{wl.gpus} on {wl.pods} pods")
         if wl.gpu_request == GpuRequestKind.FRACTION and not 0 < wl.gpus <= 1:
             problems.append(f"a GPU fraction of {wl.gpus} is not in (0, 1]")
         if wl.gpu_request == GpuRequestKind.WHOLE and wl.gpus != int(wl.gpus):
@@ -183,7 +185,7 @@ def read_snapshot() -> SnapshotRead:
         },
         nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
-        held_devices=_devices(releasing),
+        held_devices=_devices(releasing) | _given_back_gpus(allocations),
         throttled=throttled,
         unrunnable=unrunnable,
     )
@@ -202,6 +204,13 @@ def _devices(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
         indices = alloc.gpu_indices if alloc.shared_gpu_index is None else [alloc.shared_gpu_index]
         devices.update((engine_node_id(alloc.node_id), int(i)) for i in indices)
     return devices
+
+
+def _given_back_gpus(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
+    """GPUs a pod with a GPU range gave back, held until it restarts (gpu_range.py)."""
+    return {
+        (engine_node_id(a.node_id), int(i)) for a in allocations for i in a.releasing_gpu_indices
+    }
 
 
 def _nodes() -> list[Node]:
@@ -236,6 +245,8 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
             shares.setdefault(alloc.shared_gpu_index, []).append(share)
         for index in alloc.gpu_indices:
             whole[int(index)] = wid
+        for index in alloc.releasing_gpu_indices:  # held by no engine workload: taken
+            whole[int(index)] = f"{wid}/given-back"
     gpus = tuple(
         t.Gpu(
             index=gpu.index,
@@ -257,7 +268,7 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         gpus=gpus,
         cluster=node.cluster.name,
         labels=node.labels or {},
-        topology=node.topology or {},
+        topology={**(node.topology or {}), gpu_range.NODE_LEVEL: engine_node_id(node.pk)},
         schedulable=node.schedulable and node.cluster.reachable,
         cpu=float(node.cpu_cores) or None,
         memory_mib=int(node.memory_mib) or None,
@@ -375,6 +386,27 @@ def _placement(allocations: list[PodAllocation]) -> tuple[t.PodPlacement, ...]:
 
 
 def _workload(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
+    made = _rigid_or_elastic(wl, allocations)
+    if wl.min_gpus is None:
+        return made
+    # A GPU range: one-GPU slices on one node (scheduling/gpu_range.py).
+    active = made.placement is not None
+    rows = [a for a in allocations if not a.releasing][:1]
+    return replace(
+        made,
+        pods=gpu_range.engine_slices(wl, made.pods[0]),
+        min_pods=wl.min_gpus if wl.min_gpus < wl.gpus else None,
+        elastic=True,
+        topology=gpu_range.ONE_NODE,
+        placement=(
+            gpu_range.engine_placement(engine_node_id(rows[0].node_id), rows[0])
+            if active and rows
+            else made.placement
+        ),
+    )
+
+
+def _rigid_or_elastic(wl: Workload, allocations: list[PodAllocation]) -> t.Workload:
     topology = None
     if wl.topology_level:
         mode = t.TopologyMode.REQUIRED if wl.topology_required else t.TopologyMode.PREFERRED

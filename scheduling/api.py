@@ -48,7 +48,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.policies import FIELDS as POLICY_FIELDS
-from scheduling.specs import SPEC_KEYS
+from scheduling.specs import SCALE_TARGET, SCALE_TARGET_REQUESTS, SPEC_KEYS
 
 MAX_LOG_LINES = int(bounds.LOG_LINES.high)
 SHAPE_KEYS = ("project", "kind", "name")
@@ -118,7 +118,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
-            "handles_resize", "resized_at", "size",
+            "handles_resize", "resized_at", "size", "min_gpus",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -187,9 +187,24 @@ class SubmitSpecSerializer(SubmitSerializer):
     handles_resize = serializers.BooleanField(
         required=False, help_text="elastic: no restart from checkpoint on a size change"
     )
+    min_gpus = bounded_integer(bounds.GPU_RANGE, required=False, help_text="training: GPU range")
+    max_gpus = bounded_integer(
+        bounds.GPU_RANGE, required=False, help_text="training: GPU range (replaces gpus)"
+    )
     replicas = bounded_integer(bounds.PODS, required=False, help_text="inference")
     min_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
     max_replicas = bounded_integer(bounds.PODS, required=False, help_text="inference, elastic")
+    scale_target = bounded_decimal(
+        SCALE_TARGET, required=False, help_text="elastic inference: GPU utilization, percent"
+    )
+    scale_target_requests = bounded_integer(
+        SCALE_TARGET_REQUESTS,
+        required=False,
+        help_text="elastic inference: requests per replica per minute (through the proxy)",
+    )
+    scale_cooldown_s = bounded_integer(
+        bounds.GRACE_S, required=False, help_text="elastic inference: seconds between changes"
+    )
     ports = serializers.ListField(
         child=inline_serializer(
             "Port",

@@ -70,6 +70,7 @@ def fmt(value: Decimal) -> str:
 # --- A workload's request, per pod ----------------------------------------------------------
 # Workload.gpus is DECIMAL(6, 3); no server carries more than a few dozen GPUs.
 GPUS = Bound.of(0, 256, places=3, unit="GPUs")
+GPU_RANGE = Bound.of(1, 256, unit="GPUs")  # min_gpus..max_gpus: whole GPUs of one pod
 # Workload.cpu is DECIMAL(7, 2) (99999.99); the largest servers have a few hundred cores.
 CPU = Bound.of(0, 4096, places=2, unit="CPU cores")
 # 64 TiB: more memory than any single machine sold; an integer column holds 2 PiB.
@@ -85,6 +86,9 @@ RUNTIME_S = Bound.of(1, 366 * DAY_S, unit="seconds")
 DURATION_S = RUNTIME_S
 # A day: longer would let one stopped workload hold its GPUs hostage.
 GRACE_S = Bound.of(0, DAY_S, unit="seconds")
+# Scale-on-requests target of an elastic service (scheduling/load.py counts them): up to
+# 1,000 a second per replica; what one replica serves is for its owner to say.
+SCALE_TARGET_REQUESTS = Bound.of(1, 60_000, unit="requests per replica per minute")
 PORT = Bound.of(1, 65535)
 # The command line, its arguments and the environment, each: far below what a Kubernetes
 # object (1.5 MB) or an exec() (ARG_MAX) can carry.

@@ -234,6 +234,21 @@ class Bounded(click.ParamType):
 ID = Bounded(bounds.ID)
 
 
+class GpuAmount(Bounded):
+    """--gpus: a number within bounds.GPUS, or a range of whole GPUs MIN..MAX."""
+
+    name = "gpus"
+
+    def convert(self, value: Any, param: Any, ctx: click.Context | None) -> Any:
+        if ".." not in str(value):
+            return super().convert(value, param, ctx)
+        low, _, high = str(value).partition("..")
+        ends = [bounds.GPU_RANGE.check(end.strip()) for end in (low, high)]
+        if any(number is None for number, _ in ends):
+            self.fail(f"A GPU range is MIN..MAX: {bounds.GPU_RANGE.describe()}", param, ctx)
+        return f"{int(ends[0][0] or 0)}..{int(ends[1][0] or 0)}"
+
+
 def with_options(command: Any, options: list[Any]) -> Any:
     for option in reversed(options):
         command = option(command)
@@ -245,9 +260,9 @@ RESOURCE_OPTIONS = [
     click.option("--project", help="Defaults to `gpupool project set`."),
     click.option(
         "--gpus",
-        type=Bounded(bounds.GPUS),
+        type=GpuAmount(bounds.GPUS),
         default="0",
-        help="Whole GPUs per pod, or a fraction like 0.5.",
+        help="Whole GPUs per pod, a fraction like 0.5, or a range 2..4 (training, one pod).",
     ),
     click.option(
         "--gpu-memory",
@@ -289,9 +304,13 @@ def submit_options(command: Any) -> Any:
 
 
 def gpu_request(gpus: str, memory: int | None) -> dict[str, Any]:
-    """--gpus 2 (whole), --gpus 0.5 (a fraction) or --gpu-memory MiB, as the API's fields."""
+    """--gpus 2 (whole), --gpus 0.5 (a fraction), --gpus 2..4 (a GPU range: training) or
+    --gpu-memory MiB, as the API's fields."""
     if memory:
         return {"gpu_request": "memory", "gpu_memory_mib": memory, "gpus": 0}
+    if ".." in str(gpus):
+        low, _, high = str(gpus).partition("..")
+        return {"gpu_request": "whole", "min_gpus": int(low), "max_gpus": int(high)}
     try:
         fraction = "." in str(gpus) and float(gpus) < 1
     except ValueError:
@@ -304,7 +323,8 @@ def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": kind}
     body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
-               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s"}  # fmt: skip
+               "duration": "duration_s", "scale_cooldown": "scale_cooldown_s",
+               "scale_requests": "scale_target_requests"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
@@ -435,6 +455,11 @@ def only_environment(api: Api) -> str:
 @click.option("--min-replicas", type=Bounded(bounds.PODS), help="Elastic: with --max-replicas.")
 @click.option("--max-replicas", type=Bounded(bounds.PODS), help="Elastic: grows up to this.")
 @click.option("--scale-target", help="Elastic: scale up at this GPU utilization (percent).")
+@click.option(
+    "--scale-requests",
+    type=Bounded(bounds.SCALE_TARGET_REQUESTS),
+    help="Elastic: scale up at this many requests per replica per minute.",
+)
 @click.option("--scale-cooldown", type=Bounded(bounds.GRACE_S), help="Seconds between changes.")
 @click.pass_context
 def submit_inference(ctx: click.Context, **options: Any) -> None:
@@ -492,7 +517,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     if wl.get("elastic"):
         size = wl["size"]
-        click.echo(f"{'size:':16}{size['current']} (min {size['min']}, max {size['max']})")
+        unit = " GPUs" if wl.get("min_gpus") is not None else ""
+        click.echo(f"{'size:':16}{size['current']}{unit} (min {size['min']}, max {size['max']})")
     links = wl.get("links") or {}
     if links.get("ports"):
         click.echo("\nPorts:")

@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
-from scheduling import adapters
+from scheduling import adapters, gpu_range
 from scheduling.autoscale import autoscale_apply
 from scheduling.elastic import resizes_apply
 from scheduling.engine import types as t
@@ -116,6 +116,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             result = schedule(read.snapshot, _config(read), now.timestamp())
             KEPT.version = run.pk
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
+            result = gpu_range.as_rows(read.workloads, result)  # a GPU range: one pod
             clusters |= decisions_apply(read, result, run)
             sweeps_update()
             run.duration_ms = (time.perf_counter() - started) * 1000

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from scheduling import adapters
+from scheduling import adapters, gpu_range
 from scheduling.engine import types as t
 from scheduling.lifecycle import workload_event
 from scheduling.models import PodAllocation, Workload
@@ -27,6 +27,11 @@ def resizes_apply(
     freed: set[tuple[str, int]] = set()
     for resize in resizes:
         wl = read.workloads[resize.workload_id]
+        if wl.min_gpus is not None:
+            clusters_of, held = _gpu_range_resize(read, wl, resize, now)
+            clusters |= clusters_of
+            freed |= held
+            continue
         gone = list(wl.allocations.filter(pod_index__in=resize.removed))
         before = wl.allocations.filter(releasing=False).count()
         freed |= adapters._devices(gone)
@@ -41,6 +46,30 @@ def resizes_apply(
             wl, type="resized", reason=_reason(resize), message=_message(read, resize, before)
         )
     return clusters, freed
+
+
+def _gpu_range_resize(
+    read: adapters.SnapshotRead, wl: Workload, resize: t.Resize, now: datetime
+) -> tuple[set[int], set[tuple[str, int]]]:
+    """A single pod with a GPU range changes its GPU count: always a restart (a pod's
+    GPUs are fixed while it runs), from its checkpoint, with GPUPOOL_NUM_GPUS the new
+    count. GPUs it gives back stay held until the old pod is gone."""
+    row, gone, added = gpu_range.resize_row(wl, resize)
+    wl.resized_at, wl.restarting = now, True
+    wl.save(update_fields=["resized_at", "restarting"])
+    before = len(row.gpu_indices) - len(added) + len(gone)
+    text = f"From {before} to {len(row.gpu_indices)} GPUs (range {wl.min_gpus}..{int(wl.gpus)})"
+    beneficiary = read.workloads.get(resize.beneficiary or "")
+    if beneficiary is not None:
+        text += f": room for {beneficiary.project.name}/{beneficiary.name}"
+    workload_event(
+        wl,
+        type="resized",
+        reason=_reason(resize),
+        message=text + "; its pod restarts from its checkpoint with the new GPU count.",
+    )
+    node = adapters.engine_node_id(row.node_id)
+    return {read.nodes[node].cluster_id}, {(node, index) for index in gone}
 
 
 def release_pods(allocations: list[PodAllocation]) -> None:

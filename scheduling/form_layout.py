@@ -24,6 +24,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         (
             "gpu_request",
             "gpus",
+            "min_gpus",
+            "max_gpus",
             "gpu_memory_mib",
             "cpu",
             "memory_mib",
@@ -39,6 +41,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "min_replicas",
             "max_replicas",
             "scale_target",
+            "scale_target_requests",
             "scale_cooldown_s",
         ),
     ),

@@ -17,7 +17,7 @@ from portal.permissions import submittable_projects
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.models import GpuRequestKind, PriorityClass, Workload, WorkloadKind
-from scheduling.specs import SCALE_TARGET, range_fields
+from scheduling.specs import SCALE_TARGET, SCALE_TARGET_REQUESTS, range_fields
 
 FORM_KINDS = (
     WorkloadKind.TRAINING,
@@ -27,7 +27,14 @@ FORM_KINDS = (
 )
 # Fields each kind shows on top of the common ones.
 KIND_FIELDS = {
-    WorkloadKind.TRAINING: ("min_pods", "max_pods", "handles_resize", "checkpoint_dir"),
+    WorkloadKind.TRAINING: (
+        "min_gpus",
+        "max_gpus",
+        "min_pods",
+        "max_pods",
+        "handles_resize",
+        "checkpoint_dir",
+    ),
     WorkloadKind.DISTRIBUTED: (
         "workers",
         "master",
@@ -42,9 +49,11 @@ KIND_FIELDS = {
         "min_replicas",
         "max_replicas",
         "scale_target",
+        "scale_target_requests",
         "scale_cooldown_s",
     ),
 }
+SCALE_FIELDS = ("scale_target", "scale_target_requests", "scale_cooldown_s")
 # Where a service's message about a spec key is shown on this form.
 ERROR_FIELDS = {"search": "parameters", "kind": "__all__", "state": "__all__"}
 TOO_DEEP = object()  # json.loads gave up: nested past Python's recursion limit
@@ -121,6 +130,16 @@ class WorkloadForm(forms.Form):
     )
     cpu = decimal_field(bounds.CPU, "CPU cores per pod", initial=1)
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
+    min_gpus = whole_field(
+        bounds.GPU_RANGE, "Minimum GPUs", required=False, help_text="A GPU range: with maximum."
+    )
+    max_gpus = whole_field(
+        bounds.GPU_RANGE,
+        "Maximum GPUs",
+        required=False,
+        help_text="A GPU range instead of a count: starts with the minimum, grows with idle "
+        "GPUs of its node, restarting from its checkpoint with the new count.",
+    )
     workers = whole_field(bounds.PODS, required=False, initial=2)
     master = forms.BooleanField(required=False, help_text="Add a master pod to the workers.")
     min_pods = whole_field(
@@ -156,6 +175,12 @@ class WorkloadForm(forms.Form):
         "Scale at GPU utilization (%)",
         required=False,
         help_text="Elastic: more replicas when the GPUs are busier than this.",
+    )
+    scale_target_requests = whole_field(
+        SCALE_TARGET_REQUESTS,
+        "Scale at requests per replica per minute",
+        required=False,
+        help_text="Elastic: more replicas when each gets more requests (through its links).",
     )
     scale_cooldown_s = whole_field(
         bounds.GRACE_S, "Scaling cool-down (s)", required=False, help_text="Default 300."
@@ -318,10 +343,12 @@ def initial_from(workload: Workload) -> dict[str, Any]:
     }
     if workload.kind == WorkloadKind.DISTRIBUTED:
         initial["min_pods"] = workload.min_pods
-    if workload.elastic:
+    if workload.min_gpus is not None:
+        initial.update(min_gpus=workload.min_gpus, max_gpus=int(workload.gpus))
+    elif workload.elastic:
         low, high = range_fields(workload.kind)
         initial.update({low: workload.min_pods, high: workload.pods})
-        initial.update({k: spec[k] for k in ("scale_target", "scale_cooldown_s") if k in spec})
+        initial.update({k: spec[k] for k in SCALE_FIELDS if k in spec})
     initial.update(
         project=workload.project_id,
         name=f"{workload.name[:56]}-copy",

@@ -110,6 +110,9 @@ class Workload(models.Model):
         "their checkpoint when its size changes.",
     )
     resized_at = models.DateTimeField(null=True, blank=True)
+    # A GPU range for single-pod work: it runs with min_gpus .. gpus whole GPUs on one node
+    # (elastic; docs/scheduling.md "A GPU range"). None: exactly `gpus`.
+    min_gpus = models.PositiveSmallIntegerField(null=True, blank=True)
     # Set while the pods of a job that changed size are restarted with the new size.
     restarting = models.BooleanField(default=False)
     # Placement wishes.
@@ -188,6 +191,8 @@ class PodAllocation(models.Model):
     backend_ref = models.CharField(max_length=255, blank=True)
     # A pod an elastic workload gave back: its GPUs stay taken until the pod is gone.
     releasing = models.BooleanField(default=False)
+    # GPUs a pod with a GPU range gave back: still held until it restarts with the rest.
+    releasing_gpu_indices = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

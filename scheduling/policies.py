@@ -131,6 +131,7 @@ def policy_errors(policy: EffectivePolicy, kind: str, fields: dict[str, Any]) ->
     if cap is not None and asked > cap:
         # An elastic workload's maximum is what asks too much: name the field that sets it.
         name = range_fields(kind)[1] if fields.get("elastic") else "gpus"
+        name = "max_gpus" if fields.get("min_gpus") is not None else name
         at_most = " at its maximum" if fields.get("elastic") else ""
         errors[name] = [
             f"Refused by {policy.rule('max_gpus_per_workload')}: this workload asks for "

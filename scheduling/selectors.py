@@ -145,8 +145,11 @@ def gpus_allocated(wl: Workload) -> Decimal:
 
 def workload_size(wl: Workload) -> dict[str, int]:
     """Pods running now (allocated), and the range it may run with."""
-    current = sum(1 for a in wl.allocations.all() if not a.releasing)
-    return {"current": current, "min": wl.min_pods, "max": wl.pods}
+    running = [a for a in wl.allocations.all() if not a.releasing]
+    if wl.min_gpus is not None:  # a GPU range: the GPUs of its one pod
+        current = sum(len(a.gpu_indices) for a in running)
+        return {"current": current, "min": wl.min_gpus, "max": int(wl.gpus)}
+    return {"current": len(running), "min": wl.min_pods, "max": wl.pods}
 
 
 def size_text(wl: Workload) -> str:
@@ -155,6 +158,7 @@ def size_text(wl: Workload) -> str:
         return ""
     size = workload_size(wl)
     unit = "replicas" if wl.kind == "inference" else "pods"
+    unit = "GPUs" if wl.min_gpus is not None else unit
     return f"{size['current']} of {size['min']}..{size['max']} {unit}"
 
 

@@ -57,10 +57,13 @@ SSH_PORT_NAME = "ssh"
 SSH_CONTAINER_PORT = 2222
 # An elastic range: pods (training, distributed) or replicas (inference), min .. max.
 RANGE_KEYS = {"max_pods", "min_replicas", "max_replicas", "handles_resize"}
+# A GPU range for single-pod training: min_gpus .. max_gpus whole GPUs on one node.
+GPU_RANGE_KEYS = {"min_gpus", "max_gpus"}
 # Scale-up on load of an elastic service (scheduling/autoscale.py).
-SCALE_KEYS = {"scale_metric", "scale_target", "scale_cooldown_s"}
-SCALE_METRICS = ("gpu_utilization",)
+SCALE_KEYS = {"scale_metric", "scale_target", "scale_target_requests", "scale_cooldown_s"}
+SCALE_METRICS = ("gpu_utilization",)  # what scale_target is in
 SCALE_TARGET = Bound.of(1, 100, unit="percent")
+SCALE_TARGET_REQUESTS = bounds.SCALE_TARGET_REQUESTS
 RANGE_FIELDS = {WorkloadKind.INFERENCE: ("min_replicas", "max_replicas")}
 ELASTIC_KINDS = (WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
 COLUMN_KEYS = {
@@ -85,7 +88,7 @@ COLUMN_KEYS = {
     "max_runtime_s",
     "checkpoint_dir",
 }
-SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | SCALE_KEYS | {"params"}
+SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | GPU_RANGE_KEYS | SCALE_KEYS | {"params"}
 Errors = dict[str, list[str]]
 
 
@@ -102,6 +105,7 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_resources(raw, out, errors)
     _clean_pods(kind, raw, out, errors)
     _clean_range(kind, raw, out, errors)
+    _clean_gpu_range(kind, raw, out, errors)
     if not out.get("elastic") or kind != WorkloadKind.INFERENCE:
         for key in sorted(k for k in SCALE_KEYS if raw.get(k) not in (None, "")):
             _add(errors, key, "Only an elastic service (min_replicas..max_replicas) scales.")
@@ -112,6 +116,8 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
         errors.update(mig_errors(out))
     if not errors:  # only a request that is sound on its own is compared with the nodes
         errors.update(fit_errors(out))
+        if out.get("min_gpus") is not None and "gpus" in errors:
+            errors["max_gpus"] = errors.pop("gpus")  # a GPU range's maximum is its pod's
     return out, errors
 
 
@@ -313,21 +319,60 @@ def _clean_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Er
         out["spec"].update(workers=high, master=False)
 
 
+def _clean_gpu_range(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """A GPU range instead of one GPU count, for single-pod training: it starts with
+    min_gpus (1 when not given) and may grow to max_gpus, which becomes `gpus`."""
+    given = [k for k in ("min_gpus", "max_gpus") if raw.get(k) not in (None, "")]
+    out["min_gpus"] = None
+    if not given:
+        return
+    if kind != WorkloadKind.TRAINING:
+        for key in given:
+            _add(errors, key, "Only a single-pod training job takes a GPU range.")
+        return
+    if "max_gpus" not in given:
+        _add(errors, "min_gpus", "Give max_gpus too: the range is min_gpus..max_gpus.")
+        return
+    if out.get("elastic"):
+        _add(errors, "max_gpus", "A job with a pod range grows by pods; give one range only.")
+    if out.get("gpu_request") != GpuRequestKind.WHOLE:
+        _add(errors, "max_gpus", "A GPU range counts whole GPUs: use the GPU request 'whole'.")
+    if _boolean(raw, "handles_resize", errors):
+        _add(errors, "handles_resize", "A pod's GPUs change only when it restarts.")
+    high = _integer(raw, "max_gpus", None, bounds.GPU_RANGE, errors)
+    low = _integer(raw, "min_gpus", 1, bounds.GPU_RANGE, errors)
+    if high is None or low is None:
+        return
+    if low > high:
+        _add(errors, "min_gpus", f"The minimum ({low}) is more than the maximum ({high}).")
+        return
+    out.update(gpus=Decimal(high), min_gpus=low, elastic=True)
+
+
 def _clean_scaling(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
-    """Scale-up on load: a GPU utilization target in percent, and a cool-down."""
+    """Scale-up on load: a GPU utilization target in percent, a requests-per-replica
+    target (per minute), or both; and a cool-down."""
     metric = raw.get("scale_metric") or SCALE_METRICS[0]
-    if raw.get("scale_target") in (None, ""):
+    given = [k for k in ("scale_target", "scale_target_requests") if raw.get(k) not in (None, "")]
+    if not given:
         if raw.get("scale_metric") or raw.get("scale_cooldown_s") not in (None, ""):
             _add(errors, "scale_target", "Give the target to scale on.")
         return
     if metric not in SCALE_METRICS:
-        # Request counts are not among the metrics GPUPool collects (GPU samples are).
+        # scale_target is a GPU utilization; requests have their own target field.
         _add(errors, "scale_metric", f"Use one of {', '.join(SCALE_METRICS)}.")
-    target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+    spec = out["spec"]
+    if "scale_target" in given:
+        target = _number(raw, "scale_target", None, SCALE_TARGET, errors)
+        if target is not None:
+            spec.update(scale_metric=metric, scale_target=float(target))
+    if "scale_target_requests" in given:
+        per_replica = _integer(raw, "scale_target_requests", None, SCALE_TARGET_REQUESTS, errors)
+        if per_replica is not None:
+            spec["scale_target_requests"] = per_replica
     cooldown = _integer(raw, "scale_cooldown_s", 300, bounds.GRACE_S, errors)
-    if target is not None and cooldown is not None:
-        out["spec"].update(scale_metric=metric, scale_target=float(target))
-        out["spec"]["scale_cooldown_s"] = cooldown
+    if cooldown is not None:
+        spec["scale_cooldown_s"] = cooldown
 
 
 def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:

@@ -30,6 +30,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
+from scheduling import load
 from workspaces import activity, proxy_auth
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class WorkspaceProxy:
         access = await check()
         if access.allowed:
             await activity.proxied(workload_id)
+            await load.request_seen(workload_id)  # scale-on-requests (scheduling/load.py)
         if rest is None and scope["type"] == "http" and access.allowed:
             # Relative links of the tool resolve below its address only with the slash.
             return await send_refusal(send, proxy_auth.Access(308, location=scope["path"] + "/"))

@@ -80,23 +80,26 @@ def arriving(rng: Random, i: int, now: float) -> Workload:
     )
 
 
-def build_running(seed: int = 11) -> Snapshot:
+def build_running(seed: int = 11, config: SchedulerConfig | None = None) -> Snapshot:
     """The cluster with RUNNING pods placed by the engine."""
     rng = Random(seed)
     now = 1_000_000.0
     first = tuple(arriving(rng, i, now - 3600) for i in range(RUNNING))
     snap = Snapshot((POOL,), build_cluster(), build_queues(), first)
-    placed = apply_result(snap, schedule(snap, SchedulerConfig(), now - 3600), now - 3600)
+    config = config or SchedulerConfig()
+    placed = apply_result(snap, schedule(snap, config, now - 3600), now - 3600)
     running = tuple(wl for wl in placed.workloads if wl.placement is not None)
     return Snapshot(placed.pools, placed.nodes, placed.queues, running)
 
 
-def run_arrival(cycles: int, seed: int = 11) -> dict[str, object]:
+def run_arrival(
+    cycles: int, seed: int = 11, config: SchedulerConfig | None = None
+) -> dict[str, object]:
     """Time `cycles` cycles, one arrival each; check every CHECK_EVERY-th against a rebuild."""
     rng = Random(seed + 1)
-    snap = build_running(seed)
+    config = config or SchedulerConfig()
+    snap = build_running(seed, config)
     running = len(snap.workloads)
-    config = SchedulerConfig()
     engine = Engine()
     now = 1_000_000.0
     engine.schedule(snap, config, now)  # the first cycle builds the state

@@ -9,7 +9,11 @@ and one single-pod workload in five asking for a MIG profile (or for memory, map
 profile); it also times `scale` in the same run and reports the ratio of the medians
 (`scale-mig-small`: the same at one tenth). `scale-small` is the same at one tenth,
 `scale-x10` ten times as large (10,000 nodes, 50,000 running, 100,000 pending; the same
-220 queues). The running set is placed by the
+220 queues). `scale-whole` and `scale-whole-small` are `scale` and `scale-small` without
+GPU sharing: the pods that ask a fraction or GPU memory (shared through MPS on the nodes)
+ask one whole GPU instead. `--scenario sharing` times the six at two sizes in one run and
+reports each one's cycle against its size's `-whole` (issue 14: sharing through MPS or MIG
+adds no per-cycle cost that grows with the cluster). The running set is placed by the
 engine itself (so it is a state the engine could have produced); then pending work is
 added. The first cycle builds the engine's state from the snapshot (`rebuild_ms`); the
 timed cycles run on the same snapshot with the state kept between cycles (cycle.Engine),
@@ -36,6 +40,7 @@ from random import Random
 from scheduling.engine.apply import apply_result
 from scheduling.engine.cycle import Engine, schedule
 from scheduling.engine.types import (
+    CycleResult,
     Gpu,
     Node,
     PodRequest,
@@ -50,6 +55,7 @@ from scheduling.engine.types import (
 )
 
 POOLS = (("pool-a", "A100-80GB"), ("pool-b", "H100-80GB"))
+NOW = 1_000_000.0
 GPU_MEMORY = 81920
 
 
@@ -64,6 +70,7 @@ class Scenario:
     gpus_per_node: int = 8
     mig_gpus: int = 0  # per node, the last ones: MIG-enabled
     mig_share: float = 0.0  # of single-pod workloads, the part that asks for MIG
+    fractions: bool = True  # some pods ask a fraction or GPU memory (else one whole GPU)
     baseline: str = ""  # a scenario timed in the same run, for comparison
 
 
@@ -77,10 +84,17 @@ SCENARIOS = {
     "scale-small": SCALE_SMALL,
     "scale-mig": replace(SCALE, **MIG, baseline="scale"),
     "scale-mig-small": replace(SCALE_SMALL, **MIG, baseline="scale-small"),
+    "scale-whole": replace(SCALE, fractions=False),
+    "scale-whole-small": replace(SCALE_SMALL, fractions=False),
     "scale-x10": Scenario(
         nodes=10000, departments=20, projects=10, running=50000, pending=100000, racks=100
     ),
 }
+# Per size: the scenario without sharing, then with fractions (MPS), then with MIG besides.
+SHARING = (
+    ("scale-small", ("scale-whole-small", "scale-small", "scale-mig-small")),
+    ("scale", ("scale-whole", "scale", "scale-mig")),
+)
 MIG_REQUESTS = ("1g.10gb", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "auto")
 
 
@@ -125,9 +139,12 @@ def build_queues(sc: Scenario, rng: Random) -> tuple[Queue, ...]:
     return tuple(queues)
 
 
-def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest, ...]:
+def _pods(
+    rng: Random, gang: bool, small: bool, mig: float, fractions: bool = True
+) -> tuple[PodRequest, ...]:
     """Pods of one workload; `small` shapes keep 5,000 running ones within 8,000 GPUs.
-    A `mig` part of single-pod workloads asks for a MIG profile."""
+    A `mig` part of single-pod workloads asks for a MIG profile; without `fractions` the
+    pods that would ask part of a GPU ask one whole GPU."""
     kind = rng.random()
     cpu, mem = float(rng.choice((2, 4, 8))), rng.choice((8192, 16384, 32768))
     if mig and not gang and rng.random() < mig:
@@ -138,6 +155,8 @@ def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest,
         size = rng.randint(2, 4) if small else rng.randint(2, 16)
         gpus = 1 if small else rng.choice((1, 2, 4, 8))
         return (PodRequest(gpus=gpus, cpu=cpu, memory_mib=mem),) * size
+    if kind < 0.4 and not fractions:
+        return (PodRequest(gpus=1, cpu=cpu, memory_mib=mem),)
     if kind < 0.3:
         fraction = rng.choice((0.25, 0.5, 0.5, 0.75))
         return (PodRequest(gpu_fraction=fraction, cpu=cpu, memory_mib=mem),)
@@ -148,11 +167,11 @@ def _pods(rng: Random, gang: bool, small: bool, mig: float) -> tuple[PodRequest,
 
 
 def build_workload(
-    wid: str, projects: list[str], rng: Random, now: float, small: bool, mig: float = 0.0
+    wid: str, projects: list[str], rng: Random, now: float, small: bool, sc: Scenario
 ) -> Workload:
     """One random workload: whole, fractional, MIG or a gang, some with pool or rack wishes."""
     gang = rng.random() < (0.05 if small else 0.1)
-    pods = _pods(rng, gang, small, mig)
+    pods = _pods(rng, gang, small, sc.mig_share, sc.fractions)
     pools: tuple[str, ...] = ()
     if rng.random() < 0.5:
         pools = tuple(p for p, _ in rng.sample(POOLS, 2))
@@ -177,12 +196,11 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
     """The scenario's snapshot: running workloads placed by the engine, then pending."""
     sc = SCENARIOS[name]
     rng = Random(seed)
-    now = 1_000_000.0
+    now = NOW
     nodes, queues = build_nodes(sc), build_queues(sc, rng)
     projects = [q.id for q in queues if q.parent_id is not None]
     first = tuple(
-        build_workload(f"run-{i:05d}", projects, rng, now, True, sc.mig_share)
-        for i in range(sc.running)
+        build_workload(f"run-{i:05d}", projects, rng, now, True, sc) for i in range(sc.running)
     )
     # Place without limits (non-preemptible work over quota too, as it may run from
     # before an admin took the permission back); the timed cycles apply every rule.
@@ -195,8 +213,7 @@ def build_snapshot(name: str, seed: int = 7) -> Snapshot:
         if wl.placement is not None
     )
     pending = tuple(
-        build_workload(f"pend-{i:05d}", projects, rng, now, False, sc.mig_share)
-        for i in range(sc.pending)
+        build_workload(f"pend-{i:05d}", projects, rng, now, False, sc) for i in range(sc.pending)
     )
     return replace(placed, queues=queues, workloads=running + pending)
 
@@ -234,6 +251,7 @@ def figures(cycles: list[float], cpu: list[float]) -> dict[str, float]:
         "cycle_ms_median": round(statistics.median(cycles), 2),
         "cycle_ms_p90": round(cycles[min(len(cycles) - 1, int(0.9 * len(cycles)))], 2),
         "cycle_cpu_ms_median": round(statistics.median(cpu), 2),
+        "cycle_cpu_ms_min": round(min(cpu), 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -244,36 +262,76 @@ def load() -> list[float]:
         return [float(x) for x in f.read().split()[:3]]
 
 
-def run(name: str, repeat: int, searches: int | None = None) -> dict[str, object]:
-    """The scenario's figures; with a baseline, that one's median and the ratio too."""
-    figures = _measure(name, repeat, searches)
+def run(
+    name: str, repeat: int, searches: int | None = None, packing: bool = True
+) -> dict[str, object]:
+    """The scenario's figures; with a baseline, that one's median and the ratio too (the
+    two timed in turns, so that load from elsewhere falls on both alike)."""
     baseline = SCENARIOS[name].baseline
+    names = [name, baseline] if baseline else [name]
+    ready = {n: prepare(n, searches, packing) for n in names}
+    times = _in_turns(ready, repeat)
+    figures = _measure(name, ready[name], *times[name])
     if baseline:
-        base = _measure(baseline, repeat, searches)
+        base = _measure(baseline, ready[baseline], *times[baseline])
         figures["baseline"] = baseline
         figures["baseline_cycle_ms_median"] = base["cycle_ms_median"]
         figures["baseline_cycle_cpu_ms_median"] = base["cycle_cpu_ms_median"]
-        figures["cpu_ratio_to_baseline"] = round(
-            float(figures["cycle_cpu_ms_median"]) / float(base["cycle_cpu_ms_median"]), 3
-        )
-        figures["ratio_to_baseline"] = round(
-            float(figures["cycle_ms_median"]) / float(base["cycle_ms_median"]), 3
-        )
+        figures["baseline_cycle_cpu_ms_min"] = base["cycle_cpu_ms_min"]
+        figures["cpu_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_median")
+        figures["cpu_min_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_min")
+        figures["ratio_to_baseline"] = _ratio(figures, base, "cycle_ms_median")
     return figures
 
 
-def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
+def config_for(packing: bool) -> SchedulerConfig:
+    """The default config, or with fragmentation-aware packing off (plain best fit)."""
+    return SchedulerConfig() if packing else SchedulerConfig(fragmentation_half_life_s=None)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A scenario's snapshot and engine after its first cycle (the state built), and what
+    a rebuild decides."""
+
+    snapshot: Snapshot
+    config: SchedulerConfig
+    engine: Engine
+    result: CycleResult
+    rebuild: tuple[list[float], list[float]]
+
+    def cycle(self) -> object:
+        return self.engine.schedule(self.snapshot, self.config, NOW)
+
+
+def prepare(name: str, searches: int | None = None, packing: bool = True) -> Prepared:
     snapshot = build_snapshot(name)
-    now = 1_000_000.0
-    config = SchedulerConfig()
+    config = config_for(packing)
     if searches is not None:
         config = replace(config, max_victim_searches=searches)
     engine = Engine()
-    rebuild_wall, rebuild_cpu = _timed(lambda: engine.schedule(snapshot, config, now), 1)
+    rebuild = _timed(lambda: engine.schedule(snapshot, config, NOW), 1)
     assert engine.state is not None
-    result = schedule(snapshot, config, now)
-    cycles, cpu = _timed(lambda: engine.schedule(snapshot, config, now), repeat)
-    if engine.schedule(snapshot, config, now) != result:
+    return Prepared(snapshot, config, engine, schedule(snapshot, config, NOW), rebuild)
+
+
+def _in_turns(ready: dict[str, Prepared], repeat: int) -> dict[str, tuple[list[float], ...]]:
+    """Sorted wall and CPU milliseconds of `repeat` cycles of each, one of each in turn."""
+    times: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in ready}
+    for _ in range(repeat):
+        for name, prepared in ready.items():
+            wall, cpu = _timed(prepared.cycle, 1)
+            times[name][0].extend(wall)
+            times[name][1].extend(cpu)
+    return {name: (sorted(wall), sorted(cpu)) for name, (wall, cpu) in times.items()}
+
+
+def _measure(
+    name: str, ready: Prepared, cycles: list[float], cpu: list[float]
+) -> dict[str, object]:
+    snapshot, config, engine, result = ready.snapshot, ready.config, ready.engine, ready.result
+    (rebuild_wall,), (rebuild_cpu,) = ready.rebuild
+    if engine.schedule(snapshot, config, NOW) != result:
         raise AssertionError("the kept state decided otherwise than a rebuild")
     floor = min(_timed(lambda: floor_pass(snapshot), 5)[0])
     running = sum(1 for wl in snapshot.workloads if wl.placement is not None)
@@ -286,22 +344,64 @@ def _measure(name: str, repeat: int, searches: int | None) -> dict[str, object]:
         "running": running,
         "pending": len(snapshot.workloads) - running,
         **figures(cycles, cpu),
-        "rebuild_ms": round(rebuild_wall[0], 1),
-        "rebuild_cpu_ms": round(rebuild_cpu[0], 1),
+        "rebuild_ms": round(rebuild_wall, 1),
+        "rebuild_cpu_ms": round(rebuild_cpu, 1),
         "floor_ms": round(floor, 2),
         "mig_gpus": sum(g.mig for n in snapshot.nodes for g in n.gpus),
-        "mig_admitted": sum(1 for a in result.admissions for p in a.pods if p.mig_gpu is not None),
-        "admitted": len(result.admissions),
-        "evicted": len(result.evictions),
+        **_decided(result),
         "max_victim_searches": config.max_victim_searches,
-        "repeat": repeat,
+        "packing": bool(config.fragmentation_half_life_s),
+        "repeat": len(cycles),
         "load": load(),
     }
 
 
+def _decided(result: CycleResult) -> dict[str, int]:
+    pods = [p for a in result.admissions for p in a.pods]
+    return {
+        "mig_admitted": sum(1 for p in pods if p.mig_gpu is not None),
+        "shared_admitted": sum(1 for p in pods if p.shared_gpu is not None),
+        "admitted": len(result.admissions),
+        "evicted": len(result.evictions),
+    }
+
+
+def run_sharing(repeat: int) -> dict[str, object]:
+    """Each size's scenarios without sharing, with fractions (MPS) and with MIG besides,
+    in one run, their cycles timed in turns (one of each, `repeat` times, so that load
+    from elsewhere falls on all alike): medians and minima (wall and CPU), what they
+    admitted, and each one's ratio to its size's scenario without sharing."""
+    sizes: dict[str, object] = {}
+    for size, names in SHARING:
+        ready = {name: prepare(name) for name in names}
+        times = _in_turns(ready, repeat)
+        rows = {n: _row(*times[n], ready[n].result) for n in names}
+        base = rows[names[0]]
+        for row in rows.values():
+            for key in ("cycle_ms_median", "cycle_cpu_ms_median", "cycle_cpu_ms_min"):
+                row[f"{key}_ratio"] = _ratio(row, base, key)
+        sizes[size] = rows
+    return {"sizes": sizes, "repeat": repeat, "load": load()}
+
+
+def _row(wall: list[float], cpu: list[float], result: CycleResult) -> dict[str, object]:
+    return {
+        "cycle_ms_median": round(statistics.median(wall), 2),
+        "cycle_cpu_ms_median": round(statistics.median(cpu), 2),
+        "cycle_cpu_ms_min": round(min(cpu), 2),
+        **_decided(result),
+    }
+
+
+def _ratio(figures: dict[str, object], base: dict[str, object], key: str) -> float:
+    return round(float(figures[key]) / float(base[key]), 3)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", choices=sorted([*SCENARIOS, "arrival"]), default="scale")
+    parser.add_argument(
+        "--scenario", choices=sorted([*SCENARIOS, "arrival", "sharing"]), default="scale"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed cycles (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -310,13 +410,23 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override the per-cycle budget of eviction-plan searches",
     )
+    parser.add_argument(
+        "--packing",
+        choices=("on", "off"),
+        default="on",
+        help="fragmentation-aware packing (the default config) or plain best fit",
+    )
     args = parser.parse_args(argv)
+    packing = args.packing == "on"
     if args.scenario == "arrival":
         from scheduling.engine.arrival import run_arrival  # noqa: PLC0415  # it imports this
 
-        found = run_arrival(max(args.repeat, 1))
+        found = run_arrival(max(args.repeat, 1), config=config_for(packing))
+        found["packing"] = packing
+    elif args.scenario == "sharing":
+        found = run_sharing(max(args.repeat, 1))
     else:
-        found = run(args.scenario, args.repeat, args.max_victim_searches)
+        found = run(args.scenario, args.repeat, args.max_victim_searches, packing)
     if args.json:
         print(json.dumps(found, indent=2))
     else:

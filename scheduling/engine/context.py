@@ -63,6 +63,10 @@ class Context:
         default_factory=dict
     )
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    # pool -> (ledger moves seen, GPUs leaf queues hold above fair share: reclaim)
+    over_memo: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # pool -> (ledger changes seen, queues waiting below their fair share): allocate.py
+    starved_memo: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)

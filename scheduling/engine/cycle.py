@@ -138,12 +138,11 @@ def run_cycle(
     }
     ctx.scarce[Resource.GPU] = ctx.pools
     allocate(ctx)
-    if can_evict(ctx):  # nothing preemptible: no eviction search can find a victim
+    # Nothing preemptible and no extra pods: no eviction search can find a victim.
+    if can_evict(ctx) or (ctx.book.originals and has_extras(ctx)):
         consolidate(ctx)
         reclaim(ctx)
         preempt(ctx)
-    elif ctx.book.originals and has_extras(ctx):  # only extra pods may be taken back
-        reclaim(ctx)
     _reallocate(ctx)
     if ctx.book.originals:
         grow(ctx)

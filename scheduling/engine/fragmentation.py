@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduling.engine.types import PodRequest, SchedulerConfig, Snapshot, Workload
+from scheduling.engine.types import PodRequest, SchedulerConfig, Workload
 
 UNITS = 1000  # share units per GPU, as in state.UNITS (kept here so the module stands alone)
 
@@ -145,7 +145,7 @@ class ShapeHistogram:
         cached = self._cache.get(key)
         if cached is None:
             cached = sum(c.fragment(key) for c in self._classes)
-            if len(self._cache) > 200_000:
+            if len(self._cache) > 100_000:
                 self._cache.clear()
             self._cache[key] = cached
         return cached
@@ -198,15 +198,19 @@ class _DemandClass:
             by_gpu = sum(f // self.units for f in frees)
         else:
             return self.weight * total
-        stranded = 0.0
+        if by_gpu == 0:
+            return self.weight * total
+        cpu_known, memory_known = math.isfinite(cpu), math.isfinite(memory)
+        cpu += 1e-9
+        placed = 0.0  # the weighted count of pods that fit
         for c, m, w in self.hosts:
             pods = by_gpu
-            if c > 0 and math.isfinite(cpu):
-                pods = min(pods, int((cpu + 1e-9) // c))
-            if m > 0 and math.isfinite(memory):
+            if c > 0 and cpu_known:
+                pods = min(pods, int(cpu // c))
+            if m > 0 and memory_known:
                 pods = min(pods, int(memory // m))
-            stranded += w * (total - pods * per_pod)
-        return stranded
+            placed += w * pods
+        return self.weight * total - per_pod * placed
 
 
 def node_key(cpu_free: float, mem_free: float, frees: list[int]) -> NodeKey:
@@ -236,28 +240,96 @@ def pod_shape(pod: PodRequest, gpu_memory_mib: int) -> Shape:
     return Shape(pod.gpus, units, pod.cpu, float(pod.memory_mib))
 
 
+BUCKET_S = 60.0  # submission times are counted per minute: exact integer tallies
+QUANTUM = 512  # a cycle's distribution is rounded to 1/QUANTUM (smaller weights dropped)
+
+
+class ShapeTally:
+    """How many pods of each shape the snapshot holds, per minute of submission.
+
+    Integer counts, changed as workloads come and go (incremental.EngineState), so a kept
+    tally and one built afresh are equal and give the same histogram. The shapes of a
+    share by memory count against `gpu_memory_mib` (the cluster's smallest device)."""
+
+    def __init__(self, workloads: Iterable[Workload], gpu_memory_mib: int) -> None:
+        self.gpu_memory_mib = gpu_memory_mib
+        self.counts: dict[Shape, dict[int, int]] = {}
+        for wl in workloads:
+            self.change(None, wl)
+
+    def change(self, old: Workload | None, new: Workload | None) -> None:
+        """One workload replaced by another (None: absent)."""
+        if old is not None:
+            self._count(old, -1)
+        if new is not None:
+            self._count(new, +1)
+
+    def _count(self, wl: Workload, sign: int) -> None:
+        bucket = math.floor(wl.submit_time / BUCKET_S)
+        for pod in wl.pods:
+            by_time = self.counts.setdefault(pod_shape(pod, self.gpu_memory_mib), {})
+            count = by_time.get(bucket, 0) + sign
+            if count:
+                by_time[bucket] = count
+            else:
+                del by_time[bucket]
+
+    def histogram(self, now: float, half_life_s: float) -> ShapeHistogram:
+        """Each pod weighted by 2^(-age / half_life) of its submission minute, recent
+        arrivals counting most and what has run long still saying what is typical; rounded
+        to 1/QUANTUM so that consecutive cycles share one histogram and its score cache."""
+        decay: dict[int, float] = {}  # each minute's weight, computed once
+        weights: dict[Shape, float] = {}
+        for shape, by_time in self.counts.items():
+            for bucket in by_time:
+                if bucket not in decay:
+                    age = max(0.0, now - (bucket + 0.5) * BUCKET_S)
+                    decay[bucket] = 2.0 ** (-age / half_life_s)
+            # fsum is exactly rounded: the same total whatever order the minutes come in
+            total = math.fsum(count * decay[bucket] for bucket, count in by_time.items())
+            if total > 0:
+                weights[shape] = total
+        return quantized_histogram(weights)
+
+
+def quantized_histogram(weights: dict[Shape, float]) -> ShapeHistogram:
+    """The histogram of these popularity weights rounded to 1/QUANTUM; equal roundings
+    share one (cached) histogram."""
+    total = sum(weights.values())
+    if total <= 0:
+        return _histogram(())
+    rounded = ((s, round(w * QUANTUM / total)) for s, w in sorted(weights.items()))
+    return _histogram(tuple((s, q) for s, q in rounded if q > 0))
+
+
+_HISTOGRAMS: dict[tuple[tuple[Shape, int], ...], ShapeHistogram] = {}
+
+
+def _histogram(mix: tuple[tuple[Shape, int], ...]) -> ShapeHistogram:
+    found = _HISTOGRAMS.get(mix)
+    if found is None:
+        if len(_HISTOGRAMS) >= 4:  # the last few roundings, each with its score cache
+            _HISTOGRAMS.pop(next(iter(_HISTOGRAMS)))
+        found = ShapeHistogram({s: float(q) for s, q in mix}, prior_weight=1.0)
+        _HISTOGRAMS[mix] = found
+    return found
+
+
 def workload_shapes(
     workloads: Iterable[Workload], now: float, half_life_s: float, gpu_memory_mib: int
 ) -> ShapeHistogram:
-    """The shapes of the snapshot's pods, running and pending, each weighted by
-    2^(-age / half_life) of its workload's submission: recent arrivals count most, and
-    what has run for long still says what is typical."""
-    mix: dict[Shape, float] = {}
-    for wl in workloads:
-        weight = 2.0 ** (-max(0.0, now - wl.submit_time) / half_life_s)
-        for pod in wl.pods:
-            shape = pod_shape(pod, gpu_memory_mib)
-            mix[shape] = mix.get(shape, 0.0) + weight
-    return ShapeHistogram(mix, half_life=half_life_s, prior_weight=1.0)
+    """The histogram of these workloads' pods at `now` (ShapeTally.histogram)."""
+    return ShapeTally(workloads, gpu_memory_mib).histogram(now, half_life_s)
 
 
-def cycle_shapes(
-    snapshot: Snapshot, config: SchedulerConfig, now: float, group_memory: dict[Any, int]
-) -> ShapeHistogram | None:
-    """The histogram a cycle packs against, or None when the config packs by best fit.
-    A share by memory counts against the smallest device memory of the cluster."""
+def cluster_memory(group_memory: dict[Any, int]) -> int:
+    """A share by memory counts against the smallest device memory of the cluster."""
+    return min(group_memory.values(), default=0)
+
+
+def cycle_shapes(tally: ShapeTally, config: SchedulerConfig, now: float) -> ShapeHistogram | None:
+    """The histogram a cycle packs against, or None when the config packs by best fit."""
     half_life = config.fragmentation_half_life_s
     if not half_life:
         return None
-    memory = min(group_memory.values(), default=0)
-    return workload_shapes(snapshot.workloads, now, half_life, memory)
+    return tally.histogram(now, half_life)

@@ -10,7 +10,12 @@ cluster). `EngineState` is built once and then brought to the next snapshot by a
   by workloads outside the snapshot (`foreign`: pods going away, pods the engine does
   not manage) brought up to date; any other field that differs (its pool, devices,
   capacity, or a field this module does not know) makes the update give up;
-- queues: new quotas are taken as they are; a changed tree rebuilds.
+- queues: new quotas are taken as they are; a changed tree rebuilds;
+- MIG devices: an instance outlives its workload, is cut or repartitioned by a placement
+  and may be made or destroyed by the node side, so a MIG device of a node whose MIG pods
+  changed, or whose devices differ from the last snapshot's, is made again from the
+  snapshot and the running pods on it, exactly as a fresh build makes it (a handful of
+  instances per device; the cost follows what changed).
 
 After applying, every node the update touched is checked against the snapshot: the
 devices hold exactly what the snapshot says. Anything the diff cannot explain (a
@@ -20,8 +25,9 @@ the rebuild is always correct, the diff only fast.
 
 A cycle works on the state through the undo log; `settle` rolls it back to the
 snapshot's state and puts the few things that depend on history (float sums, bucket
-order) in the form a fresh build gives them, so incremental and rebuilt states decide
-alike (tests/engine/test_incremental.py checks it over long random sequences).
+order, MIG buckets included) in the form a fresh build gives them, so incremental and
+rebuilt states decide alike (tests/engine/test_incremental.py checks it over long random
+sequences, with MIG devices among them).
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from scheduling.engine.context import (
     workload_need,
 )
 from scheduling.engine.fairshare import Key
-from scheduling.engine.fragmentation import cycle_shapes
+from scheduling.engine.fragmentation import ShapeTally, cluster_memory, cycle_shapes
+from scheduling.engine.mig import MigSlot
 from scheduling.engine.placement import Placer, ShapeKey
 from scheduling.engine.resizes import fixed_slots
 from scheduling.engine.state import UNITS, ClusterState, PodSlot, fixed, unfixed
@@ -48,6 +55,7 @@ from scheduling.engine.types import (
     RESOURCES,
     Gpu,
     Node,
+    PodPlacement,
     PodRequest,
     Queue,
     Quota,
@@ -58,8 +66,12 @@ from scheduling.engine.types import (
 )
 
 Holding = tuple[int, str, int, int]  # (device index, workload id, units (0 = whole), MiB)
+MigClaims = dict[tuple[str, int], MigSlot | None]  # (workload id, placement position) -> slot
+MigHolder = tuple[str, int, PodPlacement, PodSlot | None]  # the same, and a kept pod's slot
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(Node) if f.name != "gpus")
-_GPU_FIELDS = tuple(f.name for f in dataclasses.fields(Gpu) if f.name not in ("whole_by", "shares"))
+# Who holds a device (MIG instances included: they come and go with workloads) is applied.
+_HELD = ("whole_by", "shares", "mig_instances")
+_GPU_FIELDS = tuple(f.name for f in dataclasses.fields(Gpu) if f.name not in _HELD)
 # Fields whose change alters what a running workload holds; any other is read per cycle.
 _HOLDING_FIELDS = ("placement", "pods", "queue_id", "preemptible")
 
@@ -122,6 +134,7 @@ class EngineState:
         self.shapes: dict[str, int] = {}  # Context.shape_of, kept while a workload is
         self.shape_ids: dict[ShapeKey, int] = {}
         self.victim_parts: dict[str, tuple[dict[str, float], tuple[int, ...]]] = {}
+        self.tally = ShapeTally(snapshot.workloads, cluster_memory(self.state.group_memory))
         self.short: set[str] = set()  # running gangs below their minimum pods
         self.nodes = snapshot.nodes
         self.node_index = {node.id: i for i, node in enumerate(snapshot.nodes)}
@@ -129,6 +142,11 @@ class EngineState:
         self.capacity = _capacity(snapshot.nodes)
         self.pools = sorted(set(snapshot.pools) | {n.pool for n in snapshot.nodes})
         self.foreign = {node.id: _foreign(node, self.running) for node in snapshot.nodes}
+        self.mig_users: dict[str, set[str]] = {}  # node id -> running workloads with MIG pods
+        self.mig_touched: set[str] = set()  # nodes whose MIG pods changed in this update
+        for wl in self.running.values():
+            self._mig_use(wl, +1)
+        self.mig_touched.clear()
         for wid in sorted(self.state.slots):
             self._account(self.workloads[wid], self.state.slots[wid], +1)
         for _, wl in self.waiting:
@@ -149,8 +167,14 @@ class EngineState:
         ledger.fixed = dict(self.fixed.view)
         waiting = [wl for _, wl in self.waiting]
         strategies = {pool: config.strategy_for(pool) for pool in self.pools}
-        shapes = cycle_shapes(self.snapshot, config, now, state.group_memory)
-        placer = Placer(state, strategies, waiting_sizes(state, self.shared_pods), shapes)
+        shapes = cycle_shapes(self.tally, config, now)
+        placer = Placer(
+            state,
+            strategies,
+            waiting_sizes(state, self.shared_pods),
+            shapes,
+            config.fragmentation_candidates,
+        )
         return Context(
             self.snapshot,
             config,
@@ -177,7 +201,7 @@ class EngineState:
 
     def settle(self) -> None:
         """Undo what a cycle tried and put the state in its fresh-build form."""
-        self.state.rollback(0)
+        self.state.undo_all()
         self.state.settle()
 
     # -- moving to the next snapshot ------------------------------------------------
@@ -185,11 +209,6 @@ class EngineState:
     def update(self, snapshot: Snapshot) -> bool:
         """Apply what changed since the last snapshot; False when only a rebuild can
         give the state a fresh build would (the state is then unusable)."""
-        if _has_mig(snapshot) or _has_mig(self.snapshot):
-            # MIG instances outlive their workloads and move with repartitions, and the MIG
-            # indexes are not put back in node order after a cycle's undo: the kept state
-            # does not follow them yet, so a cluster with MIG GPUs is rebuilt each cycle.
-            return False
         if snapshot is self.snapshot:
             return True
         try:
@@ -201,8 +220,10 @@ class EngineState:
 
     def _update(self, snapshot: Snapshot) -> None:
         """1. pools and queues; 2. which nodes and workloads changed; 3. free what left or
-        changed; 4. foreign holdings of changed nodes; 5. place what started; 6. check
-        every touched node against the snapshot; 7. the float views and the order."""
+        changed; 4. foreign holdings of changed nodes; 5. MIG devices of nodes whose
+        instances or MIG pods changed made again as a fresh build makes them; 6. place what
+        started; 7. check every touched node against the snapshot; 8. the float views and
+        the order."""
         if snapshot.pools != self.snapshot.pools:
             raise Rebuild
         if snapshot.queues is not self.snapshot.queues:
@@ -223,8 +244,10 @@ class EngineState:
         for node_id, holdings in foreign:
             if holdings is not None:
                 self._add_foreign(node_id, holdings)
+        placing = {new.id: new for old, new in changes if _starts_holding(old, new)}
+        claims = self._reload_mig(snapshot, nodes, placing)
         for old, new in changes:
-            self._move(old, new, check)
+            self._move(old, new, check, claims)
         self.nodes = snapshot.nodes
         for node_id in sorted(check):
             _verify(self.state, snapshot.nodes[self.node_index[node_id]])
@@ -313,13 +336,18 @@ class EngineState:
 
     def _stop(self, old: Workload, check: set[str]) -> None:
         self.victim_parts.pop(old.id, None)
+        self._mig_use(old, -1)
         slots = self.state.running_remove(old.id)
         self._account(old, slots, -1)
         check.update(slot.node.id for slot in slots)
         del self.running[old.id]
 
-    def _move(self, old: Workload | None, new: Workload | None, check: set[str]) -> None:
-        """Bring one workload's entry from old to new (its holdings are freed already)."""
+    def _move(
+        self, old: Workload | None, new: Workload | None, check: set[str], mig: MigClaims
+    ) -> None:
+        """Bring one workload's entry from old to new (its holdings are freed already;
+        `mig`: the instances its MIG pods hold, from _reload_mig)."""
+        self.tally.change(old, new)
         if old is not None:
             self.shapes.pop(old.id, None)
             if new is None or new.placement is None:
@@ -339,8 +367,8 @@ class EngineState:
             bisect.insort(self.waiting, (pending_key(new), new))
             self._ask(new, +1)
             return
-        if old is None or old.placement is None or _holds_differently(old, new):
-            slots = self.state.running_add(new)
+        if _starts_holding(old, new):
+            slots = self.state.running_add(new, mig)
             self._account(new, slots, +1, count=False)
             check.update(slot.node.id for slot in slots)
         self.running[new.id] = new
@@ -372,6 +400,79 @@ class EngineState:
         if len({s.pod for s in held}) < wl.gang_min:
             self.short.add(wl.id)
 
+    def _mig_use(self, wl: Workload, sign: int) -> None:
+        """Count (+1) or forget (-1) a running workload's MIG pods on their nodes."""
+        for placed in wl.placement or ():
+            if placed.mig_gpu is None:
+                continue
+            users = self.mig_users.setdefault(placed.node_id, set())
+            if sign > 0:
+                users.add(wl.id)
+            else:
+                users.discard(wl.id)
+            self.mig_touched.add(placed.node_id)
+
+    def _reload_mig(
+        self, snapshot: Snapshot, changed: list[str], placing: dict[str, Workload]
+    ) -> MigClaims:
+        """Each MIG device of a node whose MIG pods changed (left, or start holding:
+        `placing`), or whose devices differ from the last snapshot's, made again from the
+        snapshot and the running pods on it (a few instances each). Returns the instances
+        of the pods that start holding. A pod kept running whose instance now counts
+        otherwise (another profile, or none) is beyond the diff: Rebuild."""
+        for wl in placing.values():
+            self._mig_use(wl, +1)
+        touched, self.mig_touched = self.mig_touched, set()
+        for node_id in changed:
+            i = self.node_index[node_id]
+            if self.nodes[i].gpus != snapshot.nodes[i].gpus:
+                touched.add(node_id)
+        claims: MigClaims = {}
+        for node_id in sorted(touched):
+            i = self.node_index.get(node_id)
+            if i is None:
+                continue  # a pod on a node outside the snapshot holds nothing here
+            node = snapshot.nodes[i]
+            held = self._mig_holders(node_id, placing)
+            for gpu in node.gpus:
+                if gpu.mig:
+                    self._reload_gpu(node, gpu, held, claims)
+        return claims
+
+    def _mig_holders(self, node_id: str, placing: dict[str, Workload]) -> list[MigHolder]:
+        """The node's running MIG pods in the order a fresh build claims their instances:
+        by workload id, then placement; with the slot of each pod kept running."""
+        found = []
+        for wid in sorted(self.mig_users.get(node_id, ())):
+            new = placing.get(wid)
+            wl = new or self.running[wid]
+            slots = iter(() if new else self.state.slots.get(wid, []))
+            for at, placed in enumerate(wl.placement or ()):
+                if placed.node_id not in self.node_index or not 0 <= placed.pod < len(wl.pods):
+                    continue  # holds nothing, in a fresh build as here
+                slot = next(slots, None)
+                if placed.node_id == node_id and placed.mig_gpu is not None:
+                    found.append((wid, at, placed, slot))
+        return found
+
+    def _reload_gpu(self, node: Node, gpu: Gpu, held: list[MigHolder], claims: MigClaims) -> None:
+        mine = [h for h in held if h[2].mig_gpu == gpu.index]
+        state = self.state.by_id[node.id]
+        found = self.state.mig.reload(
+            state, gpu, node.mig_repartition, [(wid, placed) for wid, _, placed, _ in mine]
+        )
+        taken = [id(mig.instance) for mig in found if mig is not None]
+        if len(set(taken)) != len(taken):
+            raise Rebuild  # two pods name one instance: the fresh build decides who holds it
+        for (wid, at, _, slot), mig in zip(mine, found, strict=True):
+            if slot is None:
+                claims[(wid, at)] = mig
+                continue
+            units = round(mig.instance.profile.fraction * UNITS) if mig else 0
+            if (mig is None) != (slot.mig is None) or units != slot.units:
+                raise Rebuild
+            slot.mig = mig
+
     def _drop_foreign(
         self, snapshot: Snapshot, node_id: str, running: set[str]
     ) -> tuple[Holding, ...] | None:
@@ -393,6 +494,13 @@ class EngineState:
                 raise Rebuild
             self.state.hold(gpus[index], wid, units, memory, +1)
         self.foreign[node_id] = holdings
+
+
+def _starts_holding(old: Workload | None, new: Workload | None) -> bool:
+    """The new entry runs and holds other than the old one did (or the old did not run)."""
+    if new is None or new.placement is None:
+        return False
+    return old is None or old.placement is None or _holds_differently(old, new)
 
 
 def _holds_differently(old: Workload, new: Workload | None) -> bool:
@@ -429,6 +537,8 @@ def _verify(state: ClusterState, node: Node) -> None:
     """The kept node holds what the snapshot's node says; Rebuild otherwise."""
     kept = {g.index: g for g in state.by_id[node.id].gpus}
     for gpu in node.gpus:
+        if gpu.mig:
+            continue  # made again from the snapshot (EngineState._reload_mig)
         mine = kept[gpu.index]
         if mine.owner != gpu.whole_by:
             raise Rebuild
@@ -448,7 +558,3 @@ def _capacity(nodes: Iterable[Node]) -> dict[tuple[str, Resource], float]:
         for resource, amount in zip(RESOURCES, (len(node.gpus), cpu, memory), strict=True):
             capacity[(node.pool, resource)] = capacity.get((node.pool, resource), 0.0) + amount
     return capacity
-
-
-def _has_mig(snapshot: Snapshot) -> bool:
-    return any(gpu.mig for node in snapshot.nodes for gpu in node.gpus)

@@ -20,11 +20,12 @@ cluster's size: idle instances by profile, and devices by their used-slice mask 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduling.engine.mig_profiles import COMPUTE_SLICES, FAMILIES, PROFILES
 from scheduling.engine.types import Gpu, MigInstance, PodPlacement, PodRequest
@@ -123,15 +124,19 @@ def best_start(canonical: str, used: int, name: str) -> int | None:
     return None if best is None else best[1]
 
 
+Keys = tuple[tuple[str, ...], int, int]  # a device's idle profiles, used and held masks
+_NOWHERE: Keys = ((), -1, -1)  # in no bucket
+
+
 @dataclass(slots=True, eq=False)
 class Instance:
     profile: Profile
     start: int
     holder: str | None = None
+    mask: int = field(init=False)  # the memory slices it occupies
 
-    @property
-    def mask(self) -> int:
-        return self.profile.mask(self.start)
+    def __post_init__(self) -> None:
+        self.mask = self.profile.mask(self.start)
 
 
 @dataclass(slots=True, eq=False)
@@ -144,6 +149,7 @@ class MigGpu:
     canonical: str
     repartition: bool
     instances: list[Instance] = field(default_factory=list)
+    keys: Keys = _NOWHERE  # where the index holds it (MigIndex._move)
 
     @property
     def profiles(self) -> dict[str, Profile]:
@@ -183,8 +189,17 @@ Group = tuple[str, str]  # (pool, model)
 class MigIndex:
     """The MIG devices of a cluster state, indexed by idle profile and by used/held mask."""
 
-    def __init__(self) -> None:
+    def __init__(self, dirty: dict[int, dict[object, object]] | None = None) -> None:
         self.by_key: dict[Key, MigGpu] = {}
+        # Buckets a device entered since the last settle: ClusterState.settle puts them back
+        # in node order (a device moved out and back sits at the end; choosing takes the first).
+        self.dirty: dict[int, dict[object, object]] = {} if dirty is None else dirty
+        # The masks of a group's used or held buckets, emptiest first (by id of the group's
+        # buckets): _candidates walks it forward to spread, backward to pack; a mask that
+        # appears or goes is put in or taken out (_remask), not the whole list sorted again.
+        self._orders: dict[int, list[int]] = {}
+        # (profile asked, memory, pool, models) -> the profile each model's table gives it
+        self._wanted: dict[tuple[str, int, str, tuple[str, ...]], list[tuple[Group, Profile]]] = {}
         self.tables: dict[Group, str] = {}  # the profile table of each group
         self.pool_models: dict[str, list[str]] = {}
         self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
@@ -198,76 +213,123 @@ class MigIndex:
         table: it then holds nothing anyone can use, and is left out)."""
         if not gpu.mig:
             return False
-        canonical = canonical_model(gpu.model, gpu.memory_mib)
-        if canonical is None:
+        state = _device(node, gpu, repartition)
+        if state is None:
             return True
-        state = MigGpu(node, gpu.index, gpu.model, canonical, repartition)
-        profiles = state.profiles
-        for inst in sorted(gpu.mig_instances, key=lambda i: i.start):
-            profile = profiles.get(inst.profile)
-            if profile is not None and inst.start in profile.starts:
-                state.instances.append(Instance(profile, inst.start, inst.workload_id))
         self.by_key[(node.order, gpu.index)] = state
-        self.tables[(node.pool, gpu.model)] = canonical
+        self.tables[(node.pool, gpu.model)] = state.canonical
         models = self.pool_models.setdefault(node.pool, [])
         if gpu.model not in models:
             models.append(gpu.model)
             models.sort()
-        self._index(state, +1)
         return True
 
+    def index_all(self) -> None:
+        """Index every device once the snapshot's running pods hold their instances, in
+        node order (as settle() keeps the buckets)."""
+        for gpu in self.by_key.values():
+            self._index(gpu, +1)
+
     def running_slot(self, node: NodeState, placed: PodPlacement, wid: str) -> MigSlot | None:
-        """The slot of a running MIG pod; the placement is authoritative (an instance it
-        names but the device lacks is added as held by it)."""
+        """The slot of a running MIG pod while the state is built (before index_all); the
+        placement is authoritative (an instance it names but the device lacks is added as
+        held by it)."""
         gpu = self.by_key.get((node.order, placed.mig_gpu or 0))
         if gpu is None or placed.mig_gpu is None:
             return None
-        self._index(gpu, -1)
-        inst = next(
-            (i for i in gpu.instances if i.start == placed.mig_start),
-            None,
-        )
-        profile = gpu.profiles.get(placed.mig_profile)
-        if inst is None and profile is not None and placed.mig_start in profile.starts:
-            inst = Instance(profile, placed.mig_start)
-            gpu.instances = sorted([*gpu.instances, inst], key=lambda i: i.start)
-        if inst is not None:
-            inst.holder = wid
-        self._index(gpu, +1)
-        return None if inst is None else MigSlot(gpu, inst)
+        return _claim(gpu, placed, wid)
+
+    def reload(
+        self, node: NodeState, gpu: Gpu, repartition: bool, holders: list[tuple[str, PodPlacement]]
+    ) -> list[MigSlot | None]:
+        """A kept device brought to what a fresh build makes of the snapshot's device and the
+        running pods placed on it (`holders`: workload id and pod placement, in workload id
+        order). Returns each holder's new slot, for the
+        caller to check and take (incremental.py)."""
+        key = (node.order, gpu.index)
+        old = self.by_key.get(key)
+        if old is None:
+            return [None] * len(holders)
+        self._index(old, -1)
+        new = _device(node, gpu, repartition)
+        assert new is not None  # the same model as the kept device: it has a table
+        self.by_key[key] = new
+        slots = [_claim(new, placed, wid) for wid, placed in holders]
+        self._index(new, +1)
+        return slots
 
     # -- indexes --------------------------------------------------------------------
 
     def _index(self, gpu: MigGpu, sign: int) -> None:
+        """Add (+1) or remove (-1) a device from every bucket it belongs in."""
         if not gpu.node.schedulable:
             return
+        if sign > 0:
+            self._move(gpu, _NOWHERE, _keys(gpu))
+        else:
+            self._move(gpu, gpu.keys, _NOWHERE)
+
+    def _move(self, gpu: MigGpu, before: Keys, after: Keys) -> None:
+        """Move a device between the buckets whose keys changed (-1: in none); a device
+        that stays in a bucket keeps its place there."""
+        if before == after:
+            return
+        gpu.keys = after
         group = (gpu.node.pool, gpu.model)
         key = (gpu.node.order, gpu.index)
-        for name in sorted({i.profile.name for i in gpu.instances if i.holder is None}):
-            _bucket(self.idle, group, name, key, gpu, sign)
-        _bucket(self.used, group, gpu.used, key, gpu, sign)
-        if gpu.repartition:
-            _bucket(self.held, group, gpu.held, key, gpu, sign)
+        idle_before, used_before, held_before = before
+        idle_after, used_after, held_after = after
+        if idle_before != idle_after:
+            for name in idle_before:
+                if name not in idle_after:
+                    _bucket(self.idle, group, name, key, gpu, -1, self.dirty)
+            for name in idle_after:
+                if name not in idle_before:
+                    _bucket(self.idle, group, name, key, gpu, +1, self.dirty)
+        if used_before != used_after:
+            self._remask(self.used, group, key, gpu, used_before, used_after)
+        if held_before != held_after and gpu.repartition:
+            self._remask(self.held, group, key, gpu, held_before, held_after)
+
+    def _remask(
+        self,
+        index: dict[Group, dict[int, dict[Key, MigGpu]]],
+        group: Group,
+        key: Key,
+        gpu: MigGpu,
+        before: int,
+        after: int,
+    ) -> None:
+        """Move a device from one mask's bucket to another's (-1: in none)."""
+        gone = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
+        made = after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty)
+        if gone or made:  # a mask went or appeared: the group's mask order follows
+            order = self._orders.get(id(index[group]))
+            if order is not None:
+                if gone:
+                    order.remove(before)
+                if made:
+                    bisect.insort(order, after, key=_mask_rank)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
-        self._index(gpu, -1)
+        instances = gpu.instances
         if sign > 0:
             for gone in slot.destroyed:
-                gpu.instances.remove(gone)
+                instances.remove(gone)
             if slot.created:
-                gpu.instances.append(inst)
-                gpu.instances.sort(key=lambda i: i.start)
+                bisect.insort(instances, inst, key=_start)
             inst.holder = wid
         else:
             inst.holder = None
             if slot.created:
-                gpu.instances.remove(inst)
-            gpu.instances.extend(slot.destroyed)
-            gpu.instances.sort(key=lambda i: i.start)
-        self._index(gpu, +1)
+                instances.remove(inst)
+            for gone in slot.destroyed:
+                bisect.insort(instances, gone, key=_start)
+        if gpu.node.schedulable:
+            self._move(gpu, gpu.keys, _keys(gpu))
 
     # -- choosing -------------------------------------------------------------------
 
@@ -283,11 +345,14 @@ class MigIndex:
         spread: bool,
     ) -> MigSlot | None:
         """Reuse, then free slices, then repartition (module docstring); None if none."""
-        wanted = []
-        for model in models:
-            profile = profile_for(pod, table(self.tables[(pool, model)]))
-            if profile is not None:
-                wanted.append(((pool, model), profile))
+        asked = (pod.mig_profile, pod.gpu_memory_mib, pool, tuple(models))
+        wanted = self._wanted.get(asked)
+        if wanted is None:
+            wanted = self._wanted[asked] = []
+            for model in models:
+                profile = profile_for(pod, table(self.tables[(pool, model)]))
+                if profile is not None:
+                    wanted.append(((pool, model), profile))
         for step in (self._reuse, self._free, self._repartition):
             for group, profile in wanted:
                 slot = step(pod, profile, group, allowed, spread)
@@ -295,24 +360,30 @@ class MigIndex:
                     return slot
         return None
 
-    def _candidates(
+    def _first(
         self,
         buckets: dict[int, dict[Key, MigGpu]],
-        start_at: Callable[[int], int | None],
+        canonical: str,
+        profile: Profile,
         allowed: frozenset[int] | None,
         pod: PodRequest,
         spread: bool,
-    ) -> Iterator[tuple[int, MigGpu]]:
-        """(start, device) on devices whose mask has room (`start_at` is not None): fullest
-        first (emptiest with spread), then by node order. Whole buckets are skipped by mask,
-        so the cost follows the masks present (at most 256), not the devices."""
-        for mask in sorted(buckets, key=lambda m: (m.bit_count(), m), reverse=not spread):
-            start = start_at(mask)
-            if start is None:
-                continue
-            for (order, _), gpu in buckets[mask].items():
-                if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-                    yield start, gpu
+    ) -> tuple[int, MigGpu] | None:
+        """The first (start, device) on a device whose mask leaves the profile a legal start:
+        fullest mask first (emptiest with spread), then by node order. Whole buckets are
+        skipped by mask, so the cost follows the masks present (at most 256), not the
+        devices."""
+        order = self._orders.get(id(buckets))
+        if order is None:
+            order = self._orders[id(buckets)] = sorted(buckets, key=_mask_rank)
+        name = profile.name
+        for mask in order if spread else reversed(order):
+            start = best_start(canonical, mask, name)
+            if start is not None:
+                gpu = _first_usable(buckets[mask], allowed, pod)
+                if gpu is not None:
+                    return start, gpu
+        return None
 
     def _reuse(
         self,
@@ -322,13 +393,11 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        for (order, _), gpu in self.idle.get(group, {}).get(profile.name, {}).items():
-            if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
-                inst = next(
-                    i for i in gpu.instances if i.holder is None and i.profile.name == profile.name
-                )
-                return MigSlot(gpu, inst)
-        return None
+        gpu = _first_usable(self.idle.get(group, {}).get(profile.name, {}), allowed, pod)
+        if gpu is None:
+            return None
+        inst = next(i for i in gpu.instances if i.holder is None and i.profile.name == profile.name)
+        return MigSlot(gpu, inst)
 
     def _free(
         self,
@@ -338,13 +407,11 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        canonical = self.tables[group]
-        buckets = self.used.get(group, {})
-        for start, gpu in self._candidates(
-            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
-        ):
-            return MigSlot(gpu, Instance(profile, start), created=True)
-        return None
+        buckets = self.used.setdefault(group, {})  # kept: _first caches its order by its id
+        found = self._first(buckets, self.tables[group], profile, allowed, pod, spread)
+        if found is None:
+            return None
+        return MigSlot(found[1], Instance(profile, found[0]), created=True)
 
     def _repartition(
         self,
@@ -356,21 +423,92 @@ class MigIndex:
     ) -> MigSlot | None:
         """Free slices first failed: the device where the profile fits beside the held
         instances, destroying the fewest idle slices."""
-        canonical = self.tables[group]
-        buckets = self.held.get(group, {})
-        for _, gpu in self._candidates(
-            buckets, lambda m: best_start(canonical, m, profile.name), allowed, pod, spread
-        ):
-            held = gpu.held
-            options = []
-            for start in profile.starts:
-                mask = profile.mask(start)
-                if not mask & held:
-                    gone = tuple(i for i in gpu.instances if i.mask & mask)
-                    options.append((sum(i.profile.size for i in gone), start, gone))
-            _, start, gone = min(options, key=lambda o: o[:2])
-            return MigSlot(gpu, Instance(profile, start), created=True, destroyed=gone)
+        buckets = self.held.setdefault(group, {})
+        found = self._first(buckets, self.tables[group], profile, allowed, pod, spread)
+        if found is None:
+            return None
+        gpu = found[1]
+        held = gpu.held
+        options = []
+        for start in profile.starts:
+            mask = profile.mask(start)
+            if not mask & held:
+                gone = tuple(i for i in gpu.instances if i.mask & mask)
+                options.append((sum(i.profile.size for i in gone), start, gone))
+        _, start, gone = min(options, key=lambda o: o[:2])
+        return MigSlot(gpu, Instance(profile, start), created=True, destroyed=gone)
+
+
+def _first_usable(
+    bucket: dict[Key, MigGpu], allowed: frozenset[int] | None, pod: PodRequest
+) -> MigGpu | None:
+    """The bucket's first device, in its order, on an allowed node whose host has room for
+    the pod (allowed None: any node)."""
+    for (order, _), gpu in bucket.items():
+        if (allowed is None or order in allowed) and gpu.node.fits_host(pod):
+            return gpu
+    return None
+
+
+def _device(node: NodeState, gpu: Gpu, repartition: bool) -> MigGpu | None:
+    """A snapshot device's state with its legal instances (None: its model has no table)."""
+    canonical = canonical_model(gpu.model, gpu.memory_mib)
+    if canonical is None:
         return None
+    state = MigGpu(node, gpu.index, gpu.model, canonical, repartition)
+    profiles = state.profiles
+    for inst in sorted(gpu.mig_instances, key=lambda i: i.start):
+        profile = profiles.get(inst.profile)
+        if profile is not None and inst.start in profile.starts:
+            state.instances.append(Instance(profile, inst.start, inst.workload_id))
+    return state
+
+
+def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
+    """A running pod takes the instance at its placement's start (one is added when the
+    device lacks it and the profile may start there); None when it holds nothing."""
+    inst = next((i for i in gpu.instances if i.start == placed.mig_start), None)
+    profile = gpu.profiles.get(placed.mig_profile)
+    if inst is None and profile is not None and placed.mig_start in profile.starts:
+        inst = Instance(profile, placed.mig_start)
+        gpu.instances = sorted([*gpu.instances, inst], key=lambda i: i.start)
+    if inst is None:
+        return None
+    inst.holder = wid
+    return MigSlot(gpu, inst)
+
+
+def _mask_rank(mask: int) -> tuple[int, int]:
+    """Masks from the emptiest (fewest slices used) to the fullest."""
+    return mask.bit_count(), mask
+
+
+def _start(inst: Instance) -> int:
+    return inst.start
+
+
+def _keys(gpu: MigGpu) -> Keys:
+    """The index keys of a device: the profiles it has idle, its used and held slices."""
+    idle: list[str] = []
+    used = held = 0
+    for inst in gpu.instances:
+        mask = inst.mask
+        used |= mask
+        if inst.holder is None:
+            if inst.profile.name not in idle:
+                idle.append(inst.profile.name)
+        else:
+            held |= mask
+    return tuple(sorted(idle)), used, held
+
+
+def put_in_order(bucket: dict, key: Any, value: object, dirty: dict[int, dict]) -> None:  # type: ignore[type-arg]
+    """Put an entry in an index bucket kept in node order; the bucket goes to `dirty`
+    (put back in order by ClusterState.settle) only when the key does not come after its
+    last one: a bucket outside `dirty` is in order, and appending in order keeps it so."""
+    if bucket and next(reversed(bucket)) >= key:
+        dirty[id(bucket)] = bucket
+    bucket[key] = value
 
 
 def _bucket(
@@ -380,15 +518,23 @@ def _bucket(
     dev: Key,
     gpu: MigGpu,
     sign: int,
-) -> None:
-    buckets = index.setdefault(group, {})
+    dirty: dict[int, dict[object, object]],
+) -> bool:
+    """Put a device in (+1) or take it out of (-1) a bucket; True when that made or
+    emptied the bucket (the group's keys changed)."""
+    buckets = index.get(group)
+    if buckets is None:
+        buckets = index[group] = {}
     if sign > 0:
-        buckets.setdefault(key, {})[dev] = gpu
-    else:
-        bucket = buckets[key]
-        bucket.pop(dev, None)
-        if not bucket:
-            del buckets[key]
+        made = key not in buckets
+        put_in_order(buckets.setdefault(key, {}), dev, gpu, dirty)
+        return made
+    bucket = buckets[key]
+    bucket.pop(dev, None)
+    if not bucket:
+        del buckets[key]
+        return True
+    return False
 
 
 def mig_reason(index: MigIndex, pod: PodRequest, pool: str, wanted: tuple[str, ...]) -> str:

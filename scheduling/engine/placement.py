@@ -7,11 +7,15 @@ whose leftover stays most useful for the fraction sizes waiting (fragmentation-a
 after "fragmentation gradient descent", ATC'23), and only then open a free device.
 Whole and shared use never mix on one device.
 
-Given a histogram of typical pod shapes (fragmentation.ShapeHistogram), bin packing is
-fragmentation gradient descent instead: every pod (whole, fractional or host-only) goes to
-the node and device where the expected GPU capacity the typical pod cannot use grows least,
-ties broken as plain bin packing would (fill shared devices before opening one, fewest free
-first, node order).
+Given a histogram of typical pod shapes (fragmentation.ShapeHistogram; the cycle's default),
+bin packing is fragmentation gradient descent instead: every pod (whole, fractional or
+host-only) goes to the node and device where the expected GPU capacity the typical pod
+cannot use grows least, ties broken as plain bin packing would (fill shared devices before
+opening one, fewest free first, node order). Only a bounded set of candidate nodes is
+scored (the first few where the pod fits from each free-capacity bucket), so a placement
+costs about the same on 100 nodes or 10,000. Pods of two or more whole GPUs (gang and
+training pods, whose fit is their devices), pods held to a topology domain and pools that
+spread keep plain bin packing; so does a pod that fits none of the candidates.
 """
 
 from __future__ import annotations
@@ -84,9 +88,12 @@ class Placer:
         strategies: dict[str, PlacementStrategy],
         waiting_sizes: dict[Group, set[int]],
         shapes: ShapeHistogram | None = None,
+        candidates: int = 2,
     ) -> None:
         self.state = state
         self.shapes = shapes
+        self.candidates = max(1, candidates)
+        self._gpuless: dict[str, list[NodeState]] = {}
         self.strategies = strategies
         self.waiting_sizes = waiting_sizes
         self._fill: dict[Group, list[int]] = {}
@@ -103,6 +110,8 @@ class Placer:
     def cannot_fit(self, wl: Workload, pool: str) -> bool:
         """A quick test on the free-capacity indexes: True when the pool surely lacks the
         devices, so the full placement need not be tried."""
+        if wl.pods and wl.pods[0].mig_profile and all(_mig_only(p) for p in wl.pods):
+            return False  # no free-device index speaks for MIG pods: mig.choose() decides
         models = self.state.models_for(pool, wl.gpu_models)
         if not models:
             return any(p.gpus > 0 or p.is_shared for p in wl.pods)
@@ -132,6 +141,14 @@ class Placer:
 
         Returns the slots (already applied to the state) or None with the state as it was.
         """
+        if len(wl.pods) == wl.gang_min == 1 and wl.topology is None and _mig_only(wl.pods[0]):
+            # One MIG pod (most MIG work): what _place_pods would do, without its walk
+            pod = wl.pods[0]
+            slot = self._mig_slot(0, pod, pool, None, wl.gpu_models)
+            if slot is None:
+                return None
+            self.state.add_slot(wl.id, slot)
+            return [slot]
         models = self.state.models_for(pool, wl.gpu_models)
         needs_gpu = any(p.gpus > 0 or p.is_shared for p in wl.pods)
         if needs_gpu and not models:
@@ -163,9 +180,13 @@ class Placer:
         self, wl: Workload, pool: str, models: list[str], level: str
     ) -> list[PodSlot] | None:
         need = sum(p.gpus for p in _gang_pods(wl))
+        # An elastic workload admitted at its minimum grows only inside this domain: one
+        # with room for its maximum goes first (best fit among those, then the rest).
+        room = need + max(wl.grows_to - len(wl.pods), 0) * (wl.pods[-1].gpus if wl.pods else 0)
+        free = self.state.domain_free
         for key in sorted(
             (k for k in self.state.domain_nodes if k[0] == pool and k[1] == level),
-            key=lambda k: (self.state.domain_free[k], k[2]),
+            key=lambda k: (free[k] < room, free[k], k[2]),
         ):
             if self.state.domain_free[key] < need:
                 continue
@@ -221,17 +242,22 @@ class Placer:
         to the MIG devices of the `wanted` models (any when empty)."""
         if pod.mig_profile:
             slot = self._mig_slot(index, pod, pool, scope, wanted)
-        elif self.shapes is not None and not self._spread(pool):
-            slot = self._least_fragmenting_slot(index, pod, pool, models, scope, self.shapes)
-        elif pod.is_shared:
-            slot = self._fraction_slot(index, pod, pool, models, scope)
-        elif pod.gpus > 0:
-            slot = self._whole_slot(index, pod, pool, models, scope)
+        elif self.shapes is not None and scope is None and pod.gpus <= 1 and not self._spread(pool):
+            slot = self._least_fragmenting_slot(index, pod, pool, models, self.shapes)
         else:
-            slot = self._host_slot(index, pod, pool, scope)
+            slot = self._best_fit_slot(index, pod, pool, models, scope)
         if slot is not None:
             self.state.add_slot(wid, slot)
         return slot
+
+    def _best_fit_slot(
+        self, index: int, pod: PodRequest, pool: str, models: list[str], scope: Scope | None
+    ) -> PodSlot | None:
+        if pod.is_shared:
+            return self._fraction_slot(index, pod, pool, models, scope)
+        if pod.gpus > 0:
+            return self._whole_slot(index, pod, pool, models, scope)
+        return self._host_slot(index, pod, pool, scope)
 
     def _mig_slot(
         self, index: int, pod: PodRequest, pool: str, scope: Scope | None, wanted: tuple[str, ...]
@@ -364,22 +390,29 @@ class Placer:
         pod: PodRequest,
         pool: str,
         models: list[str],
-        scope: Scope | None,
         shapes: ShapeHistogram,
     ) -> PodSlot | None:
         """Fragmentation gradient descent: the node and device where the placement adds
-        least to the node's fragmentation against the shape histogram."""
+        least to the node's fragmentation against the shape histogram, among a bounded set
+        of candidate nodes (_candidates); when none of them fits, the plain best fit."""
         best: tuple[tuple[float, bool, int, int], NodeState, str | None, int] | None = None
-        for node in scope.nodes if scope is not None else self.state.nodes:
-            if node.pool != pool or not node.schedulable or not node.fits_host(pod):
-                continue
+        seen: set[object] = set()
+        for node in self._candidates(pod, pool, models):
             frees = [_free_units(g) for g in node.gpus]
             key = node_key(node.cpu_free, node.mem_free, frees)
+            kind = (
+                key
+                if len(node.free_by_model) < 2
+                else (key, *zip([g.model for g in node.gpus], frees, strict=True))
+            )
+            if kind in seen:
+                continue  # a node in the same state earlier in order wins every tie
+            seen.add(kind)
             for rank, model, free in self._options(pod, node, key, models, shapes):
                 if best is None or rank < best[0]:
                     best = (rank, node, model, free)
         if best is None:
-            return None
+            return self._best_fit_slot(index, pod, pool, models, None)
         _, node, model, free = best
         host = {"cpu": pod.cpu, "host_memory": pod.memory_mib}
         if model is None:
@@ -391,6 +424,46 @@ class Placer:
         units = share_units(pod, gpu.memory_mib)
         memory = share_memory(pod, gpu.memory_mib)
         return PodSlot(index, node, shared=gpu, units=units, memory=memory, **host)
+
+    def _candidates(self, pod: PodRequest, pool: str, models: list[str]) -> list[NodeState]:
+        """The nodes to score, in node order: the first `candidates` nodes where the pod
+        fits from each bucket of the free-capacity indexes (nodes with k free devices, for
+        every k that fits; for a fractional pod also shared devices with u free units, the
+        SHARED_BUCKETS least roomy that fit); a host-only pod also sees the pool's GPU-less
+        nodes. Bounded whatever the cluster's size."""
+        per_bucket = self.candidates
+        found: dict[int, NodeState] = {}
+
+        def take(nodes: Iterable[NodeState]) -> None:
+            added = 0
+            for node in nodes:
+                if added >= per_bucket:
+                    return
+                if node.order not in found and node.fits_host(pod):
+                    found[node.order] = node
+                    added += 1
+
+        if pod.gpus == 0 and not pod.is_shared:
+            take(self._hostonly(pool))
+        elif pod.is_shared:
+            for model in models:
+                buckets = self.state.shared.get((pool, model), {})
+                units = share_units(pod, self.state.group_memory[(pool, model)])
+                for free in sorted(b for b in buckets if b >= units)[:SHARED_BUCKETS]:
+                    take(g.node for g in buckets[free].values())
+        need = pod.gpus if pod.gpus > 0 else int(pod.is_shared)
+        for model in models:
+            buckets = self.state.whole.get((pool, model), {})
+            for free in sorted(b for b in buckets if b >= need):
+                take(buckets[free].values())
+        return sorted(found.values(), key=lambda n: n.order)
+
+    def _hostonly(self, pool: str) -> list[NodeState]:
+        if pool not in self._gpuless:
+            self._gpuless[pool] = [
+                n for n in self.state.nodes if n.pool == pool and n.schedulable and not n.gpus
+            ]
+        return self._gpuless[pool]
 
     def _options(
         self,
@@ -431,9 +504,17 @@ class Placer:
         return self._fill[group]
 
 
+SHARED_BUCKETS = 8  # shared-device buckets a fractional pod's candidates come from
+
+
 def _free_units(gpu: GpuState) -> int:
     """Units of the device nobody holds (0 when it is held whole)."""
     return 0 if gpu.owner is not None else UNITS - gpu.used_units
+
+
+def _mig_only(pod: PodRequest) -> bool:
+    """A pod that asks a MIG instance and no whole device."""
+    return bool(pod.mig_profile) and not pod.gpus
 
 
 def _gang_pods(wl: Workload) -> list[PodRequest]:

@@ -15,13 +15,29 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from scheduling.engine.mig import MigIndex, MigSlot
+from scheduling.engine.mig import MigIndex, MigSlot, put_in_order
 from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Workload
 
 UNITS = 1000  # share units per GPU
+
+
+class Scratch:
+    """An undo log entry for what lives one cycle only (the ledger's sums, the
+    statement's decisions): a discarded Statement runs it; the rollback at the end of
+    a kept state's cycle (undo_all) skips it, as those objects are dropped then."""
+
+    __slots__ = ("undo",)
+
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self.undo = undo
+
+    def __call__(self) -> None:
+        self.undo()
+
+
 FIXED = 1 << 1074  # every finite float is an integer multiple of 1 / FIXED
 
 
@@ -144,14 +160,15 @@ class ClusterState:
         self.pool_models: dict[str, list[str]] = {}
         self.slots: dict[str, list[PodSlot]] = {}
         self.log: list[Callable[[], None]] = []
-        self.mig = MigIndex()
         # Changed since the last settle(): nodes whose free CPU and memory float sums
         # drifted, and index buckets whose order may no longer be by node (see settle).
         self.touched: dict[int, NodeState] = {}
         self.dirty: dict[int, dict[object, object]] = {}
+        self.mig = MigIndex(self.dirty)
         self.totals: dict[str, tuple[float, float]] = {}  # node id -> allocatable cpu, memory
         self._load_nodes(snapshot.nodes)
         self._load_running(snapshot.workloads)
+        self.mig.index_all()
         for node in self.nodes:
             node.settle(*self.totals[node.id])
         self._build_indexes()
@@ -195,14 +212,17 @@ class ClusterState:
                     continue  # a pod on a node outside the snapshot holds nothing here
                 slot = self._slot_for(wl, placed.pod, node, placed)
                 if placed.mig_gpu is not None:
-                    slot.mig = self.mig.running_slot(node, placed, wl.id)
-                    slot.units = (
-                        round(slot.mig.instance.profile.fraction * UNITS) if slot.mig else 0
-                    )
+                    self._hold_mig(slot, self.mig.running_slot(node, placed, wl.id))
                 node.cpu_used += fixed(slot.cpu)
                 node.mem_used += fixed(slot.host_memory)
                 slots.append(slot)
             self.slots[wl.id] = slots
+
+    @staticmethod
+    def _hold_mig(slot: PodSlot, mig: MigSlot | None) -> None:
+        """A running pod's MIG instance; it counts as its slices / 7 of a GPU."""
+        slot.mig = mig
+        slot.units = round(mig.instance.profile.fraction * UNITS) if mig else 0
 
     @staticmethod
     def _slot_for(wl: Workload, pod_index: int, node: NodeState, placed: PodPlacement) -> PodSlot:
@@ -275,9 +295,7 @@ class ClusterState:
             buckets = self.shared.setdefault(group, {})
             free = UNITS - gpu.used_units
             if sign > 0:
-                bucket = buckets.setdefault(free, {})
-                bucket[(node.order, gpu.index)] = gpu
-                self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
+                put_in_order(buckets.setdefault(free, {}), (node.order, gpu.index), gpu, self.dirty)
             else:
                 bucket = buckets[free]
                 del bucket[(node.order, gpu.index)]
@@ -290,9 +308,7 @@ class ClusterState:
             return
         buckets = self.whole[(node.pool, model)]
         del buckets[before][node.order]
-        bucket = buckets.setdefault(after, {})
-        bucket[node.order] = node
-        self.dirty[id(bucket)] = bucket  # type: ignore[assignment]
+        put_in_order(buckets.setdefault(after, {}), node.order, node, self.dirty)
 
     def _change_gpu(self, gpu: GpuState, mutate: Callable[[], None]) -> None:
         before = gpu.node.free_by_model[gpu.model]
@@ -373,6 +389,15 @@ class ClusterState:
         while len(self.log) > mark:
             self.log.pop()()
 
+    def undo_all(self) -> None:
+        """Roll the whole log back, skipping what undoes a cycle's own bookkeeping
+        (Scratch): that goes with the cycle."""
+        log = self.log
+        while log:
+            undo = log.pop()
+            if type(undo) is not Scratch:
+                undo()
+
     def settle(self) -> None:
         """Bring what changed since the last settle to the form a fresh build has: free
         CPU and memory from the exact sums (float subtractions undone in another order
@@ -392,11 +417,15 @@ class ClusterState:
 
     # -- holdings kept between cycles (incremental.py) ------------------------------
 
-    def running_add(self, wl: Workload) -> list[PodSlot]:
+    def running_add(
+        self, wl: Workload, mig: Mapping[tuple[str, int], MigSlot | None]
+    ) -> list[PodSlot]:
         """Give a running workload of a later snapshot what its placement holds, as a
-        fresh build would; not logged (the state moves on to the new snapshot)."""
+        fresh build would; not logged (the state moves on to the new snapshot). `mig`: the
+        instance each MIG pod holds, by (workload id, position in its placement), as the
+        device made again from the snapshot gave it (MigIndex.reload)."""
         slots = []
-        for placed in wl.placement or ():
+        for at, placed in enumerate(wl.placement or ()):
             node = self.by_id.get(placed.node_id)
             if node is None or not 0 <= placed.pod < len(wl.pods):
                 continue
@@ -415,6 +444,8 @@ class ClusterState:
                 pod.cpu,
                 pod.memory_mib,
             )
+            if placed.mig_gpu is not None:
+                self._hold_mig(slot, mig.get((wl.id, at)))
             self._apply_slot(wl.id, slot, +1)
             node.cpu_used += fixed(slot.cpu)
             node.mem_used += fixed(slot.host_memory)

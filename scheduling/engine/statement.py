@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduling.engine import mig
-from scheduling.engine.state import UNITS, ClusterState, PodSlot
+from scheduling.engine.state import UNITS, ClusterState, PodSlot, Scratch
 from scheduling.engine.types import (
     RESOURCES,
     EvictionReason,
@@ -69,6 +69,8 @@ class Ledger:
         self.version = 0  # bumped on every change, so callers can cache derived figures
         self.moved: list[AllocKey] = []  # GPU keys in the order they changed (Context.donors)
         self.chains = self.chains_of(queues) if chains is None else chains
+        # Per (queue, pool): the (GPU, CPU, memory) keys of the queue and its ancestors.
+        self._keys: dict[tuple[str, str], list[tuple[AllocKey, ...]]] = {}
 
     @staticmethod
     def chains_of(queues: tuple[Queue, ...]) -> dict[str, tuple[str, ...]]:
@@ -96,21 +98,33 @@ class Ledger:
     def add(
         self, queue_id: str, slots: list[PodSlot], sign: int, log: bool = True, fixed: bool = False
     ) -> None:
-        """Count slots (sign +1) or stop counting them (-1); fixed: non-preemptible work."""
+        """Count slots (sign +1) or stop counting them (-1); fixed: non-preemptible work.
+        Runs once per admission and eviction: the ledger keys of a (queue, pool) are
+        made once per cycle (_keys), and every sum is added to in the same order."""
         self.version += 1
+        alloc, moved = self.alloc, self.moved
         for slot in slots:
-            amounts = slot_amounts(slot)
-            for qid in self.chain(queue_id):
-                self.moved.append((qid, slot.node.pool, Resource.GPU))
-                for resource, amount in zip(RESOURCES, amounts, strict=True):
-                    key = (qid, slot.node.pool, resource)
-                    self.alloc[key] = self.alloc.get(key, 0.0) + sign * amount
+            pool = slot.node.pool
+            gpus, cpu, memory = slot_amounts(slot)
+            gpus, cpu, memory = sign * gpus, sign * cpu, sign * memory
+            chain = self._keys.get((queue_id, pool))
+            if chain is None:
+                chain = self._keys[(queue_id, pool)] = [
+                    tuple((qid, pool, r) for r in RESOURCES) for qid in self.chain(queue_id)
+                ]
+            for gpu_key, cpu_key, memory_key in chain:
+                moved.append(gpu_key)
+                alloc[gpu_key] = alloc.get(gpu_key, 0.0) + gpus
+                alloc[cpu_key] = alloc.get(cpu_key, 0.0) + cpu
+                alloc[memory_key] = alloc.get(memory_key, 0.0) + memory
             if fixed:
-                for resource, amount in zip(RESOURCES, amounts, strict=True):
-                    key = (queue_id, slot.node.pool, resource)
-                    self.fixed[key] = self.fixed.get(key, 0.0) + sign * amount
+                gpu_key, cpu_key, memory_key = chain[0]
+                held = self.fixed
+                held[gpu_key] = held.get(gpu_key, 0.0) + gpus
+                held[cpu_key] = held.get(cpu_key, 0.0) + cpu
+                held[memory_key] = held.get(memory_key, 0.0) + memory
         if log:
-            self.state.log.append(lambda: self.add(queue_id, slots, -sign, False, fixed))
+            self.state.log.append(Scratch(lambda: self.add(queue_id, slots, -sign, False, fixed)))
 
 
 class Statement:
@@ -131,15 +145,17 @@ class Statement:
 
     def record_admission(self, wl: Workload, slots: list[PodSlot]) -> None:
         """Book placed slots (already in the state) as an admission of wl."""
-        self.ledger.add(wl.queue_id, slots, +1, fixed=not wl.preemptible)
+        fixed = not wl.preemptible
+        self.ledger.add(wl.queue_id, slots, +1, log=False, fixed=fixed)
         self.admitted[wl.id] = slots
         self.order.append(wl.id)
 
         def undo() -> None:
+            self.ledger.add(wl.queue_id, slots, -1, log=False, fixed=fixed)
             del self.admitted[wl.id]
             self.order.pop()
 
-        self.state.log.append(undo)
+        self.state.log.append(Scratch(undo))
 
     def evict(
         self, wl: Workload, reason: EvictionReason, beneficiary: str | None, detail: str = ""
@@ -152,4 +168,4 @@ class Statement:
         def undo() -> None:
             del self.evicted[wl.id]
 
-        self.state.log.append(undo)
+        self.state.log.append(Scratch(undo))

@@ -126,6 +126,13 @@ class Workload:
     restarts: int = 0  # times it was evicted and went back to pending (victim cost)
     elastic: bool = False
     resized_at: float | None = None
+    # How often it saves a checkpoint, in seconds of running (None = unknown): an
+    # eviction waits for a checkpoint that is due soon (actions/victims.py).
+    checkpoint_interval_s: float | None = None
+    # A pending elastic workload cut to its minimum (actions/elastic.py elastic_view):
+    # the pods it may grow to, so that a required topology domain with room for them
+    # all is chosen before a fuller one (where it could never grow).
+    grows_to: int = 0
 
     @property
     def running(self) -> bool:
@@ -280,7 +287,10 @@ class SchedulerConfig:
     restart_cost_s: float = 600.0  # victim cost of each earlier restart (actions/victims.py)
     # Bin packing by fragmentation gradient descent against the snapshot's pod shapes,
     # each weighted by 2^(-age / half-life) (engine/fragmentation.py); None = plain best fit.
-    fragmentation_half_life_s: float | None = None
+    fragmentation_half_life_s: float | None = 86400.0
+    # The fragmentation score is computed, per pod, for this many nodes where it fits from
+    # each bucket of the free-capacity indexes, in node order (engine/placement.py).
+    fragmentation_candidates: int = 2
 
     def strategy_for(self, pool: str) -> PlacementStrategy:
         """The placement strategy configured for a pool."""

@@ -124,6 +124,17 @@ def test_the_small_benchmark_prints_every_figure(capsys: pytest.CaptureFixture[s
     assert figures["evicted"] >= 0
 
 
+def test_the_benchmark_times_packing_on_by_default_and_off_on_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench.config_for(True) == SchedulerConfig()
+    assert bench.config_for(True).fragmentation_half_life_s
+    assert bench.config_for(False).fragmentation_half_life_s is None
+    assert bench.main(["--scenario", "arrival", "--repeat", "2", "--packing", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["packing"] is False
+    assert bench.run("scale-small", repeat=1)["packing"] is True
+
+
 def test_the_benchmark_keeps_the_state_and_checks_it_against_a_rebuild() -> None:
     figures = bench.run("scale-small", repeat=2)
     assert figures["rebuild_ms"] > 0
@@ -172,3 +183,22 @@ def test_the_mig_benchmark_times_its_baseline_in_the_same_run(
     assert figures["baseline"] == "scale-small"
     ratio = figures["cycle_ms_median"] / figures["baseline_cycle_ms_median"]
     assert figures["ratio_to_baseline"] == pytest.approx(ratio, abs=0.01)
+
+
+def test_the_sharing_benchmark_times_each_size_without_sharing_with_mps_and_with_mig(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    small = (("scale-small", ("scale-whole-small", "scale-small", "scale-mig-small")),)
+    monkeypatch.setattr(bench, "SHARING", small)
+    found = bench.run_sharing(repeat=1)
+    rows = found["sizes"]["scale-small"]  # type: ignore[index]
+    assert list(rows) == ["scale-whole-small", "scale-small", "scale-mig-small"]
+    whole, mps, mig = rows.values()
+    assert (whole["shared_admitted"], whole["mig_admitted"]) == (0, 0)
+    assert whole["cycle_cpu_ms_min_ratio"] == 1.0
+    assert mps["shared_admitted"] > 0 and mps["mig_admitted"] == 0
+    assert mig["mig_admitted"] > 0
+    assert mig["cycle_ms_median_ratio"] == pytest.approx(
+        mig["cycle_ms_median"] / whole["cycle_ms_median"], abs=0.01
+    )
+    assert mig["cycle_cpu_ms_min"] <= mig["cycle_cpu_ms_median"]

@@ -223,10 +223,15 @@ def test_some_elastic_snapshots_shrink_and_evict_so_the_property_is_exercised() 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seeds)
 def test_elastic_sizes_settle_and_never_flip_flop_over_fifty_cycles(seed: int) -> None:
-    snap = elastic_snapshot(seed)
+    assert_settles(elastic_snapshot(seed))
+
+
+def assert_settles(snap: Snapshot, count: int = 50) -> None:
+    """Over `count` cycles no workload changes direction (grow, shrink, eviction) more
+    than twice, and nothing changes after the tenth cycle."""
     directions: dict[str, list[int]] = defaultdict(list)
     changes_per_cycle = []
-    for _, result in cycles(snap, 50):
+    for _, result in cycles(snap, count):
         for r in result.resizes:
             directions[r.workload_id].append(1 if r.delta > 0 else -1)
         for e in result.evictions:

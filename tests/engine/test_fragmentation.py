@@ -5,10 +5,13 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from scheduling.engine.cycle import build_context
 from scheduling.engine.fragmentation import (
+    QUANTUM,
     UNITS,
     Shape,
     ShapeHistogram,
+    ShapeTally,
     after_key,
     node_key,
 )
@@ -24,6 +27,7 @@ from tests.engine.builders import GPU_MEMORY, dept, placed, project, run, snapsh
 
 QUEUES = [dept(), project("p1", deserved=64)]
 FGD = SchedulerConfig(fragmentation_half_life_s=3600.0)
+BEST_FIT = SchedulerConfig(fragmentation_half_life_s=None)
 
 # A node with 32 cores, 64 GiB free and devices with 1000, 700, 300 and 0 units free.
 NODE = node_key(32.0, 65536.0, [1000, 700, 300, 0])
@@ -108,7 +112,7 @@ def test_a_fraction_keeps_the_leftover_the_typical_pod_can_use() -> None:
         Workload("new", "p1", (PodRequest(gpu_fraction=0.2),), submit_time=999.0),
     ]
     snap = snapshot([node], QUEUES, work)
-    plain = run(snap).admissions[0].pods[0].shared_gpu
+    plain = run(snap, BEST_FIT).admissions[0].pods[0].shared_gpu
     fgd = run(snap, FGD).admissions[0].pods[0].shared_gpu
     assert (plain, fgd) == (1, 0)
 
@@ -123,7 +127,7 @@ def test_a_whole_gpu_pod_goes_where_its_cpu_strands_no_gpu() -> None:
     typical = Workload("old", "p1", (PodRequest(gpus=1, cpu=8),), submit_time=990.0,
                        gpu_models=("H100",))  # fmt: skip
     snap = snapshot([small, big], QUEUES, [new, replace(typical, id="o1"), typical])
-    assert placed(run(snap))["new"][0][0] == "n0"
+    assert placed(run(snap, BEST_FIT))["new"][0][0] == "n0"
     assert placed(run(snap, FGD))["new"][0][0] == "n1"
 
 
@@ -136,3 +140,84 @@ def test_a_cpu_heavy_pod_goes_to_the_node_without_gpus() -> None:
     )
     snap = snapshot([gpu_node, cpu_node], QUEUES, [heavy, typical])
     assert placed(run(snap, FGD))["heavy"][0][0] == "n1"
+
+
+def test_the_default_cycle_packs_by_fragmentation() -> None:
+    assert SchedulerConfig().fragmentation_half_life_s
+    small = Node("n0", "a", tuple(Gpu(i, "A100", GPU_MEMORY) for i in range(8)), cpu=16)
+    big = Node("n1", "a", tuple(Gpu(i, "A100", GPU_MEMORY) for i in range(8)), cpu=96)
+    new = Workload("new", "p1", (PodRequest(gpus=1, cpu=12),), submit_time=999.0)
+    typical = Workload("old", "p1", (PodRequest(gpus=1, cpu=8),), submit_time=990.0,
+                       gpu_models=("H100",))  # fmt: skip
+    snap = snapshot([small, big], QUEUES, [new, replace(typical, id="o1"), typical])
+    assert placed(run(snap))["new"][0][0] == "n1"
+
+
+def _random_workload(rng: random.Random, i: int) -> Workload:
+    kind = rng.random()
+    if kind < 0.4:
+        pod = PodRequest(gpu_fraction=rng.choice((0.25, 0.5)), cpu=rng.choice((2.0, 4.0)))
+    elif kind < 0.6:
+        pod = PodRequest(gpu_memory_mib=rng.choice((10240, 20480)))
+    else:
+        pod = PodRequest(gpus=rng.choice((1, 2)), cpu=8.0, memory_mib=16384)
+    return Workload(f"w{i}", "p1", (pod,) * rng.randint(1, 3), submit_time=rng.uniform(0, 7200))
+
+
+def test_a_kept_tally_gives_the_histogram_a_fresh_one_gives() -> None:
+    rng = random.Random(5)
+    present: dict[str, Workload] = {}
+    tally = ShapeTally((), GPU_MEMORY)
+    for i in range(400):
+        if present and rng.random() < 0.4:
+            wid = rng.choice(sorted(present))
+            old = present.pop(wid)
+            new = _random_workload(rng, i) if rng.random() < 0.5 else None
+            if new is not None:
+                new = replace(new, id=wid)
+                present[wid] = new
+            tally.change(old, new)
+        else:
+            wl = _random_workload(rng, i)
+            present[wl.id] = wl
+            tally.change(None, wl)
+        if i % 50 == 0:
+            fresh = ShapeTally(present.values(), GPU_MEMORY)
+            assert tally.counts == fresh.counts
+            assert tally.histogram(7200.0, 1800.0) is fresh.histogram(7200.0, 1800.0)
+    assert tally.counts, "the sequence left workloads to count"
+
+
+def test_the_histogram_weighs_recent_minutes_more_and_is_rounded() -> None:
+    old = Workload("o", "p1", (PodRequest(gpus=1),), submit_time=0.0)
+    new = Workload("n", "p1", (PodRequest(gpu_fraction=0.5),), submit_time=3600.0)
+    hist = ShapeTally([old, new], GPU_MEMORY).histogram(3600.0, 1800.0)
+    mix = dict(hist.shapes)
+    # Two half-lives apart (less half a minute): the new shape weighs about 4 times the old.
+    assert mix[Shape(units=500)] > 3.5 * mix[Shape(gpus=1)]
+    # Rounded to 1/QUANTUM: a second later the weights barely moved, the histogram (and
+    # its cache of node scores) is the same object.
+    assert ShapeTally([old, new], GPU_MEMORY).histogram(3601.0, 1800.0) is hist
+    assert QUANTUM >= 256
+
+
+def test_a_pod_is_scored_on_a_bounded_set_of_nodes_and_still_finds_the_one_that_fits() -> None:
+    """300 nodes with 8 free GPUs, all but the last 5 without the CPU the pod asks: the
+    candidates are the first that fit in each bucket, at most `fragmentation_candidates`
+    of them, and the pod lands on the first node that has the CPU."""
+    nodes = [
+        Node(
+            f"n{i:03d}",
+            "a",
+            tuple(Gpu(j, "A100", GPU_MEMORY) for j in range(8)),
+            cpu=64 if i >= 295 else 4,
+        )
+        for i in range(300)
+    ]
+    new = Workload("new", "p1", (PodRequest(gpus=1, cpu=16),), submit_time=999.0)
+    snap = snapshot(nodes, QUEUES, [new])
+    ctx = build_context(snap, SchedulerConfig(), 1000.0)
+    pod = new.pods[0]
+    found = ctx.placer._candidates(pod, "a", ["A100"])
+    assert [n.id for n in found] == ["n295", "n296"]
+    assert placed(run(snap))["new"][0][0] == "n295"

@@ -5,6 +5,7 @@ have run at all. See actions/preempt.py (`Guarantee`)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import given
 
@@ -121,3 +122,65 @@ def test_equal_priority_preemption_only_takes_borrowed_work_and_never_cycles(see
 
 def _gpus(placement) -> float:
     return sum(len(p.gpus) + (p.share if p.shared_gpu is not None else 0.0) for p in placement)
+
+
+def _borrowers_elsewhere(**pending: object) -> Snapshot:
+    """16 GPUs: p1 (quota 4) runs an 8-GPU job on borrowed GPUs; p3 (quota 2) runs 8
+    one-GPU jobs, 6 of them borrowed, above its fair share (7 of 16). p1 submits a
+    one-GPU job within its quota."""
+    big = running(job("big", "p1", gpus=8), "n0", range(8), started=NOW - 3600)
+    theirs = [running(job(f"o{i}", "p3", t=i), "n1", [i], started=NOW - 3600) for i in range(8)]
+    queues = [
+        dept(),
+        project("p1", deserved=4),
+        project("p2", deserved=10),
+        project("p3", deserved=2),
+    ]
+    newcomer = job("small", "p1", gpus=1, t=NOW - 60, **pending)
+    return snapshot(nodes(2), queues, [big, *theirs, newcomer])
+
+
+def test_work_within_the_quota_takes_other_projects_borrowed_work_before_its_own() -> None:
+    # One GPU of p3's borrowed work loses far less than p1's own 8-GPU job.
+    result = run(_borrowers_elsewhere(), now=NOW)
+    assert set(evicted(result).values()) == {str(EvictionReason.RECLAIM)}
+    (victim,) = evicted(result)
+    assert victim in {f"o{i}" for i in range(2, 8)}  # p3's first two are guaranteed
+    assert list(placed(result)) == ["small"]
+
+
+def test_guaranteed_work_of_other_projects_is_not_taken() -> None:
+    # p3 at its deserved quota borrows nothing: p1 falls back to its own borrowed job.
+    snap = _borrowers_elsewhere()
+    snap = replace(
+        snap,
+        queues=tuple(
+            replace(q, quotas={k: replace(v, deserved=8) for k, v in q.quotas.items()})
+            if q.id == "p3"
+            else q
+            for q in snap.queues
+        ),
+    )
+    assert evicted(run(snap, now=NOW)) == {"big": PREEMPT}
+
+
+def _over_borrower(waiting: bool) -> Snapshot:
+    """16 GPUs: p1 (quota 2) runs 4 one-GPU jobs on n0 and submits a fifth; p2 (quota 14)
+    runs an 8-GPU job on n1 and, when `waiting`, waits with another that needs a whole
+    node: p2 is below its fair share of 14, p1 at twice its share of 2."""
+    mine = [running(job(f"m{i}", "p1", t=i), "n0", [i], started=NOW - 3600) for i in range(4)]
+    theirs = [running(job("b0", "p2", gpus=8), "n1", range(8), started=NOW - 3600)]
+    if waiting:
+        theirs.append(job("b1", "p2", gpus=8, t=NOW - 120))
+    queues = [dept(), project("p1", deserved=2), project("p2", deserved=14)]
+    return snapshot(nodes(2), queues, [*mine, *theirs, job("m4", "p1", t=NOW - 60)])
+
+
+def test_a_queue_past_twice_its_fair_share_does_not_borrow_while_another_waits_below() -> None:
+    result = run(_over_borrower(waiting=True), now=NOW)
+    assert "m4" not in placed(result)
+    assert "2 x its fair share" in result.pending_reasons["m4"]
+
+
+def test_a_queue_past_twice_its_fair_share_borrows_idle_gpus_nobody_waits_for() -> None:
+    assert "m4" in placed(run(_over_borrower(waiting=False), now=NOW))

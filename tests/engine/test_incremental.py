@@ -5,12 +5,18 @@ arrivals, pending work changed, quota changes, holdings by pods the engine does 
 manage, a node cordoned, copies of equal rows as a new database read gives) is fed to an
 Engine that keeps its state, and each snapshot also to the pure schedule(): every
 result must be equal, whole (admissions, evictions, reasons, shares, allocations).
+
+With MIG (issue 14) the sequences also hold MIG-enabled devices, pods asking a profile or
+memory (mapped to a profile), the instances the cycle cuts, reuses and repartitions, and
+what the node side reports besides: idle instances destroyed or made, instances held by
+pods outside the snapshot, a device's MIG mode switched.
 """
 
 from __future__ import annotations
 
 import gc
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -19,8 +25,10 @@ from hypothesis import given
 from scheduling.engine import cycle as cycle_module
 from scheduling.engine.apply import apply_result, remove_workloads
 from scheduling.engine.cycle import Engine, schedule
-from scheduling.engine.types import Gpu, GpuShare, SchedulerConfig, Snapshot
+from scheduling.engine.mig import all_legal, profiles_for
+from scheduling.engine.types import Gpu, GpuShare, MigInstance, SchedulerConfig, Snapshot
 from tests.engine.builders import job, nodes, project, running, snapshot
+from tests.engine.test_mig import mig_job, mig_node, queues
 from tests.engine.test_properties import FAST, NOW, _workload, random_snapshot, seeds
 
 CONFIGS = (
@@ -35,8 +43,16 @@ def _leaves(snap: Snapshot) -> list[str]:
     return [q.id for q in snap.queues if q.id not in parents] or ["orphan"]
 
 
+Step = Callable[[random.Random, Snapshot, int], Snapshot]
+
+
+def _has_mig(snap: Snapshot) -> bool:
+    return any(g.mig for n in snap.nodes for g in n.gpus)
+
+
 def _arrive(rng: random.Random, snap: Snapshot, serial: int) -> Snapshot:
-    new = [_workload(rng, 1000 + serial * 10 + i, _leaves(snap), False) for i in range(3)]
+    mig = _has_mig(snap)
+    new = [_workload(rng, 1000 + serial * 10 + i, _leaves(snap), False, mig) for i in range(3)]
     return replace(snap, workloads=snap.workloads + tuple(new[: rng.randint(1, 3)]))
 
 
@@ -78,6 +94,8 @@ def _foreign(rng: random.Random, snap: Snapshot, serial: int) -> Snapshot:
 
 
 def _ghost(gpu: Gpu, roll: float, serial: int) -> Gpu:
+    if gpu.mig:
+        return gpu  # MIG devices are held through instances (_node_side)
     free = gpu.whole_by is None and not gpu.shares
     if free and roll < 0.05:
         return replace(gpu, whole_by=f"ghost-{serial}")
@@ -114,6 +132,63 @@ def _degrade(rng: random.Random, snap: Snapshot) -> Snapshot:
     return remove_workloads(replace(snap, workloads=workloads), set())  # nodes follow
 
 
+def _node_side(rng: random.Random, snap: Snapshot, serial: int) -> Snapshot:
+    """What a node reports of one MIG device besides the cycle's own doing: its idle
+    instances destroyed (an admin's clean-up), an idle instance made at a free legal start,
+    one held by a pod outside the snapshot, or such a holding gone."""
+    devices = [(i, g) for i, n in enumerate(snap.nodes) for g in n.gpus if g.mig]
+    if not devices:
+        return snap
+    at, gpu = rng.choice(devices)
+    roll = rng.random()
+    instances = gpu.mig_instances
+    if roll < 0.3:
+        instances = tuple(i for i in instances if i.workload_id is not None)
+    elif roll < 0.8:
+        holder = f"ghost-m{serial}" if roll < 0.55 else None
+        instances = _cut(rng, gpu, holder)
+    else:
+        instances = tuple(i for i in instances if not (i.workload_id or "").startswith("ghost"))
+    return _with_gpu(snap, at, gpu, replace(gpu, mig_instances=instances))
+
+
+def _cut(rng: random.Random, gpu: Gpu, holder: str | None) -> tuple[MigInstance, ...]:
+    """The device's instances and one more at a random legal start overlapping none."""
+    profiles = profiles_for(gpu.model, gpu.memory_mib)
+    used = 0
+    for inst in gpu.mig_instances:
+        used |= profiles[inst.profile].mask(inst.start)
+    free = [(n, s) for n, s in all_legal(gpu.model) if not profiles[n].mask(s) & used]
+    if not free:
+        return gpu.mig_instances
+    name, start = rng.choice(free)
+    return tuple(
+        sorted((*gpu.mig_instances, MigInstance(name, start, holder)), key=lambda i: i.start)
+    )
+
+
+def _mig_mode(rng: random.Random, snap: Snapshot) -> Snapshot:
+    """A free device switched into or out of MIG mode (an admin, with the GPU reset)."""
+    free = [
+        (i, g)
+        for i, n in enumerate(snap.nodes)
+        for g in n.gpus
+        if g.whole_by is None and not g.shares and not g.mig_instances
+    ]
+    if not free:
+        return snap
+    at, gpu = rng.choice(free)
+    return _with_gpu(snap, at, gpu, replace(gpu, mig=not gpu.mig))
+
+
+def _with_gpu(snap: Snapshot, at: int, old: Gpu, new: Gpu) -> Snapshot:
+    """The snapshot with one device of its node at position `at` replaced."""
+    node = snap.nodes[at]
+    nodes_ = list(snap.nodes)
+    nodes_[at] = replace(node, gpus=tuple(new if g is old else g for g in node.gpus))
+    return replace(snap, nodes=tuple(nodes_))
+
+
 def _reread(snap: Snapshot) -> Snapshot:
     """Equal rows in new objects, as every database read gives."""
     return replace(
@@ -124,28 +199,34 @@ def _reread(snap: Snapshot) -> Snapshot:
     )
 
 
-STEPS = (
-    (0.25, _arrive),
-    (0.4, lambda rng, snap, serial: _depart(rng, snap)),
-    (0.5, lambda rng, snap, serial: _touch_pending(rng, snap)),
-    (0.6, lambda rng, snap, serial: _requota(rng, snap)),
-    (0.72, _foreign),
-    (0.77, lambda rng, snap, serial: _cordon(rng, snap)),
-    (0.82, lambda rng, snap, serial: _degrade(rng, snap)),
-    (0.9, lambda rng, snap, serial: _reread(snap)),
-    (1.0, lambda rng, snap, serial: snap),  # nothing changed
-)
+def _steps(devices: tuple[tuple[float, Step], ...]) -> tuple[tuple[float, Step], ...]:
+    """Each step with the roll it is taken below; `devices`: what happens to devices."""
+    return (
+        (0.25, _arrive),
+        (0.4, lambda rng, snap, serial: _depart(rng, snap)),
+        (0.5, lambda rng, snap, serial: _touch_pending(rng, snap)),
+        (0.6, lambda rng, snap, serial: _requota(rng, snap)),
+        *devices,
+        (0.77, lambda rng, snap, serial: _cordon(rng, snap)),
+        (0.82, lambda rng, snap, serial: _degrade(rng, snap)),
+        (0.9, lambda rng, snap, serial: _reread(snap)),
+        (1.0, lambda rng, snap, serial: snap),  # nothing changed
+    )
 
 
-def _next(rng: random.Random, snap: Snapshot, serial: int) -> Snapshot:
+STEPS = _steps(((0.72, _foreign),))
+MIG_STEPS = _steps(((0.72, _node_side), (0.74, lambda rng, snap, serial: _mig_mode(rng, snap))))
+
+
+def _next(rng: random.Random, snap: Snapshot, serial: int, mig: bool = False) -> Snapshot:
     roll = rng.random()
-    step = next(step for upto, step in STEPS if roll < upto)
+    step = next(step for upto, step in (MIG_STEPS if mig else STEPS) if roll < upto)
     return step(rng, snap, serial)
 
 
-def _replay(seed: int, steps: int) -> Engine:
+def _replay(seed: int, steps: int, mig: bool = False) -> Engine:
     rng = random.Random(seed)
-    snap = random_snapshot(seed)
+    snap = random_snapshot(seed, mig=mig)
     config = CONFIGS[seed % len(CONFIGS)]
     engine = Engine()
     now = NOW
@@ -155,7 +236,7 @@ def _replay(seed: int, steps: int) -> Engine:
         assert kept == rebuilt, f"step {serial}"
         if rng.random() < 0.8:
             snap = apply_result(snap, kept, now)
-        snap = _next(rng, snap, serial)
+        snap = _next(rng, snap, serial, mig)
         now += rng.choice((0.0, 30.0, 600.0))
     return engine
 
@@ -166,11 +247,38 @@ def test_kept_and_rebuilt_state_decide_alike_over_long_random_sequences(seed: in
     _replay(seed, steps=40)
 
 
-def test_most_cycles_of_a_long_sequence_update_the_kept_state_instead_of_rebuilding() -> None:
-    engines = [_replay(seed, steps=60) for seed in range(6)]
+@FAST
+@given(seeds)
+def test_kept_and_rebuilt_state_decide_alike_over_long_random_sequences_with_mig(seed: int) -> None:
+    _replay(seed, steps=40, mig=True)
+
+
+@pytest.mark.parametrize("mig", [False, True])
+def test_most_cycles_of_a_long_sequence_update_the_kept_state_instead_of_rebuilding(
+    mig: bool,
+) -> None:
+    engines = [_replay(seed, steps=60, mig=mig) for seed in range(6)]
     updates = sum(e.updates for e in engines)
     builds = sum(e.builds for e in engines)
     assert updates > 4 * builds, (updates, builds)
+
+
+def test_mig_cycles_cut_reuse_and_repartition_on_the_kept_state_without_rebuilding() -> None:
+    """A cluster of MIG devices only: every kind of instance change goes through update()."""
+    snap = snapshot([mig_node("n0", 2), mig_node("n1", 1, repartition=False)], queues(16), [])
+    engine = Engine()
+    now = NOW
+    shapes = ("1g.10gb", "3g.40gb", "4g.40gb", "7g.80gb", "2g.20gb")
+    for step in range(30):
+        arrivals = [mig_job(f"w{step}-{i}", shapes[(step + i) % 5], t=now) for i in range(2)]
+        snap = replace(snap, workloads=snap.workloads + tuple(arrivals))
+        kept = engine.schedule(snap, SchedulerConfig(), now)
+        assert kept == schedule(snap, SchedulerConfig(), now), f"step {step}"
+        snap = apply_result(snap, kept, now)
+        running = [w.id for w in snap.workloads if w.placement is not None]
+        snap = remove_workloads(snap, set(running[: step % 3]))
+        now += 60
+    assert (engine.builds, engine.updates) == (1, 29)
 
 
 def test_a_snapshot_whose_nodes_and_placements_disagree_is_rebuilt_and_decides_alike() -> None:

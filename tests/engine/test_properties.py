@@ -40,24 +40,38 @@ NOW = 10_000.0
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _nodes(rng: random.Random) -> tuple[Node, ...]:
+def _nodes(rng: random.Random, mig: bool = False) -> tuple[Node, ...]:
+    """1-6 nodes; with `mig`, half of them have their last half of devices MIG-enabled (an
+    A100 of 40 GB and an H100 of 80 GB have different profile tables), a fifth of those in
+    a pool that does not let the engine repartition."""
     found = []
     for i in range(rng.randint(1, 6)):
         pool = rng.choice(("a", "b"))
         gpus = tuple(
             Gpu(j, rng.choice(("A100", "H100")), 40960) for j in range(rng.choice((1, 2, 4, 8)))
         )
-        found.append(
-            Node(
-                f"n{i}",
-                pool,
-                gpus,
-                topology={"rack": f"r{i % 3}"},
-                cpu=rng.choice((None, 64.0)),
-                memory_mib=None,
-            )
+        node = Node(
+            f"n{i}",
+            pool,
+            gpus,
+            topology={"rack": f"r{i % 3}"},
+            cpu=rng.choice((None, 64.0)),
+            memory_mib=None,
         )
+        if mig and rng.random() < 0.5:
+            node = _with_mig(node, rng.random() < 0.8)
+        found.append(node)
     return tuple(found)
+
+
+def _with_mig(node: Node, repartition: bool) -> Node:
+    half = len(node.gpus) // 2
+    gpus = tuple(replace(g, mig=True) if g.index >= half else g for g in node.gpus)
+    return replace(node, gpus=gpus, mig_repartition=repartition)
+
+
+# Profiles of the A100 40 GB table, of the H100 80 GB table, of both; "auto" asks by memory.
+MIG_PROFILES = ("1g.5gb", "3g.20gb", "1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "auto")
 
 
 def _queues(rng: random.Random, whole_gpus_only: bool) -> tuple[Queue, ...]:
@@ -77,9 +91,14 @@ def _queues(rng: random.Random, whole_gpus_only: bool) -> tuple[Queue, ...]:
     return tuple(queues)
 
 
-def _pods(rng: random.Random, whole_gpus_only: bool) -> tuple[PodRequest, ...]:
+def _pods(rng: random.Random, whole_gpus_only: bool, mig: bool = False) -> tuple[PodRequest, ...]:
     if whole_gpus_only:
         return (PodRequest(gpus=1),)
+    if mig and rng.random() < 0.35:
+        profile = rng.choice(MIG_PROFILES)
+        memory = rng.choice((4000, 9000, 15000, 30000)) if profile == "auto" else 0
+        pod = PodRequest(mig_profile=profile, gpu_memory_mib=memory, cpu=rng.choice((0.0, 8.0)))
+        return (pod,) * rng.choice((1, 1, 1, 2))
     kind = rng.random()
     if kind < 0.25:
         return (PodRequest(gpu_fraction=rng.choice((0.25, 0.5, 0.3))),)
@@ -90,8 +109,10 @@ def _pods(rng: random.Random, whole_gpus_only: bool) -> tuple[PodRequest, ...]:
     )
 
 
-def _workload(rng: random.Random, i: int, queues: list[str], whole_gpus_only: bool) -> Workload:
-    pods = _pods(rng, whole_gpus_only)
+def _workload(
+    rng: random.Random, i: int, queues: list[str], whole_gpus_only: bool, mig: bool = False
+) -> Workload:
+    pods = _pods(rng, whole_gpus_only, mig)
     topology = None
     if len(pods) > 1 and rng.random() < 0.3:
         topology = TopologyConstraint("rack", rng.choice(tuple(TopologyMode)))
@@ -109,18 +130,21 @@ def _workload(rng: random.Random, i: int, queues: list[str], whole_gpus_only: bo
     )
 
 
-def random_snapshot(seed: int, whole_gpus_only: bool = False) -> Snapshot:
+def random_snapshot(seed: int, whole_gpus_only: bool = False, mig: bool = False) -> Snapshot:
+    """With `mig`: MIG-enabled devices, and MIG pods (by profile or by memory) among the work."""
     rng = random.Random(seed)
-    nodes = _nodes(rng)
+    nodes = _nodes(rng, mig)
     if whole_gpus_only:
         nodes = tuple(replace(n, pool="a", cpu=None) for n in nodes)
     queues = _queues(rng, whole_gpus_only)
     leaves = [q.id for q in queues if q.parent_id is not None or whole_gpus_only]
-    first = [_workload(rng, i, leaves, whole_gpus_only) for i in range(rng.randint(0, 15))]
+    first = [_workload(rng, i, leaves, whole_gpus_only, mig) for i in range(rng.randint(0, 15))]
     seed_snap = Snapshot(("a", "b"), nodes, queues, tuple(first))
     placed = apply_result(seed_snap, schedule(seed_snap, SchedulerConfig(), NOW - 600), NOW - 600)
     running = [w for w in placed.workloads if w.placement is not None]
-    more = [_workload(rng, 100 + i, leaves, whole_gpus_only) for i in range(rng.randint(0, 20))]
+    more = [
+        _workload(rng, 100 + i, leaves, whole_gpus_only, mig) for i in range(rng.randint(0, 20))
+    ]
     return replace(placed, workloads=tuple(running + more))
 
 

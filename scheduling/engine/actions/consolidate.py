@@ -10,7 +10,8 @@ own topology rule); its cost counts all its GPUs, so single pods go first.
 
 from __future__ import annotations
 
-from scheduling.engine.actions.allocate import in_allocation_order
+from scheduling.engine.actions.allocate import borrow_block, in_allocation_order
+from scheduling.engine.actions.elastic import shrink_to_defragment
 from scheduling.engine.actions.victims import Candidates, VictimRule, make_room, preemptible
 from scheduling.engine.context import Context
 from scheduling.engine.state import share_units
@@ -36,7 +37,13 @@ def consolidate(ctx: Context) -> None:
                 return
             if not _fits_in_total(ctx, wl, pool) or ctx.quota_block(wl, pool) is not None:
                 continue
+            if borrow_block(ctx, wl, pool) is not None:
+                continue
             attempts += 1
+            slots = shrink_to_defragment(ctx, wl, pool)  # extra pods before whole moves
+            if slots is not None:
+                ctx.admit(wl, pool, slots)
+                break
             if pool not in movable:
                 movable[pool] = index.pool(pool)
             if _plan(ctx, wl, pool, movable[pool]):

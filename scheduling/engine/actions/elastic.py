@@ -15,13 +15,22 @@ from min_pods up. The rules:
   workload first, highest pod index first), under the same rule as whole victims (a
   victim queue keeps its fair share rounded down). Never below min_pods: only extras
   are candidates; below that reclaim evicts the workload whole, as for any other.
+  Preemption (`shrink_in_queue`) first takes extras of the waiting job's own project
+  of at most its priority, and consolidation (`shrink_to_defragment`) extras of its own
+  project or of projects above their fair share, before either touches a whole
+  workload. Fractional extras count too: a shared device is freed once all its shares
+  are taken, and a fractional job needs only room on one device;
+- a pending elastic workload carries `grows_to` (its maximum), so that a required
+  topology domain with room for it all is preferred (placement.py): a GPU range
+  (one-GPU pods on one node, scheduling/gpu_range.py) starts where it can grow;
 - extras are never "fixed" (non-preemptible) work, even for a non-preemptible
   workload: taking them back does not stop the service, so they may borrow.
 
 Why growth cannot flip-flop with reclaim: growth uses only GPUs still idle after
 allocation and reclaim, never evicts, and skips workloads shrunk in the same cycle; a
-shrink happens only for a pending workload that reclaim then admits on the freed GPUs,
-so the same GPUs are not idle for growth in the next cycle while that workload runs.
+shrink happens only for a pending workload that reclaim (or preemption, or
+consolidation: each discards its shrinks when it admits nothing) then admits on the
+freed GPUs, so the same GPUs are not idle for growth in the next cycle while that workload runs.
 Reclaim's own argument (actions/reclaim.py) holds unchanged for the extras: they are
 taken only from queues above their fair share.
 """
@@ -29,16 +38,24 @@ taken only from queues above their fair share.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scheduling.engine.actions.allocate import starvation_key
 from scheduling.engine.actions.victims import Rule, Victim
 from scheduling.engine.context import Context, pending_key
-from scheduling.engine.fairshare import Key
+from scheduling.engine.fairshare import EPS, Key
 from scheduling.engine.resizes import Book, Change
-from scheduling.engine.state import PodSlot
+from scheduling.engine.state import UNITS, PodSlot, share_units
 from scheduling.engine.statement import slot_amounts, slot_placement
-from scheduling.engine.types import RESOURCES, Resize, Snapshot, TopologyMode, Workload
+from scheduling.engine.types import (
+    RESOURCES,
+    PodRequest,
+    Resize,
+    Snapshot,
+    TopologyMode,
+    Workload,
+)
 
 MAX_SHRINKS = 64  # extra pods one reclaim may take back, like reclaim's MAX_VICTIMS
 
@@ -54,7 +71,8 @@ def elastic_view(snapshot: Snapshot) -> tuple[Snapshot, Book]:
         if wl.elastic:
             book.originals[wl.id] = wl
             if wl.placement is None and wl.gang_min < len(wl.pods):
-                wl = replace(wl, pods=wl.pods[: wl.gang_min], min_pods=None)  # noqa: PLW2901
+                cut = wl.pods[: wl.gang_min]
+                wl = replace(wl, pods=cut, min_pods=None, grows_to=len(wl.pods))  # noqa: PLW2901
         workloads.append(wl)
     if not book.originals:
         return snapshot, book
@@ -83,12 +101,13 @@ def extra_demand(ctx: Context, demand: dict[Key, float]) -> None:
                 demand[key] = demand.get(key, 0.0) + amount
 
 
-def has_extras(ctx: Context) -> bool:
-    """Whether any running elastic workload holds pods beyond its minimum."""
+def has_extras(ctx: Context, queue_id: str | None = None) -> bool:
+    """Whether any running elastic workload (of the queue, if given) holds pods beyond
+    its minimum."""
     return any(
         extra_slots(wl, ctx.state.slots.get(wid, []))
         for wid, wl in ctx.book.originals.items()
-        if wl.placement is not None
+        if wl.placement is not None and queue_id in (None, wl.queue_id)
     )
 
 
@@ -186,23 +205,36 @@ class Extra:
     victim: Victim
 
 
-def shrink_for(ctx: Context, wl: Workload, pool: str, rule: Rule) -> list[PodSlot] | None:
+def shrink_for(
+    ctx: Context,
+    wl: Workload,
+    pool: str,
+    rule: Rule,
+    owners: Callable[[Workload], bool] | None = None,
+    ready: Callable[[], bool] = lambda: True,
+) -> list[PodSlot] | None:
     """Take extra pods of elastic workloads, newest first, node by node, while that helps
     wl fit in pool; return wl's slots (placed, not yet recorded) once it fits.
 
+    owners picks whose extras are candidates (default: other queues', as reclaim takes);
+    `ready` is asked before each placement try (a quota check shrinks may turn true).
     What was taken stays taken when wl still does not fit: the caller evicts whole
     workloads on top of it (extras go before any whole workload) or discards it all.
     Each round takes the newest extras whose release leaves one node with a block big
-    enough for wl's largest pod, then tries the placement again.
+    enough for wl's largest pod (or, for one fractional pod, a shared device with room
+    for it), then tries the placement again.
     """
-    extras = _extras(ctx, pool, wl)
+    if owners is None:
+        owners = _other_queue(wl)
+    extras = _extras(ctx, pool, owners)
     if not extras:
         return None
     need = max((max(p.gpus, 1 if p.is_shared else 0) for p in wl.pods), default=0)
+    share = wl.pods[0] if len(wl.pods) == 1 and wl.pods[0].is_shared else None
     models = ctx.state.models_for(pool, wl.gpu_models)
     taken = 0
     while taken < MAX_SHRINKS:
-        batch = _batch(ctx, extras, need, models, rule)
+        batch = _batch(ctx, extras, (need, share), models, rule)
         if not batch:
             return None
         for extra in batch:
@@ -211,10 +243,63 @@ def shrink_for(ctx: Context, wl: Workload, pool: str, rule: Rule) -> list[PodSlo
             shrink_pod(ctx, extra.wl, extra.slot, wl.id)
             extras.remove(extra)
             taken += 1
-        slots = ctx.placer.place(wl, pool)
+        slots = ctx.placer.place(wl, pool) if ready() else None
         if slots is not None:
             return slots
     return None
+
+
+def shrink_in_queue(
+    ctx: Context, wl: Workload, pool: str, eligible: Callable[[Workload], bool]
+) -> list[PodSlot] | None:
+    """Preemption's and consolidation's first resort: take extra pods of `eligible`
+    elastic workloads (wl's own project's, for preemption), newest first, until wl fits
+    in pool within its quota. Returns wl's slots (placed, not recorded), or None with
+    what it took still taken: the caller evicts whole workloads on top of it or
+    discards the statement (ctx.stmt.mark() before calling)."""
+    if not ctx.book.originals:
+        return None
+    return shrink_for(
+        ctx, wl, pool, Rule(), eligible, ready=lambda: ctx.quota_block(wl, pool) is None
+    )
+
+
+def shrink_to_defragment(ctx: Context, wl: Workload, pool: str) -> list[PodSlot] | None:
+    """Consolidation's first resort: take extra pods, newest first, of wl's own project
+    or of projects above their fair share in the pool (whom reclaim could take them
+    from), until wl fits within its quota; wl's slots, or None with nothing taken.
+    Cheaper than moving whole workloads: an extra pod loses no minimum, and growth
+    places it again on idle GPUs in a later cycle."""
+    if not ctx.book.originals:
+        return None
+    mark = ctx.stmt.mark()
+    slots = shrink_for(
+        ctx,
+        wl,
+        pool,
+        _OverShare(ctx, wl, pool),
+        lambda owner: owner.id != wl.id,
+        ready=lambda: ctx.quota_block(wl, pool) is None,
+    )
+    if slots is None:
+        ctx.stmt.discard(mark)
+    return slots
+
+
+class _OverShare(Rule):
+    """Extras of wl's own project, or of a project above its fair share in the pool
+    that stays at or above it without them."""
+
+    def __init__(self, ctx: Context, wl: Workload, pool: str) -> None:
+        self.ctx, self.wl, self.pool = ctx, wl, pool
+
+    def queue_ok(self, queue_id: str) -> bool:
+        return queue_id == self.wl.queue_id or queue_id in self.ctx.donors(self.pool)
+
+    def victim_ok(self, victim: Victim) -> bool:
+        qid = victim.wl.queue_id
+        freed = victim.gpus.get(self.pool, 0.0) - EPS
+        return qid == self.wl.queue_id or self.ctx.donors(self.pool).get(qid, 0.0) >= freed
 
 
 def shrink_pod(ctx: Context, wl: Workload, slot: PodSlot, beneficiary: str | None) -> None:
@@ -251,20 +336,24 @@ def _victim_holds_less(ctx: Context, wl: Workload, slot: PodSlot) -> None:
             ctx.state.log.append(undo)
 
 
-def _extras(ctx: Context, pool: str, beneficiary: Workload) -> list[Extra]:
-    """Extra whole-GPU pods held in the pool by other queues, newest first."""
+def _extras(ctx: Context, pool: str, owners: Callable[[Workload], bool]) -> list[Extra]:
+    """Extra pods (whole or fractional) held in the pool by `owners`, newest first."""
     found = []
     for wid, wl in ctx.book.originals.items():
         slots = ctx.state.slots.get(wid)
-        if wl.placement is None or not slots or wl.queue_id == beneficiary.queue_id:
+        if wl.placement is None or not slots or not owners(wl):
             continue
         for slot in extra_slots(wl, slots):
-            if slot.node.pool == pool and slot.gpus:
+            if slot.node.pool == pool and (slot.gpus or slot.shared is not None):
                 gpus = slot_amounts(slot)[0]
                 victim = Victim(wl, (0.0, 0, 0.0, wid), {pool: gpus}, (slot.node.order,))
                 found.append(Extra(wl, slot, victim))
     found.sort(key=_newest_first)
     return found
+
+
+def _other_queue(beneficiary: Workload) -> Callable[[Workload], bool]:
+    return lambda wl: wl.queue_id != beneficiary.queue_id
 
 
 def _newest_first(extra: Extra) -> tuple[float, int, str]:
@@ -274,21 +363,42 @@ def _newest_first(extra: Extra) -> tuple[float, int, str]:
 
 
 def _batch(
-    ctx: Context, extras: list[Extra], need: int, models: list[str], rule: Rule
+    ctx: Context,
+    extras: list[Extra],
+    want: tuple[int, PodRequest | None],
+    models: list[str],
+    rule: Rule,
 ) -> list[Extra]:
     """The newest extras on one node whose release leaves `need` free devices of an
-    allowed model there: walk extras newest first, crediting devices to their node."""
-    credit: dict[tuple[int, str], list[Extra]] = {}
+    allowed model there, or a shared device with room for the fractional pod `share`:
+    walk extras newest first, crediting devices (and a shared device's units) to their
+    node. A shared device counts as freed once every unit on it is credited."""
+    need, share = want
+    chosen: dict[int, list[Extra]] = {}
+    freed: dict[tuple[int, str], int] = {}
+    units: dict[int, int] = {}  # id(shared device) -> units credited
     for extra in extras:
         if not (rule.queue_ok(extra.wl.queue_id) and rule.victim_ok(extra.victim)):
             continue
-        node = extra.slot.node
-        for model in {g.model for g in extra.slot.gpus if g.model in models}:
-            chosen = credit.setdefault((node.order, model), [])
-            chosen.append(extra)
-            freed = sum(1 for e in chosen for g in e.slot.gpus if g.model == model)
-            if node.free_by_model.get(model, 0) + freed >= need:
-                return chosen
+        slot, node = extra.slot, extra.slot.node
+        devices = [g for g in slot.gpus if g.model in models]
+        gpu = slot.shared if slot.shared is not None and slot.shared.model in models else None
+        if not devices and gpu is None:
+            continue
+        chosen.setdefault(node.order, []).append(extra)
+        for device in devices:
+            freed[(node.order, device.model)] = freed.get((node.order, device.model), 0) + 1
+        if gpu is not None:
+            done = units[id(gpu)] = units.get(id(gpu), 0) + slot.units
+            if done >= gpu.used_units:
+                freed[(node.order, gpu.model)] = freed.get((node.order, gpu.model), 0) + 1
+            room = UNITS - gpu.used_units + done
+            if share is not None and room >= share_units(share, gpu.memory_mib):
+                return chosen[node.order]
+        if any(
+            node.free_by_model.get(m, 0) + freed.get((node.order, m), 0) >= need for m in models
+        ):
+            return chosen[node.order]
     return []
 
 

@@ -20,7 +20,9 @@ victim that comes back is borrowed again, so it never evicts its evictor this wa
 
 from __future__ import annotations
 
-from scheduling.engine.actions.reclaim import Failures
+from scheduling.engine.actions.allocate import borrow_block
+from scheduling.engine.actions.elastic import has_extras, shrink_for, shrink_in_queue
+from scheduling.engine.actions.reclaim import Failures, ReclaimRule
 from scheduling.engine.actions.victims import (
     Candidates,
     Victim,
@@ -31,6 +33,7 @@ from scheduling.engine.actions.victims import (
 )
 from scheduling.engine.context import Context, pending_key
 from scheduling.engine.fairshare import EPS
+from scheduling.engine.state import PodSlot
 from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
 
@@ -42,14 +45,14 @@ def preempt(ctx: Context) -> None:
     if not ctx.config.preempt:
         return
     index = preemptible(ctx)
-    if not index.by_queue:
+    if not index.by_queue and not has_extras(ctx):
         return
     failures = Failures()
     guarantee = Guarantee(ctx)
     for wl in ctx.pending():
         if ctx.searches_left <= 0:
             return
-        if wl.queue_id not in index.by_queue:
+        if wl.queue_id not in index.by_queue and not has_extras(ctx, wl.queue_id):
             continue
         for pool in ctx.pools_for(wl):
             if _try_preempt(ctx, wl, pool, index, failures, guarantee):
@@ -71,6 +74,15 @@ def _try_preempt(
         return False
     if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
         return False  # evicting preemptible work frees none of its non-preemptible quota
+    mark = ctx.stmt.mark()
+    # Extra pods of the project's elastic workloads go before any whole workload.
+    slots = shrink_in_queue(ctx, wl, pool, lambda e: _extras_of(e, wl))
+    if slots is None and borrowed:  # then other projects' borrowed work, then its own
+        slots = _take_borrowed(ctx, wl, pool, index, guarantee)
+    if slots is not None:
+        ctx.admit(wl, pool, slots)
+        guarantee.forget(wl.queue_id)
+        return True
 
     def eligible(victim: Victim) -> bool:
         if victim.wl.queue_id != wl.queue_id:
@@ -82,6 +94,7 @@ def _try_preempt(
     victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
@@ -91,18 +104,87 @@ def _try_preempt(
         wl,
         pool,
         Candidates.of(victims),
-        VictimRule(eligible),
+        VictimRule(eligible, wait=not borrowed),
         EvictionReason.PREEMPT,
         MAX_VICTIMS,
-        ready=lambda: ctx.quota_block(wl, pool) is None,
+        # Work within the guarantee is not borrowing; other newcomers borrow no more
+        # than allocation would let them (allocate.borrow_block).
+        ready=lambda: ctx.quota_block(wl, pool) is None
+        and (bool(borrowed) or borrow_block(ctx, wl, pool) is None),
     )
     if found is None:
+        ctx.stmt.discard(mark)
         if not borrowed:
             failures.add(key, wl, need)
         return False
     ctx.admit(wl, pool, found[1])
     guarantee.forget(wl.queue_id)
     return True
+
+
+def _take_borrowed(
+    ctx: Context, wl: Workload, pool: str, index: VictimIndex, guarantee: Guarantee
+) -> list[PodSlot] | None:
+    """Work within its project's guarantee first evicts other projects' borrowed work
+    (reason `reclaim`): only work their own deserved quota does not cover, of a project
+    above its fair share that keeps that share rounded down (as reclaim does). Returns
+    wl's slots (placed, not recorded), or None with nothing evicted."""
+    rule = BorrowedRule(ctx, wl, pool, guarantee)
+    if not any(rule.allowed().values()):
+        return None
+    # Other projects' extra pods go before any of their whole workloads, as in reclaim.
+    extras = BorrowedRule(ctx, wl, pool, guarantee, extras=True)
+    slots = shrink_for(ctx, wl, pool, extras) if ctx.book.originals else None
+    if slots is not None:
+        ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
+        return slots
+    found = make_room(ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS)
+    if found is None:
+        return None
+    ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
+    for victim in found[0]:
+        guarantee.forget(victim.queue_id)
+    return found[1]
+
+
+class BorrowedRule(ReclaimRule):
+    """Victims for work within its project's guarantee: other projects' borrowed work,
+    where reclaim would allow taking it (their side stays at or above its fair share).
+    Guaranteed work only ever evicts borrowed work this way, and a project's guaranteed
+    set only grows by it, so it cannot flip-flop."""
+
+    wait_for_checkpoints = False  # work within its guarantee does not wait
+
+    def __init__(
+        self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee, extras: bool = False
+    ) -> None:
+        super().__init__(ctx, wl, pool)
+        self.guarantee = guarantee
+        self.extras = extras  # judging extra pods: all of them are borrowed room
+
+    def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
+        if queue_id == self.wl.queue_id or queue_id not in donors:
+            return False
+        if not self.ctx.is_leaf(queue_id) or not self._borrowed(queue_id):
+            return False
+        return all(q in donors for q in self._their_side(queue_id))
+
+    def victim_ok(self, victim: Victim) -> bool:
+        if not self.extras and victim.wl.id not in self._borrowed(victim.wl.queue_id):
+            return False
+        return super().victim_ok(victim)
+
+    def _borrowed(self, queue_id: str) -> frozenset[str]:
+        deserved = self.ctx.deserved(queue_id, self.pool)
+        if self.ctx.ledger.get(queue_id, self.pool) <= deserved + EPS:
+            return frozenset()
+        return self.guarantee.split(queue_id, self.pool, deserved)[1]
+
+
+def _extras_of(owner: Workload, wl: Workload) -> bool:
+    """Whose extra pods wl may take back: its project's elastic work of at most its
+    priority (extras run on idle GPUs; they never outrank a waiting job)."""
+    return owner.queue_id == wl.queue_id and owner.priority <= wl.priority and owner.id != wl.id
 
 
 class Guarantee:
@@ -118,7 +200,7 @@ class Guarantee:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.running: dict[str, list[Workload]] | None = None
-        self.memo: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
+        self.memo: dict[tuple[str, str], tuple[float, frozenset[str], int]] = {}
 
     def borrowed_for(self, wl: Workload, pool: str, need: float) -> frozenset[str]:
         """Borrowed work of wl's queue it may evict: none unless wl fits inside the
@@ -127,7 +209,7 @@ class Guarantee:
         deserved = ctx.deserved(wl.queue_id, pool)
         if ctx.ledger.get(wl.queue_id, pool) <= deserved + EPS or need > deserved + EPS:
             return frozenset()
-        held, borrowed = self._split(wl.queue_id, pool, deserved)
+        held, borrowed = self.split(wl.queue_id, pool, deserved)
         if held + need > deserved + EPS:
             return frozenset()
         return borrowed
@@ -137,9 +219,10 @@ class Guarantee:
             del self.memo[key]
         self.running = None
 
-    def _split(self, queue_id: str, pool: str, deserved: float) -> tuple[float, frozenset[str]]:
+    def split(self, queue_id: str, pool: str, deserved: float) -> tuple[float, frozenset[str]]:
+        """GPUs the queue's guaranteed work holds in the pool, and its borrowed work."""
         found = self.memo.get((queue_id, pool))
-        if found is None:
+        if found is None or found[2] != len(self.ctx.stmt.evicted):
             held, borrowed = 0.0, set()
             evicted = self.ctx.stmt.evicted
             for wl in sorted(self._running().get(queue_id, ()), key=pending_key):
@@ -152,8 +235,9 @@ class Guarantee:
                     held += gpus
                 else:
                     borrowed.add(wl.id)
-            found = self.memo[(queue_id, pool)] = (held, frozenset(borrowed))
-        return found
+            found = (held, frozenset(borrowed), len(evicted))
+            self.memo[(queue_id, pool)] = found
+        return found[0], found[1]
 
     def _running(self) -> dict[str, list[Workload]]:
         if self.running is None:

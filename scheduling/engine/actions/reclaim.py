@@ -111,8 +111,14 @@ def _try_reclaim(
 def _over_share(ctx: Context, queue_id: str, pool: str) -> float:
     """GPUs other leaf queues hold above their fair share: the most reclaim could free."""
     donors = ctx.donors(pool)
-    # fsum: exact, so the order the donors were found in cannot change the figure
-    return math.fsum(v for q, v in donors.items() if ctx.is_leaf(q)) - donors.get(queue_id, 0.0)
+    # fsum: exact, so the order the donors were found in cannot change the figure; kept
+    # until the ledger moves (exact sums of sevenths from MIG slices are slow to redo)
+    moved = len(ctx.ledger.moved)
+    seen, total = ctx.over_memo.get(pool, (-1, 0.0))
+    if seen != moved:
+        total = math.fsum(v for q, v in donors.items() if ctx.is_leaf(q))
+        ctx.over_memo[pool] = (moved, total)
+    return total - donors.get(queue_id, 0.0)
 
 
 def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:

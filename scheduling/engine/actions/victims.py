@@ -68,12 +68,17 @@ class Victim:
     cost: tuple[float, int, float, str]
     gpus: dict[str, float]
     nodes: tuple[int, ...]
+    due: bool = False  # its checkpoint is due soon (checkpoint_due)
 
 
 class Rule:
     """Who may be evicted in one search. queue_ok is a coarse test of a whole queue,
     asked once per search (nothing is evicted while searching); victim_ok tests one
-    victim of an accepted queue just before it is used."""
+    victim of an accepted queue just before it is used. A victim whose checkpoint is
+    due soon is passed over unless the rule says work within its guarantee needs the
+    room (wait_for_checkpoints False)."""
+
+    wait_for_checkpoints = True
 
     def queue_ok(self, queue_id: str) -> bool:
         return True
@@ -90,8 +95,9 @@ class Rule:
 class VictimRule(Rule):
     """A rule from a victim test alone."""
 
-    def __init__(self, test: Callable[[Victim], bool]) -> None:
+    def __init__(self, test: Callable[[Victim], bool], wait: bool = True) -> None:
         self.test = test
+        self.wait_for_checkpoints = wait
 
     def victim_ok(self, victim: Victim) -> bool:
         return self.test(victim)
@@ -150,7 +156,8 @@ class VictimIndex:
                 found = parts[wid] = _holdings(ctx.state.slots[wid])
             gpus, nodes = found
             cost = victim_cost(wl, sum(gpus.values()), ctx.now, ctx.config.restart_cost_s)
-            self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes))
+            due = checkpoint_due(wl, ctx.now)
+            self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes, due))
         for victims in self.by_queue.values():
             victims.sort(key=lambda v: v.cost)
 
@@ -168,6 +175,21 @@ class VictimIndex:
                 v for victims in self.by_queue.values() for v in victims if pool in v.gpus
             )
         return self._pools[pool]
+
+
+def checkpoint_due(wl: Workload, now: float) -> bool:
+    """Whether the running workload's next checkpoint is due within half its interval:
+    evicting it now would lose more than half an interval of its work, and waiting
+    for the checkpoint costs whoever needs its GPUs less than that (the victim keeps
+    them busy meanwhile). Such a workload is no victim until it has saved; a workload
+    that declares no interval, or whose checkpoint is overdue, is not held back."""
+    interval = wl.checkpoint_interval_s
+    if not interval or wl.started_at is None:
+        return False
+    since = wl.started_at
+    if wl.last_checkpoint_time is not None:
+        since = max(since, wl.last_checkpoint_time)
+    return interval / 2 <= now - since < interval
 
 
 def preemptible(ctx: Context) -> VictimIndex:
@@ -221,7 +243,7 @@ def make_room(
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
                 return evicted, slots
-        batch = _cheapest_batch(ctx, pool, models, need, candidates, rule, share)
+        batch = _cheapest_batch(ctx, wl, pool, models, need, candidates, rule, share)
         if not batch or len(evicted) + len(batch) > max_victims:
             break
         for victim in batch:
@@ -235,6 +257,7 @@ def make_room(
 
 def _cheapest_batch(
     ctx: Context,
+    wl: Workload,
     pool: str,
     models: list[str],
     need: int,
@@ -247,7 +270,10 @@ def _cheapest_batch(
 
     Walks usable victims in cost order, crediting the devices each would free to its
     nodes; the first node to reach `need` gives the batch. No other plan uses only
-    cheaper victims, and the walk stops as soon as one plan exists.
+    cheaper victims, and the walk stops as soon as one plan exists. A victim whose
+    checkpoint is due soon is skipped while the rule waits for checkpoints and wl has
+    waited less than that victim's checkpoint interval (the bound: cycles that always
+    land just before its checkpoints cannot keep wl waiting for ever).
     """
     evicted = ctx.stmt.evicted
     ok = rule.allowed()
@@ -259,8 +285,13 @@ def _cheapest_batch(
         stream = heapq.merge(*streams, key=_cost)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
+    slots = ctx.state.slots
+    waited = ctx.now - wl.submit_time
+    wait = rule.wait_for_checkpoints
     for victim in stream:
-        if victim.wl.id in evicted:
+        if victim.wl.id in evicted or not _frees_devices(slots.get(victim.wl.id, ())):
+            continue
+        if wait and victim.due and waited < (victim.wl.checkpoint_interval_s or 0.0):
             continue
         if not rule.victim_ok(victim):
             continue
@@ -320,6 +351,13 @@ class _NodePlan:
             return False
         used = sum(units for wid, units, _ in gpu.shares if wid not in self.gone)
         return used + share_units(self.share, gpu.memory_mib) <= UNITS
+
+
+def _frees_devices(slots: Iterable[PodSlot]) -> bool:
+    """Whether evicting a workload frees whole or shared devices: one holding only MIG
+    instances frees slices of MIG devices, which no plan here counts, so it is neither
+    walked nor chosen (its eviction would gain the beneficiary nothing)."""
+    return any(slot.gpus or slot.shared is not None for slot in slots)
 
 
 def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:

@@ -14,7 +14,7 @@ from typing import Any
 from scheduling.engine.sim.baseline import PrivateResult, private_cluster_queueing
 from scheduling.engine.sim.engine_policy import EnginePolicy
 from scheduling.engine.sim.fifo import FifoPolicy
-from scheduling.engine.sim.loop import Policy, SimConfig, Simulation
+from scheduling.engine.sim.loop import MIG_LAYOUTS, Policy, SimConfig, Simulation
 from scheduling.engine.sim.report import summarize, write_outputs
 from scheduling.engine.sim.specs import (
     NodeSpec,
@@ -66,6 +66,21 @@ def private_baselines(
     }
 
 
+def check_mig(
+    nodes: list[NodeSpec], jobs: list[TraceJob], policy: str, baselines: bool, layout: str
+) -> None:
+    """ValueError when the replay cannot hold its MIG jobs or layout as asked."""
+    if any(job.mig_profile for job in jobs) and (policy == "fifo" or baselines):
+        raise ValueError(
+            "MIG jobs need the static or gpupool policy and no private baselines"
+            " (--no-baseline): the FIFO replay does not cut MIG instances"
+        )
+    if layout == "static":
+        for node in nodes:
+            if node.mig_gpus and not node.mig_layout:
+                raise ValueError(f"--mig-layout static: node {node.name} has no mig_layout")
+
+
 def simulate(
     nodes: list[NodeSpec],
     jobs: list[TraceJob],
@@ -77,6 +92,7 @@ def simulate(
 ) -> tuple[Simulation, dict[str, Any]]:
     """Replay `jobs` on `nodes` under `policy` and return the replay and its summary."""
     config = config or SimConfig()
+    check_mig(nodes, jobs, policy, baselines, config.mig_layout)
     quotas = quotas or proportional_quotas(jobs, nodes)
     started = time.perf_counter()
     factory = policy_factory(policy, scheduler_config or SchedulerConfig())
@@ -106,6 +122,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--period", type=float, default=defaults.period)
     parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
     parser.add_argument("--no-baseline", action="store_true", help="skip private clusters")
+    parser.add_argument(
+        "--mig-layout",
+        choices=MIG_LAYOUTS,
+        default="dynamic",
+        help="static: MIG GPUs hold their node's mig_layout and are never repartitioned",
+    )
     parser.add_argument(
         "--elastic-from",
         type=float,
@@ -154,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             earlier[_label(found, folder)] = found
         if args.plot and args.no_baseline:
             raise ValueError("--plot needs the private baselines (leave out --no-baseline)")
+        check_mig(nodes, jobs, args.policy, not args.no_baseline, args.mig_layout)
         overrides = load_json(args.engine_config) if args.engine_config else None
         try:
             engine = engine_config(overrides)
@@ -163,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m scheduling.engine.sim: error: {error}", file=sys.stderr)
         return 2
     config = SimConfig(
-        tick=args.tick, period=args.period, checkpoint_interval=args.checkpoint_interval
+        tick=args.tick,
+        period=args.period,
+        checkpoint_interval=args.checkpoint_interval,
+        mig_layout=args.mig_layout,
     )
     sim, summary = simulate(nodes, jobs, quotas, args.policy, config, engine, not args.no_baseline)
     summary = {"trace": str(args.trace), "trace_origin": origin, **summary}
@@ -201,6 +227,7 @@ def _headline(summary: Mapping[str, Any]) -> str:
         "wall_s",
         "engine_s",
         "resizes",
+        "mig",
     )
     parts = [f"{key}={summary.get(key)}" for key in keys]
     parts.append(f"queueing={summary['queueing_delay_s']} jct={summary['jct_s']}")

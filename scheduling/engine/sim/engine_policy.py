@@ -92,8 +92,9 @@ def _sum_quotas(
     return result
 
 
-def node_snapshot(node: NodeState) -> Node:
-    """The engine's frozen view of one simulated node."""
+def node_snapshot(node: NodeState, static_mig: bool = False) -> Node:
+    """The engine's frozen view of one simulated node (with `static_mig` its MIG devices
+    may not be repartitioned)."""
     spec = node.spec
     gpus = tuple(
         Gpu(
@@ -102,6 +103,8 @@ def node_snapshot(node: NodeState) -> Node:
             memory_mib=spec.gpu_memory_mib,
             whole_by=gpu.whole_by,
             shares=tuple(GpuShare(workload_id=job, share=share) for job, share in gpu.shares),
+            mig=gpu.mig,
+            mig_instances=tuple(gpu.instances),
         )
         for gpu in node.gpus
     )
@@ -113,12 +116,21 @@ def node_snapshot(node: NodeState) -> Node:
         topology={"rack": spec.rack} if spec.rack else {},
         cpu=spec.cpu,
         memory_mib=memory,
+        mig_repartition=not static_mig,
     )
 
 
 def pod_requests(run: JobRun) -> tuple[PodRequest, ...]:
     """One request per pod of the job."""
     job = run.job
+    if job.mig_profile:
+        mig = PodRequest(
+            mig_profile=job.mig_profile,
+            gpu_memory_mib=job.gpu_memory_mib,
+            cpu=job.cpu,
+            memory_mib=int(job.memory_gib * MIB_PER_GIB),
+        )
+        return (mig,) * job.pods
     request = PodRequest(
         gpus=0 if job.is_fractional else int(job.gpus_per_pod),
         gpu_fraction=job.gpus_per_pod if job.is_fractional else 0.0,
@@ -136,9 +148,13 @@ def topology_of(job: TraceJob) -> TopologyConstraint | None:
     return TopologyConstraint(job.topology_level, mode)
 
 
-def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
-    """The engine's view of a pending or running job at `now`."""
+def workload_snapshot(run: JobRun, now: float, interval: float, periodic: bool = True) -> Workload:
+    """The engine's view of a pending or running job at `now`. Its checkpoint interval
+    is told only to a replay with periodic cycles: the engine may then wait for a
+    checkpoint that is due soon, and a later cycle acts once it is saved (an
+    event-only replay might run none before the job ends)."""
     job = run.job
+    checkpoint_every = interval or None if periodic else None
     checkpoint = None
     if run.run_start is not None:
         checkpoint = run.run_start + (run.checkpointed(now, interval) - run.saved) / run.rate
@@ -152,6 +168,7 @@ def workload_snapshot(run: JobRun, now: float, interval: float) -> Workload:
         gpu_models=job.gpu_models,
         topology=topology_of(job),
         last_checkpoint_time=checkpoint,
+        checkpoint_interval_s=checkpoint_every,
         started_at=run.run_start,
         placement=run.placement,
         restarts=run.preemptions,
@@ -193,24 +210,26 @@ class EnginePolicy:
         for node in sim.cluster.nodes:
             cached = self._nodes.get(node.spec.name)
             if cached is None or cached[0] != node.version:
-                cached = (node.version, node_snapshot(node))
+                cached = (node.version, node_snapshot(node, sim.cluster.static_mig))
                 self._nodes[node.spec.name] = cached
             nodes.append(cached[1])
-        interval = sim.config.checkpoint_interval
-        workloads = [self._workload(run, now, interval) for run in sim.running.values()]
-        workloads.extend(self._workload(run, now, interval) for run in sim.pending_in_order())
+        interval, periodic = sim.config.checkpoint_interval, sim.config.period > 0
+        workloads = [self._workload(run, now, interval, periodic) for run in sim.running.values()]
+        workloads.extend(
+            self._workload(run, now, interval, periodic) for run in sim.pending_in_order()
+        )
         history: tuple[UsageRecord, ...] = ()
         if self.usage is not None:
             self.usage.advance(sim, now)
             history = self.usage.records(now)
         return Snapshot(self.pools, tuple(nodes), self.queues, tuple(workloads), history)
 
-    def _workload(self, run: JobRun, now: float, interval: float) -> Workload:
+    def _workload(self, run: JobRun, now: float, interval: float, periodic: bool) -> Workload:
         running = run.run_start is not None
         key = (run.epoch, run.run_start, run.checkpointed(now, interval) if running else 0.0)
         cached = self._workloads.get(run.job.id)
         if cached is None or cached[0] != key:
-            cached = (key, workload_snapshot(run, now, interval))
+            cached = (key, workload_snapshot(run, now, interval, periodic))
             self._workloads[run.job.id] = cached
         return cached[1]
 

@@ -25,6 +25,7 @@ from scheduling.engine.sim.state import ClusterState
 from scheduling.engine.sim.trace import TraceJob
 from scheduling.engine.types import CycleResult, Eviction, PodPlacement, Resize
 
+MIG_LAYOUTS = ("dynamic", "static")
 SUBMIT, FINISH = 1, 0  # finishes first: a job ending at t frees room for one submitted at t
 
 
@@ -36,6 +37,7 @@ class SimConfig:
     period: float = 600.0  # a cycle at least this often while work is pending (0 = never)
     checkpoint_interval: float = 1800.0  # a job saves its progress this often (0 = always)
     idle_cycles_to_stop: int = 6  # cycles without decisions, no events left: give up
+    mig_layout: str = "dynamic"  # "static": MIG devices hold their node's mig_layout, always
 
 
 @dataclass(slots=True)
@@ -109,7 +111,9 @@ class Simulation:
     ) -> None:
         self.config = config or SimConfig()
         self.node_specs = nodes
-        self.cluster = ClusterState(nodes)
+        if self.config.mig_layout not in MIG_LAYOUTS:
+            raise ValueError(f"mig_layout must be one of {', '.join(MIG_LAYOUTS)}")
+        self.cluster = ClusterState(nodes, static_mig=self.config.mig_layout == "static")
         self.quotas = quotas
         self.runs = {job.id: JobRun(job) for job in jobs}
         self.pending: dict[str, JobRun] = {}
@@ -155,7 +159,7 @@ class Simulation:
             if cycle_time is None:
                 break
             self._apply_events_until(cycle_time)
-            self.recorder.advance(cycle_time)
+            self._advance(cycle_time)
             self.now = cycle_time
             changed = self._cycle()
             self._follow_up = changed
@@ -164,6 +168,10 @@ class Simulation:
                 break
         self.recorder.finish(self.now)
         return self
+
+    def _advance(self, time: float) -> None:
+        self.recorder.advance(time)
+        self.cluster.mig.advance(time, self.recorder.window_end)
 
     def _next_cycle_time(self) -> float | None:
         periodic = self.now + self.config.period if self.pending and self.config.period else None
@@ -184,7 +192,7 @@ class Simulation:
         while self.events and self.events[0][0] <= until:
             time, kind, _, job_id, epoch = heapq.heappop(self.events)
             run = self.runs[job_id]
-            self.recorder.advance(time)
+            self._advance(time)
             if kind == SUBMIT:
                 self._submit(run, time)
             elif epoch == run.epoch and run.placement is not None:

@@ -32,7 +32,15 @@ from scheduling.engine.fragmentation import Shape, ShapeHistogram, after_key, no
 from scheduling.engine.placement import Placer
 from scheduling.engine.sim.openb import OpenbParams, Pod, arrivals, cluster_nodes
 from scheduling.engine.state import UNITS, ClusterState, GpuState, NodeState, PodSlot
-from scheduling.engine.types import Gpu, Node, PlacementStrategy, PodRequest, Snapshot, Workload
+from scheduling.engine.types import (
+    Gpu,
+    Node,
+    PlacementStrategy,
+    PodRequest,
+    SchedulerConfig,
+    Snapshot,
+    Workload,
+)
 
 POLICIES = ("random", "bestfit", "fgd", "gpupool")
 POOL = "default"
@@ -143,7 +151,8 @@ class Packer:
                 typical_shapes(OpenbParams()), half_life=HALF_LIFE, prior_weight=PRIOR_WEIGHT
             )
             strategies = {POOL: PlacementStrategy.BINPACK}
-            self.placer = Placer(self.state, strategies, {}, shapes=self.shapes)
+            candidates = SchedulerConfig().fragmentation_candidates  # as the engine's cycle
+            self.placer = Placer(self.state, strategies, {}, self.shapes, candidates)
         pick: dict[str, Callable[[PodRequest], Choice | None]] = {
             "random": self._random,
             "bestfit": self._bestfit,

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from scheduling.engine.mig_profiles import COMPUTE_SLICES
 from scheduling.engine.sim.baseline import PrivateResult
 from scheduling.engine.sim.loop import JobRun, Simulation
 from scheduling.engine.sim.metrics import jain_index, mean, percentile
@@ -128,8 +129,34 @@ def summarize(
         worst_team_extra_queueing_within_quota_s=worst_within_extra,
     )
     summary.update(delay_stats(sim.runs.values(), sim.now))
+    if sim.cluster.mig.gpus:
+        summary["mig"] = mig_summary(sim)
     summary["teams"] = teams
     return summary
+
+
+def mig_summary(sim: Simulation) -> dict[str, Any]:
+    """MIG devices over the replay: the share of their compute slices held, and what
+    happened to instances (cut, reused, destroyed; placements that repartitioned)."""
+    mig = sim.cluster.mig
+    return {
+        "layout": sim.config.mig_layout,
+        "gpus": mig.gpus,
+        "slice_utilization": _ratio(
+            mig.window_slice_seconds, mig.gpus * COMPUTE_SLICES * sim.recorder.window_end
+        ),
+        "slice_utilization_whole_run": _ratio(
+            mig.slice_seconds, mig.gpus * COMPUTE_SLICES * sim.now
+        ),
+        "instances_created": mig.created,
+        "instances_reused": mig.reused,
+        "instances_destroyed": mig.destroyed,
+        "repartitions": mig.repartitions,
+        "jobs": sum(1 for run in sim.runs.values() if run.job.mig_profile),
+        "jobs_never_started": sum(
+            1 for run in sim.runs.values() if run.job.mig_profile and run.first_start is None
+        ),
+    }
 
 
 def _worst(teams: Mapping[str, Mapping[str, Any]], key: str) -> tuple[str | None, Any]:

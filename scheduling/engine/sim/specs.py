@@ -2,7 +2,10 @@
 
 Cluster: {"pools": [{"name": "a100", "nodes": [{"count": 96, "gpus": 8, "gpu_model": "A100",
 "gpu_memory_mib": 81920, "cpu": 96, "memory_gib": 1024, "nodes_per_rack": 8}]}]}. A node
-entry without count is one node; "name" or "prefix" names it, "rack" pins its rack.
+entry without count is one node; "name" or "prefix" names it, "rack" pins its rack;
+"mig_gpus": the last so many GPUs of each node are MIG-enabled, and "mig_layout" (profile
+names, e.g. ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]) is the layout they hold when the
+replay pre-partitions them (--mig-layout static).
 Quotas: {"teams": {"vision": {"department": "research", "pools": {"a100": {"deserved": 16,
 "limit": 32, "weight": 1}}}}}. See docs/simulator.md.
 """
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduling.engine.mig import best_start, canonical_model, table
 from scheduling.engine.sim.trace import TraceJob
 
 
@@ -35,6 +39,8 @@ class NodeSpec:
     rack: str
     cpu: float | None = None
     memory_gib: float | None = None
+    mig_gpus: int = 0  # the last so many devices are MIG-enabled
+    mig_layout: tuple[tuple[str, int], ...] = ()  # (profile, start) of a static layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,43 @@ class QuotaSpec:
         return sum(q.deserved for q in self.quotas.get(team, {}).values())
 
 
+def mig_layout(pool: str, entry: Mapping[str, Any]) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """(mig_gpus, static layout as (profile, start)) of a node entry. A layout takes its
+    profiles in order, each at the start the engine would cut it at, and must fill the
+    device (a static layout leaves no room for the engine to cut another instance)."""
+    where = f"pool {pool}: node entry"
+    count = entry.get("mig_gpus", 0)
+    gpus = int(entry.get("gpus", 0))
+    if not isinstance(count, int) or not 0 <= count <= gpus:
+        raise SpecError(f"{where}: mig_gpus must be a whole number from 0 to gpus ({gpus})")
+    names = entry.get("mig_layout", [])
+    if not count:
+        if names:
+            raise SpecError(f"{where}: mig_layout needs mig_gpus")
+        return 0, ()
+    model = str(entry.get("gpu_model", "gpu"))
+    canonical = canonical_model(model, int(entry.get("gpu_memory_mib", 16384)))
+    if canonical is None:
+        raise SpecError(f"{where}: mig_gpus: GPU model {model!r} has no MIG")
+    if not isinstance(names, list):
+        raise SpecError(f"{where}: mig_layout must be a list of profile names")
+    profiles, used, layout = table(canonical), 0, []
+    for name in names:
+        if name not in profiles:
+            raise SpecError(f"{where}: mig_layout: {canonical} has no profile {name!r}")
+        start = best_start(canonical, used, name)
+        if start is None:
+            raise SpecError(f"{where}: mig_layout: {name} does not fit beside {layout}")
+        used |= profiles[name].mask(start)
+        layout.append((name, start))
+    if layout and any(best_start(canonical, used, other) is not None for other in profiles):
+        raise SpecError(f"{where}: mig_layout leaves room for another instance; fill the GPU")
+    return count, tuple(layout)
+
+
 def _node_entries(pool: str, entry: Mapping[str, Any], start: int) -> list[NodeSpec]:
     count = int(entry.get("count", 1))
+    mig_gpus, layout = mig_layout(pool, entry)
     prefix = str(entry.get("prefix", f"{pool}-n"))
     per_rack = int(entry.get("nodes_per_rack", 0))
     nodes = []
@@ -78,6 +119,8 @@ def _node_entries(pool: str, entry: Mapping[str, Any], start: int) -> list[NodeS
                 rack=str(rack),
                 cpu=float(entry["cpu"]) if "cpu" in entry else None,
                 memory_gib=float(memory) if memory is not None else None,
+                mig_gpus=mig_gpus,
+                mig_layout=layout,
             )
         )
     return nodes

@@ -8,6 +8,9 @@ job's total and a job over one node's worth is split into a gang of equal pods. 
 a CPU-only job (it must ask for cpu or memory_gib). A `min_pods` below the pods makes the
 job elastic: it runs with min_pods .. pods pods, its work scaling with its size, and
 restarts from its checkpoint when its size changes unless handles_resize says yes.
+A `mig_profile` (a MIG profile such as 3g.40gb, or `auto` with `gpu_memory_mib`: the
+smallest profile that holds that memory) makes each pod take one MIG instance; gpus is
+then empty or 1, and the job counts as the profile's slices / 7 of a GPU.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from scheduling.engine.mig import AUTO, known_profile, pod_fraction
+from scheduling.engine.types import PodRequest
+
 TRUE_WORDS = frozenset({"1", "true", "yes", "y", "t"})
 FALSE_WORDS = frozenset({"0", "false", "no", "n", "f"})
 # Topology levels the simulated nodes carry (specs.NodeSpec.rack); a job may ask that its
 # gang stay inside one domain of these.
 TOPOLOGY_LEVELS = ("rack",)
+MAX_GPU_MEMORY_MIB = 1 << 20  # a MIG request by memory: at most 1 TiB
 
 
 class TraceError(ValueError):
@@ -48,6 +55,8 @@ class TraceJob:
     topology_required: bool = True  # False: only preferred
     min_pods: int | None = None  # elastic: runs with min_pods .. pods pods
     handles_resize: bool = False  # elastic: a size change costs no restart
+    mig_profile: str = ""  # each pod takes one MIG instance of this profile ("auto": by memory)
+    gpu_memory_mib: int = 0  # with mig_profile "auto": the memory the instance must hold
 
     @property
     def elastic(self) -> bool:
@@ -66,8 +75,8 @@ class TraceJob:
 
     @property
     def is_fractional(self) -> bool:
-        """True when each pod takes part of one shared GPU."""
-        return 0 < self.gpus_per_pod < 1
+        """True when each pod takes part of one shared GPU (MIG pods take an instance)."""
+        return 0 < self.gpus_per_pod < 1 and not self.mig_profile
 
 
 def parse_time(text: str) -> float:
@@ -119,8 +128,32 @@ def _optional_float(row: dict[str, str | None], name: str) -> float:
     return float(text) if text else 0.0
 
 
+def _mig_cells(row: dict[str, str | None]) -> tuple[str, int, float | None]:
+    """(mig_profile, gpu_memory_mib, GPUs per pod) of a row; GPUs None when it asks no MIG."""
+    profile = _cell(row, "mig_profile")
+    memory_text = _cell(row, "gpu_memory_mib")
+    if not profile:
+        if memory_text:
+            raise ValueError("gpu_memory_mib: asks MIG by memory, so needs mig_profile auto")
+        return "", 0, None
+    try:
+        memory = int(memory_text) if memory_text else 0
+    except ValueError:
+        raise ValueError(f"gpu_memory_mib: not a whole number of MiB: {memory_text!r}") from None
+    if profile == AUTO and not 0 < memory <= MAX_GPU_MEMORY_MIB:
+        raise ValueError(f"gpu_memory_mib: mig_profile auto needs 1 .. {MAX_GPU_MEMORY_MIB} MiB")
+    if profile != AUTO and memory:
+        raise ValueError("gpu_memory_mib: goes with mig_profile auto only")
+    if not known_profile(profile, memory):
+        raise ValueError(f"mig_profile: no MIG-capable GPU offers {profile!r}")
+    if _cell(row, "gpus") not in ("", "1"):
+        raise ValueError("gpus: must be empty or 1 with a mig_profile (one instance per pod)")
+    return profile, memory, pod_fraction(PodRequest(mig_profile=profile, gpu_memory_mib=memory))
+
+
 def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -> TraceJob:
-    gpus = parse_gpus(_cell(row, "gpus"))
+    mig_profile, gpu_memory, mig_gpus = _mig_cells(row)
+    gpus = mig_gpus if mig_gpus is not None else parse_gpus(_cell(row, "gpus"))
     pods_text = _cell(row, "max_pods") or _cell(row, "pods")
     if _cell(row, "max_pods") and _cell(row, "pods") and _cell(row, "pods") != pods_text:
         raise ValueError("pods and max_pods differ; give one of them")
@@ -164,6 +197,8 @@ def _job_from_row(row: dict[str, str | None], number: int, gpus_per_node: int) -
         topology_required=parse_bool(required_text, default=True),
         min_pods=min_pods,
         handles_resize=parse_bool(_cell(row, "handles_resize"), default=False),
+        mig_profile=mig_profile,
+        gpu_memory_mib=gpu_memory,
     )
 
 
