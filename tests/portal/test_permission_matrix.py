@@ -436,6 +436,7 @@ SITE_MATRIX = {
     # Node agents only, with their own token: a signed-in person is not an agent.
     "metrics-ingest": (POST, lambda o: "/api/v1/metrics", same(401)),
     "metrics-agent-pods": (GET, lambda o: "/api/v1/metrics/pods", same(401)),
+    "api-node-mig-report": (POST, lambda o: "/api/v1/nodes/mig-report", same(401)),
     # REST API, workspaces.
     "api-environments": (GET, lambda o: "/api/v1/environments/", full(200, 200, 200, 200, 401)),
     "api-workspaces": (GET, lambda o: "/api/v1/workspaces/", full(200, 200, 200, 200, 401)),
@@ -643,6 +644,7 @@ MORE_MATRIX = {
     "api-nodes": (200, 200, 200),
     "metrics-ingest": (401, 401, 401),
     "metrics-agent-pods": (401, 401, 401),
+    "api-node-mig-report": (401, 401, 401),
     "api-environments": (200, 200, 200),
     "api-workspaces": (200, 200, 200),
     "api-workspace": (200, 404, 404),
