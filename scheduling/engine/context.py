@@ -63,8 +63,15 @@ class Context:
         default_factory=dict
     )
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    # pool -> how many times a queue joined or left donors(pool): what depends only on
+    # who the donors are (ReclaimRule.allowed) is kept while this stands still
+    donor_turns: dict[str, int] = field(default_factory=dict)
     # pool -> (ledger moves seen, GPUs leaf queues hold above fair share: reclaim)
     over_memo: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # (pool, reclaimer's queue, its misfits) -> (donor_turns seen, ReclaimRule.allowed())
+    allowed_memo: dict[tuple[object, ...], tuple[int, dict[str, bool]]] = field(
+        default_factory=dict
+    )
     # pool -> (ledger changes seen, queues waiting below their fair share): allocate.py
     starved_memo: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
@@ -203,9 +210,11 @@ class Context:
         held = self.ledger.alloc.get((qid, pool, GPU), 0.0)
         share = self.fair.get((qid, pool, GPU), 0.0)
         if held > share + EPS:
+            if qid not in found:
+                self.donor_turns[pool] = self.donor_turns.get(pool, 0) + 1
             found[qid] = held - math.floor(share + EPS)
-        else:
-            found.pop(qid, None)
+        elif found.pop(qid, None) is not None:
+            self.donor_turns[pool] = self.donor_turns.get(pool, 0) + 1
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""

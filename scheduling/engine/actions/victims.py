@@ -110,6 +110,18 @@ class Candidates:
     ordered: list[Victim] = field(default_factory=list)
     by_queue: dict[str, list[Victim]] = field(default_factory=dict)
     per_node: dict[int, list[Victim]] = field(default_factory=dict)
+    # id of a Rule.allowed() answer -> (that answer, its accepted queues' victim lists):
+    # a rule that keeps its answer while nothing changes (ReclaimRule) gets them again
+    accepted: dict[int, tuple[dict[str, bool], list[list[Victim]]]] = field(default_factory=dict)
+
+    def streams(self, ok: dict[str, bool]) -> list[list[Victim]]:
+        """The victim lists of the queues ok accepts, in queue order."""
+        kept = self.accepted.get(id(ok))
+        if kept is None or kept[0] is not ok:
+            by_queue = self.by_queue
+            found = [by_queue[q] for q in sorted(ok) if ok[q] and q in by_queue]
+            kept = self.accepted[id(ok)] = (ok, found)
+        return kept[1]
 
     @staticmethod
     def of(victims: Iterable[Victim]) -> Candidates:
@@ -281,8 +293,7 @@ def _cheapest_batch(
     if ok is not None:
         # Walk only the accepted queues' victims, merged in cost order: most queues are
         # turned away, and skipping their victims one by one would dominate the search.
-        streams = [candidates.by_queue[q] for q in sorted(ok) if ok[q] and q in candidates.by_queue]
-        stream = heapq.merge(*streams, key=_cost)
+        stream = heapq.merge(*candidates.streams(ok), key=_cost)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
     slots = ctx.state.slots
@@ -337,12 +348,14 @@ class _NodePlan:
         device with room for the fractional pod."""
         self.chosen.append(victim)
         self.gone.add(victim.wl.id)
-        roomy = False
+        free, share = self.free, self.share
+        done = False  # no model had `need` free before (start, or add would have said so)
         for gpu in _devices_on(ctx, victim.wl.id, self.node):
-            if gpu.model in self.free and _all_holders_gone(gpu, self.gone):
-                self.free[gpu.model] += 1
-            roomy = roomy or (self.share is not None and self.has_room(gpu))
-        return roomy or max(self.free.values()) >= need
+            if gpu.model in free and _all_holders_gone(gpu, self.gone):
+                free[gpu.model] += 1
+                done = done or free[gpu.model] >= need
+            done = done or (share is not None and self.has_room(gpu))
+        return done
 
     def has_room(self, gpu: GpuState) -> bool:
         """Whether a shared device, without the workloads credited so far, would have
