@@ -34,8 +34,9 @@ next victim alone costs more than the best plan found, no unseen node can do bet
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 from scheduling.engine.context import Context
 from scheduling.engine.state import UNITS, GpuState, NodeState, PodSlot, share_units
@@ -110,18 +111,23 @@ class Candidates:
     ordered: list[Victim] = field(default_factory=list)
     by_queue: dict[str, list[Victim]] = field(default_factory=dict)
     per_node: dict[int, list[Victim]] = field(default_factory=dict)
-    # id of a Rule.allowed() answer -> (that answer, its accepted queues' victim lists):
-    # a rule that keeps its answer while nothing changes (ReclaimRule) gets them again
-    accepted: dict[int, tuple[dict[str, bool], list[list[Victim]]]] = field(default_factory=dict)
+    # id of a Rule.allowed() answer -> (that answer, its accepted queues' victims merged
+    # so far, the merge's rest): a rule that keeps its answer while nothing changes
+    # (ReclaimRule) walks what was merged for it before again as a plain list
+    accepted: dict[int, tuple[dict[str, bool], list[Victim], Iterator[Victim]]] = field(
+        default_factory=dict
+    )
 
-    def streams(self, ok: dict[str, bool]) -> list[list[Victim]]:
-        """The victim lists of the queues ok accepts, in queue order."""
+    def accepted_by(self, ok: dict[str, bool]) -> Iterator[Victim]:
+        """The victims of the queues ok accepts, in cost order (the lists do not change
+        during a phase, so the merge is the same each time)."""
         kept = self.accepted.get(id(ok))
         if kept is None or kept[0] is not ok:
             by_queue = self.by_queue
-            found = [by_queue[q] for q in sorted(ok) if ok[q] and q in by_queue]
-            kept = self.accepted[id(ok)] = (ok, found)
-        return kept[1]
+            streams = [by_queue[q] for q in sorted(ok) if ok[q] and q in by_queue]
+            kept = self.accepted[id(ok)] = (ok, [], heapq.merge(*streams, key=_cost))
+        merged, rest = kept[1], kept[2]
+        return chain(merged, _noted(rest, merged))
 
     @staticmethod
     def of(victims: Iterable[Victim]) -> Candidates:
@@ -135,6 +141,13 @@ class Candidates:
 
 def _cost(victim: Victim) -> tuple[float, int, float, str]:
     return victim.cost
+
+
+def _noted(victims: Iterator[Victim], into: list[Victim]) -> Iterator[Victim]:
+    """victims, each appended to `into` as it is taken."""
+    for victim in victims:
+        into.append(victim)
+        yield victim
 
 
 def _holdings(slots: list[PodSlot]) -> tuple[dict[str, float], tuple[int, ...]]:
@@ -293,7 +306,7 @@ def _cheapest_batch(
     if ok is not None:
         # Walk only the accepted queues' victims, merged in cost order: most queues are
         # turned away, and skipping their victims one by one would dominate the search.
-        stream = heapq.merge(*candidates.streams(ok), key=_cost)
+        stream = candidates.accepted_by(ok)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
     slots = ctx.state.slots
