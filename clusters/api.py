@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
@@ -13,8 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters import selectors, services
+from clusters.metrics.api import AgentView
+from clusters.mig import mig_report_store
 from clusters.models import Backend, Cluster
 from portal.api import call, valid
+from portal.errors import ValidationFailed
 from portal.permissions import is_platform_admin
 
 
@@ -143,3 +147,17 @@ class NodeListView(APIView):
                 for row in rows
             ]
         )
+
+
+class NodeMigReportView(AgentView):
+    """A node's agent reports its MIG devices (Kubernetes, clusters/agent/kubenode.py):
+    {"layout", "mig_mode", "devices", "errors"}; stored under the token's node only."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        node = request.auth.node
+        try:
+            stored = mig_report_store(node, request.data)
+        except ValidationFailed as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"node": node.name, "layout": stored["layout"]})

@@ -11,4 +11,5 @@ urlpatterns = [
     path("clusters/<int:pk>/", api.ClusterDetailView.as_view(), name="api-cluster"),
     path("clusters/<int:pk>/test/", api.ClusterTestView.as_view(), name="api-cluster-test"),
     path("nodes/", api.NodeListView.as_view(), name="api-nodes"),
+    path("nodes/mig-report", api.NodeMigReportView.as_view(), name="api-node-mig-report"),
 ]

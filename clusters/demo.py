@@ -1,6 +1,8 @@
-"""Demo clusters: a simulated one (4 nodes x 8 A100 in pool a100, two racks) and this machine.
+"""Demo clusters: a simulated one (4 nodes x 8 A100 in pool a100, two racks; 2 nodes x 8
+H100 in pool h100 whose last 4 GPUs each run in MIG mode) and this machine.
 
-Idempotent: clusters are fetched by name, and inventory sync matches nodes by name.
+Idempotent: clusters are fetched by name, and inventory sync matches nodes by name; a
+simulated cluster seeded before the MIG nodes existed gets them added.
 """
 
 from __future__ import annotations
@@ -13,6 +15,21 @@ from clusters.models import Backend, Cluster
 
 POOL_LABEL = "gpupool.io/node-pool"
 RACK_LABEL = "gpupool.io/rack"
+MIG_POOL = "h100"
+# Dynamic MIG (docs/mig.md): the demo's MIG workloads (scheduling/demo.py) get instances cut
+# on these GPUs, kept when they end and reused by the next of the same shape.
+MIG_GROUP = {
+    "prefix": "hgx",
+    "count": 2,
+    "gpus": 8,
+    "gpu_model": "NVIDIA H100 80GB HBM3",
+    "gpu_memory_mib": 81920,
+    "mig_gpus": 4,
+    "cpu_cores": 112,
+    "memory_mib": 2048 * 1024,
+    "labels": {POOL_LABEL: MIG_POOL},
+    "spread": {RACK_LABEL: ["rack-3"]},
+}
 SIMULATED = {
     "groups": [
         {
@@ -25,7 +42,8 @@ SIMULATED = {
             "memory_mib": 1024 * 1024,
             "labels": {POOL_LABEL: "a100"},
             "spread": {RACK_LABEL: ["rack-1", "rack-2"]},
-        }
+        },
+        MIG_GROUP,
     ],
     "stop_delay_s": 2,
     "sample_interval_s": 10,
@@ -42,6 +60,7 @@ def seed(stdout: TextIO) -> None:
             "config": SIMULATED,
         },
     )
+    _add_mig_nodes(simulated)
     local, _ = Cluster.objects.get_or_create(
         name="local",
         defaults={
@@ -59,3 +78,15 @@ def seed(stdout: TextIO) -> None:
         nodes = f"{result.nodes} node{'s' if result.nodes != 1 else ''}"
         gpus = f"{result.gpus} GPU{'s' if result.gpus != 1 else ''}"
         stdout.write(f"Cluster {cluster.name} ({cluster.backend}): {nodes}, {gpus}.\n")
+
+
+def _add_mig_nodes(cluster: Cluster) -> None:
+    """A demo seeded before the MIG nodes existed gets them; one edited by hand keeps its
+    own description if it has a MIG group already."""
+    groups = list((cluster.config or {}).get("groups") or [])
+    if cluster.backend != Backend.SIMULATED or any(g.get("mig_gpus") for g in groups):
+        return
+    if any(g.get("prefix") == MIG_GROUP["prefix"] for g in groups):
+        return
+    cluster.config = {**cluster.config, "groups": [*groups, MIG_GROUP]}
+    cluster.save(update_fields=["config"])

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
+from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.backends import Backend
-from clusters.models import Cluster, Gpu, MigInstance
+from django.utils import timezone
+
+from clusters.agent.miglayout import LayoutInvalid, report_decode
+from clusters.backends import Backend, MigKey
+from clusters.models import Cluster, Gpu, MigInstance, Node
+from portal.errors import ValidationFailed
 from scheduling.engine.mig import profiles_for
 from scheduling.engine.mig_profiles import MEMORY_SLICES
 
@@ -108,7 +113,92 @@ def mig_device_map(node_ids: set[int]) -> dict[tuple[int, int, int], str]:
 
 
 def mig_ready(allocation: Any, devices: dict[tuple[int, int, int], str]) -> bool:
-    """Whether a pod may start: not MIG, or its instance exists on the node."""
+    """Whether a pod may start, or stay: not MIG, made already (it has its device: a
+    device unknown for a while, a node that did not report yet, must not delete it), or
+    its instance exists on the node."""
     if allocation.mig_gpu_index is None or allocation.mig_start is None:
         return True
+    if allocation.backend_ref:
+        return True
     return (allocation.node_id, allocation.mig_gpu_index, allocation.mig_start) in devices
+
+
+# --- Kubernetes: the node agents report what they made ------------------------------------
+
+
+def mig_report_store(node: Node, body: Any) -> dict[str, Any]:
+    """Keep what a node's agent reports of its MIG devices (POST /api/v1/nodes/mig-report,
+    its node token: a node speaks for itself only). Refused whole when malformed."""
+    try:
+        report = report_decode(body)
+    except LayoutInvalid as exc:
+        field_name = str(exc).split(":", 1)[0] if ":" in str(exc) else "report"
+        raise ValidationFailed({field_name: [str(exc)]}) from exc
+    stored = {
+        **report,
+        "devices": {
+            str(i): {str(s): u for s, u in d.items()} for i, d in report["devices"].items()
+        },
+        "at": timezone.now().isoformat(),
+    }
+    Node.objects.filter(pk=node.pk).update(mig_report=stored)
+    node.mig_report = stored
+    return stored
+
+
+@dataclass(slots=True)
+class NodeMigState:
+    """What the portal knows of one node for its MIG layout."""
+
+    repartition: bool = True  # its pool lets the scheduler destroy idle instances
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def mig_node_states(cluster: Cluster) -> dict[str, NodeMigState]:
+    rows = Node.objects.filter(cluster=cluster).values_list(
+        "name", "pool__mig_repartition", "mig_report"
+    )
+    return {
+        name: NodeMigState(repartition is not False, report if isinstance(report, dict) else {})
+        for name, repartition, report in rows
+    }
+
+
+def mig_mode_reported(cluster: Cluster) -> dict[str, set[int]]:
+    """Node name -> the GPUs its agent found in MIG mode (Kubernetes inventory)."""
+    return {
+        name: {int(i) for i in state.report.get("mig_mode", [])}
+        for name, state in mig_node_states(cluster).items()
+    }
+
+
+def mig_reported(
+    cluster: Cluster, published: dict[str, str], states: dict[str, NodeMigState]
+) -> tuple[dict[MigKey, str], list[str]]:
+    """The MIG devices of the instances wanted on nodes whose layout (`published`: node
+    name -> layout id) the portal wrote, and the nodes' errors. A report of the layout
+    now published is the truth; until one comes (the agent has not applied it yet), the
+    devices already known are kept, so that a change on one GPU does not make every
+    instance of the node unknown."""
+    made: dict[MigKey, str] = {}
+    errors: list[str] = []
+    rows = MigInstance.objects.filter(gpu__node__cluster=cluster, gpu__node__name__in=published)
+    known = {
+        (node, index, start): uuid
+        for node, index, start, uuid in rows.values_list(
+            "gpu__node__name", "gpu__index", "start", "uuid"
+        )
+    }
+    for (node, index, start), uuid in known.items():
+        report = states[node].report if node in states else {}
+        if report.get("layout") == published[node]:
+            device = report.get("devices", {}).get(str(index), {}).get(str(start), "")
+            if device:
+                made[(node, index, start)] = device
+        elif uuid:
+            made[(node, index, start)] = uuid
+    for node, layout in sorted(published.items()):
+        report = states[node].report if node in states else {}
+        if report.get("layout") == layout:
+            errors += [f"node {node}: {e}" for e in report.get("errors", [])]
+    return made, errors

@@ -145,6 +145,9 @@ class Node(models.Model):
     cpu_cores = models.DecimalField(max_digits=9, decimal_places=2, default=0)
     memory_mib = models.BigIntegerField(default=0)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # What the node's agent last reported of its MIG instances (Kubernetes: the layout id
+    # it applied, its GPUs in MIG mode, the MIG devices, NVML's errors); clusters/mig.py.
+    mig_report = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]

@@ -128,7 +128,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend) -> PassResult:
         _given_back(by_workload, report)
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
-        cluster_mark_contacted(cluster, "; ".join(report.errors))
+        # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
+        cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors))
     return result
 
 

@@ -27,6 +27,19 @@ DEMO: list[tuple[str, str, str, str, dict[str, Any]]] = [
      {"gpu_request": "fraction", "gpus": "0.5", "replicas": 2, "ports": [8000]}),
     ("bob", "nlp-llm", "llm-finetune", "training",
      {"gpus": 8, "checkpoint_dir": "/ckpt/llm", "duration_s": 5400}),
+    # Dynamic MIG on the h100 pool (clusters/demo.py): instances cut on demand; the sweep's
+    # trials end after a few minutes and the next ones reuse their 1g.10gb instances.
+    ("alice", "ml-vision", "eval-mig", "training",
+     {"gpu_request": "mig", "mig_profile": "3g.40gb", "duration_s": 3600,
+      "node_pools": ["h100"]}),
+    ("bob", "nlp-llm", "embed-mig", "training",
+     {"gpu_request": "mig", "mig_profile": "auto", "gpu_memory_mib": 9000,
+      "duration_s": 5400, "node_pools": ["h100"]}),
+    ("alice", "ml-vision", "tok-sweep-mig", "hpo",
+     {"gpu_request": "mig", "mig_profile": "1g.10gb", "duration_s": 240,
+      "search": {"method": "grid", "parameters": {"vocab": [8000, 16000, 32000, 64000]},
+                 "parallelism": 2},
+      "node_pools": ["h100"]}),
 ]  # fmt: skip
 
 
@@ -48,8 +61,7 @@ def seed(stdout: TextIO) -> None:
             name=name,
             image=TRAIN_IMAGE,
             command=["python", "train.py"] if kind != "inference" else ["python", "serve.py"],
-            node_pools=["a100"],
-            **spec,
+            **{"node_pools": ["a100"], **spec},
         )
         created += 1
     stdout.write(f"Demo workloads: {created} submitted; the cycle places them.\n")

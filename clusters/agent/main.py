@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from clusters.agent.kubenode import KubeNode, NodeMig, in_cluster_api
 from clusters.agent.mps import MpsDaemons
 from clusters.agent.nvml import NoGpu, Reading, Sampler, load_nvml
 from clusters.agent.procmap import ProcessMap
@@ -64,15 +65,16 @@ class Agent:
         pods_every_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         mps: MpsDaemons | None = None,
+        mig: NodeMig | None = None,
     ):
-        self.sampler, self.shipper, self.mps = sampler, shipper, mps
+        self.sampler, self.shipper, self.mps, self.mig = sampler, shipper, mps, mig
         self.procmap = procmap or ProcessMap()
         self.interval_s, self.pods_every_s, self.sleep = interval_s, pods_every_s, sleep
         self.pods_at = float("-inf")
 
     def tick(self) -> bool:
-        """1. refresh the pod map now and then, and the MPS daemons of shared GPUs;
-        2. sample; 3. buffer; 4. try to send."""
+        """1. refresh the pod map now and then, the MPS daemons of shared GPUs and (on
+        Kubernetes) the MIG instances its Node asks for; 2. sample; 3. buffer; 4. send."""
         if time.monotonic() - self.pods_at >= self.pods_every_s:
             pods = self.shipper.pods()
             if pods is not None:
@@ -80,6 +82,8 @@ class Agent:
                 self.pods_at = time.monotonic()
                 if self.mps is not None:
                     self.mps.sync(mps_wanted(pods))
+                if self.mig is not None:
+                    self.mig.sync(self.shipper)
         self.shipper.add(to_samples(self.sampler.read(), self.procmap))
         return self.shipper.flush()
 
@@ -114,6 +118,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=env("GPUPOOL_AGENT_MPS_ROOT", ""),
         help="run an MPS control daemon per shared GPU, its pipe and log folders under "
         "this host folder (Kubernetes nodes: /run/gpupool/mps); empty: none",
+    )
+    parser.add_argument(
+        "--mig-node",
+        default=env("GPUPOOL_AGENT_MIG_NODE", ""),
+        help="apply the MIG layout the portal publishes on this Kubernetes Node (its "
+        "gpupool.io/mig-layout annotation) and report the MIG devices; empty: no MIG",
+    )
+    parser.add_argument(
+        "--kube-api",
+        default=env("GPUPOOL_AGENT_KUBE_API", "") or in_cluster_api(),
+        help="the Kubernetes API server (default: the one this pod runs under)",
+    )
+    parser.add_argument(
+        "--kube-token-file",
+        default=env(
+            "GPUPOOL_AGENT_KUBE_TOKEN_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        ),
+        help="the service account token the Node is read with",
     )
     parser.add_argument(
         "--direct",
@@ -159,8 +181,9 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
     # The daemons outlive a restart of the agent (sharers keep running); the next agent
     # finds them by their pid files and stops only those of GPUs no longer shared.
     mps = MpsDaemons(Path(args.mps_root)) if args.mps_root else None
+    mig = node_mig(args, sampler.nvml)
     try:
-        Agent(sampler, shipper, interval_s=args.interval, mps=mps).run(args.ticks)
+        Agent(sampler, shipper, interval_s=args.interval, mps=mps, mig=mig).run(args.ticks)
     except KeyboardInterrupt:
         pass
     finally:
@@ -171,6 +194,18 @@ def main(argv: list[str] | None = None, nvml: Any = None) -> int:
             signal.signal(signal.SIGTERM, stopping)
     log.info("stopped; %d samples sent, %d still buffered", shipper.sent, len(shipper.buffer))
     return 0
+
+
+def node_mig(args: argparse.Namespace, nvml: Any) -> NodeMig | None:
+    """With --mig-node and an API server to read it from: the Kubernetes node's MIG sync."""
+    if not args.mig_node:
+        return None
+    if not args.kube_api:
+        log.error("--mig-node %s without an API server (--kube-api): no MIG", args.mig_node)
+        return None
+    node = KubeNode(args.kube_api, args.mig_node, token_file=Path(args.kube_token_file))
+    node.ca_file = node.token_file.parent / "ca.crt"
+    return NodeMig(node, nvml)
 
 
 def on_sigterm() -> Any:

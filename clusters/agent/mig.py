@@ -50,8 +50,12 @@ class MigInstances:
     def __init__(self, nvml: Any):
         self.nvml = nvml
 
-    def sync(self, index: int, wanted: list[tuple[str, int]]) -> SyncResult:
-        """Make GPU `index` hold exactly `wanted` [(profile, start)] (module docstring)."""
+    def sync(
+        self, index: int, wanted: list[tuple[str, int]], *, destroy: bool = True
+    ) -> SyncResult:
+        """Make GPU `index` hold exactly `wanted` [(profile, start)] (module docstring).
+        `destroy` False (a node pool whose admin forbids repartitioning): instances nobody
+        wants are kept, and a wanted one they overlap is an error, not a destruction."""
         nvml = self.nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
@@ -64,7 +68,7 @@ class MigInstances:
         errors: list[str] = []
         have = self._instances(handle, profiles)
         for start, (profile, gi) in sorted(have.items()):
-            if want.get(start) is not profile:
+            if destroy and want.get(start) is not profile:
                 errors += self._destroy(gi, profile, index, start)
         have = self._instances(handle, profiles)
         for start, profile in sorted(want.items()):

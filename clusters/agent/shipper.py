@@ -113,6 +113,24 @@ class Shipper:
             self.spool.save(self.buffer, now=True)
             log.info("%d samples kept in %s for the next run", len(self.buffer), self.spool.path)
 
+    def report_mig(self, report: dict[str, Any]) -> bool:
+        """Post this node's MIG devices and errors (clusters/agent/kubenode.py); True once
+        the portal stored them. A refused report is logged: the next one replaces it."""
+        try:
+            response = self.session.post(
+                f"{self.portal}/api/v1/nodes/mig-report",
+                json=report,
+                headers=self.headers,
+                timeout=self.timeout_s,
+            )
+        except requests.RequestException as exc:
+            log.warning("portal unreachable for the MIG report: %s", exc)
+            return False
+        if response.status_code != 200:
+            log.error("portal refused the MIG report (%s): %.300s", response.status_code,
+                      response.text)  # fmt: skip
+        return response.status_code == 200
+
     def pods(self) -> list[dict[str, Any]] | None:
         """The pods placed on this node, or None when the portal cannot say."""
         try:

@@ -50,6 +50,9 @@ def admit(workload: Workload, node: Node, *, pods: list[dict] | None = None) -> 
             gpu_indices=extra.get("gpu_indices", []),
             shared_gpu_index=extra.get("shared_gpu_index"),
             gpu_share=Decimal(str(share)) if share is not None else None,
+            mig_gpu_index=extra.get("mig_gpu_index"),
+            mig_profile=extra.get("mig_profile", ""),
+            mig_start=extra.get("mig_start"),
         )
     workload.state = WorkloadState.ADMITTED
     workload.save(update_fields=["state"])

@@ -276,6 +276,46 @@ def _validate_host_path(host_path: dict) -> None:
         raise ApiError(422, "Invalid", f'spec.volumes.hostPath.type: Unsupported value: "{kind}"')
 
 
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # TotalAnnotationSizeLimitB
+QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_string_map(patch: dict, field: str) -> None:
+    """A label or annotation value is a string (null deletes, in a merge patch): anything
+    else fails to decode, 400 as the real server answers."""
+    for value in (patch or {}).values():
+        if value is not None and not isinstance(value, str):
+            kind = "number" if isinstance(value, int | float) else type(value).__name__
+            message = (
+                f"json: cannot unmarshal {kind} into Go struct field "
+                f"ObjectMeta.metadata.{field} of type string"
+            )
+            raise ApiError(400, "BadRequest", message)
+
+
+def _validate_annotations(annotations: dict) -> None:
+    """As apimachinery's ValidateAnnotations: qualified-name keys (an optional DNS subdomain
+    prefix of at most 253 and '/', a name of at most 63), at most 256 KiB in all: 422."""
+    for key in annotations:
+        prefix, _, name = key.rpartition("/")
+        if (
+            not QUALIFIED_NAME.fullmatch(name)
+            or len(name) > 63
+            or ("/" in key and not (DNS_SUBDOMAIN.fullmatch(prefix) and len(prefix) <= 253))
+        ):
+            message = (
+                f'metadata.annotations: Invalid value: "{key}": name part must consist of '
+                "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character"
+            )
+            raise ApiError(422, "Invalid", message)
+    total = sum(len(k) + len(v) for k, v in annotations.items())
+    if total > ANNOTATIONS_MAX_BYTES:
+        message = f"metadata.annotations: Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes"
+        raise ApiError(422, "Invalid", message)
+
+
 def _namespace(name: str) -> dict:
     return {
         "apiVersion": "v1",
@@ -861,13 +901,17 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             """A merge patch of labels and annotations (all GPUPool patches)."""
             with api.lock:
                 obj = self._get(resource, ns, name, copy_=False)
+                merged = copy.deepcopy(obj["metadata"])
                 for field in ("labels", "annotations"):
                     patch = (body.get("metadata") or {}).get(field)
+                    _check_string_map(patch, field)
                     if patch:
-                        current = obj["metadata"].setdefault(field, {})
+                        current = merged.setdefault(field, {})
                         current.update({k: v for k, v in patch.items() if v is not None})
                         for k in [k for k, v in patch.items() if v is None]:
                             current.pop(k, None)
+                _validate_annotations(merged.get("annotations") or {})
+                obj["metadata"] = merged  # all or nothing, as the real server
                 if resource == "namespaces":  # the API server keeps it, whatever a patch says
                     obj["metadata"].setdefault("labels", {})[NAME_LABEL] = name
                 return 200, copy.deepcopy(api._store(resource, ns, obj, "MODIFIED"))
@@ -959,6 +1003,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 meta = obj["metadata"]
                 meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
                 _validate_owners(meta)
+                _check_string_map(meta.get("annotations"), "annotations")
+                _validate_annotations(meta.get("annotations") or {})
                 if ns:
                     meta["namespace"] = ns
                 if resource == "configmaps":

@@ -72,6 +72,9 @@ class FakeNvml:
         self.calls: list[str] = []
 
     # -- devices ---------------------------------------------------------------------
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         if not 0 <= index < len(self.gpus):
             _fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.metrics.services import node_token_issue
 from clusters.models import Backend, Cluster
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 from tests.conftest import PERSONAS
@@ -85,3 +86,69 @@ def test_label_keys_that_kubernetes_would_refuse_are_a_400_on_their_field(org, c
     assert "'gpupool.io/node pool' is not a label key" in errors["node_pool_label"][0]
     assert [e.split(" is not")[0] for e in errors["topology_labels"]] == ["'Rack_/x'", "'-rack'"]
     assert not Cluster.objects.filter(name="sim").exists()
+
+
+# --- a node's agent reports its MIG devices (Kubernetes) ------------------------------------
+
+REPORT = "/api/v1/nodes/mig-report"
+GOOD = {
+    "layout": "0123456789abcdef",
+    "mig_mode": [6, 7],
+    "devices": {"6": {"4": "MIG-0e5b2c3a-1f8d-5a4e-9b7c-6d2e1f0a3b4c"}},
+    "errors": ["GPU 7: cannot create 1g.10gb at 0: Insufficient Resources"],
+}
+
+
+def _agent(node):
+    _, token = node_token_issue(actor=None, node=node)
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def test_a_nodes_agent_stores_its_mig_report_under_its_own_node_only(db, client):
+    cluster = make_cluster("k", Backend.KUBERNETES)
+    mine, other = make_node(cluster, "gpu-m", gpus=8), make_node(cluster, "gpu-o", gpus=8)
+    response = client.post(
+        REPORT, {**GOOD, "node": "gpu-o"}, content_type="application/json", **_agent(mine)
+    )
+    assert response.status_code == 200
+    assert response.json() == {"node": "gpu-m", "layout": GOOD["layout"]}
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    stored = {k: v for k, v in mine.mig_report.items() if k != "at"}
+    assert stored == {**GOOD, "devices": {"6": {"4": GOOD["devices"]["6"]["4"]}}}
+    assert other.mig_report == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"layout": "not-an-id"}, "layout"),
+        ({"mig_mode": list(range(65))}, "mig_mode"),
+        ({"mig_mode": ["6; drop"]}, "mig_mode"),
+        ({"devices": {"6": {"8": "MIG-x"}}}, "devices.6"),
+        ({"devices": {"6": {"0": "GPU-not-a-mig-device"}}}, "devices.6"),
+        ({"devices": {"64": {}}}, "devices"),
+        ({"errors": ["x"] * 17}, "errors"),
+    ],
+)
+def test_a_malformed_mig_report_is_a_400_naming_its_field_and_changes_nothing(
+    db, client, change, field
+):
+    node = make_node(make_cluster("k", Backend.KUBERNETES), "gpu-m", gpus=8)
+    response = client.post(
+        REPORT, {**GOOD, **change}, content_type="application/json", **_agent(node)
+    )
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+    node.refresh_from_db()
+    assert node.mig_report == {}
+
+
+@pytest.mark.parametrize("persona", [None, *PERSONAS])
+def test_only_a_node_token_may_report_mig_devices(org, client, client_as, persona):
+    node = make_node(make_cluster("k", Backend.KUBERNETES), "gpu-m", gpus=8)
+    who = client if persona is None else client_as(getattr(org, persona))
+    response = who.post(REPORT, GOOD, content_type="application/json")
+    assert response.status_code in (401, 403)
+    node.refresh_from_db()
+    assert node.mig_report == {}

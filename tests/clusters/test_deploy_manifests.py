@@ -663,3 +663,28 @@ def test_the_agent_runs_the_mps_daemons_where_the_sharing_pods_find_their_pipes(
     assert volumes[mounts[MPS_ROOT]]["hostPath"] == {"path": MPS_ROOT, "type": "DirectoryOrCreate"}
     caps = container["securityContext"]["capabilities"]
     assert caps == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
+
+
+def test_the_agent_reads_its_own_node_for_mig_with_a_role_that_only_gets_nodes(rendered):
+    """Its service account is mounted (the API server's token, rotated by the kubelet) and
+    bound to a ClusterRole of one rule: get nodes. --mig-node is its own node's name."""
+    agent = by_kind(rendered["production"], "DaemonSet")["gpupool-agent"]
+    spec = pod_specs(agent)[0]
+    namespace = agent["metadata"]["namespace"]
+    assert spec["automountServiceAccountToken"] is True
+    account = by_kind(rendered["production"], "ServiceAccount")[spec["serviceAccountName"]]
+    assert account["metadata"]["namespace"] == namespace
+    role = by_kind(rendered["production"], "ClusterRole")["gpupool-agent"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = by_kind(rendered["production"], "ClusterRoleBinding")["gpupool-agent"]
+    assert binding["roleRef"]["name"] == "gpupool-agent"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": namespace}
+    ]
+    (container,) = spec["containers"]
+    args = agent_args([a.replace("$(NODE_NAME)", "gpu-7") for a in container["args"][3:]])
+    assert args.mig_node == "gpu-7"
+    assert args.kube_token_file == f"{SA_DIR}/token"
+    controller = by_kind(rendered["production"], "ClusterRole")["gpupool-controller"]
+    node_rules = [r for r in controller["rules"] if r["resources"] == ["nodes"]]
+    assert node_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]}]

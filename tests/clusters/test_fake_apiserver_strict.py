@@ -266,3 +266,43 @@ def test_the_shipped_cluster_role_is_read_from_deploy(fake):
     assert role["metadata"]["name"] == "gpupool-controller"
     fake.allow(role["rules"])
     assert fake.rbac_rules == role["rules"]
+
+
+# --- annotations (the MIG layout the portal publishes on a Node) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "status", "message"),
+    [
+        ({"gpupool.io/mig-layout": "{}"}, 200, ""),
+        ({"gpupool.io/mig-layout": 7}, 400, "cannot unmarshal number"),
+        ({"gpupool.io/mig-layout": {"id": "x"}}, 400, "of type string"),
+        ({"gpupool.io/mig layout": "x"}, 422, 'Invalid value: "gpupool.io/mig layout"'),
+        ({"Bad_Prefix/x": "x"}, 422, "metadata.annotations: Invalid value"),
+        ({"-x": "x"}, 422, "must start and end with an alphanumeric"),
+        ({"a" * 64: "x"}, 422, "metadata.annotations: Invalid value"),
+        ({"big": "x" * (256 * 1024)}, 422, "Too long: must have at most 262144 bytes"),
+    ],
+)
+def test_a_node_annotation_is_refused_as_the_real_server_refuses_it(
+    fake, api, annotations, status, message
+):
+    patch = {"metadata": {"annotations": annotations}}
+    if status == 200:
+        node = api.patch_node("gpu-a", patch)
+        assert node.metadata.annotations == annotations
+        return
+    assert refusal(api.patch_node, "gpu-a", patch)[0] == status
+    with pytest.raises(ApiException) as err:
+        api.patch_node("gpu-a", patch)
+    assert message in json.loads(err.value.body)["message"]
+    assert "annotations" not in fake.objects["nodes"][("", "gpu-a")]["metadata"]  # nothing kept
+
+
+def test_annotations_count_together_against_the_limit_and_null_removes_one(fake, api):
+    half = "x" * (130 * 1024)
+    api.patch_node("gpu-a", {"metadata": {"annotations": {"a": half}}})
+    status, message = refusal(api.patch_node, "gpu-a", {"metadata": {"annotations": {"b": half}}})
+    assert (status, "Too long" in message) == (422, True)
+    api.patch_node("gpu-a", {"metadata": {"annotations": {"a": None, "b": half}}})
+    assert fake.objects["nodes"][("", "gpu-a")]["metadata"]["annotations"] == {"b": half}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from clusters.backends.kubernetes import KubernetesBackend
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
 from scheduling.lifecycle import workload_transition
@@ -108,6 +108,13 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     ddp = make_workload(
         org.project_a, org.researcher, "ddp", kind="distributed", pods=2, min_pods=2, command=["x"]
     )
+    # A MIG instance wanted on GPU 7 (its agent reported it in MIG mode): the layout is
+    # published on the Node.
+    gpu_a.mig_report = {"layout": "", "mig_mode": [7], "devices": {}, "errors": []}
+    gpu_a.save(update_fields=["mig_report"])
+    cluster_sync_inventory(actor=org.platform_admin, cluster=cluster)
+    MigInstance.objects.create(gpu=Gpu.objects.get(node=gpu_a, index=7, mig_enabled=True),
+                               profile="1g.10gb", start=0)  # fmt: skip
     admit(whole, gpu_a, pods=[{"gpu_indices": [0]}])
     admit(half, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
     admit(lab, gpu_a)
@@ -144,6 +151,9 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     assert states == [S.RUNNING] * 6
     assert fake.pods() == [] and fake.services() == []
     assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
+    assert (
+        "gpupool.io/mig-layout" in fake.objects["nodes"][("", "gpu-a")]["metadata"]["annotations"]
+    )
     unused = granted(cluster_role()["rules"]) - fake.allowed
     assert not unused, f"granted but never used: {sorted(unused)}"
 

@@ -238,14 +238,20 @@ def test_the_demo_seed_makes_a_simulated_and_a_local_cluster_and_is_idempotent(p
         ("sim", "simulated"),
     ]
     sim_nodes = Node.objects.filter(cluster__name="sim")
-    assert sim_nodes.count() == 4 and Gpu.objects.filter(node__in=sim_nodes).count() == 32
+    assert sim_nodes.count() == 6 and Gpu.objects.filter(node__in=sim_nodes).count() == 48
     assert {tuple(n.topology.items()) for n in sim_nodes} == {
         (("rack", "rack-1"),),
         (("rack", "rack-2"),),
+        (("rack", "rack-3"),),
     }
-    assert set(sim_nodes.values_list("pool__name", flat=True)) == {"a100"}
+    pools = dict(sim_nodes.values_list("name", "pool__name"))
+    assert pools == {**{f"dgx-{i}": "a100" for i in range(4)}, "hgx-0": "h100", "hgx-1": "h100"}
+    mig = Gpu.objects.filter(node__in=sim_nodes, mig_enabled=True)
+    assert sorted(mig.values_list("node__name", "index")) == [
+        (n, i) for n in ("hgx-0", "hgx-1") for i in (4, 5, 6, 7)
+    ]
     assert Node.objects.filter(cluster__name="local", pool__name="local").count() == 1
-    assert "Cluster sim (simulated): 4 nodes, 32 GPUs." in out.getvalue()
+    assert "Cluster sim (simulated): 6 nodes, 48 GPUs." in out.getvalue()
 
 
 def test_a_preemption_made_while_the_cluster_was_being_called_is_not_overwritten(sim, org):

@@ -52,6 +52,8 @@ from clusters.backends import (
     Backend,
     BackendError,
     BackendUnreachable,
+    MigKey,
+    MigLayout,
     NodeInfo,
     PodSpec,
     PodSpecInvalid,
@@ -77,6 +79,7 @@ from clusters.backends.kubernetes.manifests import (
     rendezvous_service_manifest,
     service_manifest,
 )
+from clusters.backends.kubernetes.mig import mig_publish
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
@@ -223,7 +226,25 @@ class KubernetesBackend(Backend):
             items = self._json(self.api.list_node)["items"]
         except ApiException as exc:
             raise BackendUnreachable(f"cannot list nodes: {exc.status} {exc.reason}") from exc
-        return [node_info(item) for item in items]
+        infos = [node_info(item) for item in items]
+        if not getattr(self.cluster, "pk", None):
+            return infos
+        from clusters.mig import mig_mode_reported  # noqa: PLC0415 - models need apps ready
+
+        # MIG mode is not on the Node object: each node's agent reads it through NVML.
+        modes = mig_mode_reported(self.cluster)
+        return [
+            replace(
+                info,
+                gpus=tuple(replace(g, mig=g.index in modes.get(info.name, ())) for g in info.gpus),
+            )
+            for info in infos
+        ]
+
+    def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
+        """Publish each node's wanted MIG layout on its Node; its agent makes the instances
+        and reports their devices (kubernetes/mig.py, clusters/agent/kubenode.py)."""
+        return mig_publish(self, wanted)
 
     # --- pods --------------------------------------------------------------------------------
     def _list(self, fn: Callable[..., Any], what: str) -> dict:

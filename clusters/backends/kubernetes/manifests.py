@@ -156,7 +156,9 @@ def pod_manifest(
         # The reservation pod holds the device; this pod only points at it.
         env["NVIDIA_VISIBLE_DEVICES"] = spec.shared_gpu_uuid or str(spec.shared_gpu_index)
         env.update(mps_env(spec.mps, POD_PIPE_DIRECTORY) if spec.mps else {})
-    else:
+    elif not spec.mig_device:
+        # A MIG pod's env names its instance already (clusters.mig.mig_env: the device
+        # UUID its node's agent reported), which the container toolkit shows it alone.
         env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a CPU-only pod sees no GPU
     pod_security, container_security = security_contexts(run_as_root=spec.run_as_root, uid=uid)
     container: dict[str, Any] = {
