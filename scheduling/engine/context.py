@@ -68,6 +68,10 @@ class Context:
     donor_turns: dict[str, int] = field(default_factory=dict)
     # pool -> (ledger moves seen, GPUs leaf queues hold above fair share: reclaim)
     over_memo: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # (queue, pool) -> what Context.nonpreemptible_block checks (quotas: fixed in a cycle)
+    fixed_caps: dict[tuple[str, str], list[tuple[Resource, int, float]]] = field(
+        default_factory=dict
+    )
     # (pool, reclaimer's queue, its misfits) -> (donor_turns seen, ReclaimRule.allowed())
     allowed_memo: dict[tuple[object, ...], tuple[int, dict[str, bool]]] = field(
         default_factory=dict
@@ -246,17 +250,17 @@ class Context:
         (GPUs always; CPU and memory where the queue has a deserved amount of them).
         Nothing evicts non-preemptible work, so borrowing idle GPUs with it would keep
         their owner waiting until it ends. Queue.nonpreemptible_over_quota lifts the rule."""
-        queue = self.queues.get(wl.queue_id)
-        if queue is not None and queue.nonpreemptible_over_quota:
+        key = (wl.queue_id, pool)
+        managed = self.fixed_caps.get(key)
+        if managed is None:
+            managed = self.fixed_caps[key] = self._fixed_caps(wl.queue_id, pool)
+        if not managed:
             return None
         need = self.need(wl, pool)
-        for resource in RESOURCES:
-            amount = need[RESOURCE_INDEX[resource]]
+        for resource, index, deserved in managed:
+            amount = need[index]
             if amount <= EPS:
                 continue
-            deserved = self.quota_amount(wl.queue_id, pool, resource)
-            if resource is not GPU and deserved <= EPS:
-                continue  # CPU or memory without a deserved amount is not managed here
             held = self.ledger.fixed.get((wl.queue_id, pool, resource), 0.0)
             if held + amount > deserved + EPS:
                 unit = UNIT_NAMES[resource]
@@ -268,6 +272,19 @@ class Context:
                     " quota for the project)"
                 )
         return None
+
+    def _fixed_caps(self, queue_id: str, pool: str) -> list[tuple[Resource, int, float]]:
+        """The resources nonpreemptible_block checks for the queue, each with its index in
+        a need and the deserved amount; none where the queue may go over quota."""
+        queue = self.queues.get(queue_id)
+        if queue is not None and queue.nonpreemptible_over_quota:
+            return []
+        found = []
+        for resource in RESOURCES:
+            deserved = self.quota_amount(queue_id, pool, resource)
+            if resource is GPU or deserved > EPS:  # CPU or memory without one: not managed
+                found.append((resource, RESOURCE_INDEX[resource], deserved))
+        return found
 
     def share_block(self, wl: Workload, pool: str) -> str | None:
         """Why a queue that reclaimed GPUs in this pool this cycle may not take more.
