@@ -197,8 +197,11 @@ class Context:
         """Queues holding more than their fair share of GPUs in the pool, each with what it
         may give up: down to its fair share rounded down to whole GPUs (see reclaim).
         Kept up to date from the ledger's changes (not a pass over every queue)."""
-        seen, found = self.donor_memo.get(pool, (-1, {}))
         moved = self.ledger.moved
+        memo = self.donor_memo.get(pool)
+        if memo is not None and memo[0] == len(moved):
+            return memo[1]  # asked of every victim a search walks: the short way first
+        seen, found = (-1, {}) if memo is None else memo
         if seen < 0:
             found = {}
             for qid in self.queue_ids:
