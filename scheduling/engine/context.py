@@ -63,8 +63,19 @@ class Context:
         default_factory=dict
     )
     donor_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    # pool -> how many times a queue joined or left donors(pool): what depends only on
+    # who the donors are (ReclaimRule.allowed) is kept while this stands still
+    donor_turns: dict[str, int] = field(default_factory=dict)
     # pool -> (ledger moves seen, GPUs leaf queues hold above fair share: reclaim)
     over_memo: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # (queue, pool) -> what Context.nonpreemptible_block checks (quotas: fixed in a cycle)
+    fixed_caps: dict[tuple[str, str], list[tuple[Resource, int, float]]] = field(
+        default_factory=dict
+    )
+    # (pool, reclaimer's queue, its misfits) -> (donor_turns seen, ReclaimRule.allowed())
+    allowed_memo: dict[tuple[object, ...], tuple[int, dict[str, bool]]] = field(
+        default_factory=dict
+    )
     # pool -> (ledger changes seen, queues waiting below their fair share): allocate.py
     starved_memo: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
@@ -186,8 +197,11 @@ class Context:
         """Queues holding more than their fair share of GPUs in the pool, each with what it
         may give up: down to its fair share rounded down to whole GPUs (see reclaim).
         Kept up to date from the ledger's changes (not a pass over every queue)."""
-        seen, found = self.donor_memo.get(pool, (-1, {}))
         moved = self.ledger.moved
+        memo = self.donor_memo.get(pool)
+        if memo is not None and memo[0] == len(moved):
+            return memo[1]  # asked of every victim a search walks: the short way first
+        seen, found = (-1, {}) if memo is None else memo
         if seen < 0:
             found = {}
             for qid in self.queue_ids:
@@ -203,9 +217,11 @@ class Context:
         held = self.ledger.alloc.get((qid, pool, GPU), 0.0)
         share = self.fair.get((qid, pool, GPU), 0.0)
         if held > share + EPS:
+            if qid not in found:
+                self.donor_turns[pool] = self.donor_turns.get(pool, 0) + 1
             found[qid] = held - math.floor(share + EPS)
-        else:
-            found.pop(qid, None)
+        elif found.pop(qid, None) is not None:
+            self.donor_turns[pool] = self.donor_turns.get(pool, 0) + 1
 
     def quota_block(self, wl: Workload, pool: str) -> str | None:
         """Why the workload's queue (or an ancestor) may not take more here, or None."""
@@ -237,17 +253,17 @@ class Context:
         (GPUs always; CPU and memory where the queue has a deserved amount of them).
         Nothing evicts non-preemptible work, so borrowing idle GPUs with it would keep
         their owner waiting until it ends. Queue.nonpreemptible_over_quota lifts the rule."""
-        queue = self.queues.get(wl.queue_id)
-        if queue is not None and queue.nonpreemptible_over_quota:
+        key = (wl.queue_id, pool)
+        managed = self.fixed_caps.get(key)
+        if managed is None:
+            managed = self.fixed_caps[key] = self._fixed_caps(wl.queue_id, pool)
+        if not managed:
             return None
         need = self.need(wl, pool)
-        for resource in RESOURCES:
-            amount = need[RESOURCE_INDEX[resource]]
+        for resource, index, deserved in managed:
+            amount = need[index]
             if amount <= EPS:
                 continue
-            deserved = self.quota_amount(wl.queue_id, pool, resource)
-            if resource is not GPU and deserved <= EPS:
-                continue  # CPU or memory without a deserved amount is not managed here
             held = self.ledger.fixed.get((wl.queue_id, pool, resource), 0.0)
             if held + amount > deserved + EPS:
                 unit = UNIT_NAMES[resource]
@@ -259,6 +275,19 @@ class Context:
                     " quota for the project)"
                 )
         return None
+
+    def _fixed_caps(self, queue_id: str, pool: str) -> list[tuple[Resource, int, float]]:
+        """The resources nonpreemptible_block checks for the queue, each with its index in
+        a need and the deserved amount; none where the queue may go over quota."""
+        queue = self.queues.get(queue_id)
+        if queue is not None and queue.nonpreemptible_over_quota:
+            return []
+        found = []
+        for resource in RESOURCES:
+            deserved = self.quota_amount(queue_id, pool, resource)
+            if resource is GPU or deserved > EPS:  # CPU or memory without one: not managed
+                found.append((resource, RESOURCE_INDEX[resource], deserved))
+        return found
 
     def share_block(self, wl: Workload, pool: str) -> str | None:
         """Why a queue that reclaimed GPUs in this pool this cycle may not take more.

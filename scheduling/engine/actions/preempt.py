@@ -162,6 +162,10 @@ class BorrowedRule(ReclaimRule):
         self.guarantee = guarantee
         self.extras = extras  # judging extra pods: all of them are borrowed room
 
+    def allowed(self) -> dict[str, bool]:
+        """Not kept as reclaim's is: which work is borrowed moves with the guarantees."""
+        return self._fresh(self.ctx.donors(self.pool))
+
     def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
         if queue_id == self.wl.queue_id or queue_id not in donors:
             return False

@@ -79,7 +79,7 @@ def _try_reclaim(
     ctx: Context, wl: Workload, pool: str, index: VictimIndex, failures: Failures
 ) -> bool:
     need = ctx.gpu_need(wl, pool)
-    if not _may_reclaim(ctx, wl, pool):
+    if not _may_reclaim(ctx, wl, pool, need):
         return False
     key = (wl.queue_id, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
     if failures.known(key, wl, need):
@@ -121,9 +121,10 @@ def _over_share(ctx: Context, queue_id: str, pool: str) -> float:
     return total - donors.get(queue_id, 0.0)
 
 
-def _may_reclaim(ctx: Context, wl: Workload, pool: str) -> bool:
-    """The project stays within its deserved quota and fair share after admission."""
-    after = ctx.ledger.get(wl.queue_id, pool) + ctx.gpu_need(wl, pool)
+def _may_reclaim(ctx: Context, wl: Workload, pool: str, need: float) -> bool:
+    """The project stays within its deserved quota and fair share after admitting wl,
+    which needs `need` GPUs there."""
+    after = ctx.ledger.get(wl.queue_id, pool) + need
     limit = min(ctx.deserved(wl.queue_id, pool), ctx.fair_share(wl.queue_id, pool))
     return after <= limit + EPS
 
@@ -156,8 +157,20 @@ class ReclaimRule(Rule):
 
     def allowed(self) -> dict[str, bool]:
         """queue_ok for every queue at once, from the set of queues above fair share:
-        only those can give anything up."""
-        donors = self.ctx.donors(self.pool)
+        only those can give anything up. It asks only who the donors are, so it is the
+        same for every reclaimer of the queue with the same misfits until a queue joins or
+        leaves them: kept that long (the caller must not change it)."""
+        ctx = self.ctx
+        donors = ctx.donors(self.pool)
+        turns = ctx.donor_turns.get(self.pool, 0)
+        key = (self.pool, self.wl.queue_id, *self.misfits)
+        seen, found = ctx.allowed_memo.get(key, (-1, {}))
+        if seen != turns:
+            found = self._fresh(donors)
+            ctx.allowed_memo[key] = (turns, found)
+        return found
+
+    def _fresh(self, donors: dict[str, float]) -> dict[str, bool]:
         return {qid: self._ok(qid, donors) for qid in donors}
 
     def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
@@ -172,4 +185,8 @@ class ReclaimRule(Rule):
     def victim_ok(self, victim: Victim) -> bool:
         freed = victim.gpus.get(self.pool, 0.0) - EPS
         donors = self.ctx.donors(self.pool)  # what each may give up, down to its floor
-        return all(donors.get(qid, 0.0) >= freed for qid in self._their_side(victim.wl.queue_id))
+        side = self.sides.get(victim.wl.queue_id)
+        for qid in self._their_side(victim.wl.queue_id) if side is None else side:
+            if donors.get(qid, 0.0) < freed:
+                return False
+        return True

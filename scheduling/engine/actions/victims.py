@@ -34,8 +34,9 @@ next victim alone costs more than the best plan found, no unseen node can do bet
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 from scheduling.engine.context import Context
 from scheduling.engine.state import UNITS, GpuState, NodeState, PodSlot, share_units
@@ -110,6 +111,23 @@ class Candidates:
     ordered: list[Victim] = field(default_factory=list)
     by_queue: dict[str, list[Victim]] = field(default_factory=dict)
     per_node: dict[int, list[Victim]] = field(default_factory=dict)
+    # id of a Rule.allowed() answer -> (that answer, its accepted queues' victims merged
+    # so far, the merge's rest): a rule that keeps its answer while nothing changes
+    # (ReclaimRule) walks what was merged for it before again as a plain list
+    accepted: dict[int, tuple[dict[str, bool], list[Victim], Iterator[Victim]]] = field(
+        default_factory=dict
+    )
+
+    def accepted_by(self, ok: dict[str, bool]) -> Iterator[Victim]:
+        """The victims of the queues ok accepts, in cost order (the lists do not change
+        during a phase, so the merge is the same each time)."""
+        kept = self.accepted.get(id(ok))
+        if kept is None or kept[0] is not ok:
+            by_queue = self.by_queue
+            streams = [by_queue[q] for q in sorted(ok) if ok[q] and q in by_queue]
+            kept = self.accepted[id(ok)] = (ok, [], heapq.merge(*streams, key=_cost))
+        merged, rest = kept[1], kept[2]
+        return chain(merged, _noted(rest, merged))
 
     @staticmethod
     def of(victims: Iterable[Victim]) -> Candidates:
@@ -123,6 +141,13 @@ class Candidates:
 
 def _cost(victim: Victim) -> tuple[float, int, float, str]:
     return victim.cost
+
+
+def _noted(victims: Iterator[Victim], into: list[Victim]) -> Iterator[Victim]:
+    """victims, each appended to `into` as it is taken."""
+    for victim in victims:
+        into.append(victim)
+        yield victim
 
 
 def _holdings(slots: list[PodSlot]) -> tuple[dict[str, float], tuple[int, ...]]:
@@ -281,8 +306,7 @@ def _cheapest_batch(
     if ok is not None:
         # Walk only the accepted queues' victims, merged in cost order: most queues are
         # turned away, and skipping their victims one by one would dominate the search.
-        streams = [candidates.by_queue[q] for q in sorted(ok) if ok[q] and q in candidates.by_queue]
-        stream = heapq.merge(*streams, key=_cost)
+        stream = candidates.accepted_by(ok)
     progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
     slots = ctx.state.slots
@@ -337,12 +361,14 @@ class _NodePlan:
         device with room for the fractional pod."""
         self.chosen.append(victim)
         self.gone.add(victim.wl.id)
-        roomy = False
+        free, share = self.free, self.share
+        done = False  # no model had `need` free before (start, or add would have said so)
         for gpu in _devices_on(ctx, victim.wl.id, self.node):
-            if gpu.model in self.free and _all_holders_gone(gpu, self.gone):
-                self.free[gpu.model] += 1
-            roomy = roomy or (self.share is not None and self.has_room(gpu))
-        return roomy or max(self.free.values()) >= need
+            if gpu.model in free and _all_holders_gone(gpu, self.gone):
+                free[gpu.model] += 1
+                done = done or free[gpu.model] >= need
+            done = done or (share is not None and self.has_room(gpu))
+        return done
 
     def has_room(self, gpu: GpuState) -> bool:
         """Whether a shared device, without the workloads credited so far, would have
@@ -357,7 +383,11 @@ def _frees_devices(slots: Iterable[PodSlot]) -> bool:
     """Whether evicting a workload frees whole or shared devices: one holding only MIG
     instances frees slices of MIG devices, which no plan here counts, so it is neither
     walked nor chosen (its eviction would gain the beneficiary nothing)."""
-    return any(slot.gpus or slot.shared is not None for slot in slots)
+    # A plain loop, not any() over a generator (twice as slow): asked of every victim walked
+    for slot in slots:  # noqa: SIM110
+        if slot.gpus or slot.shared is not None:
+            return True
+    return False
 
 
 def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:
@@ -373,4 +403,9 @@ def _devices_on(ctx: Context, wid: str, node: NodeState) -> list[GpuState]:
 def _all_holders_gone(gpu: GpuState, gone: set[str]) -> bool:
     if gpu.owner is not None:
         return gpu.owner in gone
-    return bool(gpu.shares) and all(wid in gone for wid, _, _ in gpu.shares)
+    if not gpu.shares:
+        return False
+    for wid, _, _ in gpu.shares:  # noqa: SIM110  # a plain loop, as in _frees_devices
+        if wid not in gone:
+            return False
+    return True
