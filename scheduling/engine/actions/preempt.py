@@ -132,19 +132,22 @@ def _take_borrowed(
     rule = BorrowedRule(ctx, wl, pool, guarantee)
     if not any(rule.allowed().values()):
         return None
+    mark = ctx.stmt.mark()
     # Other projects' extra pods go before any of their whole workloads, as in reclaim.
     extras = BorrowedRule(ctx, wl, pool, guarantee, extras=True)
     slots = shrink_for(ctx, wl, pool, extras) if ctx.book.originals else None
-    if slots is not None:
-        ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
-        return slots
-    found = make_room(ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS)
-    if found is None:
-        return None
+    if slots is None:
+        found = make_room(
+            ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS
+        )
+        if found is None:
+            ctx.stmt.discard(mark)
+            return None
+        for victim in found[0]:
+            guarantee.forget(victim.queue_id)
+        slots = found[1]
     ctx.reclaimed.update((qid, pool) for qid in ctx.ledger.chain(wl.queue_id))
-    for victim in found[0]:
-        guarantee.forget(victim.queue_id)
-    return found[1]
+    return slots
 
 
 class BorrowedRule(ReclaimRule):
