@@ -78,6 +78,8 @@ class Context:
     )
     # pool -> (ledger changes seen, queues waiting below their fair share): allocate.py
     starved_memo: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
+    # (queue, pool) -> what it may hold before allocate.borrow_block asks about others
+    borrow_caps: dict[tuple[str, str], float] = field(default_factory=dict)
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)
@@ -333,11 +335,12 @@ def workload_need(
     pods = wl.pods
     memory = 0
     per_pool = False
-    if any(pod.gpu_memory_mib for pod in pods):
+    # (a MIG pod's GPU memory picks its profile; its count is the same in every pool)
+    if any(pod.gpu_memory_mib and not pod.mig_profile for pod in pods):
         models = state.models_for(pool, wl.gpu_models)
         memory = state.group_memory.get((pool, models[0]), 0) if models else 0
         per_pool = True
-    if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
+    if len(pods) == 1 or (pods and all(pod is pods[0] for pod in pods)):  # (pod,) * n: n times
         one = pods[0]
         n = len(pods)
         return per_pool, (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))

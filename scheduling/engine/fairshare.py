@@ -145,20 +145,32 @@ def fair_shares(inp: FairShareInput) -> dict[Key, float]:
 def _tree_demand(inp: FairShareInput, children: dict[str | None, list[Queue]]) -> dict[Key, float]:
     """Demand of every queue: its own for a leaf, its children's (each capped) for a parent."""
     demand: dict[Key, float] = {}
-
-    def visit(q: Queue, pool: str, resource: Resource) -> float:
-        kids = children.get(q.id, [])
-        if not kids:
-            value = inp.demand.get((q.id, pool, resource), 0.0)
-        else:
-            value = sum(_claim(q2, pool, resource, visit(q2, pool, resource)).cap for q2 in kids)
-        demand[(q.id, pool, resource)] = value
-        return value
-
     for pool, resource in sorted(inp.capacity):
         for root in children.get(None, []):
-            visit(root, pool, resource)
+            _visit(inp, children, demand, root, pool, resource)
     return demand
+
+
+def _visit(
+    inp: FairShareInput,
+    children: dict[str | None, list[Queue]],
+    demand: dict[Key, float],
+    q: Queue,
+    pool: str,
+    resource: Resource,
+) -> float:
+    """A queue's demand into `demand`, its subtree's first (a module function: a nested
+    one calling itself is a reference cycle, garbage for the collector each cycle)."""
+    kids = children.get(q.id, [])
+    if not kids:
+        value = inp.demand.get((q.id, pool, resource), 0.0)
+    else:
+        value = sum(
+            _claim(q2, pool, resource, _visit(inp, children, demand, q2, pool, resource)).cap
+            for q2 in kids
+        )
+    demand[(q.id, pool, resource)] = value
+    return value
 
 
 def _claim(q: Queue, pool: str, resource: Resource, demand: float) -> Claim:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scheduling.engine.mig_profiles import COMPUTE_SLICES, FAMILIES, PROFILES
+from scheduling.engine.mig_profiles import COMPUTE_SLICES, FAMILIES, MEMORY_SLICES, PROFILES
 from scheduling.engine.types import Gpu, MigInstance, PodPlacement, PodRequest
 
 if TYPE_CHECKING:
@@ -100,9 +101,15 @@ def pod_fraction(pod: PodRequest) -> float:
     """The GPUs a MIG pod counts against quota before it is placed (slices / 7); once placed
     its instance's profile counts. "auto" counts the smallest profile of any model that holds
     it."""
-    found = _SLICES.match(pod.mig_profile)
+    return _fraction(pod.mig_profile, pod.gpu_memory_mib)
+
+
+@functools.cache
+def _fraction(name: str, memory_mib: int) -> float:
+    found = _SLICES.match(name)
     if found:
         return int(found.group(1)) / COMPUTE_SLICES
+    pod = PodRequest(mig_profile=name, gpu_memory_mib=memory_mib)
     fits = [profile_for(pod, table(m)) for m in PROFILES]
     return min((p.fraction for p in fits if p is not None), default=1.0)
 
@@ -124,7 +131,18 @@ def best_start(canonical: str, used: int, name: str) -> int | None:
     return None if best is None else best[1]
 
 
-Keys = tuple[tuple[str, ...], int, int]  # a device's idle profiles, used and held masks
+# A device's idle profiles, used mask and held mask (-1 without idle instances: then
+# repartitioning it frees nothing, and _repartition only runs once free slices failed)
+Keys = tuple[tuple[str, ...], int, int]
+
+
+@functools.cache
+def best_starts(canonical: str, name: str) -> tuple[int | None, ...]:
+    """best_start of the profile for every used mask, by mask (looked up per device
+    bucket while choosing)."""
+    return tuple(best_start(canonical, used, name) for used in range(1 << MEMORY_SLICES))
+
+
 _NOWHERE: Keys = ((), -1, -1)  # in no bucket
 
 
@@ -136,7 +154,7 @@ class Instance:
     mask: int = field(init=False)  # the memory slices it occupies
 
     def __post_init__(self) -> None:
-        self.mask = self.profile.mask(self.start)
+        self.mask = ((1 << self.profile.size) - 1) << self.start  # Profile.mask(start)
 
 
 @dataclass(slots=True, eq=False)
@@ -183,6 +201,7 @@ class MigSlot:
 
 
 Key = tuple[int, int]  # (node order, device index)
+_NONE: dict[Any, Any] = {}  # an index's missing bucket, read only
 Group = tuple[str, str]  # (pool, model)
 
 
@@ -198,12 +217,15 @@ class MigIndex:
         # buckets): _candidates walks it forward to spread, backward to pack; a mask that
         # appears or goes is put in or taken out (_remask), not the whole list sorted again.
         self._orders: dict[int, list[int]] = {}
-        # (profile asked, memory, pool, models) -> the profile each model's table gives it
+        # (profile asked, memory, pool, models accepted) -> the profile each model's table
+        # gives it
         self._wanted: dict[tuple[str, int, str, tuple[str, ...]], list[tuple[Group, Profile]]] = {}
         self.tables: dict[Group, str] = {}  # the profile table of each group
         self.pool_models: dict[str, list[str]] = {}
         self.idle: dict[Group, dict[str, dict[Key, MigGpu]]] = {}
         self.used: dict[Group, dict[int, dict[Key, MigGpu]]] = {}
+        # Only devices with an idle instance: _repartition runs after free slices failed
+        # everywhere, so a device without one could not serve it
         self.held: dict[Group, dict[int, dict[Key, MigGpu]]] = {}
 
     # -- building -------------------------------------------------------------------
@@ -300,34 +322,65 @@ class MigIndex:
         before: int,
         after: int,
     ) -> None:
-        """Move a device from one mask's bucket to another's (-1: in none)."""
-        gone = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
-        made = after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty)
+        """Move a device from one mask's bucket to another's (-1: in none). Runs twice
+        for every MIG placement and its undo: _bucket's steps, written out."""
+        buckets = index.get(group)
+        if buckets is None:
+            buckets = index[group] = {}
+        gone = made = False
+        if before >= 0:
+            bucket = buckets[before]
+            bucket.pop(key, None)
+            if not bucket:
+                del buckets[before]
+                gone = True
+        if after >= 0:
+            bucket = buckets.get(after)
+            if bucket is None:
+                buckets[after] = {key: gpu}
+                made = True
+            else:
+                put_in_order(bucket, key, gpu, self.dirty)
         if gone or made:  # a mask went or appeared: the group's mask order follows
-            order = self._orders.get(id(index[group]))
+            order = self._orders.get(id(buckets))
             if order is not None:
                 if gone:
                     order.remove(before)
                 if made:
-                    bisect.insort(order, after, key=_mask_rank)
+                    bisect.insort(order, after, key=_RANK.__getitem__)
 
     def apply(self, wid: str, slot: MigSlot, sign: int) -> None:
         """Give (+1) or take back (-1) a pod's instance. Taking back a running pod's
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
         instances = gpu.instances
+        if slot.created and not slot.destroyed and gpu.keys[1] >= 0 and gpu.node.schedulable:
+            # Free slices taken or given back (most MIG placements and their undo): the
+            # indexed masks gain or lose the instance's slices, idle profiles stay.
+            idle, used, held = gpu.keys
+            if sign > 0:
+                bisect.insort(instances, inst, key=_START)
+                inst.holder = wid
+                held = held if held < 0 else held | inst.mask
+                self._move(gpu, gpu.keys, (idle, used | inst.mask, held))
+            else:
+                inst.holder = None
+                instances.remove(inst)
+                held = held if held < 0 else held & ~inst.mask
+                self._move(gpu, gpu.keys, (idle, used & ~inst.mask, held))
+            return
         if sign > 0:
             for gone in slot.destroyed:
                 instances.remove(gone)
             if slot.created:
-                bisect.insort(instances, inst, key=_start)
+                bisect.insort(instances, inst, key=_START)
             inst.holder = wid
         else:
             inst.holder = None
             if slot.created:
                 instances.remove(inst)
             for gone in slot.destroyed:
-                bisect.insort(instances, gone, key=_start)
+                bisect.insort(instances, gone, key=_START)
         if gpu.node.schedulable:
             self._move(gpu, gpu.keys, _keys(gpu))
 
@@ -340,24 +393,32 @@ class MigIndex:
         self,
         pod: PodRequest,
         pool: str,
-        models: list[str],
+        models: tuple[str, ...],
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        """Reuse, then free slices, then repartition (module docstring); None if none."""
-        asked = (pod.mig_profile, pod.gpu_memory_mib, pool, tuple(models))
+        """Reuse, then free slices, then repartition (module docstring); None if none.
+        `models`: the GPU models the workload accepts (any when empty)."""
+        asked = (pod.mig_profile, pod.gpu_memory_mib, pool, models)
         wanted = self._wanted.get(asked)
         if wanted is None:
             wanted = self._wanted[asked] = []
-            for model in models:
+            for model in self.models_for(pool, models):
                 profile = profile_for(pod, table(self.tables[(pool, model)]))
                 if profile is not None:
                     wanted.append(((pool, model), profile))
-        for step in (self._reuse, self._free, self._repartition):
-            for group, profile in wanted:
-                slot = step(pod, profile, group, allowed, spread)
-                if slot is not None:
-                    return slot
+        for group, profile in wanted:
+            slot = self._reuse(pod, profile, group, allowed, spread)
+            if slot is not None:
+                return slot
+        for group, profile in wanted:
+            slot = self._free(pod, profile, group, allowed, spread)
+            if slot is not None:
+                return slot
+        for group, profile in wanted:
+            slot = self._repartition(pod, profile, group, allowed, spread)
+            if slot is not None:
+                return slot
         return None
 
     def _first(
@@ -375,10 +436,10 @@ class MigIndex:
         devices."""
         order = self._orders.get(id(buckets))
         if order is None:
-            order = self._orders[id(buckets)] = sorted(buckets, key=_mask_rank)
-        name = profile.name
+            order = self._orders[id(buckets)] = sorted(buckets, key=_RANK.__getitem__)
+        starts = best_starts(canonical, profile.name)
         for mask in order if spread else reversed(order):
-            start = best_start(canonical, mask, name)
+            start = starts[mask]
             if start is not None:
                 gpu = _first_usable(buckets[mask], allowed, pod)
                 if gpu is not None:
@@ -393,7 +454,7 @@ class MigIndex:
         allowed: frozenset[int] | None,
         spread: bool,
     ) -> MigSlot | None:
-        gpu = _first_usable(self.idle.get(group, {}).get(profile.name, {}), allowed, pod)
+        gpu = _first_usable(self.idle.get(group, _NONE).get(profile.name, _NONE), allowed, pod)
         if gpu is None:
             return None
         inst = next(i for i in gpu.instances if i.holder is None and i.profile.name == profile.name)
@@ -478,17 +539,17 @@ def _claim(gpu: MigGpu, placed: PodPlacement, wid: str) -> MigSlot | None:
     return MigSlot(gpu, inst)
 
 
-def _mask_rank(mask: int) -> tuple[int, int]:
-    """Masks from the emptiest (fewest slices used) to the fullest."""
-    return mask.bit_count(), mask
+# Masks from the emptiest (fewest slices used) to the fullest, then by value, as one int
+# per mask of the placement grid
+_RANK = [(mask.bit_count() << MEMORY_SLICES) | mask for mask in range(1 << MEMORY_SLICES)]
 
 
-def _start(inst: Instance) -> int:
-    return inst.start
+_START = operator.attrgetter("start")  # instances are kept by start
 
 
 def _keys(gpu: MigGpu) -> Keys:
-    """The index keys of a device: the profiles it has idle, its used and held slices."""
+    """The index keys of a device: the profiles it has idle, its used and held slices
+    (held: -1 without an idle instance, Keys)."""
     idle: list[str] = []
     used = held = 0
     for inst in gpu.instances:
@@ -499,7 +560,7 @@ def _keys(gpu: MigGpu) -> Keys:
                 idle.append(inst.profile.name)
         else:
             held |= mask
-    return tuple(sorted(idle)), used, held
+    return tuple(sorted(idle)), used, (held if idle else -1)
 
 
 def put_in_order(bucket: dict, key: Any, value: object, dirty: dict[int, dict]) -> None:  # type: ignore[type-arg]

@@ -110,7 +110,8 @@ class Placer:
     def cannot_fit(self, wl: Workload, pool: str) -> bool:
         """A quick test on the free-capacity indexes: True when the pool surely lacks the
         devices, so the full placement need not be tried."""
-        if wl.pods and wl.pods[0].mig_profile and all(_mig_only(p) for p in wl.pods):
+        pods = wl.pods
+        if pods and pods[0].mig_profile and all(_mig_only(p) for p in pods):
             return False  # no free-device index speaks for MIG pods: mig.choose() decides
         models = self.state.models_for(pool, wl.gpu_models)
         if not models:
@@ -141,9 +142,11 @@ class Placer:
 
         Returns the slots (already applied to the state) or None with the state as it was.
         """
-        if len(wl.pods) == wl.gang_min == 1 and wl.topology is None and _mig_only(wl.pods[0]):
-            # One MIG pod (most MIG work): what _place_pods would do, without its walk
-            pod = wl.pods[0]
+        pods = wl.pods
+        if len(pods) == 1 and wl.topology is None and pods[0].mig_profile and not pods[0].gpus:
+            # One MIG pod (most MIG work; a gang of one needs its one pod): what
+            # _place_pods would do, without its walk
+            pod = pods[0]
             slot = self._mig_slot(0, pod, pool, None, wl.gpu_models)
             if slot is None:
                 return None
@@ -263,10 +266,8 @@ class Placer:
         self, index: int, pod: PodRequest, pool: str, scope: Scope | None, wanted: tuple[str, ...]
     ) -> PodSlot | None:
         """A MIG instance (scheduling/engine/mig.py); it counts as slices / 7 of a GPU."""
-        mig = self.state.mig
-        models = mig.models_for(pool, wanted)
         allowed = None if scope is None else scope.orders
-        found = mig.choose(pod, pool, models, allowed, self._spread(pool))
+        found = self.state.mig.choose(pod, pool, wanted, allowed, self._spread(pool))
         if found is None:
             return None
         units = round(found.instance.profile.fraction * UNITS)

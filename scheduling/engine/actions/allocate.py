@@ -145,7 +145,7 @@ def try_admit(
     reasons = []
     capacity = False
     failures = ctx.shape_failures
-    for pool in ctx.pools_for(wl):
+    for pool in ctx.pools_for(wl) if wl.pools else ctx.pools:
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
         failure = failures.get((pool, shape))
         if blocked is None and failure is None:  # else it waits anyway: spare the check
@@ -181,13 +181,18 @@ def borrow_block(ctx: Context, wl: Workload, pool: str) -> str | None:
     a node to drain), and on the Philly week one team of quota 2 otherwise held 10 GPUs
     for a day while others queued (docs/simulator.md, issue 18)."""
     qid = wl.queue_id
-    held = ctx.ledger.get(qid, pool) + ctx.gpu_need(wl, pool)
-    fair = ctx.fair.get((qid, pool, Resource.GPU), 0.0)
-    if held <= BORROW_LIMIT * fair + EPS or held <= ctx.deserved(qid, pool) + EPS:
+    cap = ctx.borrow_caps.get((qid, pool))
+    if cap is None:  # fair shares and quotas stay for the cycle
+        fair = ctx.fair.get((qid, pool, Resource.GPU), 0.0)
+        cap = ctx.borrow_caps[(qid, pool)] = max(
+            BORROW_LIMIT * fair + EPS, ctx.deserved(qid, pool) + EPS
+        )
+    if ctx.ledger.alloc.get((qid, pool, Resource.GPU), 0.0) + ctx.need(wl, pool)[0] <= cap:
         return None
     starved = _starved(ctx, pool)
     if len(starved) <= (qid in starved):
         return None
+    fair = ctx.fair.get((qid, pool, Resource.GPU), 0.0)
     return (
         f"{ctx.kind(qid)} {ctx.name(qid)} holds more than {BORROW_LIMIT:g} x its fair share"
         f" of {fair:.3g} GPUs in pool {pool} while other queues wait below theirs"

@@ -162,7 +162,9 @@ class VictimIndex:
     """Running workloads that could be evicted, per queue and per pool, cheapest first."""
 
     def __init__(self, ctx: Context, admissible: Callable[[Workload], bool]) -> None:
-        self.ctx = ctx
+        # The statement's evictions, not the context: the context holds the index, and a
+        # reference back would keep the cycle's garbage for the collector (cycle.paused_gc)
+        self.evicted = ctx.stmt.evicted
         self.by_queue: dict[str, list[Victim]] = {}
         self._pools: dict[str, Candidates] = {}
         workloads = ctx.workloads
@@ -188,7 +190,7 @@ class VictimIndex:
 
     def live(self, queue_id: str, pool: str) -> list[Victim]:
         """The queue's victims holding GPUs in the pool and not evicted yet."""
-        evicted = self.ctx.stmt.evicted
+        evicted = self.evicted
         return [
             v for v in self.by_queue.get(queue_id, ()) if pool in v.gpus and v.wl.id not in evicted
         ]
