@@ -6,8 +6,9 @@
 5,000 running and 10,000 pending workloads (whole, fractional, gangs of 2-16 pods).
 `scale-mig` is `scale` with a quarter of the GPUs MIG-enabled (the last 2 of each node)
 and one single-pod workload in five asking for a MIG profile (or for memory, mapped to a
-profile); it also times `scale` in the same run and reports the ratio of the medians
-(`scale-mig-small`: the same at one tenth). `scale-small` is the same at one tenth,
+profile); it also times `scale` in the same run, one cycle of each in turn, and reports
+the ratio of the medians and the median of each turn's ratio (`scale-mig-small`: the
+same at one tenth). `scale-small` is the same at one tenth,
 `scale-x10` ten times as large (10,000 nodes, 50,000 running, 100,000 pending; the same
 220 queues). `scale-whole` and `scale-whole-small` are `scale` and `scale-small` without
 GPU sharing: the pods that ask a fraction or GPU memory (shared through MPS on the nodes)
@@ -270,7 +271,8 @@ def run(
     baseline = SCENARIOS[name].baseline
     names = [name, baseline] if baseline else [name]
     ready = {n: prepare(n, searches, packing) for n in names}
-    times = _in_turns(ready, repeat)
+    turns: dict[str, list[float]] = {}
+    times = _in_turns(ready, repeat, turns)
     figures = _measure(name, ready[name], *times[name])
     if baseline:
         base = _measure(baseline, ready[baseline], *times[baseline])
@@ -281,6 +283,10 @@ def run(
         figures["cpu_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_median")
         figures["cpu_min_ratio_to_baseline"] = _ratio(figures, base, "cycle_cpu_ms_min")
         figures["ratio_to_baseline"] = _ratio(figures, base, "cycle_ms_median")
+        # Each turn's two cycles ran back to back: the median of their ratios is the
+        # least moved by a machine whose speed drifts while the bench runs.
+        pairs = [a / b for a, b in zip(turns[name], turns[baseline], strict=True)]
+        figures["paired_cpu_ratio_median"] = round(statistics.median(pairs), 3)
     return figures
 
 
@@ -315,14 +321,19 @@ def prepare(name: str, searches: int | None = None, packing: bool = True) -> Pre
     return Prepared(snapshot, config, engine, schedule(snapshot, config, NOW), rebuild)
 
 
-def _in_turns(ready: dict[str, Prepared], repeat: int) -> dict[str, tuple[list[float], ...]]:
-    """Sorted wall and CPU milliseconds of `repeat` cycles of each, one of each in turn."""
+def _in_turns(
+    ready: dict[str, Prepared], repeat: int, turns: dict[str, list[float]] | None = None
+) -> dict[str, tuple[list[float], ...]]:
+    """Sorted wall and CPU milliseconds of `repeat` cycles of each, one of each in turn;
+    `turns` gets each one's CPU milliseconds in the order they ran."""
     times: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in ready}
     for _ in range(repeat):
         for name, prepared in ready.items():
             wall, cpu = _timed(prepared.cycle, 1)
             times[name][0].extend(wall)
             times[name][1].extend(cpu)
+    if turns is not None:
+        turns.update({name: list(cpu) for name, (_, cpu) in times.items()})
     return {name: (sorted(wall), sorted(cpu)) for name, (wall, cpu) in times.items()}
 
 

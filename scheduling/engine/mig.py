@@ -615,17 +615,6 @@ def mig_reason(index: MigIndex, pod: PodRequest, pool: str, wanted: tuple[str, .
     )
 
 
-def placement(pod: int, slot: MigSlot) -> PodPlacement:
-    """The public form of a placed MIG pod."""
-    return PodPlacement(
-        pod=pod,
-        node_id=slot.gpu.node.id,
-        mig_gpu=slot.gpu.index,
-        mig_profile=slot.instance.profile.name,
-        mig_start=slot.instance.start,
-    )
-
-
 def next_instances(
     gpu: Gpu, placed: list[tuple[str, PodPlacement]], known: set[str]
 ) -> tuple[MigInstance, ...]:

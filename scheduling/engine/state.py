@@ -13,6 +13,7 @@ so a state kept between cycles (incremental.py) equals one rebuilt from the snap
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -24,18 +25,14 @@ from scheduling.engine.types import Node, PodPlacement, PodRequest, Snapshot, Wo
 UNITS = 1000  # share units per GPU
 
 
-class Scratch:
+class Scratch(functools.partial):  # type: ignore[type-arg]
     """An undo log entry for what lives one cycle only (the ledger's sums, the
     statement's decisions): a discarded Statement runs it; the rollback at the end of
-    a kept state's cycle (undo_all) skips it, as those objects are dropped then."""
+    a kept state's cycle (undo_all) skips it, as those objects are dropped then.
+    (A partial without arguments: made and called without a Python-level frame, as
+    every admission makes one.)"""
 
-    __slots__ = ("undo",)
-
-    def __init__(self, undo: Callable[[], None]) -> None:
-        self.undo = undo
-
-    def __call__(self) -> None:
-        self.undo()
+    __slots__ = ()
 
 
 FIXED = 1 << 1074  # every finite float is an integer multiple of 1 / FIXED

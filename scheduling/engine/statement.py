@@ -8,9 +8,9 @@ copied. Statements nest: discarding an inner one leaves the outer one's work alo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-from scheduling.engine import mig
 from scheduling.engine.state import UNITS, ClusterState, PodSlot, Scratch
 from scheduling.engine.types import (
     RESOURCES,
@@ -33,16 +33,34 @@ def slot_amounts(slot: PodSlot) -> tuple[float, float, float]:
 def slot_placement(slot: PodSlot) -> PodPlacement:
     """The public form of a placed pod."""
     if slot.mig is not None:
-        return mig.placement(slot.pod, slot.mig)
+        gpu, inst = slot.mig.gpu.index, slot.mig.instance
+        name, start = inst.profile.name, inst.start
+        return _placement(slot.pod, slot.node.id, (), None, 0.0, 0, gpu, name, start)
     if slot.shared is not None:
-        return PodPlacement(
-            pod=slot.pod,
-            node_id=slot.node.id,
-            shared_gpu=slot.shared.index,
-            share=slot.units / UNITS,
-            gpu_memory_mib=slot.memory,
+        return _placement(
+            slot.pod, slot.node.id, (), slot.shared.index, slot.units / UNITS, slot.memory
         )
-    return PodPlacement(pod=slot.pod, node_id=slot.node.id, gpus=tuple(g.index for g in slot.gpus))
+    return _placement(slot.pod, slot.node.id, tuple(g.index for g in slot.gpus))
+
+
+# Placements are values, made for every admitted pod of every cycle (a frozen dataclass
+# sets each field through object.__setattr__): equal ones are made once (a cycle that
+# decides as the last one did makes none), at most this many kept.
+@functools.lru_cache(maxsize=1 << 16)
+def _placement(
+    pod: int,
+    node_id: str,
+    gpus: tuple[int, ...],
+    shared_gpu: int | None = None,
+    share: float = 0.0,
+    memory: int = 0,
+    mig_gpu: int | None = None,
+    mig_profile: str = "",
+    mig_start: int = -1,
+) -> PodPlacement:
+    return PodPlacement(
+        pod, node_id, gpus, shared_gpu, share, memory, mig_gpu, mig_profile, mig_start
+    )
 
 
 @dataclass(frozen=True, slots=True)

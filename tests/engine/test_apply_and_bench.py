@@ -183,6 +183,9 @@ def test_the_mig_benchmark_times_its_baseline_in_the_same_run(
     assert figures["baseline"] == "scale-small"
     ratio = figures["cycle_ms_median"] / figures["baseline_cycle_ms_median"]
     assert figures["ratio_to_baseline"] == pytest.approx(ratio, abs=0.01)
+    # one turn: the paired ratio is that turn's CPU times' ratio
+    cpu = figures["cycle_cpu_ms_median"] / figures["baseline_cycle_cpu_ms_median"]
+    assert figures["paired_cpu_ratio_median"] == pytest.approx(cpu, abs=0.01)
 
 
 def test_the_sharing_benchmark_times_each_size_without_sharing_with_mps_and_with_mig(
