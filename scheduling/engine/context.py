@@ -340,7 +340,7 @@ def workload_need(
         models = state.models_for(pool, wl.gpu_models)
         memory = state.group_memory.get((pool, models[0]), 0) if models else 0
         per_pool = True
-    if len(pods) == 1 or (pods and all(pod is pods[0] for pod in pods)):  # (pod,) * n: n times
+    if pods and all(pod is pods[0] for pod in pods):  # (pod,) * n: count it n times
         one = pods[0]
         n = len(pods)
         return per_pool, (n * pod_gpus(one, memory), n * one.cpu, float(n * one.memory_mib))

@@ -187,9 +187,9 @@ def _fair_share_input(ctx: Context) -> FairShareInput:
 def _result(ctx: Context) -> CycleResult:
     """Decisions in a stable order, with reasons for all that still wait."""
     stmt = ctx.stmt
-    admitted = stmt.admitted
     admissions = tuple(
-        Admission(wid, tuple(map(slot_placement, _by_pod(admitted[wid])))) for wid in stmt.order
+        Admission(wid, tuple(slot_placement(s) for s in sorted(stmt.admitted[wid], key=_pod)))
+        for wid in stmt.order
     )
     evictions = tuple(
         Eviction(wid, rec.reason, rec.beneficiary, rec.detail)
@@ -216,8 +216,3 @@ def _result(ctx: Context) -> CycleResult:
 
 def _pod(slot: PodSlot) -> int:
     return slot.pod
-
-
-def _by_pod(slots: list[PodSlot]) -> list[PodSlot]:
-    """A workload's placed pods in pod order (most workloads have one)."""
-    return slots if len(slots) == 1 else sorted(slots, key=_pod)

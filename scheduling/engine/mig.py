@@ -154,7 +154,7 @@ class Instance:
     mask: int = field(init=False)  # the memory slices it occupies
 
     def __post_init__(self) -> None:
-        self.mask = ((1 << self.profile.size) - 1) << self.start  # Profile.mask(start)
+        self.mask = self.profile.mask(self.start)
 
 
 @dataclass(slots=True, eq=False)
@@ -322,27 +322,11 @@ class MigIndex:
         before: int,
         after: int,
     ) -> None:
-        """Move a device from one mask's bucket to another's (-1: in none). Runs twice
-        for every MIG placement and its undo: _bucket's steps, written out."""
-        buckets = index.get(group)
-        if buckets is None:
-            buckets = index[group] = {}
-        gone = made = False
-        if before >= 0:
-            bucket = buckets[before]
-            bucket.pop(key, None)
-            if not bucket:
-                del buckets[before]
-                gone = True
-        if after >= 0:
-            bucket = buckets.get(after)
-            if bucket is None:
-                buckets[after] = {key: gpu}
-                made = True
-            else:
-                put_in_order(bucket, key, gpu, self.dirty)
+        """Move a device from one mask's bucket to another's (-1: in none)."""
+        gone = before >= 0 and _bucket(index, group, before, key, gpu, -1, self.dirty)
+        made = after >= 0 and _bucket(index, group, after, key, gpu, +1, self.dirty)
         if gone or made:  # a mask went or appeared: the group's mask order follows
-            order = self._orders.get(id(buckets))
+            order = self._orders.get(id(index[group]))
             if order is not None:
                 if gone:
                     order.remove(before)
@@ -354,21 +338,6 @@ class MigIndex:
         instance leaves it idle; taking back one placed in this cycle undoes it whole."""
         gpu, inst = slot.gpu, slot.instance
         instances = gpu.instances
-        if slot.created and not slot.destroyed and gpu.keys[1] >= 0 and gpu.node.schedulable:
-            # Free slices taken or given back (most MIG placements and their undo): the
-            # indexed masks gain or lose the instance's slices, idle profiles stay.
-            idle, used, held = gpu.keys
-            if sign > 0:
-                bisect.insort(instances, inst, key=_START)
-                inst.holder = wid
-                held = held if held < 0 else held | inst.mask
-                self._move(gpu, gpu.keys, (idle, used | inst.mask, held))
-            else:
-                inst.holder = None
-                instances.remove(inst)
-                held = held if held < 0 else held & ~inst.mask
-                self._move(gpu, gpu.keys, (idle, used & ~inst.mask, held))
-            return
         if sign > 0:
             for gone in slot.destroyed:
                 instances.remove(gone)
@@ -407,18 +376,11 @@ class MigIndex:
                 profile = profile_for(pod, table(self.tables[(pool, model)]))
                 if profile is not None:
                     wanted.append(((pool, model), profile))
-        for group, profile in wanted:
-            slot = self._reuse(pod, profile, group, allowed, spread)
-            if slot is not None:
-                return slot
-        for group, profile in wanted:
-            slot = self._free(pod, profile, group, allowed, spread)
-            if slot is not None:
-                return slot
-        for group, profile in wanted:
-            slot = self._repartition(pod, profile, group, allowed, spread)
-            if slot is not None:
-                return slot
+        for step in (self._reuse, self._free, self._repartition):
+            for group, profile in wanted:
+                slot = step(pod, profile, group, allowed, spread)
+                if slot is not None:
+                    return slot
         return None
 
     def _first(

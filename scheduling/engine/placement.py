@@ -110,8 +110,7 @@ class Placer:
     def cannot_fit(self, wl: Workload, pool: str) -> bool:
         """A quick test on the free-capacity indexes: True when the pool surely lacks the
         devices, so the full placement need not be tried."""
-        pods = wl.pods
-        if pods and pods[0].mig_profile and all(_mig_only(p) for p in pods):
+        if wl.pods and wl.pods[0].mig_profile and all(_mig_only(p) for p in wl.pods):
             return False  # no free-device index speaks for MIG pods: mig.choose() decides
         models = self.state.models_for(pool, wl.gpu_models)
         if not models:
@@ -143,9 +142,8 @@ class Placer:
         Returns the slots (already applied to the state) or None with the state as it was.
         """
         pods = wl.pods
-        if len(pods) == 1 and wl.topology is None and pods[0].mig_profile and not pods[0].gpus:
-            # One MIG pod (most MIG work; a gang of one needs its one pod): what
-            # _place_pods would do, without its walk
+        if len(pods) == wl.gang_min == 1 and wl.topology is None and _mig_only(pods[0]):
+            # One MIG pod (most MIG work): what _place_pods would do, without its walk
             pod = pods[0]
             slot = self._mig_slot(0, pod, pool, None, wl.gpu_models)
             if slot is None:

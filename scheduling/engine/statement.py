@@ -121,12 +121,10 @@ class Ledger:
         made once per cycle (_keys), and every sum is added to in the same order."""
         self.version += 1
         alloc, moved = self.alloc, self.moved
-        get = alloc.get
         for slot in slots:
             pool = slot.node.pool
-            # slot_amounts(slot), each times sign
-            gpus = sign * (len(slot.gpus) + slot.units / UNITS)
-            cpu, memory = sign * slot.cpu, sign * slot.host_memory
+            gpus, cpu, memory = slot_amounts(slot)
+            gpus, cpu, memory = sign * gpus, sign * cpu, sign * memory
             chain = self._keys.get((queue_id, pool))
             if chain is None:
                 chain = self._keys[(queue_id, pool)] = [
@@ -134,9 +132,9 @@ class Ledger:
                 ]
             for gpu_key, cpu_key, memory_key in chain:
                 moved.append(gpu_key)
-                alloc[gpu_key] = get(gpu_key, 0.0) + gpus
-                alloc[cpu_key] = get(cpu_key, 0.0) + cpu
-                alloc[memory_key] = get(memory_key, 0.0) + memory
+                alloc[gpu_key] = alloc.get(gpu_key, 0.0) + gpus
+                alloc[cpu_key] = alloc.get(cpu_key, 0.0) + cpu
+                alloc[memory_key] = alloc.get(memory_key, 0.0) + memory
             if fixed:
                 gpu_key, cpu_key, memory_key = chain[0]
                 held = self.fixed

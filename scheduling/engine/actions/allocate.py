@@ -145,7 +145,7 @@ def try_admit(
     reasons = []
     capacity = False
     failures = ctx.shape_failures
-    for pool in ctx.pools_for(wl) if wl.pools else ctx.pools:
+    for pool in ctx.pools_for(wl):
         blocked = ctx.quota_block(wl, pool) or ctx.share_block(wl, pool)
         failure = failures.get((pool, shape))
         if blocked is None and failure is None:  # else it waits anyway: spare the check
@@ -187,7 +187,7 @@ def borrow_block(ctx: Context, wl: Workload, pool: str) -> str | None:
         cap = ctx.borrow_caps[(qid, pool)] = max(
             BORROW_LIMIT * fair + EPS, ctx.deserved(qid, pool) + EPS
         )
-    if ctx.ledger.alloc.get((qid, pool, Resource.GPU), 0.0) + ctx.need(wl, pool)[0] <= cap:
+    if ctx.ledger.get(qid, pool) + ctx.gpu_need(wl, pool) <= cap:
         return None
     starved = _starved(ctx, pool)
     if len(starved) <= (qid in starved):
