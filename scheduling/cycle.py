@@ -59,11 +59,17 @@ from scheduling.signals import clusters_changed
 from scheduling.sweep_states import sweeps_update
 
 logger = logging.getLogger(__name__)
+# An eviction's event in words: {by} is the workload it made room for (project/name),
+# {project} that workload's project, {detail} the engine's numbers.
 EVICTION_TEXT = {
-    t.EvictionReason.RECLAIM: "to give GPUs back to a project under its deserved quota",
-    t.EvictionReason.PREEMPT: "for higher-priority work in the same project",
-    t.EvictionReason.CONSOLIDATE: "to move it and free a whole slot (defragmentation)",
-    t.EvictionReason.STALE_GANG: "because its gang stayed below its minimum pods too long",
+    t.EvictionReason.RECLAIM: "Reclaimed for project {project}'s guaranteed quota: {by} needs "
+    "{detail}",
+    t.EvictionReason.PREEMPT: "Preempted by higher-priority work: {by} ({detail})",
+    t.EvictionReason.BORROWED: "Preempted to give back GPUs borrowed over the project's quota: "
+    "{by}, within the guaranteed quota, needs {detail}",
+    t.EvictionReason.CONSOLIDATE: "Moved to free a whole slot for {by} (defragmentation)",
+    t.EvictionReason.STALE_GANG: "Stopped because its gang stayed below its minimum pods too "
+    "long ({detail})",
 }
 
 
@@ -297,13 +303,14 @@ def evictions_apply(
 
 
 def _eviction_message(read: adapters.SnapshotRead, eviction: t.Eviction) -> str:
-    text = f"Preempted {EVICTION_TEXT[eviction.reason]}"
+    """The real cause in words, naming the work that needed the room and the numbers."""
     beneficiary = read.workloads.get(eviction.beneficiary or "")
+    by = project = "another workload"
     if beneficiary is not None:
-        text += f": room for {beneficiary.project.name}/{beneficiary.name}"
-    if eviction.detail:
-        text += f" ({eviction.detail})"
-    return text + "."
+        project = beneficiary.project.name
+        by = f"{project}/{beneficiary.name}"
+    detail = eviction.detail or "room"  # every engine path gives one; a bare reason says this
+    return EVICTION_TEXT[eviction.reason].format(by=by, project=project, detail=detail) + "."
 
 
 def _blocked_by(

@@ -50,6 +50,9 @@ class Context:
     pools: list[str]
     fair: dict[Key, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    # pending workload id -> (seconds it may still wait, the victim): a search passed
+    # over a victim whose checkpoint is due soon (actions/victims.py), said in its reason
+    checkpoint_waits: dict[str, tuple[float, str]] = field(default_factory=dict)
     capacity_failed: set[str] = field(default_factory=set)
     shape_failures: dict[tuple[str, int], str] = field(default_factory=dict)
     shapes: dict[str, int] = field(default_factory=dict)

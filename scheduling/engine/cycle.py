@@ -198,6 +198,11 @@ def _result(ctx: Context) -> CycleResult:
     reasons = {}
     for wl in ctx.pending():
         reasons[wl.id] = ctx.reasons.get(wl.id, "waiting for the next cycle")
+        if wl.id in ctx.checkpoint_waits:
+            left, victim = ctx.checkpoint_waits[wl.id]
+            reasons[wl.id] += (
+                f"; waiting about {left:.0f} s for {victim}'s checkpoint before preempting it"
+            )
     for wid, rec in sorted(stmt.evicted.items()):
         if wid not in stmt.admitted:
             by = f" for {rec.beneficiary}" if rec.beneficiary else ""

@@ -45,6 +45,8 @@ class EvictionReason(enum.StrEnum):
 
     RECLAIM = "reclaim"  # an under-quota queue takes its deserved GPUs back
     PREEMPT = "preempt"  # a higher-priority workload of the same project needs room
+    BORROWED = "borrowed"  # its project's work within the guaranteed quota takes back
+    # GPUs this workload borrowed over the quota (same priority; actions/preempt.py)
     CONSOLIDATE = "consolidate"  # moved elsewhere to defragment; re-admitted in the same result
     STALE_GANG = "stale_gang"  # a running gang stayed below its minimum pods too long
 

@@ -1,6 +1,7 @@
 """An eviction waits for a victim's checkpoint that is due within half its interval
-(actions/victims.checkpoint_due), within bounds: work within its guarantee does not
-wait, and a newcomer that has waited a whole interval takes the victim anyway."""
+(actions/victims.checkpoint_due), within bounds: only claims between over-quota work
+wait (work within its guarantee never does: reclaim, and taking back borrowed GPUs), and a
+newcomer that has waited a whole interval takes the victim anyway."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.engine.builders import dept, evicted, job, nodes, placed, project, ru
 
 NOW = 100_000.0
 RECLAIM = str(EvictionReason.RECLAIM)
+PREEMPT = str(EvictionReason.PREEMPT)
 
 
 def test_checkpoint_due_in_the_second_half_of_the_interval_only() -> None:
@@ -46,16 +48,43 @@ def _reclaim(saved_ago: float, submitted_ago: float = 60.0):
     return run(snapshot(nodes(1), queues, [*theirs, newcomer]), now=NOW)
 
 
-def test_reclaim_waits_for_a_checkpoint_due_within_half_an_interval() -> None:
-    assert _reclaim(saved_ago=400).evictions == ()
-    result = _reclaim(saved_ago=100)
-    assert set(evicted(result).values()) == {RECLAIM}
-    assert "mine" in placed(result)
+def test_reclaim_for_guaranteed_work_never_waits_for_a_checkpoint() -> None:
+    # A reclaimer is within its deserved quota: the guarantee means now (issue 24).
+    for saved_ago in (100, 400, 599):
+        result = _reclaim(saved_ago=saved_ago)
+        assert set(evicted(result).values()) == {RECLAIM}
+        assert "mine" in placed(result)
+
+
+def _preempt(saved_ago: float, submitted_ago: float = 60.0):
+    """p (quota 0) runs an 8-GPU job on borrowed GPUs, its last checkpoint saved_ago
+    seconds ago (interval 600 s); p's urgent 8-GPU job arrives: an over-quota claim."""
+    low = replace(
+        running(job("low", "p", gpus=8), "n0", range(8), started=NOW - 3600),
+        checkpoint_interval_s=600.0,
+        last_checkpoint_time=NOW - saved_ago,
+    )
+    urgent = job("urgent", "p", gpus=8, priority=10, t=NOW - submitted_ago)
+    return run(snapshot(nodes(1), [dept(), project("p")], [low, urgent]), now=NOW)
+
+
+def test_an_over_quota_claim_waits_for_a_checkpoint_due_within_half_an_interval() -> None:
+    waiting = _preempt(saved_ago=400)
+    assert waiting.evictions == ()
+    # Its reason says what it waits for, and for how long: the checkpoint is due in 200 s.
+    assert waiting.pending_reasons["urgent"].endswith(
+        "; waiting about 200 s for low's checkpoint before preempting it"
+    )
+    # Waited 500 of its 600 s bound already: 100 s left, sooner than the checkpoint.
+    assert "waiting about 100 s for low's" in _preempt(400, 500).pending_reasons["urgent"]
+    result = _preempt(saved_ago=100)
+    assert evicted(result) == {"low": PREEMPT}
+    assert "urgent" in placed(result)
 
 
 def test_a_newcomer_that_waited_a_whole_interval_does_not_wait_for_checkpoints() -> None:
-    result = _reclaim(saved_ago=400, submitted_ago=600)
-    assert set(evicted(result).values()) == {RECLAIM}
+    result = _preempt(saved_ago=400, submitted_ago=600)
+    assert evicted(result) == {"low": PREEMPT}
 
 
 def test_work_within_its_guarantee_does_not_wait_for_a_borrowed_victims_checkpoint() -> None:
@@ -69,4 +98,4 @@ def test_work_within_its_guarantee_does_not_wait_for_a_borrowed_victims_checkpoi
     theirs = [running(job(f"o{i}", "p2"), "n1", [i], started=NOW - 3600) for i in range(8)]
     queues = [dept(), project("p1", deserved=4), project("p2", deserved=12)]
     snap = snapshot(nodes(2), queues, [big, *theirs, job("small", "p1", gpus=4, t=NOW - 60)])
-    assert evicted(run(snap, now=NOW)) == {"big": str(EvictionReason.PREEMPT)}
+    assert evicted(run(snap, now=NOW)) == {"big": str(EvictionReason.BORROWED)}

@@ -16,6 +16,7 @@ from tests.engine.builders import dept, evicted, job, nodes, placed, project, ru
 from tests.engine.test_properties import FAST, NOW, _check_no_overcommit, random_snapshot, seeds
 
 PREEMPT = str(EvictionReason.PREEMPT)
+BORROWED = str(EvictionReason.BORROWED)
 
 
 def _borrower(**pending: object) -> Snapshot:
@@ -30,8 +31,12 @@ def _borrower(**pending: object) -> Snapshot:
 
 def test_work_within_the_quota_evicts_the_projects_own_borrowed_work() -> None:
     result = run(_borrower(), now=NOW)
-    assert evicted(result) == {"big": PREEMPT}
+    assert evicted(result) == {"big": BORROWED}
     assert [e.beneficiary for e in result.evictions] == ["small"]
+    # The event's numbers: what the newcomer needs, and what its project holds and is owed.
+    assert [e.detail for e in result.evictions] == [
+        "4 GPUs in pool a; p1 holds 8 of its deserved 4"
+    ]
     assert list(placed(result)) == ["small"]
 
 
@@ -84,10 +89,13 @@ def test_equal_priority_preemption_only_takes_borrowed_work_and_never_cycles(see
         result = schedule(snap, SchedulerConfig(), now)
         by_id = {wl.id: wl for wl in snap.workloads}
         for e in result.evictions:
-            if e.reason is not EvictionReason.PREEMPT:
+            if e.reason not in (EvictionReason.PREEMPT, EvictionReason.BORROWED):
                 continue
             victim, newcomer = by_id[e.workload_id], by_id[e.beneficiary or ""]
             assert victim.queue_id == newcomer.queue_id
+            # The reason names the real cause: a higher priority, or borrowed GPUs.
+            outranked = victim.priority < newcomer.priority
+            assert (e.reason is EvictionReason.PREEMPT) == outranked
             if victim.priority == newcomer.priority:
                 pool = pool_of[(victim.placement or ())[0].node_id]
                 # What the queue held in the pool at most, in this cycle: before it, plus
@@ -161,7 +169,7 @@ def test_guaranteed_work_of_other_projects_is_not_taken() -> None:
             for q in snap.queues
         ),
     )
-    assert evicted(run(snap, now=NOW)) == {"big": PREEMPT}
+    assert evicted(run(snap, now=NOW)) == {"big": BORROWED}
 
 
 def _over_borrower(waiting: bool) -> Snapshot:

@@ -128,17 +128,16 @@ def test_gpupool_beats_fifo_on_the_worst_teams_extra_queueing_when_one_team_hogs
     assert shared["teams"]["a"]["extra_queueing_s"] == 50.0 - 500.0
 
 
-def test_gpupool_waits_for_a_victims_checkpoint_that_is_due_within_half_an_interval() -> None:
-    # b arrives at 40, 40 s after a's jobs started (checkpoints every 60 s): evicting
-    # then would lose 40 s of each victim's work, and their checkpoint is 20 s away, so
-    # reclaim waits for it and takes the GPUs at the periodic cycle of 60, losing
-    # nothing (actions/victims.checkpoint_due).
+def test_gpupool_reclaims_for_guaranteed_work_without_waiting_for_a_checkpoint() -> None:
+    # b arrives at 40, 40 s after a's jobs started (checkpoints every 60 s): a's
+    # checkpoint is 20 s away, but b is within its guaranteed quota, which means now
+    # (issue 24): reclaim takes the GPUs at once, and each victim loses its 40 s.
     jobs = [job(f"a{i}", 0, 1000, 1, "a") for i in range(4)]
     jobs += [job("b1", 40, 100, 1, "b"), job("b2", 40, 100, 1, "b")]
     config = SimConfig(tick=0.0, period=20.0, checkpoint_interval=60.0)
     sim, _ = simulate(cluster(1, 4), jobs, quotas(a=2, b=2), "gpupool", config)
     runs = sim.runs
-    assert (runs["b1"].first_start, runs["b2"].first_start) == (60, 60)
+    assert (runs["b1"].first_start, runs["b2"].first_start) == (40, 40)
     evicted = sorted(i for i in runs if runs[i].preemptions)
     assert len(evicted) == 2
-    assert all(runs[i].lost_gpu_s == 0.0 for i in evicted)
+    assert all(runs[i].lost_gpu_s == 40.0 for i in evicted)

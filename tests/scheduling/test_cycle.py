@@ -82,7 +82,11 @@ def test_over_quota_work_is_reclaimed_for_the_owner_once_its_pods_are_gone(org, 
     victim = victims[0]
     event = victim.events.last()
     assert (event.type, event.reason) == ("preempted", "Preempted:reclaim")
-    assert "room for nlp/owner" in event.message
+    # The event names the real cause, the project and the numbers.
+    assert event.message == (
+        "Reclaimed for project nlp's guaranteed quota: nlp/owner needs 4 GPUs in pool a100; "
+        "nlp holds 0 of its deserved 4."
+    )
     assert fresh(owner).state == S.PENDING
     assert "being freed by preempted pods" in fresh(owner).pending_reason
     # Reconciliation confirms the pods are gone: the victim requeues, the owner runs.

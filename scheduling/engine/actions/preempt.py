@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from scheduling.engine.actions.allocate import borrow_block
 from scheduling.engine.actions.elastic import has_extras, shrink_for, shrink_in_queue
-from scheduling.engine.actions.reclaim import Failures, ReclaimRule
+from scheduling.engine.actions.reclaim import Failures, ReclaimRule, owed
 from scheduling.engine.actions.victims import (
     Candidates,
+    Cause,
     Victim,
     VictimIndex,
     VictimRule,
@@ -105,7 +106,7 @@ def _try_preempt(
         pool,
         Candidates.of(victims),
         VictimRule(eligible, wait=not borrowed),
-        EvictionReason.PREEMPT,
+        _outranked_or_owed(ctx, wl, pool),
         MAX_VICTIMS,
         # Work within the guarantee is not borrowing; other newcomers borrow no more
         # than allocation would let them (allocate.borrow_block).
@@ -120,6 +121,19 @@ def _try_preempt(
     ctx.admit(wl, pool, found[1])
     guarantee.forget(wl.queue_id)
     return True
+
+
+def _outranked_or_owed(ctx: Context, wl: Workload, pool: str) -> Cause:
+    """Why wl evicts a workload of its own project: a higher priority, or (at the same
+    priority) its guaranteed quota taking back GPUs the victim borrowed over it."""
+    owes = owed(ctx, wl, pool)
+
+    def cause(victim: Workload) -> tuple[EvictionReason, str]:
+        if victim.priority < wl.priority:
+            return EvictionReason.PREEMPT, f"priority {wl.priority} over {victim.priority}"
+        return EvictionReason.BORROWED, owes(victim)[1]
+
+    return cause
 
 
 def _take_borrowed(
@@ -137,9 +151,7 @@ def _take_borrowed(
     extras = BorrowedRule(ctx, wl, pool, guarantee, extras=True)
     slots = shrink_for(ctx, wl, pool, extras) if ctx.book.originals else None
     if slots is None:
-        found = make_room(
-            ctx, wl, pool, index.pool(pool), rule, EvictionReason.RECLAIM, MAX_VICTIMS
-        )
+        found = make_room(ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool), MAX_VICTIMS)
         if found is None:
             ctx.stmt.discard(mark)
             return None
@@ -155,8 +167,6 @@ class BorrowedRule(ReclaimRule):
     where reclaim would allow taking it (their side stays at or above its fair share).
     Guaranteed work only ever evicts borrowed work this way, and a project's guaranteed
     set only grows by it, so it cannot flip-flop."""
-
-    wait_for_checkpoints = False  # work within its guarantee does not wait
 
     def __init__(
         self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee, extras: bool = False

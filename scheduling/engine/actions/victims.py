@@ -239,13 +239,21 @@ def can_evict(ctx: Context) -> bool:
     return ctx.preemptible_running > 0 and bool(preemptible(ctx).by_queue)
 
 
+# Why a victim is evicted: its reason and a detail in words (names and numbers).
+Cause = Callable[[Workload], tuple[EvictionReason, str]]
+
+
+def _same(reason: EvictionReason) -> Cause:
+    return lambda _victim: (reason, "")
+
+
 def make_room(
     ctx: Context,
     wl: Workload,
     pool: str,
     candidates: Candidates,
     rule: Rule,
-    reason: EvictionReason,
+    reason: EvictionReason | Cause,
     max_victims: int,
     ready: Callable[[], bool] = lambda: True,
 ) -> tuple[list[Workload], list[PodSlot]] | None:
@@ -253,8 +261,10 @@ def make_room(
 
     Returns the victims and wl's slots (applied, not yet recorded as an admission), or
     None with everything undone. `ready` is asked before each placement try (a quota
-    check that evictions may turn true).
+    check that evictions may turn true). `reason` is one for all victims, or a Cause
+    that tells each victim's reason and the detail its eviction carries.
     """
+    cause = reason if callable(reason) else _same(reason)
     if ctx.searches_left <= 0:
         return None
     ctx.searches_left -= 1
@@ -276,7 +286,8 @@ def make_room(
         for victim in batch:
             if not (rule.queue_ok(victim.wl.queue_id) and rule.victim_ok(victim)):
                 break  # earlier evictions of this batch changed the victim's standing
-            ctx.stmt.evict(victim.wl, reason, wl.id)
+            why, detail = cause(victim.wl)
+            ctx.stmt.evict(victim.wl, why, wl.id, detail)
             evicted.append(victim.wl)
     ctx.stmt.discard(mark)
     return None
@@ -292,11 +303,12 @@ def _cheapest_batch(
     rule: Rule,
     share: PodRequest | None = None,
 ) -> list[Victim]:
-    """Victims on one node whose eviction leaves `need` free devices there (or, for a
-    fractional pod `share`, one device with room for it).
+    """Victims on one node whose eviction leaves room for one pod of wl more there
+    (`need` free devices, a multiple of it for a gang; for a fractional pod `share`, one
+    device with room for it).
 
     Walks usable victims in cost order, crediting the devices each would free to its
-    nodes; the first node to reach `need` gives the batch. No other plan uses only
+    nodes; the first node to reach its target gives the batch. No other plan uses only
     cheaper victims, and the walk stops as soon as one plan exists. A victim whose
     checkpoint is due soon is skipped while the rule waits for checkpoints and wl has
     waited less than that victim's checkpoint interval (the bound: cycles that always
@@ -314,10 +326,12 @@ def _cheapest_batch(
     slots = ctx.state.slots
     waited = ctx.now - wl.submit_time
     wait = rule.wait_for_checkpoints
+    pods = len(wl.pods)
     for victim in stream:
         if victim.wl.id in evicted or not _frees_devices(slots.get(victim.wl.id, ())):
             continue
         if wait and victim.due and waited < (victim.wl.checkpoint_interval_s or 0.0):
+            _note_checkpoint_wait(ctx, wl, victim.wl, waited)
             continue
         if not rule.victim_ok(victim):
             continue
@@ -327,11 +341,22 @@ def _cheapest_batch(
         for order in victim.nodes:
             if order not in progress:
                 node = ctx.state.nodes[order]
-                progress[order] = _NodePlan.start(node, pool, models, need, share)
+                progress[order] = _NodePlan.start(node, pool, models, need, share, pods)
             plan = progress[order]
-            if plan is not None and plan.add(ctx, victim, need):
+            if plan is not None and plan.add(ctx, victim):
                 return plan.chosen
     return []
+
+
+def _note_checkpoint_wait(ctx: Context, wl: Workload, victim: Workload, waited: float) -> None:
+    """Keep, for wl's pending reason, the soonest that a checkpoint wait for this victim
+    ends: at its checkpoint, or once wl has waited one interval (whichever is first)."""
+    interval = victim.checkpoint_interval_s or 0.0
+    since = max(victim.started_at or 0.0, victim.last_checkpoint_time or 0.0)
+    left = max(min(since + interval - ctx.now, interval - waited), 0.0)
+    kept = ctx.checkpoint_waits.get(wl.id)
+    if kept is None or left < kept[0]:
+        ctx.checkpoint_waits[wl.id] = (left, victim.name or victim.id)
 
 
 @dataclass(slots=True, eq=False)
@@ -340,35 +365,51 @@ class _NodePlan:
 
     node: NodeState
     free: dict[str, int]
+    target: dict[str, int]  # free devices per model that give room for one pod more
     share: PodRequest | None = None
     chosen: list[Victim] = field(default_factory=list)
     gone: set[str] = field(default_factory=set)
 
     @staticmethod
     def start(
-        node: NodeState, pool: str, models: list[str], need: int, share: PodRequest | None
+        node: NodeState,
+        pool: str,
+        models: list[str],
+        need: int,
+        share: PodRequest | None,
+        pods: int = 1,
     ) -> _NodePlan | None:
+        """A plan for one more pod's room on the node, or None where none is wanted.
+
+        A single pod that does not fit where a node has room already is blocked by
+        something else than this node's GPUs. A gang of several pods may need room
+        for more than one on a node: its plan frees room for one pod more than the
+        node holds now (the search that stopped at the first free device of every node
+        left gangs of one-GPU pods waiting for ever behind borrowed work; issue 24)."""
         if node.pool != pool or not node.schedulable or need == 0:
             return None
         free = {m: node.free_by_model.get(m, 0) for m in models}
-        if not free or max(free.values()) >= need:
+        if not free or (pods == 1 and max(free.values()) >= need):
             return None  # room is there already; what blocks is not this node's GPUs
-        plan = _NodePlan(node, free, share)
+        target = {m: need * (count // need + 1) for m, count in free.items()}
+        if pods > 1 and max(c // need for c in free.values()) >= pods:
+            return None  # room for the whole gang here already
+        plan = _NodePlan(node, free, target, share)
         if share is not None and any(plan.has_room(gpu) for gpu in node.gpus):
             return None
         return plan
 
-    def add(self, ctx: Context, victim: Victim, need: int) -> bool:
-        """Credit a victim; True once the node would have `need` free devices, or a
-        device with room for the fractional pod."""
+    def add(self, ctx: Context, victim: Victim) -> bool:
+        """Credit a victim; True once the node would have the target's free devices, or
+        a device with room for the fractional pod."""
         self.chosen.append(victim)
         self.gone.add(victim.wl.id)
-        free, share = self.free, self.share
-        done = False  # no model had `need` free before (start, or add would have said so)
+        free, share, target = self.free, self.share, self.target
+        done = False  # no model had its target before (start, or add would have said so)
         for gpu in _devices_on(ctx, victim.wl.id, self.node):
             if gpu.model in free and _all_holders_gone(gpu, self.gone):
                 free[gpu.model] += 1
-                done = done or free[gpu.model] >= need
+                done = done or free[gpu.model] >= target[gpu.model]
             done = done or (share is not None and self.has_room(gpu))
         return done
 

@@ -1,0 +1,158 @@
+"""The guaranteed quota means now (issue 24): in a pool whose guarantees fit its
+capacity, work within its project's deserved quota that is blocked only by preemptible
+work over its own project's quota is admitted within two cycles, whatever the victims'
+checkpoints, costs or order. Waiting for a checkpoint applies only between over-quota
+claims, and never for longer than one checkpoint interval.
+
+Each property here fails on a deliberate break of the rule it guards: set
+`ReclaimRule.wait_for_checkpoints = True` (the bug of issue 24) and the first fails;
+drop the bound `waited < interval` in victims._cheapest_batch and the last one does.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduling.engine.types import EvictionReason, Snapshot, Workload
+from tests.engine.builders import cycles, dept, job, nodes, project, running, snapshot
+from tests.engine.test_properties import FAST
+
+NOW = 100_000.0
+GPUS_PER_NODE = 8
+INTERVALS = (None, 300.0, 600.0, 1800.0, 3600.0)
+
+
+def _victim_history(rng: random.Random, wl: Workload) -> Workload:
+    """A random past: when it started, how often it saves, when it last saved, how
+    often it restarted; so costs, their order and the checkpoints due all vary."""
+    started = NOW - rng.uniform(700, 20_000)
+    interval = rng.choice(INTERVALS)
+    saved = None if interval is None else rng.uniform(started, NOW)
+    return replace(
+        wl,
+        started_at=started,
+        checkpoint_interval_s=interval,
+        last_checkpoint_time=saved,
+        restarts=rng.randint(0, 3),
+    )
+
+
+def owner_blocked_by_borrowers(seed: int) -> tuple[Snapshot, str, dict[str, int]]:
+    """A full pool of 1-GPU jobs whose guarantees fit its capacity. Project `owner` runs
+    below its deserved quota and submits an n-pod gang that fits in what it is still
+    owed; the only room for it is GPUs that other projects hold over their own quotas.
+    Returns the snapshot, the gang's id and each project's deserved quota."""
+    rng = random.Random(seed)
+    node_count = rng.randint(1, 4)
+    capacity = node_count * GPUS_PER_NODE
+    others = [f"p{i}" for i in range(rng.randint(1, 4))]
+    # Deserved quotas summing to at most the capacity, the owner's at least 1.
+    deserved = {"owner": rng.randint(1, capacity // 2)}
+    left = capacity - deserved["owner"]
+    for qid in others:
+        deserved[qid] = rng.randint(0, left)
+        left -= deserved[qid]
+    held = {"owner": rng.randint(0, deserved["owner"] - 1)}
+    need = rng.randint(1, deserved["owner"] - held["owner"])
+    # The others fill the rest of the pool (some GPUs may stay free): within their quotas
+    # first, the remainder borrowed, so the over-quota work covers what the owner needs.
+    free = rng.randint(0, need - 1)
+    rest = capacity - held["owner"] - free
+    for qid in others:
+        held[qid] = min(deserved[qid], rest)
+        rest -= held[qid]
+    for _ in range(rest):
+        held[rng.choice(others)] += 1
+    workloads = _running_jobs(rng, held, node_count)
+    gang = job("gang", "owner", gpus=1, pods=need, t=NOW - 30)
+    workloads.append(gang)
+    rng.shuffle(workloads)
+    queues = [dept(), project("owner", deserved=deserved["owner"])]
+    queues += [project(qid, deserved=deserved[qid]) for qid in others]
+    rng.shuffle(queues)
+    return snapshot(nodes(node_count), queues, workloads), gang.id, deserved
+
+
+def _running_jobs(rng: random.Random, held: dict[str, int], node_count: int) -> list[Workload]:
+    devices = [(f"n{n}", d) for n in range(node_count) for d in range(GPUS_PER_NODE)]
+    rng.shuffle(devices)
+    found = []
+    for qid, count in sorted(held.items()):
+        for i in range(count):
+            node, device = devices.pop()
+            wl = running(job(f"{qid}-{i}", qid, t=NOW - 30_000 + i), node, [device])
+            found.append(_victim_history(rng, wl))
+    return found
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_in_quota_work_blocked_by_borrowed_work_is_admitted_within_two_cycles(seed: int) -> None:
+    snap, gang, deserved = owner_blocked_by_borrowers(seed)
+    steps = cycles(snap, 2, start=NOW)
+    admitted = [any(a.workload_id == gang for a in r.admissions) for _, r in steps]
+    assert any(admitted), f"seed {seed}: the owner's gang still waits after two cycles"
+    # Only work over its own project's quota was taken, and only from other projects.
+    for before, result in steps:
+        held = _held(before)
+        for eviction in result.evictions:
+            victim = next(w for w in before.workloads if w.id == eviction.workload_id)
+            assert victim.queue_id != "owner"
+            assert eviction.reason == EvictionReason.RECLAIM
+            held[victim.queue_id] -= 1
+            assert held[victim.queue_id] >= deserved[victim.queue_id]
+
+
+def _held(snap: Snapshot) -> dict[str, int]:
+    held: dict[str, int] = {}
+    for wl in snap.workloads:
+        if wl.placement is not None:
+            held[wl.queue_id] = held.get(wl.queue_id, 0) + len(wl.placement)
+    return held
+
+
+def test_the_owner_does_not_wait_for_a_victims_checkpoint_due_soon() -> None:
+    # Issue 24's case: b (quota 8) submits 4 one-GPU jobs while a runs 16 on a 16-GPU
+    # pool, 8 of them on b's quota, every one 20 minutes past a half-hourly checkpoint.
+    borrowed = [
+        replace(
+            running(job(f"a{i}", "a", t=i), f"n{i // 8}", [i % 8], started=NOW - 7200),
+            checkpoint_interval_s=1800.0,
+            last_checkpoint_time=NOW - 1200,
+        )
+        for i in range(16)
+    ]
+    mine = [job(f"b{i}", "b", t=NOW - 10) for i in range(4)]
+    queues = [dept(), project("a", deserved=8), project("b", deserved=8)]
+    (_, result), *_ = cycles(snapshot(nodes(2), queues, [*borrowed, *mine]), 1, start=NOW)
+    assert sorted(a.workload_id for a in result.admissions) == ["b0", "b1", "b2", "b3"]
+    assert {str(e.reason) for e in result.evictions} == {str(EvictionReason.RECLAIM)}
+
+
+@FAST
+@given(st.sampled_from([300.0, 600.0, 1800.0]), st.floats(min_value=0.5, max_value=0.99))
+def test_an_over_quota_claim_waits_for_a_checkpoint_at_most_one_interval(
+    interval: float, into: float
+) -> None:
+    # Inside a project over its quota, urgent work preempts a low-priority job whose
+    # checkpoint is due: it waits for that checkpoint, but no longer than one interval
+    # after it was submitted, even when every cycle lands just before the victim saves.
+    urgent = job("urgent", "p", gpus=8, priority=10, t=NOW)
+    queues = [dept(), project("p", deserved=0)]
+    now, first_eviction = NOW, None
+    while first_eviction is None and now <= NOW + 2 * interval:
+        victim = replace(
+            running(job("low", "p", gpus=8), "n0", range(8), started=NOW - 9000),
+            checkpoint_interval_s=interval,
+            last_checkpoint_time=now - into * interval,  # always due, never saved yet
+        )
+        result = cycles(snapshot(nodes(1), queues, [victim, urgent]), 1, start=now)[0][1]
+        if result.evictions:
+            first_eviction = now
+        now += 60
+    assert first_eviction is not None, "the wait for a checkpoint must be bounded"
+    assert NOW < first_eviction <= NOW + interval + 60
