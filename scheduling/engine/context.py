@@ -50,6 +50,8 @@ class Context:
     pools: list[str]
     fair: dict[Key, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    # pool -> (ledger moves seen, queues above their deserved quota: reclaim.over_quota)
+    over_quota_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     # pending workload id -> (seconds it may still wait, the victim): a search passed
     # over a victim whose checkpoint is due soon (actions/victims.py), said in its reason
     checkpoint_waits: dict[str, tuple[float, str]] = field(default_factory=dict)

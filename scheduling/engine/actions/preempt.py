@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from scheduling.engine.actions.allocate import borrow_block
 from scheduling.engine.actions.elastic import has_extras, shrink_for, shrink_in_queue
-from scheduling.engine.actions.reclaim import Failures, ReclaimRule, owed
+from scheduling.engine.actions.guarantee import Guarantee
+from scheduling.engine.actions.reclaim import BorrowedRule, Failures, owed
 from scheduling.engine.actions.victims import (
     Candidates,
     Cause,
@@ -32,10 +33,9 @@ from scheduling.engine.actions.victims import (
     make_room,
     preemptible,
 )
-from scheduling.engine.context import Context, pending_key
+from scheduling.engine.context import Context
 from scheduling.engine.fairshare import EPS
 from scheduling.engine.state import PodSlot
-from scheduling.engine.statement import slot_amounts
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
@@ -162,110 +162,7 @@ def _take_borrowed(
     return slots
 
 
-class BorrowedRule(ReclaimRule):
-    """Victims for work within its project's guarantee: other projects' borrowed work,
-    where reclaim would allow taking it (their side stays at or above its fair share).
-    Guaranteed work only ever evicts borrowed work this way, and a project's guaranteed
-    set only grows by it, so it cannot flip-flop."""
-
-    def __init__(
-        self, ctx: Context, wl: Workload, pool: str, guarantee: Guarantee, extras: bool = False
-    ) -> None:
-        super().__init__(ctx, wl, pool)
-        self.guarantee = guarantee
-        self.extras = extras  # judging extra pods: all of them are borrowed room
-
-    def allowed(self) -> dict[str, bool]:
-        """Not kept as reclaim's is: which work is borrowed moves with the guarantees."""
-        return self._fresh(self.ctx.donors(self.pool))
-
-    def _ok(self, queue_id: str, donors: dict[str, float]) -> bool:
-        if queue_id == self.wl.queue_id or queue_id not in donors:
-            return False
-        if not self.ctx.is_leaf(queue_id) or not self._borrowed(queue_id):
-            return False
-        return all(q in donors for q in self._their_side(queue_id))
-
-    def victim_ok(self, victim: Victim) -> bool:
-        if not self.extras and victim.wl.id not in self._borrowed(victim.wl.queue_id):
-            return False
-        return super().victim_ok(victim)
-
-    def _borrowed(self, queue_id: str) -> frozenset[str]:
-        deserved = self.ctx.deserved(queue_id, self.pool)
-        if self.ctx.ledger.get(queue_id, self.pool) <= deserved + EPS:
-            return frozenset()
-        return self.guarantee.split(queue_id, self.pool, deserved)[1]
-
-
 def _extras_of(owner: Workload, wl: Workload) -> bool:
     """Whose extra pods wl may take back: its project's elastic work of at most its
     priority (extras run on idle GPUs; they never outrank a waiting job)."""
     return owner.queue_id == wl.queue_id and owner.priority <= wl.priority and owner.id != wl.id
-
-
-class Guarantee:
-    """Which running work of a queue its deserved quota guarantees, per pool.
-
-    The queue's running workloads are taken in its own order (priority, then submit
-    time, as it admits them), each joining the guaranteed set while the set stays within
-    the deserved quota; the rest is borrowed (it runs on idle GPUs, as a job larger than
-    the quota always does). Computed for a queue only when it holds more than its
-    deserved quota in the pool (otherwise nothing is borrowed), once per cycle and queue
-    until the queue admits something."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.running: dict[str, list[Workload]] | None = None
-        self.memo: dict[tuple[str, str], tuple[float, frozenset[str], int]] = {}
-
-    def borrowed_for(self, wl: Workload, pool: str, need: float) -> frozenset[str]:
-        """Borrowed work of wl's queue it may evict: none unless wl fits inside the
-        deserved quota beside the queue's guaranteed work."""
-        ctx = self.ctx
-        deserved = ctx.deserved(wl.queue_id, pool)
-        if ctx.ledger.get(wl.queue_id, pool) <= deserved + EPS or need > deserved + EPS:
-            return frozenset()
-        held, borrowed = self.split(wl.queue_id, pool, deserved)
-        if held + need > deserved + EPS:
-            return frozenset()
-        return borrowed
-
-    def forget(self, queue_id: str) -> None:
-        for key in [k for k in self.memo if k[0] == queue_id]:
-            del self.memo[key]
-        self.running = None
-
-    def split(self, queue_id: str, pool: str, deserved: float) -> tuple[float, frozenset[str]]:
-        """GPUs the queue's guaranteed work holds in the pool, and its borrowed work."""
-        found = self.memo.get((queue_id, pool))
-        if found is None or found[2] != len(self.ctx.stmt.evicted):
-            held, borrowed = 0.0, set()
-            evicted = self.ctx.stmt.evicted
-            for wl in sorted(self._running().get(queue_id, ()), key=pending_key):
-                if wl.id in evicted:
-                    continue
-                gpus = _gpus_in(self.ctx, wl.id, pool)
-                if gpus <= EPS:
-                    continue
-                if held + gpus <= deserved + EPS:
-                    held += gpus
-                else:
-                    borrowed.add(wl.id)
-            found = (held, frozenset(borrowed), len(evicted))
-            self.memo[(queue_id, pool)] = found
-        return found[0], found[1]
-
-    def _running(self) -> dict[str, list[Workload]]:
-        if self.running is None:
-            self.running = {}
-            workloads = self.ctx.workloads
-            for wid in self.ctx.state.slots:
-                wl = workloads.get(wid)
-                if wl is not None:
-                    self.running.setdefault(wl.queue_id, []).append(wl)
-        return self.running
-
-
-def _gpus_in(ctx: Context, wid: str, pool: str) -> float:
-    return sum(slot_amounts(s)[0] for s in ctx.state.slots.get(wid, ()) if s.node.pool == pool)
