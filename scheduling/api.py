@@ -115,7 +115,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "memory_mib", "pods", "min_pods", "node_pools", "gpu_model", "topology_level",
             "topology_required",
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
-            "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
+            "checkpoint_interval_s", "last_checkpoint_at", "spec", "state", "pending_reason",
+            "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
             "handles_resize", "resized_at", "size", "min_gpus",
@@ -225,6 +226,12 @@ class SubmitSpecSerializer(SubmitSerializer):
     preemptible = serializers.BooleanField(required=False)
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
+    checkpoint_interval_s = bounded_integer(
+        bounds.CHECKPOINT_INTERVAL_S,
+        required=False,
+        help_text="training: how often it saves a checkpoint; an eviction may wait for one due"
+        " soon",
+    )
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
     ssh = serializers.BooleanField(
         required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
