@@ -8,15 +8,19 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from clusters.podspecs import pod_env
 from portal.models import DepartmentQuota
 from scheduling import adapters, bounds
+from scheduling.checkpoints import workload_checkpoint_token, workload_token_check
 from scheduling.cli import main
 from scheduling.cycle import cycle_run
 from scheduling.forms import initial_from
 from scheduling.models import Workload, WorkloadState
+from scheduling.services import workload_stop
 from scheduling.specs import clean_spec
 from tests.scheduling.test_bounds import training
 from tests.scheduling.test_cli import gp, logged_in  # noqa: F401 - the CLI's fixtures
@@ -112,6 +116,14 @@ def test_the_schema_documents_the_interval_with_its_bounds(api):
     assert {FIELD, "last_checkpoint_at"} <= set(schema["Workload"]["properties"])
 
 
+def test_the_schema_documents_the_checkpoint_report_and_its_token(api):
+    schema = api.get("/api/schema/?format=json").json()
+    report = schema["paths"]["/api/v1/workloads/{id}/checkpoint/"]["post"]
+    assert report["security"] == [{"checkpointToken": []}]
+    assert {"200", "400", "401", "403", "404"} <= set(report["responses"])
+    assert schema["components"]["securitySchemes"]["checkpointToken"]["scheme"] == "bearer"
+
+
 @pytest.mark.parametrize("kind", ["training", "distributed"])
 def test_the_interval_round_trips_through_the_form_page_and_clone(client_as, org, cluster, kind):
     client = client_as(org.researcher)
@@ -188,7 +200,10 @@ def borrowers_running(org, submit, *, saved_ago: float) -> list[Workload]:
     """vision runs two 4-GPU jobs on all 8 GPUs (4 borrowed from language), for an hour,
     checkpointing every 600 s, the last one saved_ago seconds ago."""
     DepartmentQuota.objects.update(gpus=4)
-    jobs = [submit(org.researcher, org.project_a, n, gpus=4, **{FIELD: 600}) for n in "ab"]
+    jobs = [
+        submit(org.researcher, org.project_a, n, gpus=4, checkpoint_dir="/ckpt", **{FIELD: 600})
+        for n in "ab"
+    ]
     cycle_run()
     now = timezone.now()
     Workload.objects.filter(pk__in=[j.pk for j in jobs]).update(
@@ -211,8 +226,9 @@ def test_the_live_cycle_lets_a_reclaim_wait_for_a_checkpoint_due_soon(org, clust
     run = cycle_run()
     assert (run.evicted, states(jobs)) == (0, [WorkloadState.RUNNING] * 2)
     assert Workload.objects.get(pk=owner.pk).state == WorkloadState.PENDING
-    # Both have just saved: nothing more to wait for, one of them is reclaimed.
-    Workload.objects.filter(pk__in=[j.pk for j in jobs]).update(last_checkpoint_at=timezone.now())
+    # Both pods report that they have just saved: nothing more to wait for.
+    for job in jobs:
+        assert report(job).status_code == 200
     run = cycle_run()
     assert (run.evicted, states(jobs)) == (1, [WorkloadState.PREEMPTED, WorkloadState.RUNNING])
 
@@ -223,3 +239,73 @@ def test_without_an_interval_the_live_cycle_reclaims_at_once(org, cluster, submi
     submit(org.outsider, org.project_b, "owner", gpus=4)
     run = cycle_run()
     assert (run.evicted, states(jobs)) == (1, [WorkloadState.PREEMPTED, WorkloadState.RUNNING])
+
+
+# --- Reporting a checkpoint from the workload's own pod -------------------------------------
+
+
+def report(wl: Workload, token: str | None = None):
+    """POST as the workload's pod would: to the URL in its environment, with its token
+    (or with `token` instead)."""
+    url = f"{settings.SITE_URL}/api/v1/workloads/{wl.pk}/checkpoint/"
+    if token is None:
+        env = pod_env(wl.allocations.first())
+        url, token = env["GPUPOOL_CHECKPOINT_URL"], env["GPUPOOL_CHECKPOINT_TOKEN"]
+    path = url.removeprefix(settings.SITE_URL)
+    return APIClient().post(path, HTTP_AUTHORIZATION=f"Bearer {token}".strip())
+
+
+def test_a_pod_of_work_that_keeps_checkpoints_is_told_where_to_report_them(org, cluster, submit):
+    keeps = submit(org.researcher, org.project_a, "keeps", gpus=1, checkpoint_dir="/ckpt")
+    plain = submit(org.researcher, org.project_a, "plain", gpus=1)
+    cycle_run()
+    env = pod_env(keeps.allocations.get())
+    assert env["GPUPOOL_CHECKPOINT_URL"] == (
+        f"{settings.SITE_URL}/api/v1/workloads/{keeps.pk}/checkpoint/"
+    )
+    assert workload_token_check(env["GPUPOOL_CHECKPOINT_TOKEN"]) == keeps.pk
+    assert not {"GPUPOOL_CHECKPOINT_URL", "GPUPOOL_CHECKPOINT_TOKEN"} & set(
+        pod_env(plain.allocations.get())
+    )
+
+
+def test_a_running_pod_reports_a_checkpoint_with_its_own_token(api, org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1, checkpoint_dir="/ckpt")
+    cycle_run()
+    before = timezone.now()
+    response = report(wl)
+    saved = Workload.objects.get(pk=wl.pk).last_checkpoint_at
+    assert response.status_code == 200 and before <= saved <= timezone.now()
+    shown = api.get(f"/api/v1/workloads/{wl.pk}/").json()["last_checkpoint_at"]
+    assert shown == response.json()["last_checkpoint_at"]
+    assert engine_workload(wl).last_checkpoint_time == saved.timestamp()
+
+
+def test_a_checkpoint_report_needs_the_workloads_own_token(org, cluster, submit):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1, checkpoint_dir="/ckpt")
+    other = submit(org.researcher, org.project_a, "other", gpus=1, checkpoint_dir="/ckpt")
+    cycle_run()
+    assert report(wl, workload_checkpoint_token(other.pk)).status_code == 403
+    assert report(wl, f"{wl.pk}:forged").status_code == 401
+    assert report(wl, "").status_code == 401
+    url = f"/api/v1/workloads/{wl.pk}/checkpoint/"
+    client = APIClient()
+    client.force_login(org.researcher)  # an account, even the owner's, is not the pod
+    assert client.post(url).status_code == 401
+    assert Workload.objects.get(pk=wl.pk).last_checkpoint_at is None
+
+
+@pytest.mark.parametrize("case", ["pending", "stopped", "no checkpoint directory"])
+def test_only_running_work_with_a_checkpoint_directory_reports_checkpoints(
+    org, cluster, submit, case
+):
+    wl = submit(org.researcher, org.project_a, "job", gpus=1, checkpoint_dir="/ckpt")
+    if case != "pending":
+        cycle_run()
+    if case == "stopped":
+        workload_stop(actor=org.researcher, workload=wl)
+    if case == "no checkpoint directory":
+        Workload.objects.filter(pk=wl.pk).update(checkpoint_dir="")
+    response = report(wl, workload_checkpoint_token(wl.pk))
+    assert (response.status_code, list(response.json())) == (400, ["state"])
+    assert Workload.objects.get(pk=wl.pk).last_checkpoint_at is None
