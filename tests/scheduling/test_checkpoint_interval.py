@@ -1,6 +1,7 @@
 """A training job's declared checkpoint interval: bounded once (scheduling.specs), taken
 from the form, the API and the CLI, shown back, and handed to the engine, whose rule then
-lets a reclaim wait for a victim's checkpoint that is due soon (engine/actions/victims)."""
+lets a reclaim wait for a victim's checkpoint that is due soon (engine/actions/victims);
+and the running pod's report of each checkpoint it saves (scheduling.checkpoints)."""
 
 from __future__ import annotations
 
