@@ -14,6 +14,7 @@ from clusters.models import Backend, Gpu
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 from portal.selectors import ssh_authorized_keys
+from scheduling.checkpoints import workload_checkpoint_env
 
 if TYPE_CHECKING:
     from clusters.models import Cluster
@@ -34,6 +35,7 @@ def pod_env(allocation: PodAllocation) -> dict[str, str]:
     )
     if workload.checkpoint_dir:
         env["GPUPOOL_CHECKPOINT_DIR"] = workload.checkpoint_dir
+    env.update(workload_checkpoint_env(workload))
     if allocation.gpu_indices:  # whole GPUs: a GPU range's current count
         env["GPUPOOL_NUM_GPUS"] = str(len(allocation.gpu_indices))
     if allocation.gpu_share is not None:

@@ -67,6 +67,16 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
         return build_bearer_security_scheme_object("Authorization", "Bearer")
 
 
+class CheckpointTokenScheme(OpenApiAuthenticationExtension):
+    """A workload pod's checkpoint token (scheduling.checkpoints): `Authorization: Bearer`."""
+
+    target_class = "scheduling.api.CheckpointTokenAuthentication"
+    name = "checkpointToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return build_bearer_security_scheme_object("Authorization", "Bearer")
+
+
 def _errors_for(path: str, method: str, operation: dict[str, Any]) -> list[str]:
     codes = []
     takes_input = method in {"post", "put", "patch"} or any(

@@ -14,6 +14,7 @@ from django.utils import timezone
 from knox.auth import TokenAuthentication
 from knox.models import AuthToken
 from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 
 def api_token_issue(*, user: Any) -> tuple[AuthToken, str]:
@@ -35,3 +36,39 @@ class ApiTokenAuthentication(TokenAuthentication):
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.") from None
         return super().authenticate_credentials(token)
+
+
+class MachineUser:
+    """Stands in for request.user when a token speaks for a machine (a node's agent, a
+    workload's pod): authenticated, but nobody's account."""
+
+    is_authenticated = True
+    is_active = True
+    is_platform_admin = False
+    is_superuser = False
+    pk = None
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <token>` from a machine. `check` turns the token into what it
+    stands for (request.auth), or None for a token it does not know (401 with `refused`)."""
+
+    keywords: tuple[bytes, ...] = (b"bearer",)
+    refused = "Unknown token."
+
+    def check(self, token: str) -> Any:
+        raise NotImplementedError
+
+    def authenticate(self, request: Any) -> tuple[MachineUser, Any] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() not in self.keywords:
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+        found = self.check(parts[1].decode(errors="replace"))
+        if found is None:
+            raise exceptions.AuthenticationFailed(self.refused)
+        return MachineUser(), found
+
+    def authenticate_header(self, request: Any) -> str:
+        return "Bearer"

@@ -347,6 +347,16 @@ def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]
     return admit, throttled, pending
 
 
+def checkpoint_interval(wl: Workload) -> float | None:
+    """The declared checkpoint interval, or None (unknown) for one outside its bound: a
+    planted week-long-plus interval would let the victim hold off a reclaim that long,
+    while an unknown one only means its eviction does not wait."""
+    value = wl.checkpoint_interval_s
+    if value is None or bounds.CHECKPOINT_INTERVAL_S.check(value)[1]:
+        return None
+    return float(value)
+
+
 def _pod_request(wl: Workload) -> t.PodRequest:
     gpus, fraction, memory, mig = 0, 0.0, 0, ""
     if wl.gpu_request == GpuRequestKind.FRACTION:
@@ -435,6 +445,7 @@ def _rigid_or_elastic(wl: Workload, allocations: list[PodAllocation]) -> t.Workl
         gpu_models=tuple(m for m in wl.gpu_model.split("|") if m),
         topology=topology,
         last_checkpoint_time=epoch(wl.last_checkpoint_at),
+        checkpoint_interval_s=checkpoint_interval(wl),
         started_at=epoch(wl.admitted_at) if active else None,
         placement=_placement(allocations) if active else None,
         name=f"{wl.project.name}/{wl.name}",

@@ -19,6 +19,7 @@ from drf_spectacular.utils import (
 from drf_spectacular.views import SpectacularRedocView
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -36,7 +37,8 @@ from portal.permissions import (
     visible_projects,
 )
 from portal.selectors import project_named
-from scheduling import bounds, selectors, services
+from portal.tokens import BearerTokenAuthentication
+from scheduling import bounds, checkpoints, selectors, services
 from scheduling.models import (
     CycleRun,
     GpuRequestKind,
@@ -115,7 +117,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "memory_mib", "pods", "min_pods", "node_pools", "gpu_model", "topology_level",
             "topology_required",
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
-            "spec", "state", "pending_reason", "message", "exit_code", "restart_count",
+            "checkpoint_interval_s", "last_checkpoint_at", "spec", "state", "pending_reason",
+            "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
             "handles_resize", "resized_at", "size", "min_gpus",
@@ -225,6 +228,12 @@ class SubmitSpecSerializer(SubmitSerializer):
     preemptible = serializers.BooleanField(required=False)
     max_runtime_s = bounded_integer(bounds.RUNTIME_S, required=False)
     checkpoint_dir = serializers.CharField(max_length=500, required=False)
+    checkpoint_interval_s = bounded_integer(
+        bounds.CHECKPOINT_INTERVAL_S,
+        required=False,
+        help_text="training: how often it saves a checkpoint; an eviction may wait for one due"
+        " soon",
+    )
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
     ssh = serializers.BooleanField(
         required=False, help_text="Start an SSH server with your keys (`gpupool ssh`)."
@@ -361,6 +370,36 @@ class WorkloadStopView(APIView):
             services.workload_stop, actor=request.user, workload=_workload_for(request, pk)
         )
         return Response(WorkloadSerializer(workload).data)
+
+
+class CheckpointTokenAuthentication(BearerTokenAuthentication):
+    """A workload's own pod (scheduling.checkpoints): request.auth is its workload's id."""
+
+    refused = "Not a checkpoint token."
+
+    def check(self, token: str) -> int | None:
+        return checkpoints.workload_token_check(token)
+
+
+class HoldsThisWorkloadsToken(BasePermission):
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return request.auth is not None and request.auth == view.kwargs.get("pk")
+
+
+class WorkloadCheckpointView(APIView):
+    authentication_classes = [CheckpointTokenAuthentication]
+    permission_classes = [HoldsThisWorkloadsToken]
+
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "CheckpointSaved", {"last_checkpoint_at": serializers.DateTimeField()}
+        ),
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        """A running workload's pod says it saved a checkpoint now (its own token only)."""
+        saved = call(checkpoints.workload_checkpoint_record, workload_id=pk)
+        return Response({"last_checkpoint_at": saved})
 
 
 class WorkloadEventsView(APIView):

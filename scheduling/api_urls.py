@@ -9,6 +9,11 @@ urlpatterns = [
     path("workloads/<int:pk>/", api.WorkloadDetailView.as_view(), name="api-workload"),
     path("workloads/<int:pk>/stop/", api.WorkloadStopView.as_view(), name="api-workload-stop"),
     path(
+        "workloads/<int:pk>/checkpoint/",
+        api.WorkloadCheckpointView.as_view(),
+        name="api-workload-checkpoint",
+    ),
+    path(
         "workloads/<int:pk>/events/", api.WorkloadEventsView.as_view(), name="api-workload-events"
     ),
     path("workloads/<int:pk>/logs/", api.WorkloadLogsView.as_view(), name="api-workload-logs"),

@@ -86,6 +86,9 @@ RUNTIME_S = Bound.of(1, 366 * DAY_S, unit="seconds")
 DURATION_S = RUNTIME_S
 # A day: longer would let one stopped workload hold its GPUs hostage.
 GRACE_S = Bound.of(0, DAY_S, unit="seconds")
+# How often training saves a checkpoint: an eviction may wait up to one interval for it
+# (engine/actions/victims.py), so a week at most; under a minute is no checkpoint to wait for.
+CHECKPOINT_INTERVAL_S = Bound.of(60, 7 * DAY_S, unit="seconds")
 # Scale-on-requests target of an elastic service (scheduling/load.py counts them): up to
 # 1,000 a second per replica; what one replica serves is for its owner to say.
 SCALE_TARGET_REQUESTS = Bound.of(1, 60_000, unit="requests per replica per minute")

@@ -324,7 +324,8 @@ def submission(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     body.update(gpu_request(options.pop("gpus"), options.pop("gpu_memory")))
     renames = {"memory": "memory_mib", "node_pool": "node_pools", "max_runtime": "max_runtime_s",
                "duration": "duration_s", "scale_cooldown": "scale_cooldown_s",
-               "scale_requests": "scale_target_requests"}  # fmt: skip
+               "scale_requests": "scale_target_requests",
+               "checkpoint_interval": "checkpoint_interval_s"}  # fmt: skip
     for key, value in options.items():
         if value not in (None, (), ""):
             body[renames.get(key, key)] = value
@@ -372,9 +373,23 @@ def elastic_options(command: Any) -> Any:
     return with_options(command, ELASTIC_OPTIONS)
 
 
+CHECKPOINT_OPTIONS = [
+    click.option("--checkpoint-dir", help="Where it saves checkpoints to resume from."),
+    click.option(
+        "--checkpoint-interval",
+        type=Bounded(bounds.CHECKPOINT_INTERVAL_S),
+        help="Seconds between its checkpoints: an eviction may wait for one due soon.",
+    ),
+]
+
+
+def checkpoint_options(command: Any) -> Any:
+    return with_options(command, CHECKPOINT_OPTIONS)
+
+
 @submit.command("training")
 @submit_options
-@click.option("--checkpoint-dir", help="Where it saves checkpoints to resume from.")
+@checkpoint_options
 @click.option("--min-pods", type=Bounded(bounds.PODS), help="Elastic: with --max-pods.")
 @elastic_options
 @click.pass_context
@@ -394,7 +409,7 @@ def submit_training(ctx: click.Context, **options: Any) -> None:
     type=Bounded(bounds.PODS),
     help="Gang minimum (default all pods); with --max-pods, the elastic minimum.",
 )
-@click.option("--checkpoint-dir")
+@checkpoint_options
 @elastic_options
 @click.pass_context
 def submit_distributed(ctx: click.Context, **options: Any) -> None:
@@ -503,6 +518,17 @@ def list_(ctx: click.Context, project: str | None, all_projects: bool, **filters
     click.echo(table(rows, columns))
 
 
+def checkpoints_of(wl: dict[str, Any]) -> str:
+    """'/ckpt, every 600 s, last 2026-01-02T03:04:05Z': where, how often, when last; '' if
+    nothing is known."""
+    parts = [wl.get("checkpoint_dir") or ""]
+    if wl.get("checkpoint_interval_s"):
+        parts.append(f"every {wl['checkpoint_interval_s']} s")
+    if wl.get("last_checkpoint_at"):
+        parts.append(f"last {wl['last_checkpoint_at']}")
+    return ", ".join(p for p in parts if p)
+
+
 @main.command()
 @click.argument("workload_id", type=ID)
 @click.pass_context
@@ -515,6 +541,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
                 "gpus", "pods", "priority_class", "preemptible", "restart_count",
                 "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
+    if checkpoints := checkpoints_of(wl):
+        click.echo(f"{'checkpoints:':16}{checkpoints}")
     if wl.get("elastic"):
         size = wl["size"]
         unit = " GPUs" if wl.get("min_gpus") is not None else ""

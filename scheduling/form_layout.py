@@ -46,7 +46,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         ),
     ),
     ("Sweep", ("search_method", "parameters", "trials", "parallelism"), ("seed",)),
-    ("Data", ("checkpoint_dir",), ()),
+    ("Data", ("checkpoint_dir", "checkpoint_interval_s"), ()),
     ("Ports and SSH", ("ports", "ssh"), ()),
     (
         "Scheduling",

@@ -34,6 +34,7 @@ KIND_FIELDS = {
         "max_pods",
         "handles_resize",
         "checkpoint_dir",
+        "checkpoint_interval_s",
     ),
     WorkloadKind.DISTRIBUTED: (
         "workers",
@@ -42,6 +43,7 @@ KIND_FIELDS = {
         "max_pods",
         "handles_resize",
         "checkpoint_dir",
+        "checkpoint_interval_s",
     ),
     WorkloadKind.HPO: ("search_method", "parameters", "trials", "parallelism", "seed"),
     WorkloadKind.INFERENCE: (
@@ -207,6 +209,13 @@ class WorkloadForm(forms.Form):
     preemptible = forms.ChoiceField(choices=TRI_STATE, required=False)
     max_runtime_s = whole_field(bounds.RUNTIME_S, "Max runtime (s)", required=False)
     checkpoint_dir = _text("Checkpoint directory", max_length=500)
+    checkpoint_interval_s = whole_field(
+        bounds.CHECKPOINT_INTERVAL_S,
+        "Checkpoint interval (s)",
+        required=False,
+        help_text="How often it saves a checkpoint. Reclaiming its GPUs may then wait for a "
+        "checkpoint that is due soon. Empty = unknown.",
+    )
     duration_s = whole_field(
         bounds.DURATION_S,
         "Simulated duration (s)",
@@ -338,6 +347,7 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "priority_class",
             "max_runtime_s",
             "checkpoint_dir",
+            "checkpoint_interval_s",
             "handles_resize",
         )
     }

@@ -132,6 +132,13 @@ class Workload(models.Model):
     preemptible = models.BooleanField(default=True)
     max_runtime_s = models.PositiveIntegerField(null=True, blank=True)
     checkpoint_dir = models.CharField(max_length=500, blank=True)
+    checkpoint_interval_s = models.PositiveIntegerField(
+        "checkpoint interval (s)",
+        null=True,
+        blank=True,
+        help_text="How often it saves a checkpoint, as its owner declared; empty = unknown. "
+        "An eviction may wait for a checkpoint that is due soon.",
+    )
     spec = models.JSONField(
         default=dict, blank=True, help_text="Kind-specific extras: ports, HPO search space, ..."
     )

@@ -87,6 +87,7 @@ COLUMN_KEYS = {
     "preemptible",
     "max_runtime_s",
     "checkpoint_dir",
+    "checkpoint_interval_s",
 }
 SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | GPU_RANGE_KEYS | SCALE_KEYS | {"params"}
 Errors = dict[str, list[str]]
@@ -225,6 +226,13 @@ def _integer(
 ) -> int | None:
     number = _number(raw, field, default, bound, errors)
     return None if number is None else int(number)
+
+
+def _optional_integer(raw: dict[str, Any], field: str, bound: Bound, errors: Errors) -> int | None:
+    """The field's whole number within `bound`, or None when it is not given (or refused)."""
+    if raw.get(field) in (None, ""):
+        return None
+    return _integer(raw, field, None, bound, errors)
 
 
 def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
@@ -412,13 +420,21 @@ def _clean_lifecycle(kind: str, raw: dict[str, Any], out: dict[str, Any], errors
     out["priority"] = CLASS_PRIORITY[PriorityClass(priority_class)]
     # None means "let the policy decide" (services.py applies the class default).
     out["preemptible"] = _boolean(raw, "preemptible", errors)
-    runtime = raw.get("max_runtime_s")
-    out["max_runtime_s"] = None
-    if runtime not in (None, ""):
-        out["max_runtime_s"] = _integer(raw, "max_runtime_s", None, bounds.RUNTIME_S, errors)
+    out["max_runtime_s"] = _optional_integer(raw, "max_runtime_s", bounds.RUNTIME_S, errors)
+    _clean_checkpoints(kind, raw, out, errors)
+
+
+def _clean_checkpoints(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:
+    """Where training saves its checkpoints, and how often (seconds; None = unknown)."""
     out["checkpoint_dir"] = _text(raw, "checkpoint_dir", 500, errors)
-    if out["checkpoint_dir"] and kind in (WorkloadKind.INFERENCE, WorkloadKind.WORKSPACE):
-        _add(errors, "checkpoint_dir", "Only training work keeps a checkpoint directory.")
+    out["checkpoint_interval_s"] = _optional_integer(
+        raw, "checkpoint_interval_s", bounds.CHECKPOINT_INTERVAL_S, errors
+    )
+    if kind in (WorkloadKind.INFERENCE, WorkloadKind.WORKSPACE):
+        if out["checkpoint_dir"]:
+            _add(errors, "checkpoint_dir", "Only training work keeps a checkpoint directory.")
+        if out["checkpoint_interval_s"] is not None:
+            _add(errors, "checkpoint_interval_s", "Only training work saves checkpoints.")
 
 
 def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:

@@ -19,6 +19,8 @@ CLUSTERS_MAY_USE = {
     "scheduling.policies",
     "scheduling.bounds",
     "scheduling.signals",
+    # What a pod is told so that it can report its checkpoints (the address, its token).
+    "scheduling.checkpoints",
     # The MIG profile table (data, and the lookups over it) is shared with the node side,
     # which makes the instances the engine chose: one table, no copy of NVIDIA's rules.
     "scheduling.engine.mig",
@@ -76,7 +78,9 @@ def test_only_the_app_config_imports_the_scheduling_tasks():
     assert importers == ["scheduling/apps.py"]
 
 
-@pytest.mark.parametrize("module", ["scheduling.lifecycle", "scheduling.signals"])
+@pytest.mark.parametrize(
+    "module", ["scheduling.lifecycle", "scheduling.signals", "scheduling.checkpoints"]
+)
 def test_the_doors_import_nothing_of_clusters(module):
     path = ROOT / (module.replace(".", "/") + ".py")
     assert not any(name.split(".")[0] == "clusters" for name in imports(path))

@@ -10,8 +10,7 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, status
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework import status
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,35 +19,16 @@ from clusters.metrics.models import NodeToken
 from clusters.metrics.services import node_token_check, samples_ingest
 from clusters.models import Gpu
 from portal.errors import ValidationFailed
+from portal.tokens import BearerTokenAuthentication
 from scheduling.models import PodAllocation
 
 
-class AgentUser:
-    """Stands in for request.user: an agent is authenticated but is nobody's account."""
-
-    is_authenticated = True
-    is_active = True
-    is_platform_admin = False
-    is_superuser = False
-    pk = None
-
-
-class NodeTokenAuthentication(BaseAuthentication):
+class NodeTokenAuthentication(BearerTokenAuthentication):
     keywords = (b"bearer", b"nodetoken")
+    refused = "Unknown or revoked node token."
 
-    def authenticate(self, request: Any) -> tuple[AgentUser, NodeToken] | None:
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() not in self.keywords:
-            return None
-        if len(parts) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-        token = node_token_check(parts[1].decode(errors="replace"))
-        if token is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked node token.")
-        return AgentUser(), token
-
-    def authenticate_header(self, request: Any) -> str:
-        return "Bearer"
+    def check(self, token: str) -> NodeToken | None:
+        return node_token_check(token)
 
 
 class HasNodeToken(BasePermission):

@@ -392,6 +392,12 @@ SITE_MATRIX = {
         lambda o: f"/api/v1/workloads/{o.job_b.pk}/stop/",
         full(200, 404, 404, 200, 401),
     ),
+    # Only the workload's own pod, with its checkpoint token (no account does).
+    "api-workload-checkpoint": (
+        POST,
+        lambda o: f"/api/v1/workloads/{o.job.pk}/checkpoint/",
+        same(401),
+    ),
     "api-workload-events": (
         GET,
         lambda o: f"/api/v1/workloads/{o.job.pk}/events/",
@@ -630,6 +636,7 @@ MORE_MATRIX = {
     "api-workload:other": (404, 404, 404),
     "api-workload-stop": (403, 404, 404),
     "api-workload-stop:other": (404, 404, 404),
+    "api-workload-checkpoint": (401, 401, 401),
     "api-workload-events": (200, 404, 404),
     "api-workload-logs": (200, 404, 404),
     "api-workload-logs:other": (404, 404, 404),

@@ -26,7 +26,7 @@ from workspaces.models import Environment
 pytestmark = pytest.mark.django_db
 
 NUMBER_FIELDS = ("gpus", "cpu", "memory_mib", "gpu_memory_mib", "max_runtime_s", "duration_s",
-                 "workers", "min_pods", "replicas", "ports")  # fmt: skip
+                 "workers", "min_pods", "replicas", "ports", "checkpoint_interval_s")  # fmt: skip
 # What a refusal may name besides the changed fields: no single node holds the whole pod.
 IMPLIED = {"__all__", "non_field_errors"}
 
