@@ -1,6 +1,7 @@
 """A training job's declared checkpoint interval: bounded once (scheduling.specs), taken
 from the form, the API and the CLI, shown back, and handed to the engine, whose rule then
-lets a reclaim wait for a victim's checkpoint that is due soon (engine/actions/victims);
+lets a claim between over-quota work wait for a victim's checkpoint that is due soon
+(engine/actions/victims; work within its guarantee never waits: issue 24);
 and the running pod's report of each checkpoint it saves (scheduling.checkpoints)."""
 
 from __future__ import annotations
@@ -221,12 +222,18 @@ def states(jobs: list[Workload]) -> list[str]:
     )
 
 
-def test_the_live_cycle_lets_a_reclaim_wait_for_a_checkpoint_due_soon(org, cluster, submit):
-    jobs = borrowers_running(org, submit, saved_ago=400)  # the next is due in 200 s
-    owner = submit(org.outsider, org.project_b, "owner", gpus=4)
+def test_the_live_cycle_lets_an_over_quota_claim_wait_for_a_checkpoint_due_soon(
+    org, cluster, submit
+):
+    # ml-vision, over its quota, submits urgent work: it preempts the project's own
+    # lower-priority job, but waits for the checkpoint due in 200 s, and says so.
+    jobs = borrowers_running(org, submit, saved_ago=400)
+    urgent = submit(org.researcher, org.project_a, "urgent", gpus=4, priority_class="build")
     run = cycle_run()
     assert (run.evicted, states(jobs)) == (0, [WorkloadState.RUNNING] * 2)
-    assert Workload.objects.get(pk=owner.pk).state == WorkloadState.PENDING
+    reason = Workload.objects.get(pk=urgent.pk).pending_reason
+    assert "; waiting about 200 s for ml-vision/" in reason
+    assert reason.endswith("'s checkpoint before preempting it")
     # Both pods report that they have just saved: nothing more to wait for.
     for job in jobs:
         assert report(job).status_code == 200
@@ -234,12 +241,21 @@ def test_the_live_cycle_lets_a_reclaim_wait_for_a_checkpoint_due_soon(org, clust
     assert (run.evicted, states(jobs)) == (1, [WorkloadState.PREEMPTED, WorkloadState.RUNNING])
 
 
-def test_without_an_interval_the_live_cycle_reclaims_at_once(org, cluster, submit):
-    jobs = borrowers_running(org, submit, saved_ago=400)
-    Workload.objects.update(checkpoint_interval_s=None)
-    submit(org.outsider, org.project_b, "owner", gpus=4)
-    run = cycle_run()
-    assert (run.evicted, states(jobs)) == (1, [WorkloadState.PREEMPTED, WorkloadState.RUNNING])
+def test_the_live_cycle_reclaims_for_the_guarantee_without_waiting_for_checkpoints(
+    org, cluster, submit
+):
+    # language's owner is within its guaranteed quota: the guarantee means now, due
+    # checkpoint or not (issue 24).
+    for interval in (600, None):
+        Workload.objects.all().delete()
+        jobs = borrowers_running(org, submit, saved_ago=400)
+        Workload.objects.update(checkpoint_interval_s=interval)
+        submit(org.outsider, org.project_b, "owner", gpus=4)
+        run = cycle_run()
+        assert (run.evicted, states(jobs)) == (
+            1,
+            [WorkloadState.PREEMPTED, WorkloadState.RUNNING],
+        )
 
 
 # --- Reporting a checkpoint from the workload's own pod -------------------------------------
