@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0010_gpu_range'),
+        ('scheduling', '0011_workload_checkpoint_interval'),
     ]
 
     operations = [
