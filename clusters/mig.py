@@ -23,14 +23,14 @@ from portal.errors import ValidationFailed
 from scheduling.engine.mig import profiles_for
 from scheduling.engine.mig_profiles import MEMORY_SLICES
 
-_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
+_PROFILE = re.compile(r"([1-7])g\.(\d+)gb")  # matched whole
 # The namespace of the MIG device UUIDs the simulated backend makes up (stable per instance).
 SIMULATED_NAMESPACE = uuidlib.UUID("7d3c1d36-6b7e-4b52-9a5e-2f0e6f4c1a11")
 
 
 def mig_limits(profile: str) -> dict[str, Any]:
     """What the GPU enforces for a pod on an instance of `profile`, for the API and pages."""
-    found = _PROFILE.match(profile)
+    found = _PROFILE.fullmatch(profile)
     slices, gb = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
     return {
         "mechanism": "mig",

@@ -10,9 +10,10 @@ from django.db import models
 from django.db.models import Q
 
 # A Kubernetes namespace is a DNS-1123 label: lower-case alphanumerics and '-', at most 63.
-K8S_NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Match it whole (re.fullmatch, or \A...\Z): `$` also matches before a trailing newline.
+K8S_NAME_RE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 k8s_name_validator = RegexValidator(
-    K8S_NAME_RE,
+    rf"\A{K8S_NAME_RE}\Z",
     "Use 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit.",
 )
 non_negative = MinValueValidator(Decimal("0"))

@@ -7,8 +7,10 @@ DATABASE_URL (PostgreSQL), REDIS_URL (Celery broker and cache) and SECRET_KEY.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import stat
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +24,25 @@ from portal.sso_mapping import parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _private(path: Path, *, folder: bool = False) -> Path:
+    """var/ and its database files are for their owner alone: made 0700 (a folder) or 0600
+    (an empty file, which SQLite takes as an empty database and whose mode it gives its
+    -wal and -shm files). One that exists loses only the bits of other users: its group
+    may be the web process's, when a root worker runs the local cluster (clusters/README.md)."""
+    if folder:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    else:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    found = path.stat()
+    if found.st_uid == os.getuid() and found.st_mode & 0o007:
+        path.chmod(stat.S_IMODE(found.st_mode) & ~0o007)
+    return path
+
+
+_private(VAR_DIR, folder=True)
 
 # Off unless set: `make demo` and development turn it on (DEBUG=1). Even then, only staff see
 # Django's technical error pages; everyone else gets the styled ones (portal/errors.py).
@@ -139,7 +159,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "gpupool.sqlite3",
+            "NAME": _private(VAR_DIR / "gpupool.sqlite3"),
             # The web server, worker and beat share this file: wait for locks instead of
             # failing, and take the write lock up front so two writers never deadlock.
             "OPTIONS": {
@@ -176,7 +196,7 @@ else:
     # message (kombu issue 1551); its SQLAlchemy one drops a message on a locked write.
     # No result backend: nothing reads a task's result, and none is stored.
     CELERY_BROKER_URL = "gpupool-sqlite://localhost"  # the file is named below, not here
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"path": str(VAR_DIR / "celery-broker.sqlite3")}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"path": str(_private(VAR_DIR / "celery-broker.sqlite3"))}
     CELERY_RESULT_BACKEND = None
     CELERY_TASK_IGNORE_RESULT = True
 # Sign-in attempt counts (portal/throttles.py), apart so that tests can give each their own.

@@ -13,6 +13,7 @@ Standard library only: the CLI imports it without Django.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -96,6 +97,9 @@ PORT = Bound.of(1, 65535)
 # The command line, its arguments and the environment, each: far below what a Kubernetes
 # object (1.5 MB) or an exec() (ARG_MAX) can carry.
 PROGRAM_TEXT_MAX = 64 * 1024
+# Any other field of a submission, as text (text_size), before anything parses it: a
+# megabyte `command` once cost the server most of a minute of shlex before its 400.
+FIELD_TEXT_MAX = 8 * 1024
 PORTS_MAX = 100
 # HPO: sweeps.MAX_TRIALS caps the trials; the seed is any 32-bit number.
 TRIALS = Bound.of(1, 200, unit="trials")
@@ -117,6 +121,62 @@ LOG_LINES = Bound.of(1, 10_000, unit="lines")
 # arithmetic around them (year 9999 overflows Python's datetime).
 FIRST_DATE = dt.date(1970, 1, 1)
 LAST_DATE = dt.date(2999, 12, 31)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Limits of a JSON value a user sends as it is (a sweep's search space, a workload's
+    params): its size as compact JSON, how deeply it nests (a scalar is 0) and how many
+    keys and list items it holds in all. Each is stored in a workload and returned in
+    every list of workloads."""
+
+    bytes: int
+    depth: int
+    items: int
+
+    def check(self, value: Any) -> str | None:
+        """None when `value` keeps to the limits, else a message for the field."""
+        items, stack = 0, [(value, 1)]
+        while stack:
+            item, level = stack.pop()
+            if not isinstance(item, dict | list):
+                continue
+            if level > self.depth:
+                return f"Nest at most {self.depth} levels deep."
+            items += len(item)
+            if items > self.items:
+                return f"Use at most {self.items} keys and values in all."
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+        too_big = text_size(value, self.bytes) > self.bytes
+        if too_big or len(json.dumps(value, separators=(",", ":"), default=str)) > self.bytes:
+            return f"Keep it under {self.bytes} bytes as JSON."
+        return None
+
+
+def text_size(value: Any, limit: int) -> int:
+    """About how many characters `value` takes as text: a string its length, a number its
+    digits, one more for each item of a list or mapping. Counting stops once past `limit`,
+    so refusing a megabyte costs no more than reading `limit` characters of it."""
+    size, stack = 0, [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            size += len(item)
+            if size <= limit:
+                stack.extend(item)  # a mapping's keys, then its values
+                if isinstance(item, dict):
+                    stack.extend(item.values())
+        elif isinstance(item, str):
+            size += len(item)
+        elif item is not None:
+            size += len(str(item))
+    return size
+
+
+# A sweep's search space, and the params a workload carries (a trial's values): a grid of
+# a few hundred values fits with room to spare.
+PARAMS = Shape(bytes=8 * 1024, depth=5, items=1000)
 
 
 def pod_index(pods: int) -> Bound:

@@ -227,6 +227,7 @@ class WorkloadForm(forms.Form):
         choices=[("grid", "Grid"), ("random", "Random")], required=False
     )
     parameters = _text(
+        max_length=bounds.PARAMS.bytes,  # checked before _search parses it
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text='JSON: {"lr": [0.1, 0.01]} or {"lr": {"min": 1e-4, "max": 0.1, "log": true}}',
     )

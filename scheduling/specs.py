@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from clusters.models import NodePool
+from portal.models import K8S_NAME_RE
 from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.engine.mig import AUTO
@@ -20,10 +21,11 @@ from scheduling.fits import fit_errors, mig_errors
 from scheduling.models import GpuRequestKind, PriorityClass, WorkloadKind
 from scheduling.sweeps import clean_search
 
-K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names are matched whole (fullmatch): `$` would also let a trailing newline through.
+K8S_NAME = re.compile(K8S_NAME_RE)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A Kubernetes port name (IANA service name): 1 to 15 characters.
-PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+PORT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
 PORT_NAME_HELP = "Use 1 to 15 lower-case letters, digits or '-'."
 NAME_HELP = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one."
 
@@ -90,6 +92,15 @@ COLUMN_KEYS = {
     "checkpoint_interval_s",
 }
 SPEC_KEYS = COLUMN_KEYS | EXTRA_KEYS | RANGE_KEYS | GPU_RANGE_KEYS | SCALE_KEYS | {"params"}
+# How much text a field may carry (bounds.text_size) before anything parses it; any field
+# not named here: bounds.FIELD_TEXT_MAX.
+TEXT_MAX = {
+    "command": bounds.PROGRAM_TEXT_MAX,
+    "args": bounds.PROGRAM_TEXT_MAX,
+    "env": bounds.PROGRAM_TEXT_MAX,
+    "search": bounds.PARAMS.bytes,
+    "params": bounds.PARAMS.bytes,
+}
 Errors = dict[str, list[str]]
 
 
@@ -101,6 +112,7 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
         return out, {"kind": [f"Unknown kind {kind!r}; use one of {', '.join(WorkloadKind)}."]}
     for key in sorted(set(raw) - SPEC_KEYS, key=str):
         _add(errors, str(key), "Unknown field.")
+    raw, too_long = _within_size(raw)
     _clean_name(name, kind, errors)
     _clean_program(raw, out, errors)
     _clean_resources(raw, out, errors)
@@ -113,6 +125,7 @@ def clean_spec(kind: str, name: str, raw: dict[str, Any]) -> tuple[dict[str, Any
     _clean_placement(raw, out, errors)
     _clean_lifecycle(kind, raw, out, errors)
     _clean_extras(kind, raw, out, errors)
+    errors.update(too_long)  # the only message for such a field: it was not read further
     if not errors:
         errors.update(mig_errors(out))
     if not errors:  # only a request that is sound on its own is compared with the nodes
@@ -126,12 +139,23 @@ def _add(errors: Errors, field: str, message: str) -> None:
     errors.setdefault(field, []).append(message)
 
 
+def _within_size(raw: dict[str, Any]) -> tuple[dict[str, Any], Errors]:
+    """The fields short enough to read, and a message for each of the others. Measured
+    before any splitting or parsing, which would cost more than the size check."""
+    errors: Errors = {}
+    for key in sorted(set(raw) & SPEC_KEYS):
+        limit = TEXT_MAX.get(key, bounds.FIELD_TEXT_MAX)
+        if bounds.text_size(raw[key], limit) > limit:
+            _add(errors, key, f"Keep it under {limit} characters in all.")
+    return {k: v for k, v in raw.items() if k not in errors}, errors
+
+
 def _clean_name(name: str, kind: str, errors: Errors) -> None:
     # A sweep's trials are named <name>-trial-<n>, which must still be a valid name.
     limit = 53 if kind == WorkloadKind.HPO else 63
     if not name:
         _add(errors, "name", "Give the workload a name.")
-    elif not K8S_NAME.match(name):
+    elif not K8S_NAME.fullmatch(name):
         _add(errors, "name", NAME_HELP)
     elif len(name) > limit:
         _add(errors, "name", f"Use at most {limit} characters for this kind.")
@@ -164,9 +188,12 @@ def _as_env(value: Any, errors: Errors) -> dict[str, str]:
     if not isinstance(value, dict):
         _add(errors, "env", "Give a mapping of names to values.")
         return {}
-    bad = sorted(k for k in value if not ENV_NAME.match(str(k)))
+    bad = sorted(str(k) for k in value if not ENV_NAME.fullmatch(str(k)))
     if bad:
         _add(errors, "env", f"Not valid variable names: {', '.join(bad)}.")
+    # A number, null or object would be stored as its Python repr ('None', "{'a': 1}").
+    if not_text := sorted(str(k) for k, v in value.items() if not isinstance(v, str)):
+        _add(errors, "env", f"Give each value as a string (in quotes): {', '.join(not_text)}.")
     return {str(k).strip(): str(v) for k, v in value.items()}
 
 
@@ -180,14 +207,6 @@ def _clean_program(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> 
     out["command"] = _as_list(raw.get("command"), "command", errors)
     out["args"] = _as_list(raw.get("args"), "args", errors)
     out["env"] = _as_env(raw.get("env"), errors)
-    for field in ("command", "args", "env"):
-        size = sum(len(str(k)) + len(str(v)) for k, v in _items(out[field]))
-        if size > bounds.PROGRAM_TEXT_MAX:
-            _add(errors, field, f"Keep it under {bounds.PROGRAM_TEXT_MAX} characters in all.")
-
-
-def _items(value: list[str] | dict[str, str]) -> Any:
-    return value.items() if isinstance(value, dict) else (("", word) for word in value)
 
 
 def _number(
@@ -454,6 +473,8 @@ def _clean_extras(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: E
         _add(errors, "search", "Only an HPO sweep has a search space.")
     if raw.get("params"):
         spec["params"] = raw["params"]
+        if error := bounds.PARAMS.check(raw["params"]):
+            _add(errors, "params", error)
     if _boolean(raw, "run_as_root", errors):
         # The image needs root (apt at run time, a root-only tool): on Kubernetes its pods
         # then run only in namespaces whose Pod Security level allows it.
@@ -475,7 +496,7 @@ def _clean_ports(value: Any, errors: Errors) -> list[dict[str, Any]]:
         protocol = str(item.get("protocol") or "http").lower()
         if port is None:
             _add(errors, "ports", f"Not a port number: {str(item.get('port'))[:20]!r}. {error}")
-        elif not PORT_NAME.match(name):
+        elif not PORT_NAME.fullmatch(name):
             _add(errors, "ports", f"Not a port name: {name[:20]!r}. {PORT_NAME_HELP}")
         elif protocol not in PORT_PROTOCOLS:
             _add(

@@ -23,7 +23,7 @@ from scheduling import bounds
 from scheduling.bounds import Bound
 
 MAX_TRIALS = int(bounds.TRIALS.high)
-PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # matched whole
 Errors = dict[str, list[str]]
 
 
@@ -32,6 +32,9 @@ def clean_search(value: Any, errors: Errors) -> dict[str, Any]:
     problems: list[str] = []
     if not isinstance(value, dict):
         errors.setdefault("search", []).append("Give the search method, parameters and trials.")
+        return {}
+    if too_big := bounds.PARAMS.check(value):  # every trial stores and returns its values
+        errors.setdefault("search", []).append(too_big)
         return {}
     method = value.get("method", "grid")
     if method not in ("grid", "random"):
@@ -58,7 +61,7 @@ def clean_search(value: Any, errors: Errors) -> dict[str, Any]:
 
 
 def _space_problems(name: str, space: Any, method: str) -> list[str]:
-    if not PARAM_NAME.match(name):
+    if not PARAM_NAME.fullmatch(name):
         return [f"Parameter {name!r} is not a valid variable name."]
     if isinstance(space, list):
         return [] if space else [f"Parameter {name} has no values."]

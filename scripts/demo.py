@@ -112,7 +112,13 @@ def stop_all(processes: list[Supervised]) -> None:
             os.killpg(p.proc.pid, signal.SIGKILL)
 
 
+# What the demo and every process it starts create is for this user alone: the database,
+# the broker's queue, logs and pods' files under var/ (once 0644 in a 0755 folder).
+UMASK = 0o077
+
+
 def main() -> int:
+    os.umask(UMASK)
     host = os.environ.get("GPUPOOL_HOST", "127.0.0.1")
     port = os.environ.get("GPUPOOL_PORT", "8000")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")

@@ -56,6 +56,7 @@ class LaunchForm(forms.Form):
     env = forms.CharField(
         label="Environment variables",
         required=False,
+        max_length=bounds.PROGRAM_TEXT_MAX,  # checked before clean_env splits it
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One NAME=value per line.",
     )
@@ -179,6 +180,7 @@ class EnvironmentForm(forms.ModelForm):
     default_memory_mib = whole_field(bounds.MEMORY_MIB, "Default memory (MiB)")
     command_line = forms.CharField(
         label="Command",
+        max_length=bounds.PROGRAM_TEXT_MAX,  # checked before clean_command_line splits it
         help_text="The tool's executable and fixed arguments, e.g. 'jupyter lab': for "
         "JupyterLab the portal adds the base URL, port, address and token. For VS Code "
         "server or TensorBoard write them in: $(GPUPOOL_PORT) for the port, "

@@ -35,12 +35,12 @@ from workspaces import activity, proxy_auth
 
 log = logging.getLogger(__name__)
 
-LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|$)")
+LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|\Z)")
 # The paths of scheduling.selectors.port_path and ssh_path; ids fit the database's integers.
 PORT_PATH = re.compile(
-    r"^/workloads/(?P<id>\d{1,18})/ports/(?P<name>[a-z0-9-]{1,15})(?P<rest>/.*)?$"
+    r"^/workloads/(?P<id>\d{1,18})/ports/(?P<name>[a-z0-9-]{1,15})(?P<rest>/(?s:.*))?\Z"
 )
-SSH_PATH = re.compile(r"^/workloads/(?P<id>\d{1,18})/ssh/?$")
+SSH_PATH = re.compile(r"^/workloads/(?P<id>\d{1,18})/ssh/?\Z")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself.
 DROP_REQUEST = {
     "host",

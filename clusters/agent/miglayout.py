@@ -31,9 +31,9 @@ MAX_GPUS = 64  # GPUs per node (NVML indices 0..63)
 MAX_ERRORS = 16
 ERROR_CHARS = 500
 LAYOUT_CHARS = 64 * 1024  # far below the 256 KiB all of a node's annotations may take
-_ID = re.compile(r"^[0-9a-f]{8,32}$")
-_PROFILE = re.compile(r"^[1-7]g\.\d{1,4}gb$")
-_DEVICE = re.compile(r"^MIG-[0-9A-Za-z-]{1,60}$")
+_ID = re.compile(r"[0-9a-f]{8,32}")  # each matched whole
+_PROFILE = re.compile(r"[1-7]g\.\d{1,4}gb")
+_DEVICE = re.compile(r"MIG-[0-9A-Za-z-]{1,60}")
 
 
 class LayoutInvalid(ValueError):
@@ -60,7 +60,7 @@ def layout_decode(text: str) -> dict[str, Any]:
         body = json.loads(text)
     except ValueError as exc:
         raise LayoutInvalid(f"not JSON: {exc}") from exc
-    if not isinstance(body, dict) or not _ID.match(str(body.get("id", ""))):
+    if not isinstance(body, dict) or not _ID.fullmatch(str(body.get("id", ""))):
         raise LayoutInvalid("no layout id")
     if not isinstance(body.get("destroy"), bool) or not isinstance(body.get("owner"), str):
         raise LayoutInvalid("destroy must be true or false, owner a string")
@@ -79,7 +79,7 @@ def report_decode(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise LayoutInvalid("send an object")
     layout = body.get("layout", "")
-    if layout != "" and not _ID.match(str(layout)):
+    if layout != "" and not _ID.fullmatch(str(layout)):
         raise LayoutInvalid("layout: not a layout id")
     modes = body.get("mig_mode", [])
     if not isinstance(modes, list) or len(modes) > MAX_GPUS:
@@ -88,7 +88,7 @@ def report_decode(body: Any) -> dict[str, Any]:
     devices: dict[int, dict[int, str]] = {}
     for index, found in _items(body.get("devices", {}), "devices"):
         starts = dict(_items(found, f"devices.{index}", bound=MEMORY_SLICES))
-        if not all(isinstance(u, str) and _DEVICE.match(u) for u in starts.values()):
+        if not all(isinstance(u, str) and _DEVICE.fullmatch(u) for u in starts.values()):
             raise LayoutInvalid(f"devices.{index}: a MIG device UUID is MIG-<uuid>")
         devices[index] = starts
     errors = body.get("errors", [])
@@ -119,7 +119,7 @@ def _instance(index: int, item: Any) -> tuple[str, int]:
         not isinstance(item, list)
         or len(item) != 2
         or not isinstance(item[0], str)
-        or not _PROFILE.match(item[0])
+        or not _PROFILE.fullmatch(item[0])
     ):
         raise LayoutInvalid(f"GPU {index}: an instance is [profile, start]")
     return item[0], _index(item[1], f"GPU {index} start", MEMORY_SLICES)

@@ -58,7 +58,7 @@ class MetricsIngestView(AgentView):
                 item.pop("node", None)
                 item.pop("cluster", None)
         try:
-            count = samples_ingest(samples)
+            count = samples_ingest(samples, agent_node_id=node.pk)
         except ValidationFailed as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response({"accepted": count}, status=status.HTTP_201_CREATED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,11 @@ DEFAULTS: dict[str, Any] = {
         "GPUPOOL_METRICS_ROLLUP_MAX_MINUTES", 360, minimum=1
     ),
 }
+
+
+def raw_horizon(now: dt.datetime) -> dt.datetime:
+    """The oldest instant whose raw samples are kept (GPUPOOL_METRICS_RAW_DAYS before now)."""
+    return now - dt.timedelta(days=get("GPUPOOL_METRICS_RAW_DAYS"))
 
 
 def get(name: str) -> Any:

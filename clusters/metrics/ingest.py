@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from clusters.metrics.models import GpuProcessSample, GpuSample
-from clusters.models import Node
+from clusters.metrics import conf
+from clusters.metrics.models import AllocationInterval, GpuProcessSample, GpuSample
+from clusters.models import Gpu, Node
 from portal.errors import ValidationFailed
+from scheduling.models import PodAllocation
 
 SAMPLE_COLUMNS = (
     "ts",
@@ -103,6 +107,48 @@ def process_rows(sample: dict[str, Any], row: tuple[Any, ...]) -> list[tuple[Any
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class AgentScope:
+    """What one node's agent may report: its node's GPUs, the workloads with a pod on
+    that node (now, or since `earliest`), at times since `earliest` (raw retention: an older
+    sample would only be deleted, after rewinding the roll-ups to redo days of minutes)."""
+
+    node_id: int
+    gpus: frozenset[int]
+    workloads: frozenset[int]
+    earliest: dt.datetime
+
+    def check(self, row: tuple[Any, ...], procs: list[tuple[Any, ...]]) -> None:
+        """ValueError naming the key of a sample row (SAMPLE_COLUMNS) or process row
+        (PROCESS_COLUMNS) that is outside the agent's node."""
+        if row[1] != self.node_id:
+            raise ValueError("node_id: an agent reports for its own node only")
+        if row[2] not in self.gpus:
+            raise ValueError(f"gpu_index {row[2]} is not a GPU of this node")
+        for workload, where in [(row[8], ""), *((p[5], "processes: ") for p in procs)]:
+            if workload is not None and workload not in self.workloads:
+                raise ValueError(f"{where}workload_id {workload} has no pod on this node")
+        if row[0] < self.earliest:
+            raise ValueError(
+                f"ts {row[0].isoformat(' ', 'seconds')} is before "
+                f"{self.earliest.isoformat(' ', 'minutes')}, the oldest time samples are kept for"
+            )
+
+
+def agent_scope(node_id: int, now: dt.datetime | None = None) -> AgentScope:
+    earliest = conf.raw_horizon(now or timezone.now())
+    recent = Q(ended_at__isnull=True) | Q(ended_at__gte=earliest)
+    held = AllocationInterval.objects.filter(recent, node_id=node_id)
+    placed = PodAllocation.objects.filter(node_id=node_id)  # an interval not yet written
+    return AgentScope(
+        node_id=node_id,
+        gpus=frozenset(Gpu.objects.filter(node_id=node_id).values_list("index", flat=True)),
+        workloads=frozenset(held.values_list("workload_id", flat=True))
+        | frozenset(placed.values_list("workload_id", flat=True)),
+        earliest=earliest,
+    )
+
+
 def node_ids_for(samples: Sequence[dict[str, Any]]) -> dict[tuple[Any, str], int]:
     """Resolve (cluster, node name) pairs, where samples name nodes that way, in one query."""
     wanted = {
@@ -124,8 +170,11 @@ def node_ids_for(samples: Sequence[dict[str, Any]]) -> dict[tuple[Any, str], int
     return found
 
 
-def rows_for(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple], list[tuple]]:
-    """Validate every sample; the first bad one raises ValidationFailed naming its position."""
+def rows_for(
+    samples: Sequence[dict[str, Any]], scope: AgentScope | None = None
+) -> tuple[list[tuple], list[tuple]]:
+    """Validate every sample (and, from an agent, keep it to its `scope`); the first bad
+    one raises ValidationFailed naming its position."""
     by_name = node_ids_for(samples)
     # A node whose clock runs ahead would write samples that show up only days later.
     latest = timezone.now() + FUTURE_SLACK
@@ -145,9 +194,11 @@ def rows_for(samples: Sequence[dict[str, Any]]) -> tuple[list[tuple], list[tuple
                 raise ValueError(
                     f"ts {row[0]:%Y-%m-%d %H:%M:%S %Z} is in the future; check the node's clock"
                 )
+            own = process_rows(sample, row) if sample.get("processes") else []
+            if scope is not None:
+                scope.check(row, own)
             rows.append(row)
-            if sample.get("processes"):
-                procs.extend(process_rows(sample, row))
+            procs.extend(own)
         except KeyError as exc:
             raise ValidationFailed(
                 {"samples": [f"sample {position}: {exc.args[0]} is missing"]}

@@ -330,8 +330,7 @@ def rollup_minutes(now: dt.datetime | None = None) -> int:
 
 def rollup_rewind(oldest: dt.datetime, now: dt.datetime | None = None) -> None:
     """Samples older than the watermark arrived (an agent caught up): redo from there."""
-    horizon = (now or timezone.now()) - dt.timedelta(days=conf.get("GPUPOOL_METRICS_RAW_DAYS"))
-    oldest = max(oldest, horizon)
+    oldest = max(oldest, conf.raw_horizon(now or timezone.now()))
     for name, floor in (("minute", floor_minute), ("hour", floor_hour)):
         RollupMark.objects.filter(name=name, done_until__gt=floor(oldest)).update(
             done_until=floor(oldest)

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.metrics.ingest import rows_for, write_rows
+from clusters.metrics.ingest import agent_scope, rows_for, write_rows
 from clusters.metrics.models import GpuPrice, NodeToken
 from clusters.metrics.rollup import rollup_rewind
 from clusters.models import Node
@@ -20,8 +20,11 @@ from portal.errors import ValidationFailed
 MAX_BATCH = 50_000
 
 
-def samples_ingest(samples: list[dict[str, Any]]) -> int:
+def samples_ingest(samples: list[dict[str, Any]], *, agent_node_id: int | None = None) -> int:
     """Store GPU samples; returns how many. All or nothing: a bad sample rejects the batch.
+
+    From a node's agent (agent_node_id), every sample must be of that node, one of its GPUs
+    and the workloads placed on it, and no older than raw samples are kept (ingest.AgentScope).
 
     Keys of each sample:
       node_id (int) — or cluster (id or name) and node (name);
@@ -37,7 +40,8 @@ def samples_ingest(samples: list[dict[str, Any]]) -> int:
         raise ValidationFailed({"samples": [f"at most {MAX_BATCH} samples per batch"]})
     if not samples:
         return 0
-    rows, procs = rows_for(samples)
+    scope = None if agent_node_id is None else agent_scope(agent_node_id)
+    rows, procs = rows_for(samples, scope)
     write_rows(rows, procs)
     # Late samples (an agent emptying its buffer) make already rolled-up minutes stale.
     rollup_rewind(min(row[0] for row in rows))

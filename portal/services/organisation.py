@@ -93,11 +93,11 @@ def _project_errors(name: str, namespace: str, exclude_id: int | None) -> dict[s
     errors: dict[str, list[str]] = {}
     rule = "Use 1 to 63 lower-case letters, digits or '-', starting and ending with one of those."
     others = Project.objects.exclude(pk=exclude_id)
-    if not re.match(K8S_NAME_RE, name):
+    if not re.fullmatch(K8S_NAME_RE, name):
         errors["name"] = [f"{name!r} is not a valid name. {rule}"]
     elif others.filter(name=name).exists():
         errors["name"] = [f"A project named {name} exists already."]
-    if not re.match(K8S_NAME_RE, namespace):
+    if not re.fullmatch(K8S_NAME_RE, namespace):
         errors["namespace"] = [f"{namespace!r} is not a valid Kubernetes namespace. {rule}"]
     elif _reserved(namespace):
         errors["namespace"] = [
@@ -216,7 +216,7 @@ def project_delete(*, actor: Any, project: Project) -> None:
 def _node_pool_errors(values: Mapping[str, Any], exclude_id: int | None) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     name = values.get("name", "")
-    if not re.match(K8S_NAME_RE, name):
+    if not re.fullmatch(K8S_NAME_RE, name):
         errors["name"] = ["Use lower-case letters, digits and '-' (a Kubernetes label value)."]
     elif NodePool.objects.filter(name=name).exclude(pk=exclude_id).exists():
         errors["name"] = [f"A node pool named {name} exists already."]

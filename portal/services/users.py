@@ -66,14 +66,14 @@ def _username_from(email: str) -> str:
 
 def _invite_errors(email: str, username: str) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
-    if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
+    if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
         errors["email"] = ["Enter a valid e-mail address."]
     elif existing := User.objects.filter(email__iexact=email).first():
         hint = "" if existing.is_active else " It is deactivated: reactivate it from its page."
         errors["email"] = [f"{email} already has an account.{hint}"]
     if username and User.objects.filter(username=username).exists():
         errors["username"] = [f"The username {username} is taken."]
-    elif username and not re.match(r"^[\w.@+-]{1,150}$", username):
+    elif username and not re.fullmatch(r"[\w.@+-]{1,150}", username):
         errors["username"] = ["Use letters, digits and @/./+/-/_ only."]
     return errors
 

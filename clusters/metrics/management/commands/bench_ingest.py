@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import statistics
@@ -10,9 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.test import Client
+from django.utils import timezone
 
 from clusters.metrics import bench
-from clusters.metrics.models import GpuSample
+from clusters.metrics.models import AllocationInterval, GpuSample
 from clusters.metrics.services import node_token_issue, samples_ingest
 from clusters.models import Cluster, Gpu, Node
 
@@ -45,6 +47,7 @@ class Command(BaseCommand):
             result = self.measure(nodes, options)
         finally:
             GpuSample.objects.filter(node_id__in=[n.pk for n in nodes]).delete()
+            AllocationInterval.objects.filter(node_id__in=[n.pk for n in nodes]).delete()
             Cluster.objects.filter(name=CLUSTER).delete()
         if options["json"]:
             self.stdout.write(json.dumps(result))
@@ -111,8 +114,16 @@ class Command(BaseCommand):
         }
 
     def measure_api(self, node: Node, batches: list[list[dict]]) -> float:
-        """The same batches through POST /api/v1/metrics: JSON, token check, DRF, ingestion."""
+        """The same batches through POST /api/v1/metrics: JSON, token check, DRF, ingestion.
+        An agent reports only the workloads placed on its node: here, every one the batches name."""
         _, token = node_token_issue(actor=None, node=node)
+        placed = sorted({s["workload_id"] for batch in batches for s in batch})
+        since = timezone.now() - dt.timedelta(hours=2)
+        AllocationInterval.objects.bulk_create(
+            AllocationInterval(pod_allocation_id=0, workload_id=w, project_id=0, department_id=0,
+                               node_id=node.pk, started_at=since)
+            for w in placed
+        )  # fmt: skip
         client = Client()
         auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
         bodies = [json.dumps({"samples": batch}) for batch in batches]
