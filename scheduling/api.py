@@ -231,8 +231,8 @@ class SubmitSpecSerializer(SubmitSerializer):
     checkpoint_interval_s = bounded_integer(
         bounds.CHECKPOINT_INTERVAL_S,
         required=False,
-        help_text="training: how often it saves a checkpoint; an eviction may wait for one due"
-        " soon",
+        help_text="training: how often it saves a checkpoint; preemption for over-quota work may"
+        " wait for one due soon (an owner taking back its guaranteed quota never waits)",
     )
     duration_s = bounded_integer(bounds.DURATION_S, required=False)
     ssh = serializers.BooleanField(

@@ -378,7 +378,8 @@ CHECKPOINT_OPTIONS = [
     click.option(
         "--checkpoint-interval",
         type=Bounded(bounds.CHECKPOINT_INTERVAL_S),
-        help="Seconds between its checkpoints: an eviction may wait for one due soon.",
+        help="Seconds between its checkpoints: preemption for over-quota work may wait for "
+        "one due soon (an owner taking back its guaranteed quota never waits).",
     ),
 ]
 
