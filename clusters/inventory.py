@@ -7,15 +7,33 @@ unschedulable and kept: allocations (and metrics) may still point at it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from clusters.backends import Backend, NodeInfo, get_backend
 from clusters.models import Cluster, Gpu, Node, NodePool
 from clusters.reconcile import cluster_mark_contacted
+
+# Rows written per transaction: a sync never holds the node rows a cycle locks
+# (scheduling.cycle.nodes_lock) for longer than one short batch.
+BATCH = 200
+# last_seen_at is refreshed when older than this: a sync that finds nothing changed
+# writes nothing else, and this at most once in a while, in one statement.
+SEEN_REFRESH = timedelta(minutes=10)
+NODE_FIELDS = (
+    "pool",
+    "labels",
+    "topology",
+    "schedulable",
+    "unschedulable_reason",
+    "cpu_cores",
+    "memory_mib",
+)
+GPU_FIELDS = ("uuid", "model", "memory_mib", "mig_enabled")
 
 
 @dataclass(slots=True)
@@ -24,6 +42,7 @@ class SyncResult:
     gpus: int = 0
     created_pools: int = 0
     vanished: int = 0
+    written: int = 0  # node and GPU rows created, changed or deleted
 
 
 def topology_level(label: str) -> str:
@@ -34,73 +53,141 @@ def topology_level(label: str) -> str:
 def inventory_sync(cluster: Cluster, *, backend: Backend | None = None) -> SyncResult:
     """Ask the backend for its nodes (may raise BackendUnreachable), then store them."""
     nodes = (backend or get_backend(cluster)).list_inventory()
-    with transaction.atomic():
-        result = inventory_store(cluster, nodes)
-        # It answered: an "unreachable" error is over; a reconcile's error still stands.
-        cluster_mark_contacted(cluster, cluster.last_error if cluster.reachable else "")
+    result = inventory_store(cluster, nodes)
+    # It answered: an "unreachable" error is over; a reconcile's error still stands.
+    cluster_mark_contacted(cluster, cluster.last_error if cluster.reachable else "")
     return result
 
 
-@transaction.atomic
 def inventory_store(cluster: Cluster, nodes: list[NodeInfo]) -> SyncResult:
+    """Store what the cluster lists, writing only rows that differ from what is stored.
+
+    1. read the cluster's nodes and GPUs as stored (two queries);
+    2. work out each listed node's row and GPU rows, and compare;
+    3. write the differences in batches, each its own short transaction (a node and its
+       GPUs always together): the cycle locks every node row, and a sync that held them
+       all while it wrote 1,000 nodes kept it waiting for most of a minute (issue 25);
+    4. mark nodes the cluster no longer lists unschedulable, and refresh last_seen_at
+       where it is older than SEEN_REFRESH, one statement each.
+    """
     result = SyncResult()
     pools = _PoolFinder(cluster)
-    now = timezone.now()
-    seen = []
-    for info in nodes:
-        node = _store_node(cluster, info, pools.for_labels(info.labels), now)
-        result.gpus += _store_gpus(node, info)
-        seen.append(node.pk)
-    result.nodes = len(seen)
+    stored = {node.name: node for node in Node.objects.filter(cluster=cluster)}
+    gpus: dict[int, dict[int, Gpu]] = {}
+    for gpu in Gpu.objects.filter(node__cluster=cluster):
+        gpus.setdefault(gpu.node_id, {})[gpu.index] = gpu
+    changes = [
+        _node_change(cluster, info, pools.for_labels(info.labels), stored.get(info.name), gpus)
+        for info in nodes
+    ]
     result.created_pools = pools.created
-    result.vanished = (
-        Node.objects.filter(cluster=cluster, schedulable=True)
-        .exclude(pk__in=seen)
-        .update(schedulable=False, unschedulable_reason="gone from the cluster")
-    )
+    result.nodes, result.gpus = len(nodes), sum(len(info.gpus) for info in nodes)
+    now = timezone.now()
+    for start in range(0, len(changes), BATCH):
+        batch = [c for c in changes[start : start + BATCH] if c.dirty]
+        if batch:
+            with transaction.atomic():
+                result.written += sum(change.write(now) for change in batch)
+    seen = [change.node.pk for change in changes]
+    with transaction.atomic():
+        result.vanished = (
+            Node.objects.filter(cluster=cluster, schedulable=True)
+            .exclude(pk__in=seen)
+            .update(schedulable=False, unschedulable_reason="gone from the cluster")
+        )
+        stale = Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now - SEEN_REFRESH)
+        Node.objects.filter(stale, pk__in=seen).update(last_seen_at=now)
     return result
 
 
-def _store_node(cluster: Cluster, info: NodeInfo, pool: NodePool | None, now: datetime) -> Node:
-    topology = {
-        topology_level(label): info.labels[label]
-        for label in cluster.topology_labels or []
-        if label in info.labels
-    }
-    node, _ = Node.objects.update_or_create(
-        cluster=cluster,
-        name=info.name,
-        defaults={
-            "pool": pool,
-            "labels": dict(info.labels),
-            "topology": topology,
-            "schedulable": info.schedulable,
-            "unschedulable_reason": "" if info.schedulable else info.unschedulable_reason,
-            "cpu_cores": Decimal(str(round(info.cpu_cores, 2))),
-            "memory_mib": info.memory_mib,
-            "last_seen_at": now,
+@dataclass(slots=True, eq=False)
+class _NodeChange:
+    """One listed node against its stored row: what to create, update or delete."""
+
+    node: Node
+    new: bool
+    fields: list[str]
+    gpus_new: list[Gpu]
+    gpus_changed: list[Gpu]
+    gpus_gone: list[int]
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.new or self.fields or self.gpus_new or self.gpus_changed or self.gpus_gone)
+
+    def write(self, now: datetime) -> int:
+        """Write the differences; how many rows that touched."""
+        if self.new:
+            self.node.last_seen_at = now
+            self.node.save()
+            for gpu in self.gpus_new:
+                gpu.node = self.node
+        elif self.fields:
+            self.node.save(update_fields=self.fields)
+        Gpu.objects.bulk_create(self.gpus_new)
+        if self.gpus_changed:
+            Gpu.objects.bulk_update(self.gpus_changed, GPU_FIELDS)
+        # A GPU that fell off the bus is gone; allocations name GPUs by index, not by row.
+        gone = Gpu.objects.filter(pk__in=self.gpus_gone).delete()[0] if self.gpus_gone else 0
+        touched = 1 if self.new or self.fields else 0
+        return touched + len(self.gpus_new) + len(self.gpus_changed) + gone
+
+
+def _node_change(
+    cluster: Cluster,
+    info: NodeInfo,
+    pool: NodePool | None,
+    node: Node | None,
+    stored_gpus: dict[int, dict[int, Gpu]],
+) -> _NodeChange:
+    wanted = {
+        "pool": pool,
+        "labels": dict(info.labels),
+        "topology": {
+            topology_level(label): info.labels[label]
+            for label in cluster.topology_labels or []
+            if label in info.labels
         },
-    )
-    return node
-
-
-def _store_gpus(node: Node, info: NodeInfo) -> int:
-    indices = []
+        "schedulable": info.schedulable,
+        "unschedulable_reason": "" if info.schedulable else info.unschedulable_reason,
+        "cpu_cores": Decimal(str(round(info.cpu_cores, 2))),
+        "memory_mib": info.memory_mib,
+    }
+    new = node is None
+    if node is None:
+        node = Node(cluster=cluster, name=info.name, **wanted)
+        fields = []
+    else:
+        fields = [name for name in NODE_FIELDS if _stored(node, name) != _value(wanted[name])]
+        for name in fields:
+            setattr(node, name, wanted[name])
+    have = {} if new else stored_gpus.get(node.pk, {})
+    gpus_new, gpus_changed = [], []
     for gpu in info.gpus:
-        Gpu.objects.update_or_create(
-            node=node,
-            index=gpu.index,
-            defaults={
-                "uuid": gpu.uuid,
-                "model": gpu.model,
-                "memory_mib": gpu.memory_mib,
-                "mig_enabled": gpu.mig,
-            },
-        )
-        indices.append(gpu.index)
-    # A GPU that fell off the bus is gone; allocations name GPUs by index, not by row.
-    Gpu.objects.filter(node=node).exclude(index__in=indices).delete()
-    return len(indices)
+        values = {
+            "uuid": gpu.uuid,
+            "model": gpu.model,
+            "memory_mib": gpu.memory_mib,
+            "mig_enabled": gpu.mig,
+        }
+        row = have.get(gpu.index)
+        if row is None:
+            gpus_new.append(Gpu(node=None if new else node, index=gpu.index, **values))
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            gpus_changed.append(row)
+    listed = {gpu.index for gpu in info.gpus}
+    gone = [row.pk for index, row in have.items() if index not in listed]
+    return _NodeChange(node, new, fields, gpus_new, gpus_changed, gone)
+
+
+def _stored(node: Node, name: str) -> object:
+    return node.pool_id if name == "pool" else getattr(node, name)
+
+
+def _value(value: object) -> object:
+    return value.pk if isinstance(value, NodePool) else value
 
 
 class _PoolFinder:
