@@ -63,6 +63,7 @@ def bench_run(scale_name: str) -> dict[str, Any]:
         record["reconcile_after_cycle"] = _reconcile_row(built.cluster)
         record["reconcile_idle"] = _reconcile_row(built.cluster)
         record["cycle_first_in_process"] = steps.cycle().as_dict()
+        record["reconcile_after_first_cycle"] = _reconcile_row(built.cluster)
         _steady(record, built.cluster)
         _inventory(record, built.cluster)
         submitter = steps.Submitter(built.user, [p.name for p in built.projects])
@@ -84,7 +85,8 @@ def _reconcile_row(cluster: Cluster) -> dict[str, Any]:
 
 
 def _steady(record: dict[str, Any], cluster: Cluster) -> None:
-    """Cycles with nothing new; the median one by total CPU stands for them."""
+    """Cycles with nothing new, one after another (nothing reconciled between them, no
+    submissions); the median one by total CPU stands for them."""
     rows = [steps.cycle().as_dict() for _ in range(STEADY_CYCLES)]
     rows.sort(key=lambda row: row["total_cpu_s"] or row["cpu_s"])
     record["cycle_steady"] = rows[len(rows) // 2] | {"runs": len(rows)}
@@ -121,7 +123,7 @@ def _latencies(
     roomy = steps.projects_with_room()
     if not roomy:
         notes.append("no project below its fair share: latency samples go to every project")
-    submitter.projects = roomy or submitter.projects
+    submitter.projects, submitter.urgent = roomy or submitter.projects, True
     rows = [steps.latency_sample(submitter, cluster) for _ in range(samples)]
     admitted = [r.admitted_s for r in rows]
     pods = [r.pod_s for r in rows]
@@ -129,7 +131,7 @@ def _latencies(
     missing = sum(1 for r in rows if r.pod_s is None)
     if missing:
         notes.append(
-            f"{missing} of {samples} latency samples got no pod within 5 extra rounds: a "
+            f"{missing} of {samples} latency samples got no pod within 3 extra rounds: a "
             "percentile that falls on them is null"
         )
     return {
@@ -163,6 +165,11 @@ def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
         steps.reconcile(cluster)
     record["idle_cycles"] = rows
     return [row["evicted"] for row in rows]
+
+
+def _median_total(rows: list[dict[str, Any]]) -> float | None:
+    totals = [row["total_cpu_s"] for row in rows]
+    return None if None in totals else round(statistics.median(totals), 4)
 
 
 def cold_cycle_in_child() -> dict[str, Any]:
@@ -225,10 +232,13 @@ def _summary(
         "max_lock_wait_s": max(w["lock_wait_s"] for w in record["lock_wait"]),
         "submit_admitted_p95_s": latency["submit_admitted_p95_s"],
         "admitted_pod_p95_s": latency["submit_pod_p95_s"],
+        "cycle_idle_after_reconcile_cpu_s": _median_total(record["idle_cycles"]),
         "evictions_idle_cycles": round(statistics.mean(evictions), 3),
         "evictions_idle_each": evictions,
         "sql_per_cycle": steady["sql"],
         "peak_rss_mb": round(max(probe.peak_rss_mb(), cold["peak_rss_mb"]), 1),
+        "submit_admitted_p50_s": latency["submit_admitted_p50_s"],
+        "submit_pod_p50_s": latency["submit_pod_p50_s"],
         "latency": latency,
         "steps": record,
         "database": connection.vendor,

@@ -32,7 +32,7 @@ from portal.celery import app as celery_app
 from portal.models import Project
 from scheduling import signals
 from scheduling.bench_controlplane.probe import Cost, measured
-from scheduling.models import CycleRun, Workload
+from scheduling.models import CycleRun, PriorityClass, Workload
 from scheduling.tasks import on_cycle_wanted, run_cycle
 
 # The receivers as the apps connect them (scheduling/apps.py, clusters/apps.py).
@@ -134,12 +134,15 @@ def inventory_idle(cluster: Cluster) -> Cost:
 @dataclass(slots=True)
 class Submitter:
     """Training jobs of one GPU through POST /api/v1/workloads/, round-robin over the
-    projects, signed in as the bench's platform admin."""
+    projects, signed in as the bench's platform admin. `urgent`: in the priority class
+    above every other (inference's) and preemptible, so that it goes first in its project
+    and may borrow: what the cycle owes it is prompt."""
 
     user: Any
     projects: list[str]
     client: Client = field(default_factory=Client)
     made: int = 0
+    urgent: bool = False
 
     def __post_init__(self) -> None:
         self.client.force_login(self.user)
@@ -148,6 +151,8 @@ class Submitter:
         project = self.projects[self.made % len(self.projects)]
         body = {"project": project, "kind": "training", "name": f"arrival-{self.made}"}
         body |= {"image": "bench", "gpus": 1}
+        if self.urgent:
+            body |= {"priority_class": PriorityClass.INFERENCE, "preemptible": True}
         self.made += 1
         response = self.client.post("/api/v1/workloads/", json.dumps(body), "application/json")
         if response.status_code != 201:
@@ -181,7 +186,7 @@ class Latency:
     rounds: int  # cycles run by hand after the submit's own chain
 
 
-def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 5) -> Latency:
+def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 3) -> Latency:
     """Submit with eager tasks (the submit's commit runs a cycle, whose commit runs a
     reconcile); if that chain did not admit it, run cycle and reconcile again at once, as
     the next requested cycle would, up to `rounds` times."""

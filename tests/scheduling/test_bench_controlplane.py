@@ -34,6 +34,7 @@ FIGURES = (
     "reconcile_idle_cpu_s",
     "reconcile_after_cycle_cpu_s",
     "inventory_idle_cpu_s",
+    "cycle_idle_after_reconcile_cpu_s",
     "max_lock_wait_s",
     "evictions_idle_cycles",
     "sql_per_cycle",
