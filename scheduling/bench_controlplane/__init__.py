@@ -49,11 +49,20 @@ LATENCY_PATH = (
 )
 
 
+class Record(dict[str, Any]):
+    """The steps' figures; each also printed on stderr as soon as it is measured, so that
+    a run stopped before its end still says what it found."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        print(f"{key}: {json.dumps(value)}", file=sys.stderr, flush=True)
+
+
 def bench_run(scale_name: str) -> dict[str, Any]:
     """Build the state at this scale, measure every step, return the figures."""
     scale = state.SCALES[scale_name]
     notes: list[str] = []
-    record: dict[str, Any] = {}
+    record = Record()
     load_before = load()
     with steps.tasks_muted():
         build_cost, built = probe.measure(lambda: state.state_build(scale))
@@ -69,6 +78,7 @@ def bench_run(scale_name: str) -> dict[str, Any]:
         submitter = steps.Submitter(built.user, [p.name for p in built.projects])
         _arrivals(record, built.cluster, submitter, scale.arrivals)
     latency = _latencies(built.cluster, submitter, scale.samples, notes)
+    record["latency"] = latency
     with steps.tasks_muted():
         evictions = _idle_cycles(record, built.cluster)
         waits = [steps.lock_wait(built.cluster, share, f"lock-{share}") for share in (0, 0.01)]
@@ -131,7 +141,7 @@ def _latencies(
     missing = sum(1 for r in rows if r.pod_s is None)
     if missing:
         notes.append(
-            f"{missing} of {samples} latency samples got no pod within 3 extra rounds: a "
+            f"{missing} of {samples} latency samples got no pod within 6 extra rounds: a "
             "percentile that falls on them is null"
         )
     return {
@@ -240,7 +250,7 @@ def _summary(
         "submit_admitted_p50_s": latency["submit_admitted_p50_s"],
         "submit_pod_p50_s": latency["submit_pod_p50_s"],
         "latency": latency,
-        "steps": record,
+        "steps": {key: value for key, value in record.items() if key != "latency"},
         "database": connection.vendor,
         "notes": notes,
     }

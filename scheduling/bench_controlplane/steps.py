@@ -186,7 +186,7 @@ class Latency:
     rounds: int  # cycles run by hand after the submit's own chain
 
 
-def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 3) -> Latency:
+def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 6) -> Latency:
     """Submit with eager tasks (the submit's commit runs a cycle, whose commit runs a
     reconcile); if that chain did not admit it, run cycle and reconcile again at once, as
     the next requested cycle would, up to `rounds` times."""
