@@ -147,7 +147,7 @@ def _latencies(
     return {
         "samples": samples,
         "path": LATENCY_PATH,
-        "projects": sorted(roomy),
+        "projects_below_fair_share": len(roomy),
         "extra_rounds": [r.rounds for r in rows],
         "submit_admitted_p50_s": _percentile(admitted, 50),
         "submit_admitted_p95_s": _percentile(admitted, 95),
