@@ -13,8 +13,8 @@ wall time and peak RSS. The steps (steps.py), in order:
 5. inventory syncs with nothing changed and with 1 % of the nodes changed;
 6. one arrival through the API (submit, cycle, reconcile), then 100;
 7. submit -> admitted and submit -> pod created, through the API with eager Celery;
-8. ten cycles (each reconciled) with no arrivals, counting evictions;
-9. a cycle while an inventory sync holds the node rows: how long it waits for them.
+8. a cycle while an inventory sync holds the node rows: how long it waits for them;
+9. ten cycles (each reconciled) with no arrivals, counting evictions.
 
 docs/controlplane.md describes the figures and holds the measured baseline.
 """
@@ -80,9 +80,10 @@ def bench_run(scale_name: str) -> dict[str, Any]:
     latency = _latencies(built.cluster, submitter, scale.samples, notes)
     record["latency"] = latency
     with steps.tasks_muted():
+        record["lock_wait"] = [
+            steps.lock_wait(built.cluster, share, f"lock-{share}") for share in (0, 0.01)
+        ]
         evictions = _idle_cycles(record, built.cluster)
-        waits = [steps.lock_wait(built.cluster, share, f"lock-{share}") for share in (0, 0.01)]
-    record["lock_wait"] = waits
     return _summary(scale_name, built, record, latency, evictions, notes) | {
         "load_before": load_before,
         "load_after": load(),
@@ -172,6 +173,7 @@ def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
     rows = []
     for _ in range(IDLE_CYCLES):
         rows.append(steps.cycle().as_dict())
+        print(f"idle cycle {len(rows)}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
         steps.reconcile(cluster)
     record["idle_cycles"] = rows
     return [row["evicted"] for row in rows]
