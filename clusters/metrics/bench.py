@@ -22,15 +22,19 @@ def on_postgresql() -> bool:
     return connection.vendor == "postgresql"
 
 
-def rerun_with_postgres(argv: list[str]) -> int:
-    """Start PostgreSQL, run `manage.py <argv>` against it, return the child's exit code."""
-    from tests.services import postgres_server  # noqa: PLC0415 - only needed here
+def rerun_with_postgres(argv: list[str], *, redis: bool = False) -> int:
+    """Start PostgreSQL (and Redis, with `redis`), run `manage.py <argv>` against it, return
+    the child's exit code."""
+    from tests.services import postgres_server, services  # noqa: PLC0415 - only needed here
 
+    manage = Path(settings.BASE_DIR) / "manage.py"
+    if redis:
+        with services() as urls:
+            return subprocess.call([sys.executable, str(manage), *argv], env=os.environ | urls)
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
         os.chmod(tmp, 0o755)
         with postgres_server(Path(tmp)) as url:
             env = {**os.environ, "DATABASE_URL": url}
-            manage = Path(settings.BASE_DIR) / "manage.py"
             return subprocess.call([sys.executable, str(manage), *argv], env=env)
 
 

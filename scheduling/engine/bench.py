@@ -194,8 +194,12 @@ def build_workload(
 
 
 def build_snapshot(name: str, seed: int = 7) -> Snapshot:
-    """The scenario's snapshot: running workloads placed by the engine, then pending."""
-    sc = SCENARIOS[name]
+    """The named scenario's snapshot (scenario_snapshot)."""
+    return scenario_snapshot(SCENARIOS[name], seed)
+
+
+def scenario_snapshot(sc: Scenario, seed: int = 7) -> Snapshot:
+    """A scenario's snapshot: running workloads placed by the engine, then pending."""
     rng = Random(seed)
     now = NOW
     nodes, queues = build_nodes(sc), build_queues(sc, rng)

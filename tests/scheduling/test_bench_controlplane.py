@@ -1,0 +1,78 @@
+"""bench_controlplane at its tiny scale: every comparable key, with figures of the right
+kind, and counts that agree with the state it built and the cycles it ran.
+
+No figure is held to a budget here: speed is measured by running the bench (docs/
+controlplane.md), never asserted in a test.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from clusters.models import Gpu, Node
+from scheduling.bench_controlplane.state import SCALES
+from scheduling.models import CycleRun, Workload, WorkloadEvent
+
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        connection.vendor != "postgresql",
+        reason="measures PostgreSQL: run under `python -m tests.services -- pytest ...`",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+FIGURES = (
+    "cycle_cold_cpu_s",
+    "cycle_steady_cpu_s",
+    "arrival_cpu_s",
+    "reconcile_idle_cpu_s",
+    "reconcile_after_cycle_cpu_s",
+    "inventory_idle_cpu_s",
+    "cycle_idle_after_reconcile_cpu_s",
+    "max_lock_wait_s",
+    "evictions_idle_cycles",
+    "sql_per_cycle",
+    "peak_rss_mb",
+)
+LATENCIES = ("submit_admitted_p95_s", "admitted_pod_p95_s")
+
+
+def run_bench() -> dict:
+    out = io.StringIO()
+    call_command("bench_controlplane", "--scale=tiny", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
+    tiny = SCALES["tiny"]
+    result = run_bench()
+    scenario = tiny.scenario
+    for key in FIGURES:
+        assert isinstance(result[key], int | float) and result[key] >= 0, key
+    for key in LATENCIES:  # null only when a sample never got there, and then said so
+        assert (result[key] is None and result["notes"]) or result[key] >= 0, key
+    assert result["nodes"] == scenario.nodes == Node.objects.count()
+    assert result["gpus"] == scenario.nodes * scenario.gpus_per_node == Gpu.objects.count()
+    assert result["workloads"] == scenario.running + scenario.pending
+    arrivals = 1 + tiny.arrivals + tiny.samples
+    assert result["workloads_after"] == result["workloads"] + arrivals == Workload.objects.count()
+    steps = result["steps"]
+    # Every running workload got its pods in the first reconcile; the idle pass made none.
+    assert steps["reconcile_initial"]["created"] >= result["running_built"] > 0
+    assert steps["reconcile_idle"]["created"] == steps["reconcile_idle"]["deleted"] == 0
+    # Evictions per idle cycle: the mean of the ten cycles' own counts.
+    each = [row["evicted"] for row in steps["idle_cycles"]]
+    assert result["evictions_idle_each"] == each and len(each) == 10
+    assert result["evictions_idle_cycles"] == pytest.approx(sum(each) / 10, abs=1e-3)
+    # Every eviction the cycles counted is a Preempted event on a workload.
+    evicted = sum(CycleRun.objects.values_list("evicted", flat=True))
+    assert WorkloadEvent.objects.filter(reason__startswith="Preempted:").count() == evicted
+    assert result["sql_per_cycle"] == steps["cycle_steady"]["sql"] > 0
+    assert steps["cycle_cold"]["db_cpu_s"] is not None  # the server runs on this machine
+    assert len(steps["lock_wait"]) == 2 and result["database"] == "postgresql"
