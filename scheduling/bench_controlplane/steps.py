@@ -232,13 +232,13 @@ def lock_wait(cluster: Cluster, share: float, tick: str) -> dict[str, float]:
     nodes: how long the cycle waited in `nodes_lock`, and how long the sync took."""
     storing, waits, sync = threading.Event(), [], {}
 
-    def mark(store: Callable) -> Callable:
-        def first_node_stored(*args: Any) -> Any:
-            node = store(*args)
-            storing.set()  # the sync now holds this node's row lock until it commits
-            return node
+    def mark(write: Callable) -> Callable:
+        def first_node_written(*args: Any) -> Any:
+            written = write(*args)
+            storing.set()  # the sync holds this node's row lock until its batch commits
+            return written
 
-        return first_node_stored
+        return first_node_written
 
     def timed(lock: Callable) -> Callable:
         def timed_lock() -> None:
@@ -258,7 +258,10 @@ def lock_wait(cluster: Cluster, share: float, tick: str) -> dict[str, float]:
             connection.close()
 
     every = max(1, round(1 / share)) if share else None
-    with patched(inventory, "_store_node", mark), patched(scheduling.cycle, "nodes_lock", timed):
+    with (
+        patched(inventory._NodeChange, "write", mark),
+        patched(scheduling.cycle, "nodes_lock", timed),
+    ):
         thread = threading.Thread(target=run_sync, name="bench-inventory")
         thread.start()
         storing.wait(timeout=600)
