@@ -131,7 +131,9 @@ def test_borrowed_gpus_are_reclaimed_and_the_preempted_job_resumes(org, submit, 
         ("preempted", "Preempted:reclaim"),
         ("pending", "Requeued"),
     ]
-    assert "room for nlp/owner" in victim.events.get(type="preempted").message
+    assert victim.events.get(type="preempted").message.startswith(
+        "Reclaimed for project nlp's guaranteed quota: nlp/owner needs 4 GPUs in pool a100"
+    )
     survivor = Workload.objects.get(project=org.project_a, restart_count=0)
     assert survivor.state == S.RUNNING
     # 3. The owner finishes after its 3 s; the preempted job is admitted again, once.
