@@ -10,9 +10,12 @@ import pytest
 
 from scheduling.engine.fairshare import (
     Claim,
+    FairShareInput,
     decayed_usage,
+    fair_shares,
     rollup_usage,
     usage_weights,
+    water_fill,
 )
 from scheduling.engine.types import Queue, Quota, Resource, UsageRecord
 
@@ -88,3 +91,55 @@ def test_usage_rollup_stops_at_a_cycle_in_the_queue_tree() -> None:
     queues = (Queue("p1", "p2", {}), Queue("p2", "p1", {}), Queue("p3", "p3", {}))
     usage = rollup_usage(queues, {("p1", "a"): 3.0, ("p3", "a"): 2.0})
     assert usage == {("p1", "a"): 3.0, ("p2", "a"): 3.0, ("p3", "a"): 2.0}
+
+
+def test_a_project_whose_department_is_missing_is_split_as_a_top_level_queue() -> None:
+    queues = (
+        Queue("p1", "gone", {("a", G): Quota(2)}),
+        Queue("p2", None, {("a", G): Quota(2)}),
+    )
+    demand = {("p1", "a", G): 10.0, ("p2", "a", G): 10.0}
+    shares = fair_shares(FairShareInput(queues, {("a", G): 10.0}, demand, {}))
+    assert shares == {("p1", "a", G): 5.0, ("p2", "a", G): 5.0}
+
+
+def test_a_pool_without_queues_has_no_fair_shares() -> None:
+    assert fair_shares(FairShareInput((), {("a", G): 10.0}, {}, {})) == {}
+
+
+def test_a_project_without_demand_gets_no_share_and_leaves_its_quota_to_its_sibling() -> None:
+    queues = (
+        Queue("p1", None, {("a", G): Quota(4)}),
+        Queue("p2", None, {("a", G): Quota(4)}),
+    )
+    shares = fair_shares(FairShareInput(queues, {("a", G): 10.0}, {("p2", "a", G): 10.0}, {}))
+    assert shares == {("p1", "a", G): 0.0, ("p2", "a", G): 10.0}
+
+
+def test_a_departments_demand_counts_its_projects_only_up_to_their_limits() -> None:
+    # p1 may hold 3 at most, p2 may not borrow past 1: department d1 asks for 4, not 20,
+    # and d2 gets the rest instead of d1 holding GPUs its projects cannot use.
+    queues = (
+        Queue("d1", None, {}),
+        Queue("d2", None, {}),
+        Queue("p1", "d1", {("a", G): Quota(0, limit=3)}),
+        Queue("p2", "d1", {("a", G): Quota(1, over_quota_allowed=False)}),
+        Queue("p3", "d2", {}),
+    )
+    demand = {("p1", "a", G): 10.0, ("p2", "a", G): 10.0, ("p3", "a", G): 10.0}
+    shares = fair_shares(FairShareInput(queues, {("a", G): 10.0}, demand, {}))
+    assert shares == pytest.approx(
+        {
+            ("d1", "a", G): 4.0,
+            ("d2", "a", G): 6.0,
+            ("p1", "a", G): 3.0,
+            ("p2", "a", G): 1.0,
+            ("p3", "a", G): 6.0,
+        }
+    )
+
+
+def test_a_pool_with_no_capacity_gives_nothing_even_to_a_fractional_claim() -> None:
+    # All of a pool's nodes gone: a quarter-GPU claim within its deserved quota gets 0.
+    assert water_fill(0.0, [Claim("a", 2, None, 1.0, 0.25)]) == {"a": 0.0}
+    assert water_fill(0.5, [Claim("a", 2, None, 1.0, 0.75)]) == {"a": 0.5}
