@@ -1,0 +1,106 @@
+"""Victim rules that mutation testing found unguarded (docs/engine.md, "Mutation testing"):
+what a pending reason says while an eviction waits for victims' checkpoints, and the
+eviction record of a move."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduling.engine.types import Eviction, EvictionReason, Gpu, Node, PodPlacement
+from tests.engine.builders import (
+    GPU_MEMORY,
+    dept,
+    evicted,
+    frac,
+    job,
+    nodes,
+    project,
+    run,
+    running,
+    snapshot,
+)
+
+INTERVAL = 600.0
+WAITING = "; waiting about {} s for {}'s checkpoint before preempting it"
+
+
+def _reason_while_waiting(
+    now: float, lows: list[tuple[str, int, float, float | None]], submitted_ago: float = 60.0
+) -> str:
+    """p (quota 0) runs borrowed jobs on one 8-GPU node, given as (name, gpus, started
+    at, last checkpoint at); p's urgent 8-GPU job needs all of them evicted. The victims'
+    checkpoints are due (interval 600 s), so it waits: its pending reason."""
+    work, first = [], 0
+    for name, gpus, started, saved in lows:
+        low = running(job(name, "p", gpus=gpus), "n0", range(first, first + gpus), started)
+        work.append(replace(low, checkpoint_interval_s=INTERVAL, last_checkpoint_time=saved))
+        first += gpus
+    urgent = job("urgent", "p", gpus=8, priority=10, t=now - submitted_ago)
+    result = run(snapshot(nodes(1), [dept(), project("p")], [*work, urgent]), now=now)
+    assert result.evictions == ()
+    return result.pending_reasons["urgent"]
+
+
+def test_a_victim_that_never_saved_counts_its_checkpoint_from_its_start() -> None:
+    now = 100_000.0
+    reason = _reason_while_waiting(now, [("low", 8, now - 400, None)])
+    assert reason.endswith(WAITING.format(200, "low"))
+
+
+def test_a_victim_started_at_time_zero_counts_its_checkpoint_from_zero() -> None:
+    reason = _reason_while_waiting(400.0, [("low", 8, 0.0, None)])
+    assert reason.endswith(WAITING.format(200, "low"))
+
+
+def test_a_checkpoint_due_in_under_half_a_second_is_said_to_be_0_s_away() -> None:
+    now = 100_000.0
+    reason = _reason_while_waiting(now, [("low", 8, now - 3600, now - 599.7)])
+    assert reason.endswith(WAITING.format(0, "low"))
+
+
+def test_the_reason_names_the_soonest_checkpoint_even_when_a_later_one_is_walked_after() -> None:
+    # low-a is the cheaper victim (2 GPUs x 500 s unsaved, walked first), due in 100 s;
+    # low-b (6 GPUs x 300 s) is due in 300 s.
+    now = 100_000.0
+    lows = [("low-a", 2, now - 3600, now - 500), ("low-b", 6, now - 3600, now - 300)]
+    assert _reason_while_waiting(now, lows).endswith(WAITING.format(100, "low-a"))
+
+
+def test_the_reason_names_the_cheapest_victim_when_two_checkpoints_are_due_together() -> None:
+    now = 100_000.0
+    lows = [("low-a", 2, now - 3600, now - 400), ("low-b", 6, now - 3600, now - 400)]
+    assert _reason_while_waiting(now, lows).endswith(WAITING.format(200, "low-a"))
+
+
+def test_a_consolidation_move_is_recorded_with_its_beneficiary_and_no_detail() -> None:
+    work = [
+        running(job("x", "p1", gpus=2), "n0", [0, 1], started=500.0),
+        running(job("y", "p1", gpus=2), "n1", [0, 1], started=900.0),
+        job("big", "p1", gpus=4),
+    ]
+    snap = snapshot(nodes(2, gpus=4), [dept(), project("p1", deserved=8)], work)
+    result = run(snap, now=1000.0)
+    assert result.evictions == (Eviction("y", EvictionReason.CONSOLIDATE, "big", ""),)
+
+
+def test_room_on_a_device_of_a_model_the_fraction_may_not_use_does_not_stop_a_reclaim() -> None:
+    # n0 has an A100, shared by p2's 0.75, and an H100 with room, which q may not use: q
+    # (p1 deserves 1) reclaims the A100 from p2 (no share: weight 0).
+    node = Node("n0", "a", (Gpu(0, "A100", GPU_MEMORY), Gpu(1, "H100", GPU_MEMORY)))
+    work = [
+        replace(
+            frac("h", "p2", 0.75),
+            placement=(PodPlacement(0, "n0", shared_gpu=0, share=0.75),),
+            started_at=990.0,
+        ),
+        replace(
+            frac("k", "p2", 0.25),
+            placement=(PodPlacement(0, "n0", shared_gpu=1, share=0.25),),
+            started_at=0.0,
+        ),
+        frac("q", "p1", 0.5, gpu_models=("A100",)),
+    ]
+    queues = [dept(), project("p1", deserved=1), project("p2", weight=0)]
+    result = run(snapshot([node], queues, work), now=1000.0)
+    assert evicted(result) == {"h": str(EvictionReason.RECLAIM)}
+    assert [(a.workload_id, a.pods[0].shared_gpu) for a in result.admissions] == [("q", 0)]
