@@ -15,6 +15,7 @@ from tests.engine.builders import (
     frac,
     job,
     nodes,
+    placed,
     project,
     run,
     running,
@@ -94,3 +95,19 @@ def test_room_on_a_device_of_a_model_the_fraction_may_not_use_does_not_stop_a_re
     result = run(snapshot([node], queues, work), now=1000.0)
     assert evicted(result) == {"h": str(EvictionReason.RECLAIM)}
     assert [(a.workload_id, a.pods[0].shared_gpu) for a in result.admissions] == [("q", 0)]
+
+
+def test_reclaim_evicts_the_victim_freeing_a_whole_block_not_a_cheaper_one_that_cannot() -> None:
+    # p1 (deserves 2) needs 2 GPUs on one node. On n0, p2's cheapest job "a" holds one of
+    # two GPUs next to the costly "c": evicting "a" leaves no room for the pod. On n1, "b"
+    # holds both: it alone is evicted.
+    work = [
+        running(job("a", "p2"), "n0", [0], started=990.0),
+        running(job("c", "p2"), "n0", [1], started=0.0),
+        running(job("b", "p2", gpus=2), "n1", [0, 1], started=900.0),
+        job("mine", "p1", gpus=2),
+    ]
+    queues = [dept(), project("p1", deserved=2), project("p2", weight=0)]
+    result = run(snapshot(nodes(2, gpus=2), queues, work), now=1000.0)
+    assert evicted(result) == {"b": str(EvictionReason.RECLAIM)}
+    assert placed(result) == {"mine": [("n1", (0, 1))]}
