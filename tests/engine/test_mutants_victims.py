@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduling.engine.types import EvictionReason, Gpu, Node, PodPlacement
+from scheduling.engine.types import EvictionReason, Gpu, Node, PodPlacement, Workload
 from tests.engine.builders import (
     GPU_MEMORY,
     dept,
@@ -111,3 +111,40 @@ def test_reclaim_evicts_the_victim_freeing_a_whole_block_not_a_cheaper_one_that_
     result = run(snapshot(nodes(2, gpus=2), queues, work), now=1000.0)
     assert evicted(result) == {"b": str(EvictionReason.RECLAIM)}
     assert placed(result) == {"mine": [("n1", (0, 1))]}
+
+
+def _sharing(wid: str, queue: str, node: str, share: float, started: float) -> Workload:
+    return replace(
+        frac(wid, queue, share),
+        placement=(PodPlacement(0, node, shared_gpu=0, share=share),),
+        started_at=started,
+    )
+
+
+def test_a_fraction_reclaims_the_device_where_one_eviction_makes_room() -> None:
+    # q (0.5) needs room on one device. On n0, p2's cheapest "h1" (0.25) shares the
+    # device with "h3" (0.75): without h1 there is still no room. On n1, "h2" (0.75)
+    # alone: evicting it makes room. Only h2 goes.
+    work = [
+        _sharing("h1", "p2", "n0", 0.25, started=990.0),
+        _sharing("h3", "p2", "n0", 0.75, started=0.0),
+        _sharing("h2", "p2", "n1", 0.75, started=900.0),
+        frac("q", "p1", 0.5),
+    ]
+    queues = [dept(), project("p1", deserved=1), project("p2", weight=0)]
+    result = run(snapshot(nodes(2, gpus=1), queues, work), now=1000.0)
+    assert evicted(result) == {"h2": str(EvictionReason.RECLAIM)}
+    assert [(a.workload_id, a.pods[0].node_id) for a in result.admissions] == [("q", "n1")]
+
+
+def test_a_whole_gpu_job_reclaims_a_device_that_fractions_share() -> None:
+    # p1's 1-GPU job: the only device is shared by p2's two halves; both are evicted.
+    work = [
+        _sharing("h1", "p2", "n0", 0.5, started=900.0),
+        _sharing("h2", "p2", "n0", 0.5, started=990.0),
+        job("mine", "p1"),
+    ]
+    queues = [dept(), project("p1", deserved=1), project("p2", weight=0)]
+    result = run(snapshot(nodes(1, gpus=1), queues, work), now=1000.0)
+    assert evicted(result) == {"h1": str(EvictionReason.RECLAIM), "h2": str(EvictionReason.RECLAIM)}
+    assert placed(result) == {"mine": [("n0", (0,))]}
