@@ -148,3 +148,18 @@ def test_a_whole_gpu_job_reclaims_a_device_that_fractions_share() -> None:
     result = run(snapshot(nodes(1, gpus=1), queues, work), now=1000.0)
     assert evicted(result) == {"h1": str(EvictionReason.RECLAIM), "h2": str(EvictionReason.RECLAIM)}
     assert placed(result) == {"mine": [("n0", (0,))]}
+
+
+def test_a_device_shared_with_work_that_stays_is_not_counted_as_freed() -> None:
+    # n0's device is shared by p2's cheap half "h1" and p1's own half, which stays: evicting
+    # h1 frees no whole device. p2's "w" owns n1's device: it alone is evicted.
+    work = [
+        _sharing("h1", "p2", "n0", 0.5, started=990.0),
+        _sharing("own", "p1", "n0", 0.5, started=0.0),
+        running(job("w", "p2"), "n1", [0], started=900.0),
+        job("mine", "p1"),
+    ]
+    queues = [dept(), project("p1", deserved=2), project("p2", weight=0)]
+    result = run(snapshot(nodes(2, gpus=1), queues, work), now=1000.0)
+    assert evicted(result) == {"w": str(EvictionReason.RECLAIM)}
+    assert placed(result) == {"mine": [("n1", (0,))]}
