@@ -163,3 +163,33 @@ def test_a_device_shared_with_work_that_stays_is_not_counted_as_freed() -> None:
     result = run(snapshot(nodes(2, gpus=1), queues, work), now=1000.0)
     assert evicted(result) == {"w": str(EvictionReason.RECLAIM)}
     assert placed(result) == {"mine": [("n1", (0,))]}
+
+
+def test_reclaim_evicts_nothing_on_a_cordoned_node() -> None:
+    # p2's cheapest job runs on n0, which is cordoned: evicting it would make no room
+    # there. Its job on n1 is evicted instead.
+    n0, n1 = nodes(2, gpus=1)
+    work = [
+        running(job("cheap", "p2"), "n0", [0], started=990.0),
+        running(job("dear", "p2"), "n1", [0], started=0.0),
+        job("mine", "p1"),
+    ]
+    queues = [dept(), project("p1", deserved=1), project("p2", weight=0)]
+    result = run(snapshot([replace(n0, schedulable=False), n1], queues, work), now=1000.0)
+    assert evicted(result) == {"dear": str(EvictionReason.RECLAIM)}
+    assert placed(result) == {"mine": [("n1", (0,))]}
+
+
+def test_reclaim_makes_room_on_a_node_without_every_model_of_a_mixed_pool() -> None:
+    # The pool has an A100 node and an H100 node, each device held by p2; p1's job takes
+    # either model: the cheapest victim, on the A100 node, is evicted.
+    pool = (*nodes(1, gpus=1), *nodes(1, gpus=1, model="H100", start=1))
+    work = [
+        running(job("cheap", "p2"), "n0", [0], started=990.0),
+        running(job("dear", "p2"), "n1", [0], started=0.0),
+        job("mine", "p1"),
+    ]
+    queues = [dept(), project("p1", deserved=1), project("p2", weight=0)]
+    result = run(snapshot(pool, queues, work), now=1000.0)
+    assert evicted(result) == {"cheap": str(EvictionReason.RECLAIM)}
+    assert placed(result) == {"mine": [("n0", (0,))]}
