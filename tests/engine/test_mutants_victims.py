@@ -193,3 +193,20 @@ def test_reclaim_makes_room_on_a_node_without_every_model_of_a_mixed_pool() -> N
     result = run(snapshot(pool, queues, work), now=1000.0)
     assert evicted(result) == {"cheap": str(EvictionReason.RECLAIM)}
     assert placed(result) == {"mine": [("n0", (0,))]}
+
+
+def test_a_gang_reclaims_room_for_a_further_pod_where_one_eviction_gives_it() -> None:
+    # p1's gang of two 2-GPU pods. n0 has room for one pod, and p2's cheapest "a" (1 GPU)
+    # beside a dear "x": evicting "a" alone leaves no room for the second pod. n1 is full;
+    # evicting p2's "b" (2 GPUs) there gives it. Only "b" goes.
+    work = [
+        running(job("a", "p2"), "n0", [0], started=990.0),
+        running(job("x", "p2"), "n0", [1], started=0.0),
+        running(job("b", "p2", gpus=2), "n1", [0, 1], started=900.0),
+        running(job("y", "p2", gpus=2), "n1", [2, 3], started=0.0),
+        job("g", "p1", gpus=2, pods=2),
+    ]
+    queues = [dept(), project("p1", deserved=4), project("p2", weight=0)]
+    result = run(snapshot(nodes(2, gpus=4), queues, work), now=1000.0)
+    assert evicted(result) == {"b": str(EvictionReason.RECLAIM)}
+    assert sorted(placed(result)["g"]) == [("n0", (2, 3)), ("n1", (0, 1))]
