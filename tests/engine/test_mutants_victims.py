@@ -1,7 +1,8 @@
 """Victim rules that mutation testing found unguarded (docs/engine.md, "Mutation testing"):
-what a pending reason says while an eviction waits for victims' checkpoints, and which
-shared devices count as room for a fraction. (A move's eviction record, with no detail,
-is pinned in test_evictions.py.)"""
+what a pending reason says while an eviction waits for victims' checkpoints, and where
+the search makes room: which devices count as freed or as room for a fraction, cordoned
+nodes, mixed pools, a gang's further pod. (A move's eviction record, with no detail, is
+pinned in test_evictions.py.)"""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ INTERVAL = 600.0
 WAITING = "; waiting about {} s for {}'s checkpoint before preempting it"
 
 
-def _reason_while_waiting(
-    now: float, lows: list[tuple[str, int, float, float | None]], submitted_ago: float = 60.0
-) -> str:
+def _reason_while_waiting(now: float, lows: list[tuple[str, int, float, float | None]]) -> str:
     """p (quota 0) runs borrowed jobs on one 8-GPU node, given as (name, gpus, started
     at, last checkpoint at); p's urgent 8-GPU job needs all of them evicted. The victims'
     checkpoints are due (interval 600 s), so it waits: its pending reason."""
@@ -37,7 +36,7 @@ def _reason_while_waiting(
         low = running(job(name, "p", gpus=gpus), "n0", range(first, first + gpus), started)
         work.append(replace(low, checkpoint_interval_s=INTERVAL, last_checkpoint_time=saved))
         first += gpus
-    urgent = job("urgent", "p", gpus=8, priority=10, t=now - submitted_ago)
+    urgent = job("urgent", "p", gpus=8, priority=10, t=now - 60)
     result = run(snapshot(nodes(1), [dept(), project("p")], [*work, urgent]), now=now)
     assert result.evictions == ()
     return result.pending_reasons["urgent"]
