@@ -31,3 +31,16 @@ def test_a_reclaim_that_lifts_its_department_past_its_share_takes_only_from_that
     result = run(snapshot(nodes(1, gpus=5), queues, work), now=1000.0)
     assert evicted(result) == {"a2": str(EvictionReason.RECLAIM)}
     assert placed(result) == {"mine": [("n0", (1,))]}
+
+
+def test_a_reclaim_says_how_many_gpus_it_takes_back_in_words() -> None:
+    # One GPU, then two: "1 GPU", "2 GPUs", with what the project holds of its quota.
+    for gpus, words in ((1, "1 GPU"), (2, "2 GPUs")):
+        work = [
+            *(running(job(f"b{i}", "p2"), "n0", [i], started=100.0 * i) for i in range(4)),
+            job("mine", "p1", gpus=gpus),
+        ]
+        queues = [dept(), project("p1", deserved=2), project("p2", deserved=2)]
+        result = run(snapshot(nodes(1, gpus=4), queues, work), now=1000.0)
+        details = {e.detail for e in result.evictions}
+        assert details == {f"{words} in pool a; p1 holds 0 of its deserved 2"}
