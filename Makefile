@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deps venv lint clean
+.PHONY: demo test test-deps venv lint mutation clean
 
 $(VENV)/.runtime: requirements.txt pyproject.toml
 	scripts/make-venv.sh $(PYTHON) $(VENV)
@@ -40,5 +40,17 @@ lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Mutation testing of the engine's actions and fair share (docs/engine.md, "Mutation testing").
+# Slow: run a file at a time, e.g. make mutation MUTANTS='scheduling.engine.actions.reclaim*'.
+# PYTEST_TIMEOUT (pytest-timeout) fails a test caught in a mutant's endless loop after 120 s;
+# mutmut's own limit is 30 times the covering tests' time, over half an hour for fairshare.py.
+MUTANTS ?=
+MUTATION_CHILDREN ?= 2
+mutation: $(VENV)/.test
+	$(PY) -m pip install -q -r requirements-mutation.txt
+	PYTEST_TIMEOUT=120 nice -n 10 \
+		$(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var mutants

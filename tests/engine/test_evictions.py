@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduling.engine.types import (
+    Eviction,
     EvictionReason,
     PodPlacement,
     PodRequest,
@@ -210,7 +211,7 @@ def test_consolidation_moves_a_job_to_free_a_whole_node() -> None:
     ]
     snap = snapshot(nodes(2, gpus=4), [dept(), project("p1", deserved=8)], work)
     result = run(snap, now=NOW)
-    assert evicted(result) == {"y": "consolidate"}
+    assert result.evictions == (Eviction("y", EvictionReason.CONSOLIDATE, "big", ""),)
     assert placed(result) == {"big": [("n1", (0, 1, 2, 3))], "y": [("n0", (2, 3))]}
 
 
