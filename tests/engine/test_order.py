@@ -129,6 +129,11 @@ def test_with_cpu_not_limited_only_gpus_decide_the_order():
 def test_a_queue_under_its_deserved_cpu_quota_goes_first():
     # p1 deserves 48 cores and holds 40: under its quota, it goes before p2, whose
     # dominant share is lower but who has no CPU quota to fall short of.
+    # p1-next takes the free cores. p2-next then fits p2's GPU guarantee (2) only by
+    # taking back the 3 GPUs p2-r holds over it, and the cores p2-r frees let it run:
+    # the project's own borrowed work, taken back for its guaranteed work (issue 24;
+    # before the victim search counted host CPU, it never looked at this node).
     (result,) = _cpu_scenario(cpu=64, p1_cpu_quota=48)
     assert result.pending_order == ("p1-next", "p2-next")
-    assert list(placed(result)) == ["p1-next"]
+    assert list(placed(result)) == ["p1-next", "p2-next"]
+    assert [(e.workload_id, e.reason.value) for e in result.evictions] == [("p2-r", "borrowed")]

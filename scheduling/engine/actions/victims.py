@@ -327,6 +327,8 @@ def _cheapest_batch(
     waited = ctx.now - wl.submit_time
     wait = rule.wait_for_checkpoints
     pods = len(wl.pods)
+    # The host room one pod of wl needs (the largest asks of its pods)
+    pod = PodRequest(cpu=max(p.cpu for p in wl.pods), memory_mib=max(p.memory_mib for p in wl.pods))
     for victim in stream:
         if victim.wl.id in evicted or not _frees_devices(slots.get(victim.wl.id, ())):
             continue
@@ -341,7 +343,7 @@ def _cheapest_batch(
         for order in victim.nodes:
             if order not in progress:
                 node = ctx.state.nodes[order]
-                progress[order] = _NodePlan.start(node, pool, models, need, share, pods)
+                progress[order] = _NodePlan.start(node, pool, models, need, share, pods, pod)
             plan = progress[order]
             if plan is not None and plan.add(ctx, victim):
                 return plan.chosen
@@ -361,12 +363,16 @@ def _note_checkpoint_wait(ctx: Context, wl: Workload, victim: Workload, waited: 
 
 @dataclass(slots=True, eq=False)
 class _NodePlan:
-    """Victims credited to one node so far and the devices they would free there."""
+    """Victims credited to one node so far and the devices, CPU and memory they would
+    free there."""
 
     node: NodeState
     free: dict[str, int]
     target: dict[str, int]  # free devices per model that give room for one pod more
     share: PodRequest | None = None
+    host: tuple[float, float] = (0.0, 0.0)  # CPU and memory the node must have free
+    devices_done: bool = False  # the devices have room for the pod already
+    freed: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU, memory
     chosen: list[Victim] = field(default_factory=list)
     gone: set[str] = field(default_factory=set)
 
@@ -378,40 +384,67 @@ class _NodePlan:
         need: int,
         share: PodRequest | None,
         pods: int = 1,
+        pod: PodRequest | None = None,
     ) -> _NodePlan | None:
         """A plan for one more pod's room on the node, or None where none is wanted.
 
-        A single pod that does not fit where a node has room already is blocked by
-        something else than this node's GPUs. A gang of several pods may need room
-        for more than one on a node: its plan frees room for one pod more than the
-        node holds now (the search that stopped at the first free device of every node
-        left gangs of one-GPU pods waiting for ever behind borrowed work; issue 24)."""
+        A single pod that does not fit where a node has room already, on its devices
+        and its host, is blocked by something else than this node. Where the devices
+        have room but the host's CPU or memory does not (borrowed work holding the
+        cores next to free GPUs), the plan frees host room only: counting devices
+        alone, the search never evicted on such a node and the owner waited for ever.
+        A gang of several pods may need room for more than one on a node: its plan
+        frees room for one pod more than the node holds now (the search that stopped at
+        the first free device of every node left gangs of one-GPU pods waiting for ever
+        behind borrowed work; issue 24), with host room for as many pods."""
         if node.pool != pool or not node.schedulable or need == 0:
             return None
         free = {m: node.free_by_model.get(m, 0) for m in models}
-        if not free or (pods == 1 and max(free.values()) >= need):
-            return None  # room is there already; what blocks is not this node's GPUs
-        target = {m: need * (count // need + 1) for m, count in free.items()}
-        if pods > 1 and max(c // need for c in free.values()) >= pods:
-            return None  # room for the whole gang here already
-        plan = _NodePlan(node, free, target, share)
-        if share is not None and any(plan.has_room(gpu) for gpu in node.gpus):
+        if not free:
             return None
+        fits = max(c // need for c in free.values())  # pods of wl the devices hold now
+        target = {m: need * (count // need + 1) for m, count in free.items()}
+        plan = _NodePlan(node, free, target, share)
+        if pods == 1:
+            plan.devices_done = fits >= 1 or (
+                share is not None and any(plan.has_room(gpu) for gpu in node.gpus)
+            )
+            room_for = 1
+        else:
+            plan.devices_done = fits >= pods  # room for the whole gang here already
+            room_for = pods if plan.devices_done else fits + 1
+        if pod is not None:
+            plan.host = (pod.cpu * room_for, pod.memory_mib * room_for)
+        if plan.devices_done and plan.host_done():
+            return None  # room is there already; what blocks is not this node
         return plan
+
+    def host_done(self) -> bool:
+        """Whether the node, without the victims credited so far, has the host room."""
+        node, (cpu, memory) = self.node, self.host
+        return (
+            cpu <= node.cpu_free + self.freed[0] + 1e-9
+            and memory <= node.mem_free + self.freed[1] + 1e-9
+        )
 
     def add(self, ctx: Context, victim: Victim) -> bool:
         """Credit a victim; True once the node would have the target's free devices, or
-        a device with room for the fractional pod."""
+        a device with room for the fractional pod, and the host room."""
         self.chosen.append(victim)
         self.gone.add(victim.wl.id)
         free, share, target = self.free, self.share, self.target
-        done = False  # no model had its target before (start, or add would have said so)
+        done = self.devices_done
+        for slot in ctx.state.slots.get(victim.wl.id, ()):
+            if slot.node is self.node:
+                self.freed[0] += slot.cpu
+                self.freed[1] += slot.host_memory
         for gpu in _devices_on(ctx, victim.wl.id, self.node):
             if gpu.model in free and _all_holders_gone(gpu, self.gone):
                 free[gpu.model] += 1
                 done = done or free[gpu.model] >= target[gpu.model]
             done = done or (share is not None and self.has_room(gpu))
-        return done
+        self.devices_done = done
+        return done and self.host_done()
 
     def has_room(self, gpu: GpuState) -> bool:
         """Whether a shared device, without the workloads credited so far, would have
