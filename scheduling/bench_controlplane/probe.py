@@ -19,6 +19,8 @@ from typing import Any
 
 from django.db import connection
 
+from clusters.metrics.bench import StatementCounter
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -64,24 +66,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-class _Counter:
-    """connection.execute_wrapper: one per statement (an executemany counts once)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: Any) -> Any:
-        self.count += 1
-        return execute(sql, params, many, context)
-
-
 @contextlib.contextmanager
 def measured() -> Iterator[Cost]:
     """The Cost of the block, filled in when it ends."""
     cost = Cost()
     pid = backend_pid()
     db_before = backend_cpu_s(pid)
-    counter = _Counter()
+    counter = StatementCounter()
     wall, cpu = time.perf_counter(), time.process_time()
     with connection.execute_wrapper(counter):
         yield cost

@@ -80,21 +80,27 @@ def hang() -> dict:
 
 
 def probe(since: float) -> dict:
-    """Try a cycle every 0.1 s until one runs: how long after `since` (epoch s) it ran,
-    and what became of the dead worker's cycle."""
+    """Try a cycle every 0.1 s until one runs. Returns when the dead worker's lease ran
+    out (`lock_until`, epoch s, read before the first try), how many tries were refused
+    although they began after it (none, if the expiry alone frees the lock), and what
+    became of the dead worker's cycle."""
     from scheduling.cycle import cycle_run
-    from scheduling.models import CycleRun
+    from scheduling.models import CycleLock, CycleRun
 
-    first_try = time.time()
-    while (run := cycle_run()) is None:
-        if time.time() - since > 120:
+    lock_until = CycleLock.objects.get(pk=1).locked_until.timestamp()
+    refused_after_expiry = 0
+    while True:
+        began = time.time()
+        if (run := cycle_run()) is not None:
+            break
+        refused_after_expiry += began > lock_until
+        if began - since > 120:
             raise TimeoutError("no cycle could run for 120 s")
         time.sleep(0.1)
-    waited = time.time() - since
     others = CycleRun.objects.exclude(pk=run.pk).values("state", "ok", "error")
     return {
-        "waited": waited,
-        "first_try": first_try - since,  # this process's own start-up, under load
+        "lock_until": lock_until,
+        "refused_after_expiry": refused_after_expiry,
         "admitted": run.admitted,
         "state": run.state,
         "others": list(others),

@@ -95,10 +95,11 @@ class Command(BaseCommand):
         samples_ingest(batches[0])  # warm up: connection, prepared plans, caches
         durations = []
         began = time.perf_counter()
-        for batch in batches:
-            t0 = time.perf_counter()
-            samples_ingest(batch)
-            durations.append(time.perf_counter() - t0)
+        with bench.statements() as queries:
+            for batch in batches:
+                t0 = time.perf_counter()
+                samples_ingest(batch)
+                durations.append(time.perf_counter() - t0)
         elapsed = time.perf_counter() - began
         api_rate = self.measure_api(nodes[0], batches[: max(1, len(batches) // 4)])
         stored = GpuSample.objects.filter(node_id__in=[n.pk for n in nodes]).count()
@@ -108,6 +109,8 @@ class Command(BaseCommand):
             "batch": options["batch"],
             "seconds": round(elapsed, 3),
             "batch_ms_median": round(statistics.median(durations) * 1000, 2),
+            # statements per batch: bulk writes keep it flat, whatever the batch's size
+            "sql_per_batch": round(queries.count / len(batches), 1),
             "api_samples_per_s": api_rate,
             "stored": stored,
             "database": bench.connection.vendor,

@@ -62,9 +62,11 @@ class Command(BaseCommand):
         medians = {
             name: self.time_page(client, url, options["repeat"]) for name, url in pages.items()
         }
+        statements = {name: self.page_sql(client, url) for name, url in pages.items()}
         return {
             "server_ms_median": max(medians["24h"], medians["7d"], medians["30d"]),
             "pages_ms_median": medians,
+            "pages_sql": statements,  # statements of one render: flat in the projects
             "projects": len(projects),
             "gpus": len(nodes) * options["gpus"],
             "rollup_rows": rows,
@@ -72,6 +74,12 @@ class Command(BaseCommand):
             "build_s": round(built_s, 1),
             "database": bench.connection.vendor,
         }
+
+    def page_sql(self, client: Client, url: str) -> int:
+        """SQL statements one render of the page issues."""
+        with bench.statements() as queries:
+            client.get(url)
+        return queries.count
 
     def time_page(self, client: Client, url: str, repeat: int) -> float:
         client.get(url)  # warm up: template loading, connection
