@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
@@ -13,6 +14,7 @@ from clusters.backends import BackendUnreachable
 from clusters.inventory import inventory_sync
 from clusters.models import Cluster
 from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
+from portal.queueing import enqueue
 
 log = logging.getLogger(__name__)
 LOCK_TTL_S = 300
@@ -72,7 +74,8 @@ def _watch_triggers_reconcile(**_: object) -> None:
 def on_clusters_changed(sender: object, cluster_ids: list[int], **kwargs: object) -> None:
     """scheduling.signals.clusters_changed's receiver (connected in clusters/apps.py)."""
     for cluster_id in cluster_ids:
-        reconcile_cluster.delay(cluster_id)
+        send = partial(reconcile_cluster.delay, cluster_id)
+        enqueue(send, f"a reconcile of cluster {cluster_id}")
 
 
 @shared_task(ignore_result=True)

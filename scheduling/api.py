@@ -36,6 +36,7 @@ from portal.permissions import (
     is_platform_admin,
     visible_projects,
 )
+from portal.queueing import deferrals, deferred_notice
 from portal.selectors import project_named
 from portal.tokens import BearerTokenAuthentication
 from scheduling import bounds, checkpoints, selectors, services
@@ -334,22 +335,28 @@ class WorkloadListView(APIView):
 
     @extend_schema(request=SubmitSpecSerializer, responses={201: WorkloadSerializer})
     def post(self, request: Request) -> Response:
-        """Submit a workload: project, kind, name and the kind's fields (see the forms)."""
+        """Submit a workload: project, kind, name and the kind's fields (see the forms). A
+        `notice` in the answer says the work is stored but the scheduler could not be told
+        at once (its queue unreachable): the next periodic cycle picks it up."""
         shape = SubmitSerializer(data=request.data)
         shape.is_valid(raise_exception=True)
         spec = {k: v for k, v in request.data.items() if k not in SHAPE_KEYS}
         # Only the spec's own fields reach the service: never `actor` or anything else.
         if unknown := sorted(set(spec) - SPEC_KEYS):
             raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        workload = call(
-            services.workload_submit,
-            actor=request.user,
-            project=_project_for(request.user, shape.validated_data["project"]),
-            kind=shape.validated_data["kind"],
-            name=shape.validated_data["name"],
-            **spec,
-        )
-        return Response(WorkloadSerializer(workload).data, status=status.HTTP_201_CREATED)
+        with deferrals() as deferred:
+            workload = call(
+                services.workload_submit,
+                actor=request.user,
+                project=_project_for(request.user, shape.validated_data["project"]),
+                kind=shape.validated_data["kind"],
+                name=shape.validated_data["name"],
+                **spec,
+            )
+        body = WorkloadSerializer(workload).data
+        if notice := deferred_notice(deferred):
+            body["notice"] = notice  # stored: a retry would submit it twice
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class WorkloadDetailView(APIView):

@@ -6,6 +6,7 @@ from celery import shared_task
 from django.core.cache import cache
 
 from portal.celery import app as celery_app
+from portal.queueing import enqueue
 from scheduling.cycle import cycle_run
 
 DEBOUNCE_KEY = "gpupool:scheduling-cycle-requested"
@@ -41,6 +42,10 @@ def request_cycle() -> None:
 def _queue_cycle() -> None:
     if celery_app.conf.task_always_eager:
         return  # in-process: the caller runs cycles itself
+    enqueue(_debounced_cycle, "a scheduling cycle")
+
+
+def _debounced_cycle() -> None:
     if cache.add(DEBOUNCE_KEY, 1, timeout=DEBOUNCE_EXPIRY_S):
         run_cycle.apply_async(countdown=DEBOUNCE_S)
 

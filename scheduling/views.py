@@ -23,6 +23,7 @@ from portal.permissions import (
     platform_admin_required,
     visible_projects,
 )
+from portal.queueing import deferrals, deferred_notice
 from scheduling import bounds, form_layout, selectors, services
 from scheduling.forms import (
     FORM_KINDS,
@@ -101,17 +102,20 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
     form = WorkloadForm(_posted(request), user=request.user, kind=kind)
     if request.method == "POST" and form.is_valid():
         try:
-            workload = services.workload_submit(
-                actor=request.user,
-                project=form.cleaned_data["project"],
-                kind=kind,
-                name=form.cleaned_data["name"],
-                **form.spec(),
-            )
+            with deferrals() as deferred:
+                workload = services.workload_submit(
+                    actor=request.user,
+                    project=form.cleaned_data["project"],
+                    kind=kind,
+                    name=form.cleaned_data["name"],
+                    **form.spec(),
+                )
         except ValidationFailed as exc:
             show_errors(form, exc)
         else:
             messages.success(request, f"{workload.name} is queued.")
+            if notice := deferred_notice(deferred):
+                messages.warning(request, notice)
             return redirect("workload_detail", pk=workload.pk)
     return render(request, "scheduling/workload_form.html", _form_context(form, kind))
 

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from clusters.selectors import pool_backends
 from portal.errors import ValidationFailed
 from portal.permissions import submittable_projects
+from portal.queueing import deferrals, deferred_notice
 from scheduling.bounds import query_id
 from scheduling.form_layout import image_help
 from scheduling.selectors import workload_links
@@ -47,15 +48,18 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
     form = LaunchForm(request.POST or None, projects=projects, initial=_relaunch(request))
     if request.method == "POST" and form.is_valid():
         try:
-            workspace = services.workspace_launch(
-                actor=request.user,
-                project=form.cleaned_data["project"],
-                request=form.launch_request(),
-            )
+            with deferrals() as deferred:
+                workspace = services.workspace_launch(
+                    actor=request.user,
+                    project=form.cleaned_data["project"],
+                    request=form.launch_request(),
+                )
         except ValidationFailed as exc:
             form.add_service_errors(exc)
         else:
             messages.success(request, f"Workspace {workspace.workload.name} is queued.")
+            if notice := deferred_notice(deferred):
+                messages.warning(request, notice)
             return redirect("workspaces:detail", workspace_id=workspace.workload_id)
     context = {
         "form": form,
