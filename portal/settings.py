@@ -206,6 +206,10 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# The cycle's own queue (portal/celery.py): a worker started without -Q consumes both.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = {"celery": {}, "cycle": {}}
+CELERY_TASK_ROUTES = {"scheduling.tasks.run_cycle": {"queue": "cycle"}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- GPUPool ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from portal.celery import app as celery_app
 from scheduling.models import Workload
+from tests.celery_pools import connections_dropped
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,17 +48,10 @@ def outage(request, settings):
     settings.CACHES = {**settings.CACHES, "default": cache}
     saved = {key: celery_app.conf.get(key) for key in conf}
     celery_app.conf.update(conf)
-    _connections_dropped()
+    connections_dropped()
     yield request.param
     celery_app.conf.update(saved)
-    _connections_dropped()
-
-
-def _connections_dropped() -> None:
-    """The app's connection and producer pools are made once, for the broker of the time:
-    drop them (as Celery does after a fork) so the next task uses the broker set now."""
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
+    connections_dropped()
 
 
 def _body():
