@@ -51,7 +51,7 @@ SIMULATED = {
 
 
 def seed(stdout: TextIO) -> None:
-    simulated, _ = Cluster.objects.get_or_create(
+    Cluster.objects.get_or_create(
         name="sim",
         defaults={
             "backend": Backend.SIMULATED,
@@ -60,8 +60,7 @@ def seed(stdout: TextIO) -> None:
             "config": SIMULATED,
         },
     )
-    _add_mig_nodes(simulated)
-    local, _ = Cluster.objects.get_or_create(
+    Cluster.objects.get_or_create(
         name="local",
         defaults={
             "backend": Backend.LOCAL,
@@ -69,7 +68,13 @@ def seed(stdout: TextIO) -> None:
             "config": {"pool": "local", "grace_period_s": 10},
         },
     )
-    for cluster in (simulated, local):
+    every_start(stdout)
+
+
+def every_start(stdout: TextIO) -> None:
+    """Each start: the demo's clusters that are still there, their inventories read."""
+    for cluster in Cluster.objects.filter(name__in=("sim", "local")).order_by("name"):
+        _add_mig_nodes(cluster)
         try:
             result = inventory_sync(cluster)
         except BackendError as exc:

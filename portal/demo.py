@@ -84,11 +84,31 @@ def _users(passwords: dict[str, str]) -> None:
 
 
 def seed(stdout: TextIO) -> None:
+    """The first start: the pool, the organisation and its users."""
     pool, _ = NodePool.objects.get_or_create(name="a100")
     _organisation(pool)
     passwords = _passwords()
     _users(passwords)
+    _print(stdout, passwords)
+
+
+def every_start(stdout: TextIO) -> None:
+    """Later starts: the demo users that are still there get the password printed for
+    them (even if the credentials file was lost); the rest is as admins left it."""
+    passwords = _passwords()
+    for user in User.objects.filter(username__in=[name for name, *_ in USERS]):
+        if not user.check_password(passwords[user.username]):
+            user.set_password(passwords[user.username])
+            user.save()
+    _print(stdout, passwords)
+
+
+def _print(stdout: TextIO, passwords: dict[str, str]) -> None:
+    present = set(User.objects.values_list("username", flat=True))
     stdout.write("Demo users (username / password):\n")
     for username, *_rest, project_name in USERS:
+        if username not in present:
+            continue
         role = "platform admin" if project_name is None else f"researcher in {project_name}"
         stdout.write(f"  {username:<8} {passwords[username]:<16} {role}\n")
+    stdout.write("\n")

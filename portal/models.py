@@ -225,3 +225,14 @@ class SshKey(models.Model):
     @property
     def line(self) -> str:
         return " ".join(part for part in (self.key_type, self.body, self.comment) if part)
+
+
+class DemoSeed(models.Model):
+    """A demo seeder (`manage.py seed_demo`) that has run on this database: it seeds once,
+    so what admins renamed or deleted since is neither recreated nor in the way."""
+
+    name = models.CharField(max_length=100, unique=True)
+    seeded_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -58,3 +58,53 @@ def test_the_demo_prices_every_gpu_model_of_its_clusters(settings, tmp_path):
     GpuPrice.objects.update(price_per_hour=9)  # an admin's change is kept on the next start
     _seed()
     assert set(GpuPrice.objects.values_list("price_per_hour", flat=True)) == {9}
+
+
+def test_the_demo_starts_again_on_whatever_admins_left_behind(settings, tmp_path, client):
+    """Seeding is once per database; later starts leave the admins' changes alone: a renamed
+    project, department, cluster or user, a deleted workload, are neither recreated nor in the
+    way (a renamed project once stopped every start: UNIQUE constraint on namespace)."""
+    from clusters.models import Cluster
+    from scheduling.models import Workload
+
+    settings.VAR_DIR = tmp_path
+    first = _seed()
+    Project.objects.filter(name="ml-vision").update(name="vision-main")
+    Department.objects.filter(name="Language").update(name="Speech and Text")
+    Cluster.objects.filter(name="sim").update(name="sim-renamed")
+    User.objects.filter(username="bob").update(username="robert", is_active=False)
+    User.objects.filter(username="alice").update(username="alice2")
+    gone = Workload.objects.order_by("pk").first()
+    gone_name = gone.name
+    gone.delete()
+    counts = _counts()
+    second = _seed()
+    assert _counts() == counts, "nothing recreated"
+    assert not Project.objects.filter(name="ml-vision").exists()
+    assert not Cluster.objects.filter(name="sim").exists()
+    assert not Workload.objects.filter(name=gone_name).exists()
+    assert not User.objects.filter(username__in=("alice", "bob")).exists()
+    passwords = dict(re.findall(r"^  (admin)\s+(\S+)", first, re.MULTILINE))
+    assert dict(re.findall(r"^  (admin)\s+(\S+)", second, re.MULTILINE)) == passwords
+    assert client.login(username="admin", password=passwords["admin"])
+    assert "bob" not in second.split("Demo users")[1].split("\n\n")[0]
+
+
+def test_a_demo_seeded_before_seeding_was_remembered_starts_too(settings, tmp_path):
+    """A database seeded by an older version (no DemoSeed rows) whose project an admin
+    renamed: the organisation's seeder fails on it, is rolled back whole and reported,
+    and the demo starts."""
+    from portal.models import DemoSeed
+
+    settings.VAR_DIR = tmp_path
+    _seed()
+    DemoSeed.objects.all().delete()
+    Project.objects.filter(name="ml-vision").update(name="vision-main")
+    counts = _counts()
+    out = _seed()
+    assert "Demo data of portal.demo left as the admins changed it (IntegrityError" in out
+    assert not Project.objects.filter(name="ml-vision").exists()
+    assert {k: v for k, v in _counts().items() if k != "DemoSeed"} == {
+        k: v for k, v in counts.items() if k != "DemoSeed"
+    }
+    assert DemoSeed.objects.filter(name="portal.demo").exists()
