@@ -173,6 +173,11 @@ def main() -> int:
         print("\nstopping...", flush=True)
         return 0
     finally:
+        # Stopping runs to its end: a second Ctrl-C or SIGTERM meanwhile (an impatient
+        # user, or `make` passing its own on) once broke off stop_all with a traceback and
+        # left beat and a JupyterLab pod running.
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, signal.SIG_IGN)
         stop_all(processes)
         # Local pods (a workspace's JupyterLab) are processes of their own that outlive a
         # worker on purpose (a restarted worker finds them again); the demo is over, so

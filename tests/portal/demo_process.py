@@ -94,12 +94,18 @@ class DemoProcess:
             time.sleep(1)
         raise AssertionError(f"the demo did not come up in {START_TIMEOUT_S:.0f} s\n{self.tail()}")
 
-    def stop(self) -> int | None:
-        """SIGTERM, as Ctrl-C does: the demo stops its processes and local pods."""
+    def stop(self, again_after_s: float | None = None) -> int | None:
+        """SIGTERM, as Ctrl-C does: the demo stops its processes and local pods. With
+        `again_after_s`, a second SIGTERM that long after the first, while it stops (an
+        impatient user, or `make` passing its own on)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            if again_after_s is not None:
+                time.sleep(again_after_s)
+                if self.proc.poll() is None:
+                    self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:

@@ -142,6 +142,22 @@ def test_a_killed_worker_comes_back_and_the_web_server_local_work_and_jupyterlab
         assert _pids_with(marker) == pods
         assert lab_answers()
         assert running.restarts() == ["worker"]
+        # 5. Stopped, with a second SIGTERM while it stops: everything it started ends, the
+        # local job's processes too, and no traceback (one once left beat and a pod).
+        started = [running.pid_of(name) for name in ("web", "worker", "beat")]
+        assert running.stop(again_after_s=1.0) == 0, running.tail()
+        assert "Traceback" not in running.log(), running.tail()
+        running.wait_for(lambda: not any(map(_alive, started)), "web, worker and beat end")
+        running.wait_for(lambda: not _pids_with(marker), "the local job's processes end")
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether the process runs (a zombie, waiting for its parent, counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _submit(client, name: str, path: str = "/api/v1/workloads/", **fields) -> int:
