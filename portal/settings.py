@@ -322,6 +322,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Pool GPUs across Kubernetes clusters and share them fairly among teams.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page's Swagger UI from this server (drf-spectacular-sidecar), asking no
+    # other host for anything (no validator badge): air-gapped installations are common.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"validatorUrl": None, "deepLinking": True},
     # The schema and its docs page are for signed-in users (session or token) only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "ENUM_NAME_OVERRIDES": {"WorkloadKindEnum": "scheduling.models.WorkloadKind"},

@@ -16,7 +16,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
     inline_serializer,
 )
-from drf_spectacular.views import SpectacularRedocView
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
@@ -565,13 +565,9 @@ class CycleListView(APIView):
         return Response(list(CycleRun.objects.values(*fields)[:100]))
 
 
-class ApiDocsView(SpectacularRedocView):
-    """Redoc served from this server (drf-spectacular-sidecar): no CDN needed."""
+class ApiDocsView(SpectacularSwaggerView):
+    """Swagger UI served from this server (drf-spectacular-sidecar; SPECTACULAR_SETTINGS
+    names it). Nothing comes from another host: Redoc, used before, loads its logo from
+    cdn.redoc.ly whatever its options, and drf-spectacular's page for it Google Fonts."""
 
     url_name = "api-schema"
-
-    @staticmethod
-    def _redoc_standalone() -> str:
-        from django.templatetags.static import static  # noqa: PLC0415
-
-        return static("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
