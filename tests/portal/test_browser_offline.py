@@ -4,8 +4,9 @@ ERR_NAME_NOT_RESOLVED offline).
 
 Chromium, signed in as a platform admin, opens the overview and every page its links reach
 (one level deep), the API docs and the admin site; any request to another host fails the
-test. Break checked: with drf-spectacular's own Redoc template back (its font links), it
-fails on fonts.googleapis.com.
+test. Break checked: with Redoc as before it failed on fonts.googleapis.com (drf-spectacular's
+page for it), then, without those links, on cdn.redoc.ly (Redoc's logo, loaded whatever its
+options): the docs are Swagger UI from drf-spectacular-sidecar now.
 """
 
 from __future__ import annotations
