@@ -22,10 +22,12 @@ from django.template.loader import render_to_string
 from django.utils.http import is_same_domain
 from rest_framework.exceptions import AuthenticationFailed
 
+from portal.permissions import can_view_project
 from portal.tokens import ApiTokenAuthentication
 from workspaces.selectors import (
     can_open_workload,
     can_open_workspace,
+    can_view_workspace,
     workload_get,
     workload_port,
     workload_port_upstream,
@@ -140,7 +142,9 @@ def authorize_sync(headers: list[tuple[bytes, bytes]], workspace_id: int, path: 
 
 def _workspace_access(workspace_id: int, user: Any) -> Access:
     workspace = workspace_get(workspace_id)
-    if workspace is None:
+    # One who may not see the workspace gets what its page answers him, 404: a 403 here
+    # told him it exists.
+    if workspace is None or not can_view_workspace(user, workspace):
         return Access(404, message="No such workspace.", user=user)
     if not can_open_workspace(user, workspace):
         return Access(403, message="Only the owner of this workspace may open it.", user=user)
@@ -161,7 +165,7 @@ def authorize_port_sync(
 
 def _port_access(workload_id: int, port_name: str, protocol: str, user: Any) -> Access:
     workload = workload_get(workload_id)
-    if workload is None:
+    if workload is None or not can_view_project(user, workload.project):
         return Access(404, message="No such workload.", user=user)
     if not can_open_workload(user, workload):
         message = "Only the owner of this workload (or its project, when shared) may open it."

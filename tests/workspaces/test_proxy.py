@@ -98,12 +98,16 @@ def lab(org):
     return make_running_workspace(owner=org.researcher, project=org.project_a, endpoint=endpoint)
 
 
-def test_a_user_of_another_project_gets_403_for_pages_and_websockets(client, org, lab):
+def test_a_user_of_another_project_gets_404_for_pages_and_websockets(client, org, lab):
+    """What the workspace's page answers him: a 403 told him the workspace exists."""
     cookie = _session_cookie(client, org.outsider)
     status, _, body = call_http(f"/workspaces/{lab.workload_id}/lab/tree", cookie)
-    assert status == 403 and b"Only the owner" in body
+    assert status == 404 and b"No such workspace." in body
+    assert client.get(f"/workspaces/{lab.workload_id}/").status_code == 404
+    absent = call_http(f"/workspaces/{lab.workload_id + 999}/lab/tree", cookie)
+    assert absent[0] == 404 and absent[2] == body, "the same answer as for no workspace"
     # The portal's styled page, with its navigation.
-    assert b"<h1>Forbidden</h1>" in body and b'href="/workloads/queue/"' in body
+    assert b"<h1>Not found</h1>" in body and b'href="/workloads/queue/"' in body
     ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
     assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
 
@@ -161,9 +165,9 @@ def test_an_owner_removed_from_the_project_no_longer_passes(client, org, lab):
     assert call_http(path, cookie)[0] == 502  # let through, to a tool not listening yet
     org.researcher.memberships.filter(project=org.project_a).delete()
     status, _, body = call_http(path, cookie)
-    assert status == 403 and b"Only the owner" in body
+    assert status == 404 and b"No such workspace." in body  # he no longer sees the project
     # The portal's styled page, with its navigation.
-    assert b"<h1>Forbidden</h1>" in body and b'href="/workloads/queue/"' in body
+    assert b"<h1>Not found</h1>" in body and b'href="/workloads/queue/"' in body
     ws = f"/workspaces/{lab.workload_id}/lab/api/kernels/abc/channels"
     assert websocket_handshake(ws, cookie) == {"type": "websocket.close", "code": 1008}
 
