@@ -218,6 +218,12 @@ def pod_name(workload_id: int, pod_index: int) -> str:
 class Backend(abc.ABC):
     """A cluster seen through one interface. Instances are cheap; make one per task run."""
 
+    # Whether `reconcile` may be handed part of the desired set: the pods of the workloads
+    # that need work, with the names of the others to `keep` as they are (clusters.reconcile's
+    # targeted pass). Backends whose reconcile does more with every desired spec (Kubernetes:
+    # reservation pods, Services, repairs; local: MPS daemons) always get the whole set.
+    partial_reconcile = False
+
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
 
@@ -261,18 +267,23 @@ class Backend(abc.ABC):
         *,
         grace_period_s: int,
         grace_periods: Mapping[int, int] | None = None,
+        keep: frozenset[str] = frozenset(),
+        observed: Mapping[str, PodStatus] | None = None,
     ) -> ReconcileReport:
         """Make the cluster hold exactly `desired`: create what is missing, delete the rest.
 
         A pod is deleted with its workload's grace period (`grace_periods`, by workload id,
         from its policy), else `grace_period_s`. Pods that finished (Succeeded/Failed) but
         are still desired are left alone so that their exit codes can be read; they are
-        never created twice.
+        never created twice. Pods named in `keep` are wanted too, as they are (a targeted
+        pass: only where `partial_reconcile`). `observed`: the statuses this pass read a
+        moment ago, else read now.
         """
-        report = ReconcileReport(statuses=self.pod_statuses())
+        statuses = dict(observed) if observed is not None else self.pod_statuses()
+        report = ReconcileReport(statuses=statuses)
         wanted = {spec.name: spec for spec in desired}
         for name, status in list(report.statuses.items()):
-            if name not in wanted:
+            if name not in wanted and name not in keep:
                 grace = grace_for(status, grace_period_s, grace_periods)
                 self._delete_into(report, status, grace)
         for spec in desired:

@@ -111,6 +111,8 @@ def _node(item: dict[str, Any]) -> NodeInfo:
 
 
 class SimulatedBackend(Backend):
+    partial_reconcile = True  # the base reconcile: creates and deletes, nothing per spec
+
     def test_connection(self) -> str:
         nodes = description_nodes(self.cluster.config)
         gpus = sum(len(n.gpus) for n in nodes)
@@ -197,9 +199,10 @@ class SimulatedBackend(Backend):
         *,
         grace_period_s: int,
         grace_periods: Mapping[int, int] | None = None,
+        **partial: Any,
     ) -> ReconcileReport:
         report = super().reconcile(
-            desired, grace_period_s=grace_period_s, grace_periods=grace_periods
+            desired, grace_period_s=grace_period_s, grace_periods=grace_periods, **partial
         )
         self._emit_samples(report)
         return report
