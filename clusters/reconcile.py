@@ -220,6 +220,9 @@ def _name_gpu_oom(
             status.message = oom_message(allocation_mps(allocation, memory or 0))
 
 
+_WORKLOAD_RELATED = ("project", "submitted_by", "workspace")
+
+
 def _allocations(cluster: Cluster, workload_ids: list[int] | None = None) -> list[PodAllocation]:
     """The cluster's allocations, or those of `workload_ids` only."""
     rows = PodAllocation.objects.filter(node__cluster=cluster)
@@ -229,7 +232,7 @@ def _allocations(cluster: Cluster, workload_ids: list[int] | None = None) -> lis
         rows = rows.filter(workload_id__in=workload_ids)
     allocations = list(
         rows.select_related(
-            "workload", "workload__project", "workload__submitted_by", "workload__workspace", "node"
+            "node", "workload", *(f"workload__{name}" for name in _WORKLOAD_RELATED)
         ).order_by("workload_id", "pod_index")
     )
     # One Workload instance per workload, so a transition is seen by all of its pods.
@@ -342,7 +345,9 @@ def _refresh_states(by_workload: dict[int, list[PodAllocation]]) -> None:
     """The cycle or a user may have changed a workload while the cluster was being called
     (preempted it, stopped it): act on its state in the database now, locked (where the
     database can) until this transaction ends, never on the copy read at the start."""
-    rows = Workload.objects.select_related("project").select_for_update(of=("self",))
+    # What the pod specs read of each workload comes along (its submitter, its workspace):
+    # not a statement per workload when they are built.
+    rows = Workload.objects.select_related(*_WORKLOAD_RELATED).select_for_update(of=("self",))
     fresh = rows.in_bulk(list(by_workload))
     for workload_id, allocations in list(by_workload.items()):
         workload = fresh.get(workload_id)

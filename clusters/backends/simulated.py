@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from clusters.backends import (
     PodSpec,
     PodStatus,
     ReconcileReport,
+    deleted_into,
 )
 from clusters.mig import simulated_uuid
 from clusters.models import SimulatedPod
@@ -151,17 +153,44 @@ class SimulatedBackend(Backend):
             pod = SimulatedPod.objects.get(cluster=self.cluster, name=spec.name)
         return _status(pod, timezone.now())
 
+    def _create_all_into(self, report: ReconcileReport, specs: list[PodSpec]) -> None:
+        """All of them in two statements: an insert that skips pods another worker made a
+        moment ago, then one read of what the cluster holds under those names."""
+        if not specs:
+            return
+        pods = [SimulatedPod(cluster=self.cluster, name=s.name, **_pod_fields(s)) for s in specs]
+        SimulatedPod.objects.bulk_create(pods, ignore_conflicts=True)
+        now = timezone.now()
+        made = SimulatedPod.objects.filter(cluster=self.cluster, name__in=[s.name for s in specs])
+        for pod in made.order_by("name"):
+            report.statuses[pod.name] = _status(pod, now)
+            report.created.append(pod.name)
+
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        return self._stop([status.name], grace_period_s)
+
+    def _delete_all_into(
+        self, report: ReconcileReport, doomed: list[tuple[PodStatus, int]]
+    ) -> None:
+        """A statement per grace period, not per pod."""
+        by_grace: dict[int, list[PodStatus]] = defaultdict(list)
+        for status, grace in doomed:
+            by_grace[grace].append(status)
+        for grace, statuses in sorted(by_grace.items()):
+            gone = self._stop([s.name for s in statuses], grace)
+            for status in statuses:
+                deleted_into(report, status, gone=gone)
+
+    def _stop(self, names: list[str], grace_period_s: int) -> bool:
         """The simulated program takes `stop_delay_s` to exit on SIGTERM; the grace period
-        cuts that short (SIGKILL), in the same virtual seconds."""
+        cuts that short (SIGKILL), in the same virtual seconds. True: gone at once."""
         now = timezone.now()
         stop_s = min(float(self.cluster.config.get("stop_delay_s", 0)), grace_period_s)
+        pods = SimulatedPod.objects.filter(cluster=self.cluster, name__in=names)
         if stop_s <= 0:
-            SimulatedPod.objects.filter(cluster=self.cluster, name=status.name).delete()
+            pods.delete()
             return True
-        SimulatedPod.objects.filter(
-            cluster=self.cluster, name=status.name, deleting_since__isnull=True
-        ).update(deleting_since=now, stop_after_s=stop_s)
+        pods.filter(deleting_since__isnull=True).update(deleting_since=now, stop_after_s=stop_s)
         return False
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
