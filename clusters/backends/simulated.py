@@ -84,9 +84,19 @@ def description_nodes(config: dict[str, Any]) -> list[NodeInfo]:
             labels = {str(k): str(v) for k, v in (group.get("labels") or {}).items()}
             for key, values in (group.get("spread") or {}).items():
                 labels[str(key)] = str(values[i * len(values) // count])  # contiguous blocks
-            nodes.append(_node({**group, "name": f"{group['prefix']}-{i}", "labels": labels}))
+            nodes.append(_node({**group, "name": _group_node(group, i), "labels": labels}))
     nodes.extend(_node(item) for item in config.get("nodes") or [])
     return nodes
+
+
+def description_node_names(config: dict[str, Any]) -> set[str]:
+    """The described nodes' names alone (a pass reads them; their GPUs are not needed)."""
+    names = {_group_node(g, i) for g in config.get("groups") or [] for i in range(int(g["count"]))}
+    return names | {str(item["name"]) for item in config.get("nodes") or []}
+
+
+def _group_node(group: dict[str, Any], i: int) -> str:
+    return f"{group['prefix']}-{i}"
 
 
 def _node(item: dict[str, Any]) -> NodeInfo:
@@ -139,9 +149,11 @@ class SimulatedBackend(Backend):
         ]
         pods.filter(pk__in=gone).delete()
         # A node that failed (down_nodes) or left the description takes its pods with it.
-        nodes = {node.name for node in self.list_inventory()}
+        nodes = description_node_names(self.cluster.config) - self.down
         pods.exclude(node_name__in=nodes).delete()
-        return {pod.name: _status(pod, now) for pod in pods}
+        # What a status needs, not the pods' env and GPUs: a pass reads every pod.
+        rows = pods.values_list(*_STATUS_FIELDS, named=True)
+        return {pod.name: _status(pod, now) for pod in rows}
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         try:
@@ -326,7 +338,21 @@ def _pod_fields(spec: PodSpec) -> dict[str, Any]:
     }
 
 
-def _status(pod: SimulatedPod, now: Any) -> PodStatus:
+_STATUS_FIELDS = (
+    "pk",
+    "name",
+    "namespace",
+    "workload_id",
+    "pod_index",
+    "node_name",
+    "deleting_since",
+    "duration_s",
+    "started_at",
+)
+
+
+def _status(pod: Any, now: Any) -> PodStatus:
+    """A SimulatedPod's status (the row, or its `_STATUS_FIELDS`)."""
     status = PodStatus(
         name=pod.name,
         namespace=pod.namespace,
