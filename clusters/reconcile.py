@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from clusters.backends import (
@@ -56,6 +56,8 @@ from scheduling.signals import cycle_request
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from django.db.models import Model
 
 log = logging.getLogger(__name__)
 S = WorkloadState
@@ -396,8 +398,26 @@ def _record_statuses(allocations: list[PodAllocation], report: ReconcileReport) 
         if new != (allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports):
             allocation.phase, allocation.endpoint, allocation.backend_ref, allocation.ports = new
             changed.append(allocation)
-    if changed:
-        PodAllocation.objects.bulk_update(changed, ["phase", "endpoint", "backend_ref", "ports"])
+    _update_each(PodAllocation, changed, ["phase", "endpoint", "backend_ref", "ports"])
+
+
+def _update_each(model: type[Model], rows: list[Model], fields: list[str]) -> None:
+    """Save `fields` of each row: one UPDATE by primary key, all sent in one executemany.
+    (bulk_update's CASE WHEN expressions cost about 2 ms of Python per pod created, more
+    than everything else a pass does for it.)"""
+    if not rows:
+        return
+    meta = model._meta
+    columns = [meta.get_field(name) for name in fields]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(column.column)} = %s" for column in columns)
+    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"
+    params = [
+        [c.get_db_prep_save(getattr(row, c.attname), connection) for c in columns] + [row.pk]
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
