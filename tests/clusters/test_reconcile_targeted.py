@@ -112,6 +112,25 @@ def test_a_targeted_pass_creates_the_pods_of_a_new_admission_and_nothing_else(si
     assert new.state == S.RUNNING
 
 
+def test_after_a_cycle_a_targeted_pass_costs_the_same_statements_beside_3_or_24_workloads(sim, org):
+    """Its work follows the pods it creates, not the pods that run: two admissions (three
+    pods) cost as many statements beside 3 running workloads as beside 24."""
+
+    def admissions_statements(first: int) -> int:
+        run_workloads(org, 2, first=first)
+        with CaptureQueriesContext(connection) as queries:
+            result = targeted(sim)
+        assert result.created == 3 and result.deleted == 0
+        return len(queries)
+
+    run_workloads(org, 3)
+    settle(sim)
+    few = admissions_statements(3)
+    run_workloads(org, 24 - 5, first=5)
+    settle(sim)
+    assert admissions_statements(24) == few
+
+
 def assert_nothing_left_for_the_full_pass(cluster) -> None:
     """What a targeted pass leaves, a full pass finds in order: it changes nothing."""
     rows = list(PodAllocation.objects.order_by("pk").values())
