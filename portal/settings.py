@@ -215,6 +215,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # --- GPUPool ---------------------------------------------------------------------------------
 GPUPOOL_CYCLE_INTERVAL_S = env_int("GPUPOOL_CYCLE_INTERVAL_S", 10, minimum=1)
 GPUPOOL_RECONCILE_INTERVAL_S = env_int("GPUPOOL_RECONCILE_INTERVAL_S", 5, minimum=1)
+# Reconcile passes compare and act on what changed; every this often (per cluster) one is a
+# full pass that rebuilds every pod's spec, the safety net (clusters.reconcile). 0: always.
+GPUPOOL_RECONCILE_FULL_EVERY_S = env_int("GPUPOOL_RECONCILE_FULL_EVERY_S", 600, minimum=0)
 GPUPOOL_KUBECONFIG_KEY = env_secret("GPUPOOL_KUBECONFIG_KEY")
 GPUPOOL_METRICS_TOKEN = env_secret("GPUPOOL_METRICS_TOKEN")
 GPUPOOL_NODE_POOL_LABEL = env_str("GPUPOOL_NODE_POOL_LABEL", "gpupool.io/node-pool")

@@ -218,6 +218,12 @@ def pod_name(workload_id: int, pod_index: int) -> str:
 class Backend(abc.ABC):
     """A cluster seen through one interface. Instances are cheap; make one per task run."""
 
+    # Whether `reconcile` may be handed part of the desired set: the pods of the workloads
+    # that need work, with the names of the others to `keep` as they are (clusters.reconcile's
+    # targeted pass). Backends whose reconcile does more with every desired spec (Kubernetes:
+    # reservation pods, Services, repairs; local: MPS daemons) always get the whole set.
+    partial_reconcile = False
+
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
 
@@ -261,27 +267,37 @@ class Backend(abc.ABC):
         *,
         grace_period_s: int,
         grace_periods: Mapping[int, int] | None = None,
+        keep: frozenset[str] = frozenset(),
+        observed: Mapping[str, PodStatus] | None = None,
     ) -> ReconcileReport:
         """Make the cluster hold exactly `desired`: create what is missing, delete the rest.
 
         A pod is deleted with its workload's grace period (`grace_periods`, by workload id,
         from its policy), else `grace_period_s`. Pods that finished (Succeeded/Failed) but
         are still desired are left alone so that their exit codes can be read; they are
-        never created twice.
+        never created twice. Pods named in `keep` are wanted too, as they are (a targeted
+        pass: only where `partial_reconcile`). `observed`: the statuses this pass read a
+        moment ago, else read now.
         """
-        report = ReconcileReport(statuses=self.pod_statuses())
+        statuses = dict(observed) if observed is not None else self.pod_statuses()
+        report = ReconcileReport(statuses=statuses)
         wanted = {spec.name: spec for spec in desired}
-        for name, status in list(report.statuses.items()):
-            if name not in wanted:
-                grace = grace_for(status, grace_period_s, grace_periods)
-                self._delete_into(report, status, grace)
-        for spec in desired:
-            if spec.name not in report.statuses:
-                self._create_into(report, spec)
+        doomed = [
+            (status, grace_for(status, grace_period_s, grace_periods))
+            for name, status in report.statuses.items()
+            if name not in wanted and name not in keep
+        ]
+        self._delete_all_into(report, doomed)
+        self._create_all_into(report, [s for s in desired if s.name not in report.statuses])
         for spec in desired:
             if spec.mps is not None and spec.shared_gpu_index is not None:
                 report.mps_devices[(spec.node_name, spec.shared_gpu_index)] = mps_device(spec)
         return report
+
+    def _create_all_into(self, report: ReconcileReport, specs: list[PodSpec]) -> None:
+        """Create the missing pods, one by one (a backend may do it in bulk)."""
+        for spec in specs:
+            self._create_into(report, spec)
 
     def _create_into(self, report: ReconcileReport, spec: PodSpec) -> None:
         try:
@@ -294,6 +310,14 @@ class Backend(abc.ABC):
         except BackendError as exc:
             report.errors.append(f"create {spec.name}: {exc}")
 
+    def _delete_all_into(
+        self, report: ReconcileReport, doomed: list[tuple[PodStatus, int]]
+    ) -> None:
+        """Delete the unwanted pods, each with its grace period, one by one (a backend may
+        do it in bulk)."""
+        for status, grace in doomed:
+            self._delete_into(report, status, grace)
+
     def _delete_into(self, report: ReconcileReport, status: PodStatus, grace: int) -> None:
         try:
             gone = self.delete_pod(status, grace_period_s=grace)
@@ -302,11 +326,16 @@ class Backend(abc.ABC):
         except BackendError as exc:
             report.errors.append(f"delete {status.name}: {exc}")
             return
-        if gone:
-            report.statuses.pop(status.name, None)
-            report.deleted.append(status.name)
-        else:
-            status.terminating = True
+        deleted_into(report, status, gone=gone)
+
+
+def deleted_into(report: ReconcileReport, status: PodStatus, *, gone: bool) -> None:
+    """A delete asked for: the pod is gone, or terminating."""
+    if gone:
+        report.statuses.pop(status.name, None)
+        report.deleted.append(status.name)
+    else:
+        status.terminating = True
 
 
 def never_runs(spec: PodSpec, why: str) -> PodStatus:

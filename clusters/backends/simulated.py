@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from clusters.backends import (
     PodSpec,
     PodStatus,
     ReconcileReport,
+    deleted_into,
 )
 from clusters.mig import simulated_uuid
 from clusters.models import SimulatedPod
@@ -82,9 +84,19 @@ def description_nodes(config: dict[str, Any]) -> list[NodeInfo]:
             labels = {str(k): str(v) for k, v in (group.get("labels") or {}).items()}
             for key, values in (group.get("spread") or {}).items():
                 labels[str(key)] = str(values[i * len(values) // count])  # contiguous blocks
-            nodes.append(_node({**group, "name": f"{group['prefix']}-{i}", "labels": labels}))
+            nodes.append(_node({**group, "name": _group_node(group, i), "labels": labels}))
     nodes.extend(_node(item) for item in config.get("nodes") or [])
     return nodes
+
+
+def description_node_names(config: dict[str, Any]) -> set[str]:
+    """The described nodes' names alone (a pass reads them; their GPUs are not needed)."""
+    names = {_group_node(g, i) for g in config.get("groups") or [] for i in range(int(g["count"]))}
+    return names | {str(item["name"]) for item in config.get("nodes") or []}
+
+
+def _group_node(group: dict[str, Any], i: int) -> str:
+    return f"{group['prefix']}-{i}"
 
 
 def _node(item: dict[str, Any]) -> NodeInfo:
@@ -111,6 +123,8 @@ def _node(item: dict[str, Any]) -> NodeInfo:
 
 
 class SimulatedBackend(Backend):
+    partial_reconcile = True  # the base reconcile: creates and deletes, nothing per spec
+
     def test_connection(self) -> str:
         nodes = description_nodes(self.cluster.config)
         gpus = sum(len(n.gpus) for n in nodes)
@@ -135,9 +149,11 @@ class SimulatedBackend(Backend):
         ]
         pods.filter(pk__in=gone).delete()
         # A node that failed (down_nodes) or left the description takes its pods with it.
-        nodes = {node.name for node in self.list_inventory()}
+        nodes = description_node_names(self.cluster.config) - self.down
         pods.exclude(node_name__in=nodes).delete()
-        return {pod.name: _status(pod, now) for pod in pods}
+        # What a status needs, not the pods' env and GPUs: a pass reads every pod.
+        rows = pods.values_list(*_STATUS_FIELDS, named=True)
+        return {pod.name: _status(pod, now) for pod in rows}
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         try:
@@ -149,17 +165,44 @@ class SimulatedBackend(Backend):
             pod = SimulatedPod.objects.get(cluster=self.cluster, name=spec.name)
         return _status(pod, timezone.now())
 
+    def _create_all_into(self, report: ReconcileReport, specs: list[PodSpec]) -> None:
+        """All of them in two statements: an insert that skips pods another worker made a
+        moment ago, then one read of what the cluster holds under those names."""
+        if not specs:
+            return
+        pods = [SimulatedPod(cluster=self.cluster, name=s.name, **_pod_fields(s)) for s in specs]
+        SimulatedPod.objects.bulk_create(pods, ignore_conflicts=True)
+        now = timezone.now()
+        made = SimulatedPod.objects.filter(cluster=self.cluster, name__in=[s.name for s in specs])
+        for pod in made.order_by("name"):
+            report.statuses[pod.name] = _status(pod, now)
+            report.created.append(pod.name)
+
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
+        return self._stop([status.name], grace_period_s)
+
+    def _delete_all_into(
+        self, report: ReconcileReport, doomed: list[tuple[PodStatus, int]]
+    ) -> None:
+        """A statement per grace period, not per pod."""
+        by_grace: dict[int, list[PodStatus]] = defaultdict(list)
+        for status, grace in doomed:
+            by_grace[grace].append(status)
+        for grace, statuses in sorted(by_grace.items()):
+            gone = self._stop([s.name for s in statuses], grace)
+            for status in statuses:
+                deleted_into(report, status, gone=gone)
+
+    def _stop(self, names: list[str], grace_period_s: int) -> bool:
         """The simulated program takes `stop_delay_s` to exit on SIGTERM; the grace period
-        cuts that short (SIGKILL), in the same virtual seconds."""
+        cuts that short (SIGKILL), in the same virtual seconds. True: gone at once."""
         now = timezone.now()
         stop_s = min(float(self.cluster.config.get("stop_delay_s", 0)), grace_period_s)
+        pods = SimulatedPod.objects.filter(cluster=self.cluster, name__in=names)
         if stop_s <= 0:
-            SimulatedPod.objects.filter(cluster=self.cluster, name=status.name).delete()
+            pods.delete()
             return True
-        SimulatedPod.objects.filter(
-            cluster=self.cluster, name=status.name, deleting_since__isnull=True
-        ).update(deleting_since=now, stop_after_s=stop_s)
+        pods.filter(deleting_since__isnull=True).update(deleting_since=now, stop_after_s=stop_s)
         return False
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
@@ -197,9 +240,10 @@ class SimulatedBackend(Backend):
         *,
         grace_period_s: int,
         grace_periods: Mapping[int, int] | None = None,
+        **partial: Any,
     ) -> ReconcileReport:
         report = super().reconcile(
-            desired, grace_period_s=grace_period_s, grace_periods=grace_periods
+            desired, grace_period_s=grace_period_s, grace_periods=grace_periods, **partial
         )
         self._emit_samples(report)
         return report
@@ -294,7 +338,21 @@ def _pod_fields(spec: PodSpec) -> dict[str, Any]:
     }
 
 
-def _status(pod: SimulatedPod, now: Any) -> PodStatus:
+_STATUS_FIELDS = (
+    "pk",
+    "name",
+    "namespace",
+    "workload_id",
+    "pod_index",
+    "node_name",
+    "deleting_since",
+    "duration_s",
+    "started_at",
+)
+
+
+def _status(pod: Any, now: Any) -> PodStatus:
+    """A SimulatedPod's status (the row, or its `_STATUS_FIELDS`)."""
     status = PodStatus(
         name=pod.name,
         namespace=pod.namespace,
