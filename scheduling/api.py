@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from clusters.selectors import enforced_limits, workload_pod_logs
+from clusters.selectors import enforced_limits, pool_backends, workload_pod_logs
 from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
 from portal.pagination import BoundedPagination, query_number
@@ -109,6 +109,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
         help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
     )
     size = serializers.SerializerMethodField(help_text="pods running now, and the range")
+    runs = serializers.SerializerMethodField(
+        help_text="Whether its code really runs: simulated (true: nothing runs; false: it "
+        "runs; null: pending where pools of both kinds may take it), a summary in words, and "
+        "the pools with real nodes."
+    )
 
     class Meta:
         model = Workload
@@ -122,7 +127,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
-            "handles_resize", "resized_at", "size", "min_gpus",
+            "handles_resize", "resized_at", "size", "min_gpus", "runs",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -136,6 +141,13 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_size(self, wl: Workload) -> dict[str, int]:
         return selectors.workload_size(wl)
+
+    def get_runs(self, wl: Workload) -> dict[str, Any]:
+        # Read once per answer: a list's items share the root serializer's context.
+        backends = self.context.get("pool_backends")
+        if backends is None:
+            backends = self.context["pool_backends"] = pool_backends()
+        return selectors.workload_runs(wl, backends)
 
 
 class EventSerializer(serializers.Serializer):

@@ -347,6 +347,13 @@ def submit_and_report(ctx: click.Context, kind: str, options: dict[str, Any]) ->
     workload = api_of(ctx).call("POST", "/api/v1/workloads/", json=body)
     click.echo(f"Submitted {workload['project']}/{workload['name']} (id {workload['id']}): "
                f"{workload['state']}.")  # fmt: skip
+    runs = workload.get("runs") or {}
+    if runs.get("summary"):
+        # simulated: True (nothing will run), None (it may land where nothing runs), False
+        prefix = {True: "Warning: ", None: "Note: "}.get(runs.get("simulated"), "")
+        click.echo(prefix + runs["summary"], err=runs.get("simulated") is True)
+    if workload.get("notice"):
+        click.echo(f"Note: {workload['notice']}", err=True)
 
 
 @main.group()
@@ -542,6 +549,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
                 "gpus", "pods", "priority_class", "preemptible", "restart_count",
                 "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
+    if (wl.get("runs") or {}).get("summary"):
+        click.echo(f"{'runs:':16}{wl['runs']['summary']}")
     if checkpoints := checkpoints_of(wl):
         click.echo(f"{'checkpoints:':16}{checkpoints}")
     if wl.get("elastic"):

@@ -446,3 +446,40 @@ def my_projects(user: Any) -> list[QueueRow]:
         elif state == WorkloadState.PENDING:
             row.waiting += n
     return list(rows.values())
+
+
+def workload_runs(wl: Workload, backends: dict[str, set[str]]) -> dict[str, Any]:
+    """Whether its code really runs, in words and as a flag, so that no page or command
+    leaves a user guessing (a CLI submit without --node-pool once landed on a simulated
+    pool and said nothing). `backends`: clusters.selectors.pool_backends(), read once.
+
+    simulated: True (nothing runs: a simulated cluster only records it), False (processes
+    or pods really run), None (pending, and pools of both kinds may take it)."""
+    real_pools = sorted(name for name, kinds in backends.items() if kinds - {Backend.SIMULATED})
+    if wl.cluster is not None:
+        simulated = wl.cluster.backend == Backend.SIMULATED
+        where = f"cluster {wl.cluster.name}"
+        summary = (
+            f"Simulated ({where}): nothing runs; its log is a note, not output."
+            if simulated
+            else f"Runs for real on {where} ({wl.cluster.backend})."
+        )
+        return {"simulated": simulated, "summary": summary, "real_pools": real_pools}
+    pools = list(wl.node_pools) or sorted(backends)
+    fake = [p for p in pools if backends.get(p) == {Backend.SIMULATED}]
+    real = [p for p in pools if backends.get(p, set()) - {Backend.SIMULATED}]
+    if fake and not real:
+        simulated: bool | None = True
+        summary = f"Only simulated pools can take it ({', '.join(fake)}): nothing will run."
+        if real_pools:
+            summary += f" Pools with real nodes: {', '.join(real_pools)} (--node-pool)."
+    elif fake:
+        simulated = None
+        summary = (
+            f"It may land on a simulated pool ({', '.join(fake)}), where nothing runs, or on "
+            f"{', '.join(real)}, where it runs for real; --node-pool chooses."
+        )
+    else:
+        simulated = False
+        summary = f"Runs for real, in {', '.join(real) or 'no pool yet'}."
+    return {"simulated": simulated, "summary": summary, "real_pools": real_pools}

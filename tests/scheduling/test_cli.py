@@ -90,7 +90,10 @@ def test_submit_each_kind_then_list_describe_stop_delete(logged_in, org, cluster
     out = gp("submit", "training", "resnet", "--image", "img", "--gpus", "2", "-e", "A=1",
              "--checkpoint-dir", "/ckpt", "--", "python", "train.py", "--lr", "0.1")  # fmt: skip
     wl = Workload.objects.get(name="resnet")
-    assert out.strip() == f"Submitted ml-vision/resnet (id {wl.pk}): pending."
+    assert out.strip().splitlines() == [
+        f"Submitted ml-vision/resnet (id {wl.pk}): pending.",
+        "Warning: Only simulated pools can take it (a100): nothing will run.",
+    ]
     assert (wl.command, wl.env, wl.gpus, wl.checkpoint_dir) == (
         ["python", "train.py", "--lr", "0.1"],
         {"A": "1"},
@@ -249,3 +252,33 @@ def test_an_elastic_range_is_submitted_listed_and_described(logged_in, org, clus
     listed = gp("list")
     assert "0/2..6" not in listed and "6/2..6" in listed and "1/1..2" in listed
     assert "size:           6 (min 2, max 6)" in gp("describe", str(wl.pk))
+
+
+def test_the_cli_says_whether_work_will_really_run_before_and_after(logged_in, org, cluster):
+    """A submit without --node-pool once landed on a simulated pool and nothing said so
+    (issue 28): the answer says where it may run, and describe says where it ran."""
+    from clusters.models import Cluster, NodePool
+    from tests.scheduling.conftest import make_nodes
+
+    local = NodePool.objects.create(name="local")
+    Cluster.objects.create(name="here", backend="local")
+    make_nodes(local, 1, gpus=0, cluster_name="here")
+    gp = logged_in
+    gp("project", "set", "ml-vision")
+    out = gp("submit", "training", "either", "--image", "img", "--gpus", "0")
+    assert (
+        "Note: It may land on a simulated pool (a100), where nothing runs, or on local, "
+        "where it runs for real; --node-pool chooses." in out
+    )
+    out = gp("submit", "training", "real", "--image", "img", "--gpus", "0", "--node-pool", "local")
+    assert "Runs for real, in local." in out and "Warning" not in out
+    out = gp("submit", "training", "sim", "--image", "img", "--node-pool", "a100")
+    assert (
+        "Warning: Only simulated pools can take it (a100): nothing will run. Pools with "
+        "real nodes: local (--node-pool)." in out
+    )
+    wl = Workload.objects.get(name="sim")
+    wl.cluster = Cluster.objects.get(name="sim")
+    wl.save()
+    out = gp("describe", str(wl.pk))
+    assert "runs:           Simulated (cluster sim): nothing runs; its log is a note" in out
