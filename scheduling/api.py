@@ -109,6 +109,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
     )
     size = serializers.SerializerMethodField(help_text="pods running now, and the range")
+    why = serializers.SerializerMethodField(
+        help_text="What it waits for (pending), or why it failed, stopped or was preempted."
+    )
     runs = serializers.SerializerMethodField(
         help_text="Whether its code really runs: simulated (true: nothing runs; false: it "
         "runs; null: pending where pools of both kinds may take it), a summary in words, and "
@@ -127,7 +130,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
-            "handles_resize", "resized_at", "size", "min_gpus", "runs",
+            "handles_resize", "resized_at", "size", "min_gpus", "runs", "why",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -141,6 +144,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_size(self, wl: Workload) -> dict[str, int]:
         return selectors.workload_size(wl)
+
+    def get_why(self, wl: Workload) -> str:
+        return selectors.workload_why(wl)
 
     def get_runs(self, wl: Workload) -> dict[str, Any]:
         # Read once per answer: a list's items share the root serializer's context.
@@ -274,6 +280,9 @@ class LogsSerializer(serializers.Serializer):
     unavailable = serializers.CharField(help_text="Why there are no logs; empty when there are.")
     state = serializers.CharField(help_text="The workload's state: `gpupool logs -f` follows "
                                   "until it has ended.")  # fmt: skip
+    why = serializers.CharField(
+        help_text="What it waits for (pending), or why it failed, stopped or was preempted."
+    )
 
 
 class QueueSerializer(serializers.Serializer):
@@ -447,6 +456,7 @@ class WorkloadLogsView(APIView):
             "pods": [{"pod": i, "log": text} for i, text in found],
             "unavailable": unavailable,
             "state": workload.state,
+            "why": selectors.workload_why(workload),
         }
         return Response(data)
 

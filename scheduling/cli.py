@@ -545,7 +545,7 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     api = api_of(ctx)
     wl = api.call("GET", f"/api/v1/workloads/{workload_id}/")
     events = api.call("GET", f"/api/v1/workloads/{workload_id}/events/")
-    for key in ("name", "project", "kind", "state", "pending_reason", "image", "gpus_requested",
+    for key in ("name", "project", "kind", "state", "why", "image", "gpus_requested",
                 "gpus", "pods", "priority_class", "preemptible", "restart_count",
                 "submitted_by"):  # fmt: skip
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
@@ -584,7 +584,8 @@ def logs(ctx: click.Context, workload_id: int, tail: int, follow: bool, interval
     path = f"/api/v1/workloads/{workload_id}/logs/"
     body = api.call("GET", path, params={"tail": tail})
     if body["unavailable"] and not follow:
-        raise click.ClickException(body["unavailable"])
+        why = f"\n{body['state'].capitalize()}: {body['why']}" if body.get("why") else ""
+        raise click.ClickException(body["unavailable"] + why)
     many = len(body["pods"]) > 1
     seen: dict[int, list[str]] = {}
     while True:
@@ -598,9 +599,15 @@ def logs(ctx: click.Context, workload_id: int, tail: int, follow: bool, interval
             for line in fresh:
                 click.echo(f"[pod {pod['pod']}] {line}" if many else line)
         if not follow or body["state"] in ENDED:
-            return
+            break
         time.sleep(interval)
         body = api.call("GET", path, params={"tail": tail})
+    if body.get("why") and body["state"] != "running":
+        # Why it failed, stopped, was sent back or waits: said where the user looks (a
+        # failed job's logs once printed nothing and exited 0).
+        click.echo(f"{body['state'].capitalize()}: {body['why']}", err=True)
+    if body["state"] == "failed":
+        ctx.exit(1)
 
 
 ENDED = {"succeeded", "failed", "stopped"}

@@ -231,7 +231,26 @@ def workload_row(wl: Workload) -> dict[str, Any]:
         "runtime_s": None if runtime is None else int(runtime),
         "restarts": wl.restart_count,
         "pending_reason": wl.pending_reason if wl.state == WorkloadState.PENDING else "",
+        "why": workload_why(wl),
     }
+
+
+# States whose reason the user needs wherever the workload shows: what it waits for, or
+# why it ended or was sent back (failed items once showed no reason on the home page).
+WHY_STATES = (WorkloadState.FAILED, WorkloadState.STOPPED, WorkloadState.PREEMPTED)
+
+
+def workload_why(wl: Workload) -> str:
+    """Why it is where it is, in one line: what a pending workload waits for, or why a
+    failed, stopped or preempted one ended (its message, with a non-zero exit code)."""
+    if wl.state == WorkloadState.PENDING:
+        return wl.pending_reason
+    if wl.state not in WHY_STATES:
+        return ""
+    text = wl.message.strip()
+    if wl.exit_code not in (None, 0) and "exit code" not in text.lower():
+        text = f"{text} (exit code {wl.exit_code})".strip()
+    return text
 
 
 def last_cycle() -> CycleRun | None:
@@ -483,3 +502,13 @@ def workload_runs(wl: Workload, backends: dict[str, set[str]]) -> dict[str, Any]
         simulated = False
         summary = f"Runs for real, in {', '.join(real) or 'no pool yet'}."
     return {"simulated": simulated, "summary": summary, "real_pools": real_pools}
+
+
+# The tag of the "is queued." banner after a submit: shown only while that is still true.
+QUEUED = "queued"
+
+
+def queued_banner_stale(workload: Workload) -> str:
+    """QUEUED when the workload has left the queue (a banner saying "queued" above "State:
+    Failed" told two things at once); base.html then leaves such banners out."""
+    return "" if workload.state in (WorkloadState.PENDING, WorkloadState.ADMITTED) else QUEUED

@@ -45,7 +45,7 @@ from scheduling.policies import effective_policies, effective_policy
 
 CSV_COLUMNS = [
     "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
-    "node_pool", "node", "age_s", "runtime_s", "restarts", "pending_reason",
+    "node_pool", "node", "age_s", "runtime_s", "restarts", "pending_reason", "why",
 ]  # fmt: skip
 LIST_LIMIT = 500
 
@@ -113,7 +113,7 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
         except ValidationFailed as exc:
             show_errors(form, exc)
         else:
-            messages.success(request, f"{workload.name} is queued.")
+            messages.success(request, f"{workload.name} is queued.", extra_tags=selectors.QUEUED)
             if notice := deferred_notice(deferred):
                 messages.warning(request, notice)
             return redirect("workload_detail", pk=workload.pk)
@@ -178,6 +178,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_act": can_submit_to_project(request.user, workload.project),
         "clonable": workload.kind in FORM_KINDS,
         "links": selectors.workload_links(workload),
+        "stale_tag": selectors.queued_banner_stale(workload),
     }
     return render(request, "scheduling/workload_detail.html", context)
 
@@ -233,6 +234,7 @@ def workload_logs(request: HttpRequest, pk: int) -> HttpResponse:
         "pod_choices": range(workload.pods),
         "text": pods[0][1] if pods else "",
         "unavailable": unavailable,
+        "why": selectors.workload_why(workload),
         "following": workload.state not in FINISHED_STATES,
     }
     return render(request, "scheduling/workload_logs.html", context)
@@ -248,6 +250,7 @@ def workload_logs_fragment(request: HttpRequest, pk: int) -> HttpResponse:
         "wl": workload,
         "text": pods[0][1] if pods else "",
         "unavailable": unavailable,
+        "why": selectors.workload_why(workload),
         "following": workload.state not in FINISHED_STATES,
     }
     return render(request, "scheduling/_workload_log.html", context)

@@ -15,7 +15,7 @@ from portal.permissions import submittable_projects
 from portal.queueing import deferrals, deferred_notice
 from scheduling.bounds import query_id
 from scheduling.form_layout import image_help
-from scheduling.selectors import workload_links
+from scheduling.selectors import QUEUED, queued_banner_stale, workload_links, workload_why
 from workspaces import selectors, services
 from workspaces.forms import LaunchForm
 from workspaces.jupyter import tool_answers
@@ -57,7 +57,9 @@ def workspace_launch(request: HttpRequest) -> HttpResponse:
         except ValidationFailed as exc:
             form.add_service_errors(exc)
         else:
-            messages.success(request, f"Workspace {workspace.workload.name} is queued.")
+            messages.success(
+                request, f"Workspace {workspace.workload.name} is queued.", extra_tags=QUEUED
+            )
             if notice := deferred_notice(deferred):
                 messages.warning(request, notice)
             return redirect("workspaces:detail", workspace_id=workspace.workload_id)
@@ -84,7 +86,11 @@ def _relaunch(request: HttpRequest) -> dict:
 @login_required
 def workspace_detail(request: HttpRequest, workspace_id: int) -> HttpResponse:
     workspace = _workspace_for(request, workspace_id)
-    return render(request, "workspaces/detail.html", _status_context(request, workspace))
+    context = {
+        **_status_context(request, workspace),
+        "stale_tag": queued_banner_stale(workspace.workload),
+    }
+    return render(request, "workspaces/detail.html", context)
 
 
 @login_required
@@ -100,6 +106,7 @@ def _status_context(request: HttpRequest, workspace: Workspace) -> dict:
     return {
         "workspace": workspace,
         "workload": workload,
+        "why": workload_why(workload),
         "allocations": workload.allocations.select_related("node", "node__cluster"),
         "events": workload.events.order_by("-created_at", "-id")[:20],
         "gpu_use": selectors.workspace_gpu_use(workspace),

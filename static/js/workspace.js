@@ -9,7 +9,12 @@
       .then(function (html) {
         box.innerHTML = html;
         var state = document.getElementById("workspace-state");
-        var done = state && finished.indexOf(state.className.split("state-")[1]) >= 0;
+        var now = state && state.className.split("state-")[1];
+        var done = now && finished.indexOf(now) >= 0;
+        if (now && now !== "pending" && now !== "admitted") {
+          // The "is queued." banner of the launch is no longer true: it goes.
+          document.querySelectorAll(".messages .msg-queued").forEach(function (li) { li.remove(); });
+        }
         if (!done) setTimeout(refresh, 3000);
       })
       .catch(function () { setTimeout(refresh, 10000); });

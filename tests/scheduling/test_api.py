@@ -251,6 +251,7 @@ def test_logs_say_why_they_are_unavailable(api, job):
         "pods": [],
         "unavailable": "This workload has not run on a cluster yet.",
         "state": "pending",
+        "why": "",  # no cycle has looked at it yet
     }
     for tail in ("abc", "0", "-5", "10001"):
         response = api("researcher").get(f"/api/v1/workloads/{job.pk}/logs/?tail={tail}")

@@ -45,7 +45,7 @@ def test_a_launched_workspace_runs_jupyter_on_the_local_backend_behind_the_proxy
         status, _, body = call_http(f"/workspaces/{workload.id}/lab/api/status", cookie)
         assert status == 200, body
         assert call_http(f"/workspaces/{workload.id}/lab/api/status",
-                         _session_cookie(client, org.outsider))[0] == 403  # fmt: skip
+                         _session_cookie(client, org.outsider))[0] == 404  # fmt: skip
     finally:
         stop_and_reap(workspace.workload_id, cluster)
     workload.refresh_from_db()
