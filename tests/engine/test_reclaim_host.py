@@ -60,3 +60,42 @@ def test_owner_gets_room_when_borrowers_hold_the_memory() -> None:
     admitted, reasons = _outcome(steps)
     assert "own" in admitted
     assert reasons == [EvictionReason.RECLAIM, EvictionReason.RECLAIM]
+
+
+def _sharer(i: int, gpu: int, cpu: float, started: float) -> Workload:
+    """A running half-GPU job of borrower `b` on device `gpu` of n0, holding `cpu` cores."""
+    pod = PodRequest(gpu_fraction=0.5, cpu=cpu)
+    placement = (PodPlacement(0, "n0", shared_gpu=gpu, share=0.5),)
+    return Workload(f"s{i}", "b", (pod,), submit_time=0.0, placement=placement, started_at=started)
+
+
+def test_host_room_is_made_with_the_fewest_victims_even_when_none_frees_a_device() -> None:
+    """Four half-GPU borrowers share devices 0 and 1 of three and hold all 32 cores;
+    device 2 is free (room for exactly one pod by devices). The owner needs 12 cores: the two cheapest borrowers (the latest started, one on
+    each device) free 16, and no device. Two evictions; a search that waited for a freed
+    device too (`devices_done` dropped or forgotten between victims) takes a third, and
+    one that kept only the last victim's cores (`=` for `+=`) never finds room; one that
+    counted room by devices only above one pod (`> 1`) waited for a freed device too."""
+    node = replace(nodes(1, gpus=3)[0], cpu=32.0)
+    sharers = [_sharer(i, i % 2, 8.0, 100.0 + i) for i in range(4)]
+    owner = Workload("own", "o", (PodRequest(gpus=1, cpu=12.0),), submit_time=900.0)
+    queues = [dept(), project("o", deserved=4), project("b", deserved=0)]
+    steps = cycles(snapshot([node], queues, [*sharers, owner]), 2)
+    admitted, reasons = _outcome(steps)
+    assert "own" in admitted
+    assert sorted(e.workload_id for _, r in steps for e in r.evictions) == ["s2", "s3"]
+
+
+def test_a_gang_asks_host_room_for_whole_pods_only() -> None:
+    """A 2-pod gang of 2 GPUs and 8 cores a pod; the node has 3 free devices (room for one
+    pod by devices, not 1.5) and 8 free cores; five 1-GPU borrowers hold 4 cores each. Room
+    for one pod more is 4 devices and 16 cores: two evictions (counting 1.5 pods by devices,
+    `/` for `//`, asked 20 cores and took a third)."""
+    node = replace(nodes(1)[0], cpu=28.0)
+    borrowers = [_borrower(i, 4.0, 1024) for i in range(5)]
+    gang = Workload("gang", "o", (PodRequest(gpus=2, cpu=8.0),) * 2, submit_time=900.0)
+    queues = [dept(), project("o", deserved=4), project("b", deserved=0)]
+    steps = cycles(snapshot([node], queues, [*borrowers, gang]), 2)
+    admitted, reasons = _outcome(steps)
+    assert "gang" in admitted
+    assert reasons == [EvictionReason.RECLAIM] * 2
