@@ -9,6 +9,7 @@ from django.db import transaction
 from django.forms.models import model_to_dict
 
 from portal.models import AuditLog, Department
+from scheduling.bounds import fmt
 
 
 def snapshot(obj: Any, fields: list[str] | None = None) -> dict[str, Any]:
@@ -19,7 +20,7 @@ def snapshot(obj: Any, fields: list[str] | None = None) -> dict[str, Any]:
 
 def _json_safe(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return str(value.normalize()) if value == value.to_integral() else str(value)
+        return fmt(value)  # 100, not the 1E+2 that normalize() wrote
     if isinstance(value, list | tuple):
         return [_json_safe(item) for item in value]
     if hasattr(value, "pk"):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from scheduling.bounds import QUOTA
+from scheduling.bounds import QUOTA, fmt
 
 RESOURCES = ("gpus", "cpu", "memory_gib")
 LABELS = {"gpus": "GPUs", "cpu": "CPU cores", "memory_gib": "GiB of memory"}
@@ -27,12 +27,6 @@ DEFAULTS: dict[str, Any] = {
 }
 # The columns are DECIMAL(9, 2) (memory 11, 2): refuse what the database would round or reject.
 MAX_VALUE = QUOTA.high
-
-
-def fmt(value: Decimal) -> str:
-    """2.50 -> '2.5', 8.00 -> '8': numbers as a person writes them."""
-    text = f"{value:f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def normalise_row(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:

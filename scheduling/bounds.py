@@ -64,6 +64,7 @@ class Bound:
 
 
 def fmt(value: Decimal) -> str:
+    """2.50 -> '2.5', 8.00 -> '8', 100 -> '100' (never '1E+2'): as a person writes it."""
     text = f"{value:f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 

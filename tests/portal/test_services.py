@@ -252,7 +252,7 @@ def test_setting_quotas_records_the_whole_table_before_and_after(org):
     assert row.action == "project_quota.set"
     assert row.before["a100"]["gpus"] == "4"
     assert row.after["a100"] == {
-        "gpus": "2.50",
+        "gpus": "2.5",  # as a person writes it
         "gpus_limit": "6",
         "cpu": "0",
         "cpu_limit": None,
