@@ -178,9 +178,16 @@ def login(ctx: click.Context, url: str | None, username: str, password: str) -> 
     click.echo(f"Logged in to {config['url']} as {body['username']}.{expiry}")
 
 
-@main.group()
-def project() -> None:
-    """Your projects and the default one for other commands."""
+@main.group(invoke_without_command=True)
+@click.pass_context
+def project(ctx: click.Context) -> None:
+    """Your projects and the default one for other commands (alone: the default)."""
+    if ctx.invoked_subcommand is None:
+        current = ctx.obj.get("project")
+        click.echo(
+            f"Default project: {current}." if current
+            else "No default project: `gpupool project set NAME` (`gpupool project list`)."
+        )  # fmt: skip
 
 
 @project.command("list")

@@ -282,3 +282,10 @@ def test_the_cli_says_whether_work_will_really_run_before_and_after(logged_in, o
     wl.save()
     out = gp("describe", str(wl.pk))
     assert "runs:           Simulated (cluster sim): nothing runs; its log is a note" in out
+
+
+def test_project_alone_shows_the_default(logged_in, org):
+    gp = logged_in
+    assert "No default project: `gpupool project set NAME`" in gp("project")
+    gp("project", "set", "ml-vision")
+    assert gp("project").strip() == "Default project: ml-vision."
