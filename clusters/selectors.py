@@ -104,6 +104,11 @@ class GpuUse:
         return sum((s["share"] for s in self.shares), Decimal(0))
 
     @property
+    def shared_percent(self) -> int:
+        """How much of the device its sharers hold, in per cent (two halves: 100)."""
+        return round(self.shared_total * 100)
+
+    @property
     def free(self) -> bool:
         return self.whole is None and not self.shares and not self.mig_holders
 

@@ -239,6 +239,8 @@ def test_the_nodes_page_shows_node_and_gpu_memory_in_gib_not_as_bytes(org, clien
     text = text.content.decode()
     assert "8 CPUs, 1 TiB" in text and "8 CPUs, 23.5 GiB" in text
     assert "A100, 80 GiB" in text and "(20 GiB)" in text
+    # Held by one sharer, a quarter of the device: said so, not "shared (0.25 used)".
+    assert "shared by 1, 25 % of it held:" in text
     assert " MB<" not in text and " KB<" not in text
 
 
