@@ -30,7 +30,7 @@ import logging
 import time
 import traceback
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -54,6 +54,7 @@ from scheduling.models import (
     WorkloadKind,
     WorkloadState,
 )
+from scheduling.nominations import nominations_due, nominations_save
 from scheduling.services import workload_stop
 from scheduling.signals import clusters_changed
 from scheduling.sweep_states import sweeps_update
@@ -114,6 +115,8 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             nodes_lock()
             clusters |= max_runtime_enforce(now, run)
             clusters |= autoscale_apply(now)
+            nominated = nominations_apply()
+            clusters |= nominated.clusters
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
             clusters |= quarantine(read)
@@ -124,6 +127,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             result = gpu_range.as_rows(read.workloads, result)  # a GPU range: one pod
             clusters |= decisions_apply(read, result, run)
+            run.admitted += nominated.admitted
             sweeps_update()
             run.duration_ms = (time.perf_counter() - started) * 1000
             run.state = CycleState.OK
@@ -263,14 +267,16 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
     clusters |= resized
     blocked = read.held_devices | evicted | freed
     waiting: dict[str, str] = {}
-    admissions = []
+    admissions, held_back = [], []
     for admission in result.admissions:
         why = _blocked_by(read, admission, blocked, result)
         if why:
             waiting[admission.workload_id] = why
+            held_back.append(admission)
         else:
             admissions.append(admission)
     clusters |= admissions_apply(read, admissions)
+    nominations_save(read.workloads, held_back, run.started_at)
     reasons = {**result.pending_reasons, **read.throttled, **waiting}
     reasons_save(read, reasons)
     run.admitted = len(admissions)
@@ -330,9 +336,44 @@ def _blocked_by(
     return ""
 
 
+class Nominated(NamedTuple):
+    clusters: set[int]
+    admitted: int
+
+
+def nominations_apply() -> Nominated:
+    """Admit nominated workloads (scheduling/nominations.py) whose GPUs are free now, where
+    an earlier cycle placed them, before the snapshot is read: what the engine's own
+    replay of that cycle would have running now. One whose GPUs are still taken waits,
+    nominated, for a later cycle. Each is stamped admitted at the time of the cycle that
+    placed it, as the engine's replay has it started: a later stamp would make this
+    cycle judge it as work that has run for no time at all, unlike the replay."""
+    due, nodes = nominations_due()
+    admissions: list[t.Admission] = []
+    for nomination in due:
+        try:
+            capacity_check([*admissions, nomination.admission])
+        except OvercommitRefused:
+            continue
+        admissions.append(nomination.admission)
+    workloads = {str(n.workload.pk): n.workload for n in due}
+    stamps = {str(n.workload.pk): n.at for n in due}
+    clusters = admissions_write(nodes, workloads, admissions, stamps)
+    return Nominated(clusters, len(admissions))
+
+
 def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:
+    return admissions_write(read.nodes, read.workloads, admissions)
+
+
+def admissions_write(
+    nodes: dict[str, Node],
+    workloads: dict[str, Workload],
+    admissions: list[t.Admission],
+    stamps: dict[str, datetime] | None = None,
+) -> set[int]:
     """Pod allocations and ADMITTED transitions for all admissions, in a few batched
-    statements (a first cycle may admit thousands)."""
+    statements (a first cycle may admit thousands); a nomination is spent."""
     capacity_check(admissions)
     refused = mig_instances_apply(admissions)
     if refused:
@@ -359,14 +400,20 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
     moves = []
     clusters: set[int] = set()
     for admission in admissions:
-        nodes = [read.nodes[pod.node_id] for pod in admission.pods]
-        names = ", ".join(sorted({node.name for node in nodes}))
-        pool = nodes[0].pool.name if nodes else "-"
-        fields = {"pending_reason": "", "cluster_id": nodes[0].cluster_id if nodes else None}
+        placed = [nodes[pod.node_id] for pod in admission.pods]
+        names = ", ".join(sorted({node.name for node in placed}))
+        pool = placed[0].pool.name if placed else "-"
+        fields = {
+            "pending_reason": "",
+            "cluster_id": placed[0].cluster_id if placed else None,
+            "nominated": None,
+        }
+        if stamps:
+            fields["admitted_at"] = stamps[admission.workload_id]
         moves.append(
-            (read.workloads[admission.workload_id], f"Placed in pool {pool} on {names}.", fields)
+            (workloads[admission.workload_id], f"Placed in pool {pool} on {names}.", fields)
         )
-        clusters |= {node.cluster_id for node in nodes}
+        clusters |= {node.cluster_id for node in placed}
     if moves:
         workloads_transition(moves, WorkloadState.ADMITTED, reason="Admitted")
     return clusters
