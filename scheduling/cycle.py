@@ -349,13 +349,7 @@ def nominations_apply() -> Nominated:
     placed it, as the engine's replay has it started: a later stamp would make this
     cycle judge it as work that has run for no time at all, unlike the replay."""
     due, nodes = nominations_due()
-    admissions: list[t.Admission] = []
-    for nomination in due:
-        try:
-            capacity_check([*admissions, nomination.admission])
-        except OvercommitRefused:
-            continue
-        admissions.append(nomination.admission)
+    admissions = capacity_fitting([n.admission for n in due])
     workloads = {str(n.workload.pk): n.workload for n in due}
     stamps = {str(n.workload.pk): n.at for n in due}
     clusters = admissions_write(nodes, workloads, admissions, stamps)
@@ -454,50 +448,96 @@ def capacity_check(admissions: list[t.Admission]) -> None:
     """Refuse (raise OvercommitRefused) admissions that, with the allocations the database
     holds now, would put a GPU in two hands: a whole GPU taken twice or already shared, a
     shared GPU given whole, or shares or memory beyond the GPU's."""
-    nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
-    if not nodes:
-        return
-    # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
-    # second cycle writing to them waits, then sees these allocations when it re-checks.
-    gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes).order_by("node_id", "index")
-    memory = {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus}
-    whole: dict[tuple[int, int], str] = {}
-    shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
-
-    def take(key: tuple[int, int], who: str, share: float | None, mib: int) -> None:
-        if who.startswith("held"):  # what is held already is counted, not judged
-            if share is None:
-                whole[key] = who
-            else:
-                shared.setdefault(key, []).append((share, mib))
-            return
-        if key not in memory:
-            raise OvercommitRefused(f"GPU {key} does not exist")
-        if key in whole or (share is None and key in shared):
-            held = whole.get(key, "shared")
-            raise OvercommitRefused(f"GPU {key}: {who} would take it, but it is {held}")
-        if share is None:
-            whole[key] = who
-            return
-        shared.setdefault(key, []).append((share, mib))
-        parts = shared[key]
-        if sum(p for p, _ in parts) > 1 + 1e-9 or sum(m for _, m in parts) > memory[key]:
-            raise OvercommitRefused(f"GPU {key} would be shared beyond its capacity by {who}")
-
-    for alloc in PodAllocation.objects.filter(node_id__in=nodes):
-        who = f"held by workload {alloc.workload_id}"
-        if alloc.shared_gpu_index is None:
-            for index in alloc.gpu_indices:
-                take((alloc.node_id, int(index)), who, None, 0)
-        else:
-            share = float(alloc.gpu_share or 0)
-            take((alloc.node_id, alloc.shared_gpu_index), who, share, alloc.gpu_memory_mib)
+    capacity = Capacity.held(admissions)
     for admission in admissions:
+        capacity.take(admission)
+
+
+def capacity_fitting(admissions: list[t.Admission]) -> list[t.Admission]:
+    """The admissions that fit beside what the database holds and the ones before them,
+    each whole or not at all, in one read (capacity_check's rules)."""
+    capacity = Capacity.held(admissions)
+    fitting = []
+    for admission in admissions:
+        try:
+            capacity.take(admission)
+        except OvercommitRefused:
+            continue
+        fitting.append(admission)
+    return fitting
+
+
+class Capacity:
+    """Who holds each GPU of some nodes: whole (by whom) or shared (shares and memory)."""
+
+    def __init__(self, memory: dict[tuple[int, int], int]) -> None:
+        self.memory = memory
+        self.whole: dict[tuple[int, int], str] = {}
+        self.shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
+
+    @classmethod
+    def held(cls, admissions: list[t.Admission]) -> Capacity:
+        """The GPUs of the admissions' nodes and the allocations on them, as the database
+        holds them now."""
+        nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
+        if not nodes:
+            return cls({})
+        # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
+        # second cycle writing to them waits, then sees these allocations when it re-checks.
+        gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes)
+        capacity = cls(
+            {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus.order_by("node_id", "index")}
+        )
+        for alloc in PodAllocation.objects.filter(node_id__in=nodes):
+            # What is held already is counted, not judged.
+            if alloc.shared_gpu_index is None:
+                for index in alloc.gpu_indices:
+                    capacity.whole[(alloc.node_id, int(index))] = (
+                        f"held by workload {alloc.workload_id}"
+                    )
+            else:
+                share = (float(alloc.gpu_share or 0), alloc.gpu_memory_mib)
+                capacity.shared.setdefault((alloc.node_id, alloc.shared_gpu_index), []).append(
+                    share
+                )
+        return capacity
+
+    def take(self, admission: t.Admission) -> None:
+        """Count the admission's pods, or raise OvercommitRefused and count none of them."""
         who = f"workload {admission.workload_id}"
+        whole: dict[tuple[int, int], str] = {}
+        shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
         for pod in admission.pods:
             node = int(pod.node_id)
             if pod.shared_gpu is None:
                 for index in pod.gpus:
-                    take((node, int(index)), who, None, 0)
+                    key = (node, int(index))
+                    self._check(key, who, None, whole, shared)
+                    whole[key] = who
             else:
-                take((node, pod.shared_gpu), who, float(pod.share), pod.gpu_memory_mib)
+                key = (node, pod.shared_gpu)
+                parts = shared.setdefault(key, list(self.shared.get(key, ())))
+                parts.append((float(pod.share), pod.gpu_memory_mib))
+                self._check(key, who, parts, whole, shared)
+        self.whole.update(whole)
+        self.shared.update(shared)
+
+    def _check(
+        self,
+        key: tuple[int, int],
+        who: str,
+        parts: list[tuple[float, int]] | None,
+        whole: dict[tuple[int, int], str],
+        shared: dict[tuple[int, int], list[tuple[float, int]]],
+    ) -> None:
+        if key not in self.memory:
+            raise OvercommitRefused(f"GPU {key} does not exist")
+        taken = whole.get(key) or self.whole.get(key)
+        if taken or (parts is None and (key in self.shared or key in shared)):
+            raise OvercommitRefused(
+                f"GPU {key}: {who} would take it, but it is {taken or 'shared'}"
+            )
+        if parts is not None and (
+            sum(p for p, _ in parts) > 1 + 1e-9 or sum(m for _, m in parts) > self.memory[key]
+        ):
+            raise OvercommitRefused(f"GPU {key} would be shared beyond its capacity by {who}")

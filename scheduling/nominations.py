@@ -59,7 +59,8 @@ class Nomination(NamedTuple):
 def nominations_save(
     workloads: dict[str, Workload], admissions: list[t.Admission], at: datetime
 ) -> None:
-    """Keep each held-back admission on its workload's row, with the cycle's time."""
+    """Keep each held-back admission on its workload's row, with the cycle's time (the
+    time it was first chosen, while a later cycle chooses the same again)."""
     changed = []
     for admission in admissions:
         wl = workloads.get(admission.workload_id)
@@ -67,11 +68,11 @@ def nominations_save(
             continue
         if any(pod.mig_gpu is not None for pod in admission.pods):
             continue
-        wl.nominated = {
-            "request": request_key(wl),
-            "pods": [asdict(pod) for pod in admission.pods],
-            "at": at.isoformat(),
-        }
+        kept = {"request": request_key(wl), "pods": [asdict(pod) for pod in admission.pods]}
+        old = wl.nominated if isinstance(wl.nominated, dict) else {}
+        if {key: old.get(key) for key in kept} == kept:
+            continue  # placed there again while it waits: kept as first chosen
+        wl.nominated = {**kept, "at": at.isoformat()}
         changed.append(wl)
     Workload.objects.bulk_update(changed, ["nominated"], batch_size=500)
 

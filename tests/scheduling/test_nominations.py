@@ -10,7 +10,14 @@ import pytest
 from django.utils import timezone
 
 from portal.models import DepartmentQuota
-from scheduling.cycle import run_locked
+from scheduling.cycle import (
+    OvercommitRefused,
+    capacity_check,
+    capacity_fitting,
+    nominations_apply,
+    run_locked,
+)
+from scheduling.engine import types as t
 from scheduling.lifecycle import workload_pods_released
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
@@ -66,3 +73,41 @@ def test_a_nomination_whose_request_changed_is_dropped(org, cluster, submit):
     owner.refresh_from_db()
     assert owner.nominated is None or owner.state == S.ADMITTED
     assert owner.allocations.count() <= 1  # placed for its new request, if at all
+
+
+def _pods(node, *specs) -> tuple[t.PodPlacement, ...]:
+    """Pods on `node`: an int is a whole GPU, a (GPU, share) pair a share of one."""
+    return tuple(
+        t.PodPlacement(i, str(node.pk), gpus=(s,))
+        if isinstance(s, int)
+        else t.PodPlacement(i, str(node.pk), shared_gpu=s[0], share=s[1], gpu_memory_mib=1024)
+        for i, s in enumerate(specs)
+    )
+
+
+def test_capacity_fitting_takes_each_admission_whole_or_not_at_all(cluster):
+    node = cluster[0]
+    first = t.Admission("1", _pods(node, 0, (1, 0.5)))
+    clash = t.Admission("2", _pods(node, 2, 0))  # GPU 2 is free, GPU 0 is not: none taken
+    after = t.Admission("3", _pods(node, 2, (1, 0.5)))  # so GPU 2 is still free here
+    over = t.Admission("4", _pods(node, (1, 0.25)))  # GPU 1 is full by now
+    assert capacity_fitting([first, clash, after, over]) == [first, after]
+    with pytest.raises(OvercommitRefused):
+        capacity_check([first, clash])
+
+
+def test_waiting_nominations_cost_the_cycle_a_few_queries_however_many(
+    org, cluster, submit, django_assert_max_num_queries
+):
+    DepartmentQuota.objects.update(gpus=4)
+    for i in range(8):
+        submit(org.researcher, org.project_a, f"v{i}", gpus=1)
+    run_locked(timezone.now())
+    for i in range(4):
+        submit(org.outsider, org.project_b, f"o{i}", gpus=1)
+    run_locked(timezone.now())
+    assert Workload.objects.filter(nominated__isnull=False).count() == 4
+    # Their GPUs are still held: none is admitted. Read, nodes, given-back GPUs, the GPU
+    # rows and their allocations: 5 queries, not a few per nomination.
+    with django_assert_max_num_queries(5):
+        assert nominations_apply().admitted == 0
