@@ -30,7 +30,7 @@ import logging
 import time
 import traceback
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -54,6 +54,7 @@ from scheduling.models import (
     WorkloadKind,
     WorkloadState,
 )
+from scheduling.nominations import nominations_due, nominations_save
 from scheduling.services import workload_stop
 from scheduling.signals import clusters_changed
 from scheduling.sweep_states import sweeps_update
@@ -114,6 +115,8 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             nodes_lock()
             clusters |= max_runtime_enforce(now, run)
             clusters |= autoscale_apply(now)
+            nominated = nominations_apply()
+            clusters |= nominated.clusters
             read = adapters.read_snapshot()
             engine_started = time.perf_counter()
             clusters |= quarantine(read)
@@ -124,6 +127,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
             run.engine_ms = (time.perf_counter() - engine_started) * 1000
             result = gpu_range.as_rows(read.workloads, result)  # a GPU range: one pod
             clusters |= decisions_apply(read, result, run)
+            run.admitted += nominated.admitted
             sweeps_update()
             run.duration_ms = (time.perf_counter() - started) * 1000
             run.state = CycleState.OK
@@ -263,14 +267,16 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
     clusters |= resized
     blocked = read.held_devices | evicted | freed
     waiting: dict[str, str] = {}
-    admissions = []
+    admissions, held_back = [], []
     for admission in result.admissions:
         why = _blocked_by(read, admission, blocked, result)
         if why:
             waiting[admission.workload_id] = why
+            held_back.append(admission)
         else:
             admissions.append(admission)
     clusters |= admissions_apply(read, admissions)
+    nominations_save(read.workloads, held_back, run.started_at)
     reasons = {**result.pending_reasons, **read.throttled, **waiting}
     reasons_save(read, reasons)
     run.admitted = len(admissions)
@@ -330,9 +336,38 @@ def _blocked_by(
     return ""
 
 
+class Nominated(NamedTuple):
+    clusters: set[int]
+    admitted: int
+
+
+def nominations_apply() -> Nominated:
+    """Admit nominated workloads (scheduling/nominations.py) whose GPUs are free now, where
+    an earlier cycle placed them, before the snapshot is read: what the engine's own
+    replay of that cycle would have running now. One whose GPUs are still taken waits,
+    nominated, for a later cycle. Each is stamped admitted at the time of the cycle that
+    placed it, as the engine's replay has it started: a later stamp would make this
+    cycle judge it as work that has run for no time at all, unlike the replay."""
+    due, nodes = nominations_due()
+    admissions = capacity_fitting([n.admission for n in due])
+    workloads = {str(n.workload.pk): n.workload for n in due}
+    stamps = {str(n.workload.pk): n.at for n in due}
+    clusters = admissions_write(nodes, workloads, admissions, stamps)
+    return Nominated(clusters, len(admissions))
+
+
 def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:
+    return admissions_write(read.nodes, read.workloads, admissions)
+
+
+def admissions_write(
+    nodes: dict[str, Node],
+    workloads: dict[str, Workload],
+    admissions: list[t.Admission],
+    stamps: dict[str, datetime] | None = None,
+) -> set[int]:
     """Pod allocations and ADMITTED transitions for all admissions, in a few batched
-    statements (a first cycle may admit thousands)."""
+    statements (a first cycle may admit thousands); a nomination is spent."""
     capacity_check(admissions)
     refused = mig_instances_apply(admissions)
     if refused:
@@ -359,14 +394,20 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
     moves = []
     clusters: set[int] = set()
     for admission in admissions:
-        nodes = [read.nodes[pod.node_id] for pod in admission.pods]
-        names = ", ".join(sorted({node.name for node in nodes}))
-        pool = nodes[0].pool.name if nodes else "-"
-        fields = {"pending_reason": "", "cluster_id": nodes[0].cluster_id if nodes else None}
+        placed = [nodes[pod.node_id] for pod in admission.pods]
+        names = ", ".join(sorted({node.name for node in placed}))
+        pool = placed[0].pool.name if placed else "-"
+        fields = {
+            "pending_reason": "",
+            "cluster_id": placed[0].cluster_id if placed else None,
+            "nominated": None,
+        }
+        if stamps:
+            fields["admitted_at"] = stamps[admission.workload_id]
         moves.append(
-            (read.workloads[admission.workload_id], f"Placed in pool {pool} on {names}.", fields)
+            (workloads[admission.workload_id], f"Placed in pool {pool} on {names}.", fields)
         )
-        clusters |= {node.cluster_id for node in nodes}
+        clusters |= {node.cluster_id for node in placed}
     if moves:
         workloads_transition(moves, WorkloadState.ADMITTED, reason="Admitted")
     return clusters
@@ -407,50 +448,96 @@ def capacity_check(admissions: list[t.Admission]) -> None:
     """Refuse (raise OvercommitRefused) admissions that, with the allocations the database
     holds now, would put a GPU in two hands: a whole GPU taken twice or already shared, a
     shared GPU given whole, or shares or memory beyond the GPU's."""
-    nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
-    if not nodes:
-        return
-    # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
-    # second cycle writing to them waits, then sees these allocations when it re-checks.
-    gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes).order_by("node_id", "index")
-    memory = {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus}
-    whole: dict[tuple[int, int], str] = {}
-    shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
-
-    def take(key: tuple[int, int], who: str, share: float | None, mib: int) -> None:
-        if who.startswith("held"):  # what is held already is counted, not judged
-            if share is None:
-                whole[key] = who
-            else:
-                shared.setdefault(key, []).append((share, mib))
-            return
-        if key not in memory:
-            raise OvercommitRefused(f"GPU {key} does not exist")
-        if key in whole or (share is None and key in shared):
-            held = whole.get(key, "shared")
-            raise OvercommitRefused(f"GPU {key}: {who} would take it, but it is {held}")
-        if share is None:
-            whole[key] = who
-            return
-        shared.setdefault(key, []).append((share, mib))
-        parts = shared[key]
-        if sum(p for p, _ in parts) > 1 + 1e-9 or sum(m for _, m in parts) > memory[key]:
-            raise OvercommitRefused(f"GPU {key} would be shared beyond its capacity by {who}")
-
-    for alloc in PodAllocation.objects.filter(node_id__in=nodes):
-        who = f"held by workload {alloc.workload_id}"
-        if alloc.shared_gpu_index is None:
-            for index in alloc.gpu_indices:
-                take((alloc.node_id, int(index)), who, None, 0)
-        else:
-            share = float(alloc.gpu_share or 0)
-            take((alloc.node_id, alloc.shared_gpu_index), who, share, alloc.gpu_memory_mib)
+    capacity = Capacity.held(admissions)
     for admission in admissions:
+        capacity.take(admission)
+
+
+def capacity_fitting(admissions: list[t.Admission]) -> list[t.Admission]:
+    """The admissions that fit beside what the database holds and the ones before them,
+    each whole or not at all, in one read (capacity_check's rules)."""
+    capacity = Capacity.held(admissions)
+    fitting = []
+    for admission in admissions:
+        try:
+            capacity.take(admission)
+        except OvercommitRefused:
+            continue
+        fitting.append(admission)
+    return fitting
+
+
+class Capacity:
+    """Who holds each GPU of some nodes: whole (by whom) or shared (shares and memory)."""
+
+    def __init__(self, memory: dict[tuple[int, int], int]) -> None:
+        self.memory = memory
+        self.whole: dict[tuple[int, int], str] = {}
+        self.shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
+
+    @classmethod
+    def held(cls, admissions: list[t.Admission]) -> Capacity:
+        """The GPUs of the admissions' nodes and the allocations on them, as the database
+        holds them now."""
+        nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
+        if not nodes:
+            return cls({})
+        # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
+        # second cycle writing to them waits, then sees these allocations when it re-checks.
+        gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes)
+        capacity = cls(
+            {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus.order_by("node_id", "index")}
+        )
+        for alloc in PodAllocation.objects.filter(node_id__in=nodes):
+            # What is held already is counted, not judged.
+            if alloc.shared_gpu_index is None:
+                for index in alloc.gpu_indices:
+                    capacity.whole[(alloc.node_id, int(index))] = (
+                        f"held by workload {alloc.workload_id}"
+                    )
+            else:
+                share = (float(alloc.gpu_share or 0), alloc.gpu_memory_mib)
+                capacity.shared.setdefault((alloc.node_id, alloc.shared_gpu_index), []).append(
+                    share
+                )
+        return capacity
+
+    def take(self, admission: t.Admission) -> None:
+        """Count the admission's pods, or raise OvercommitRefused and count none of them."""
         who = f"workload {admission.workload_id}"
+        whole: dict[tuple[int, int], str] = {}
+        shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
         for pod in admission.pods:
             node = int(pod.node_id)
             if pod.shared_gpu is None:
                 for index in pod.gpus:
-                    take((node, int(index)), who, None, 0)
+                    key = (node, int(index))
+                    self._check(key, who, None, whole, shared)
+                    whole[key] = who
             else:
-                take((node, pod.shared_gpu), who, float(pod.share), pod.gpu_memory_mib)
+                key = (node, pod.shared_gpu)
+                parts = shared.setdefault(key, list(self.shared.get(key, ())))
+                parts.append((float(pod.share), pod.gpu_memory_mib))
+                self._check(key, who, parts, whole, shared)
+        self.whole.update(whole)
+        self.shared.update(shared)
+
+    def _check(
+        self,
+        key: tuple[int, int],
+        who: str,
+        parts: list[tuple[float, int]] | None,
+        whole: dict[tuple[int, int], str],
+        shared: dict[tuple[int, int], list[tuple[float, int]]],
+    ) -> None:
+        if key not in self.memory:
+            raise OvercommitRefused(f"GPU {key} does not exist")
+        taken = whole.get(key) or self.whole.get(key)
+        if taken or (parts is None and (key in self.shared or key in shared)):
+            raise OvercommitRefused(
+                f"GPU {key}: {who} would take it, but it is {taken or 'shared'}"
+            )
+        if parts is not None and (
+            sum(p for p, _ in parts) > 1 + 1e-9 or sum(m for _, m in parts) > self.memory[key]
+        ):
+            raise OvercommitRefused(f"GPU {key} would be shared beyond its capacity by {who}")

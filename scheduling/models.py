@@ -151,6 +151,11 @@ class Workload(models.Model):
         max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING, db_index=True
     )
     pending_reason = models.TextField(blank=True)
+    # Where the last cycle placed it while the GPUs there were still being freed by pods
+    # going away (its own victims' or others'): the pods, as PodPlacement fields, and the
+    # request they were chosen for. Admitted there first once those GPUs are free
+    # (scheduling/nominations.py), so the next cycle does not plan the room over again.
+    nominated = models.JSONField(null=True, blank=True, default=None)
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     restart_count = models.PositiveIntegerField(default=0)
