@@ -34,6 +34,7 @@ def test_a_researcher_sees_their_running_and_waiting_work_with_gpus_and_reason(
     assert "Needs 16 GPUs in pool a100; 6 are free" in page
     assert 'href="/workloads/new/training/"' in page and 'href="/workspaces/new/"' in page
     assert 'id="my-gpu-hours"' in page and 'data-src="/home/fragment/"' in page
+    assert '<span class="muted">allocated</span>' in page  # each figure labelled (issue 28)
 
 
 def test_a_researcher_sees_neither_colleagues_nor_other_projects_work(
