@@ -31,7 +31,7 @@ from portal.models import Project, ProjectQuota
 from portal.permissions import visible_projects
 from portal.selectors import project_named
 from scheduling.adapters import project_queue
-from scheduling.bounds import query_id
+from scheduling.bounds import fmt, query_id
 from scheduling.engine.mig import AUTO, pod_fraction
 from scheduling.engine.types import PodRequest
 from scheduling.models import (
@@ -168,7 +168,13 @@ def gpus_requested(wl: Workload) -> str:
     if wl.gpu_request == GpuRequestKind.MIG:
         what = wl.mig_profile if wl.mig_profile != AUTO else f"{wl.gpu_memory_mib} MiB"
         return f"{wl.pods} x MIG {what}"
-    return f"{(wl.gpus * wl.pods).normalize():f}"
+    if wl.min_gpus is not None:  # a GPU range: one pod, at least min_gpus, up to gpus
+        return f"{wl.min_gpus}..{fmt(wl.gpus)}"
+    return fmt(wl.gpus * wl.pods)
+
+
+def _counted_in_gpus(wl: Workload) -> bool:
+    return wl.gpu_request not in (GpuRequestKind.MIG, GpuRequestKind.MEMORY)
 
 
 def runtime_s(wl: Workload) -> float | None:
@@ -432,7 +438,10 @@ def _work_row(wl: Workload) -> dict[str, Any]:
     workspace = getattr(wl, "workspace", None)  # selected with the workload: no query
     row.update(
         kind_label=wl.get_kind_display(),
-        gpus=row["gpus_allocated"] if active else row["gpus_requested"],
+        # One figure per workload: what it holds while active, in GPUs; a request for MIG
+        # instances or GPU memory is named as asked everywhere (never 0.429 here and "1 x
+        # MIG 3g.40gb" elsewhere).
+        gpus=row["gpus_allocated"] if active and _counted_in_gpus(wl) else row["gpus_requested"],
         open=active or wl.state in (WorkloadState.PENDING, WorkloadState.PREEMPTED),
         url=f"/workspaces/{wl.pk}/" if workspace else f"/workloads/{wl.pk}/",
         lab_url=workspace.lab_url if workspace and wl.state == WorkloadState.RUNNING else "",

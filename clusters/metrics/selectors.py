@@ -244,7 +244,7 @@ def idle_workloads(
     return sorted(found.values(), key=lambda e: -e.idle_gpus)
 
 
-PENDING_FIELDS = ("gpu_request", "gpus", "gpu_memory_mib", "pods", "node_pools")
+PENDING_FIELDS = ("gpu_request", "gpus", "min_gpus", "gpu_memory_mib", "pods", "node_pools")
 
 
 def pending_gpu_counter() -> Callable[[dict[str, Any]], float]:
@@ -257,6 +257,8 @@ def pending_gpu_counter() -> Callable[[dict[str, Any]], float]:
     anywhere = max(largest.values(), default=0)
 
     def gpus(w: dict[str, Any]) -> float:
+        if w["min_gpus"] is not None:  # a GPU range waits for its minimum, as its reason says
+            return float(w["min_gpus"])
         if w["gpu_request"] != GpuRequestKind.MEMORY:
             return float(w["gpus"]) * w["pods"]
         pools = w["node_pools"] or []

@@ -16,8 +16,16 @@ pytestmark = pytest.mark.django_db
 
 def test_beat_runs_the_rollup_every_minute_and_retention_hourly():
     schedule = app.conf.beat_schedule
-    assert schedule["metrics-rollup"] == {"task": "metrics.rollup", "schedule": 60.0}
-    assert schedule["metrics-retention"] == {"task": "metrics.retention", "schedule": 3600.0}
+    assert schedule["metrics-rollup"] == {
+        "task": "metrics.rollup",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    }
+    assert schedule["metrics-retention"] == {
+        "task": "metrics.retention",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    }
     assert {"metrics.rollup", "metrics.retention"} <= set(app.tasks)
 
 
