@@ -99,3 +99,38 @@ def test_a_gang_asks_host_room_for_whole_pods_only() -> None:
     admitted, reasons = _outcome(steps)
     assert "gang" in admitted
     assert reasons == [EvictionReason.RECLAIM] * 2
+
+
+def test_a_fraction_with_device_room_frees_only_host_room() -> None:
+    """Two quarter-GPU borrowers hold device 0 (half of it free) and all 32 cores. The
+    owner's half-GPU pod fits the device; it needs 8 cores: one borrower goes. (A plan
+    that did not count the shared room as room took both, to free a whole device.)"""
+    node = replace(nodes(1, gpus=1)[0], cpu=32.0)
+    sharers = [
+        replace(_sharer(i, 0, 16.0, 100.0 + i), pods=(PodRequest(gpu_fraction=0.25, cpu=16.0),))
+        for i in range(2)
+    ]
+    sharers = [
+        replace(s, placement=(PodPlacement(0, "n0", shared_gpu=0, share=0.25),)) for s in sharers
+    ]
+    owner = Workload("own", "o", (PodRequest(gpu_fraction=0.5, cpu=8.0),), submit_time=900.0)
+    queues = [dept(), project("o", deserved=1), project("b", deserved=0)]
+    steps = cycles(snapshot([node], queues, [*sharers, owner]), 2)
+    admitted, reasons = _outcome(steps)
+    assert "own" in admitted
+    assert reasons == [EvictionReason.RECLAIM]
+
+
+def test_a_gang_whose_devices_are_free_frees_host_room_for_its_pods_only() -> None:
+    """Exactly 2 devices free for a gang of two 1-GPU pods of 8 cores; six borrowers hold 5
+    cores each of 32 (2 free). Host room for the two pods (16 cores) takes three
+    evictions. (A plan that asked room for a pod more than the devices hold, as when they
+    have none, asked 24 cores and took five.)"""
+    node = replace(nodes(1)[0], cpu=32.0)
+    borrowers = [_borrower(i, 5.0, 1024) for i in range(6)]
+    gang = Workload("gang", "o", (PodRequest(gpus=1, cpu=8.0),) * 2, submit_time=900.0)
+    queues = [dept(), project("o", deserved=4), project("b", deserved=0)]
+    steps = cycles(snapshot([node], queues, [*borrowers, gang]), 2)
+    admitted, reasons = _outcome(steps)
+    assert "gang" in admitted
+    assert reasons == [EvictionReason.RECLAIM] * 3
