@@ -7,6 +7,7 @@ simulated cluster seeded before the MIG nodes existed gets them added.
 
 from __future__ import annotations
 
+import re
 from typing import TextIO
 
 from clusters.backends import BackendError
@@ -48,6 +49,25 @@ SIMULATED = {
     "stop_delay_s": 2,
     "sample_interval_s": 10,
 }
+
+
+def simulated_summary() -> str:
+    """The simulated cluster in words, from SIMULATED itself: the README says exactly this
+    (tests/portal/test_demo.py keeps the two together; they once disagreed)."""
+    groups, nodes, gpus = [], 0, 0
+    for group in SIMULATED["groups"]:
+        model = re.search(r"[A-Z]\d{3}", group["gpu_model"]).group()
+        pool = group["labels"][POOL_LABEL]
+        text = f"{group['count']} nodes x {group['gpus']} {model} in pool {pool}"
+        racks = len(group.get("spread", {}).get(RACK_LABEL, []))
+        if racks > 1:
+            text += f" ({racks} racks)"
+        if group.get("mig_gpus"):
+            text += f", {group['mig_gpus']} GPUs of each in MIG mode"
+        groups.append(text)
+        nodes += group["count"]
+        gpus += group["count"] * group["gpus"]
+    return f"{' and '.join(groups)}: {nodes} nodes, {gpus} GPUs"
 
 
 def seed(stdout: TextIO) -> None:

@@ -108,3 +108,14 @@ def test_a_demo_seeded_before_seeding_was_remembered_starts_too(settings, tmp_pa
         k: v for k, v in counts.items() if k != "DemoSeed"
     }
     assert DemoSeed.objects.filter(name="portal.demo").exists()
+
+
+def test_the_readme_describes_the_demo_cluster_as_seeded():
+    """The README once said 4 nodes x 8 A100 while the demo had 6 nodes and 48 GPUs, MIG
+    included: it carries the words clusters.demo makes from the seeded description."""
+    from pathlib import Path
+
+    from clusters.demo import simulated_summary
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert f"The demo has one simulated cluster, `sim` ({simulated_summary()};" in readme
