@@ -7,6 +7,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test test-deps venv lint mutation clean
 
 $(VENV)/.runtime: requirements.txt pyproject.toml
+	@echo "installing GPUPool's Python packages into $(VENV) (first start, or after requirements.txt changed: a few minutes)..."
 	scripts/make-venv.sh $(PYTHON) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt

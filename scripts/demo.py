@@ -129,9 +129,14 @@ def main() -> int:
     # Static files as in production: hashed names, gzip and brotli copies, long caching
     # (collectstatic compresses only what changed since the last start).
     os.environ.setdefault("GPUPOOL_STATIC_COLLECTED", "1")
+    began = time.monotonic()
     collect_static()
-    manage("migrate", "--noinput")
+    print("migrating the database...", flush=True)
+    manage("migrate", "--noinput", "--verbosity", "0")
+    print("seeding the demo...", flush=True)
     manage("seed_demo")
+    took = time.monotonic() - began
+    print(f"prepared in {took:.0f} s; starting the web server, worker and beat...", flush=True)
     processes = [
         Supervised(
             "web",
