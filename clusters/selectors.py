@@ -66,6 +66,15 @@ def pool_backends() -> dict[str, set[str]]:
     return backends
 
 
+def pools_with_gpus() -> set[str]:
+    """The names of the node pools whose nodes hold GPUs (enabled clusters): one query."""
+    return set(
+        Gpu.objects.filter(node__pool__isnull=False, node__cluster__enabled=True)
+        .values_list("node__pool__name", flat=True)
+        .distinct()
+    )
+
+
 def gpu_models() -> list[str]:
     """The GPU models the inventory holds, for a form's choices."""
     models = Gpu.objects.exclude(model="").values_list("model", flat=True).distinct()

@@ -25,7 +25,12 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from clusters.selectors import enforced_limits, pool_backends, workload_pod_logs
+from clusters.selectors import (
+    enforced_limits,
+    pool_backends,
+    pools_with_gpus,
+    workload_pod_logs,
+)
 from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
 from portal.pagination import BoundedPagination, query_number
@@ -150,10 +155,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_runs(self, wl: Workload) -> dict[str, Any]:
         # Read once per answer: a list's items share the root serializer's context.
-        backends = self.context.get("pool_backends")
-        if backends is None:
-            backends = self.context["pool_backends"] = pool_backends()
-        return selectors.workload_runs(wl, backends)
+        if "pool_backends" not in self.context:
+            self.context["pool_backends"] = pool_backends()
+            self.context["gpu_pools"] = pools_with_gpus()
+        context = self.context
+        return selectors.workload_runs(wl, context["pool_backends"], context["gpu_pools"])
 
 
 class EventSerializer(serializers.Serializer):

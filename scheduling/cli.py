@@ -555,6 +555,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
     for key in ("name", "project", "kind", "state", "why", "image", "gpus_requested",
                 "gpus", "pods", "priority_class", "preemptible", "restart_count",
                 "submitted_by"):  # fmt: skip
+        if key == "why" and not wl.get(key):
+            continue  # nothing to say: it is not waiting, and did not fail or stop
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     if (wl.get("runs") or {}).get("summary"):
         click.echo(f"{'runs:':16}{wl['runs']['summary']}")

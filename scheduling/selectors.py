@@ -476,13 +476,19 @@ def my_projects(user: Any) -> list[QueueRow]:
     return list(rows.values())
 
 
-def workload_runs(wl: Workload, backends: dict[str, set[str]]) -> dict[str, Any]:
+def workload_runs(
+    wl: Workload, backends: dict[str, set[str]], gpu_pools: set[str] | None = None
+) -> dict[str, Any]:
     """Whether its code really runs, in words and as a flag, so that no page or command
     leaves a user guessing (a CLI submit without --node-pool once landed on a simulated
-    pool and said nothing). `backends`: clusters.selectors.pool_backends(), read once.
+    pool and said nothing). `backends`: clusters.selectors.pool_backends(); `gpu_pools`:
+    the pools with GPUs (a pool without any cannot take work that asks for GPUs); both
+    read once per answer.
 
     simulated: True (nothing runs: a simulated cluster only records it), False (processes
     or pods really run), None (pending, and pools of both kinds may take it)."""
+    gpu_pools = set(backends) if gpu_pools is None else gpu_pools
+    wants_gpus = wl.gpus > 0 or wl.gpu_request in (GpuRequestKind.MIG, GpuRequestKind.MEMORY)
     real_pools = sorted(name for name, kinds in backends.items() if kinds - {Backend.SIMULATED})
     if wl.cluster is not None:
         simulated = wl.cluster.backend == Backend.SIMULATED
@@ -493,14 +499,17 @@ def workload_runs(wl: Workload, backends: dict[str, set[str]]) -> dict[str, Any]
             else f"Runs for real on {where} ({wl.cluster.backend})."
         )
         return {"simulated": simulated, "summary": summary, "real_pools": real_pools}
-    pools = list(wl.node_pools) or sorted(backends)
+    pools = [
+        p for p in (list(wl.node_pools) or sorted(backends)) if p in gpu_pools or not wants_gpus
+    ]
     fake = [p for p in pools if backends.get(p) == {Backend.SIMULATED}]
     real = [p for p in pools if backends.get(p, set()) - {Backend.SIMULATED}]
     if fake and not real:
         simulated: bool | None = True
         summary = f"Only simulated pools can take it ({', '.join(fake)}): nothing will run."
         if real_pools:
-            summary += f" Pools with real nodes: {', '.join(real_pools)} (--node-pool)."
+            named = [p if p in gpu_pools else f"{p} (no GPUs)" for p in real_pools]
+            summary += f" Pools with real nodes: {', '.join(named)} (--node-pool)."
     elif fake:
         simulated = None
         summary = (

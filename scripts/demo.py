@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,18 @@ class Supervised:
         return True
 
 
+def wait_listening(host: str, port: int, web: Supervised, timeout_s: float = 120.0) -> None:
+    """Until something accepts connections on host:port (or the web process ended, or the
+    time is up: the supervisor's loop then says what happened)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and web.proc is not None and web.proc.poll() is None:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
 def stop_all(processes: list[Supervised]) -> None:
     # SIGTERM to each main process only: Celery's worker stops its own pool children
     # (signalling the whole group makes them log spurious errors). Celery needs several
@@ -170,6 +183,9 @@ def main() -> int:
     try:
         for process in processes:
             process.start()
+        # Said once the web server answers: on a busy machine it takes a while to listen,
+        # and a user who opened the address at once got "connection refused".
+        wait_listening(host, int(port), processes[0])
         print(f"\nGPUPool is running at http://{host}:{port}/  (Ctrl-C stops it)\n", flush=True)
         while all(process.check(time.monotonic()) for process in processes):
             time.sleep(0.5)

@@ -275,8 +275,11 @@ def test_the_cli_says_whether_work_will_really_run_before_and_after(logged_in, o
     out = gp("submit", "training", "sim", "--image", "img", "--node-pool", "a100")
     assert (
         "Warning: Only simulated pools can take it (a100): nothing will run. Pools with "
-        "real nodes: local (--node-pool)." in out
+        "real nodes: local (no GPUs) (--node-pool)." in out
     )
+    # A GPU job cannot land on a pool without GPUs: it is not offered as a place to run.
+    out = gp("submit", "training", "gpu-any", "--image", "img", "--gpus", "1")
+    assert "Warning: Only simulated pools can take it (a100)" in out
     wl = Workload.objects.get(name="sim")
     wl.cluster = Cluster.objects.get(name="sim")
     wl.save()
