@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
-from scheduling import bounds, gpu_range
+from scheduling import bounds, gpu_range, kept_rows
 from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
@@ -34,8 +34,6 @@ from scheduling.models import (
     GpuRequestKind,
     PodAllocation,
     Workload,
-    WorkloadKind,
-    WorkloadState,
 )
 
 RESOURCE_FIELDS = (
@@ -142,31 +140,51 @@ def _convert(
     return converted
 
 
+def _convert_kept(
+    rows: list[kept_rows.Row], unrunnable: dict[str, tuple[Workload, str]]
+) -> list[t.Workload]:
+    """_convert, made once per kept row (a row read again is converted again)."""
+    converted = []
+    for row in rows:
+        if not row.done:
+            problems: dict[str, tuple[Workload, str]] = {}
+            made = _convert([(row.wl, row.allocations)], problems)
+            row.converted = made[0] if made else None
+            row.problem = problems[str(row.wl.pk)][1] if problems else ""
+            row.done = True
+        if row.converted is None:
+            unrunnable[str(row.wl.pk)] = (row.wl, row.problem)
+        else:
+            converted.append(row.converted)
+    return converted
+
+
 def read_snapshot() -> SnapshotRead:
-    """One consistent read of everything the engine needs, in a handful of queries."""
-    allocations = list(
-        PodAllocation.objects.select_related("workload__project").order_by(
-            "workload_id", "pod_index"
-        )
+    """One consistent read of everything the engine needs, in a handful of queries; the
+    workload and allocation rows that did not change since the last cycle of this
+    process are taken as it kept them (kept_rows)."""
+    queues = _queues()
+    names = {int(q.id[1:]): q.name for q in queues if q.parent_id is not None}
+    holding, waiting_rows = kept_rows.holders_and_pending(
+        kept_rows.KEPT_ROWS.refresh(names).values()
     )
+    allocations = [alloc for row in holding for alloc in row.allocations]
     nodes = _nodes()
     node_by_id = {node.pk: node for node in nodes}
-    holders = {a.workload_id: a.workload for a in allocations}
-    managed = {wid: wl for wid, wl in holders.items() if wl.state in ACTIVE_STATES}
-    pending, throttled, waiting = _pending_workloads()
-    by_workload: dict[int, list[PodAllocation]] = {}
-    for alloc in allocations:
-        by_workload.setdefault(alloc.workload_id, []).append(alloc)
+    managed_rows = [row for row in holding if row.wl.state in ACTIVE_STATES]
+    managed = {row.wl.pk: row.wl for row in managed_rows}
+    pending, throttled, waiting = _pending_workloads([row.wl for row in waiting_rows])
+    admit = {wl.pk for wl in pending}
     unrunnable: dict[str, tuple[Workload, str]] = {}
-    workloads = _convert([(wl, by_workload.get(wl.pk, [])) for wl in managed.values()], unrunnable)
-    workloads += _convert([(wl, []) for wl in pending], unrunnable)
+    workloads = _convert_kept(managed_rows, unrunnable)
+    workloads += _convert_kept([row for row in waiting_rows if row.wl.pk in admit], unrunnable)
     # A running row that cannot be read keeps its GPUs (as taken capacity) until its pods go.
     managed = {wid: wl for wid, wl in managed.items() if str(wid) not in unrunnable}
     on_node = by_node(allocations)
     snapshot = t.Snapshot(
         pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
         nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
-        queues=_queues(),
+        queues=queues,
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
     # Pods of stopped or preempted workloads, and pods elastic ones gave back.
@@ -313,15 +331,11 @@ def _queues() -> tuple[t.Queue, ...]:
     return tuple(queues)
 
 
-def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]]:
-    """Pending workloads the engine may admit now; trials beyond their sweep's parallelism
-    wait outside the snapshot with a reason."""
-    pending = list(
-        Workload.objects.filter(state=WorkloadState.PENDING, allocations__isnull=True)
-        .exclude(kind=WorkloadKind.HPO)
-        .select_related("parent", "project")
-        .order_by("pk")
-    )
+def _pending_workloads(
+    pending: list[Workload],
+) -> tuple[list[Workload], dict[str, str], list[Workload]]:
+    """Of the pending workloads (by id), those the engine may admit now; trials beyond
+    their sweep's parallelism wait outside the snapshot with a reason."""
     parents = {wl.parent_id for wl in pending if wl.parent_id}
     busy = dict.fromkeys(parents, 0)
     # A trial holds one of its sweep's slots while it runs and until its pods are gone
@@ -333,17 +347,29 @@ def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]
         .values_list("parent_id", flat=True)
     ):
         busy[parent_id] += 1
+    # The sweeps' names and specs as they are now (a kept trial's parent may be older).
+    sweeps = (
+        {
+            pk: (name, spec)
+            for pk, name, spec in (
+                Workload.objects.filter(pk__in=parents).values_list("pk", "name", "spec")
+            )
+        }
+        if parents
+        else {}
+    )
     admit, throttled = [], {}
     for wl in pending:
         if wl.parent_id is None:
             admit.append(wl)
             continue
-        limit = int(wl.parent.spec.get("search", {}).get("parallelism", 1))
+        name, spec = sweeps.get(wl.parent_id, (wl.parent.name, wl.parent.spec))
+        limit = int((spec or {}).get("search", {}).get("parallelism", 1))
         if busy[wl.parent_id] < limit:
             busy[wl.parent_id] += 1  # this trial may take one of the sweep's slots
             admit.append(wl)
         else:
-            throttled[str(wl.pk)] = f"sweep {wl.parent.name} runs at most {limit} trials at once"
+            throttled[str(wl.pk)] = f"sweep {name} runs at most {limit} trials at once"
     return admit, throttled, pending
 
 

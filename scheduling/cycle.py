@@ -37,11 +37,13 @@ from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
+from portal.versioned import column_set
 from scheduling import adapters, gpu_range
 from scheduling.autoscale import autoscale_apply
 from scheduling.elastic import resizes_apply
 from scheduling.engine import types as t
 from scheduling.engine.cycle import Engine
+from scheduling.kept_rows import KEPT_ROWS
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import Lease, cycle_lock
 from scheduling.mig import mig_instances_apply
@@ -132,7 +134,9 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
     except Exception as exc:
         # The cycle must leave a record even when it fails, for the admin page.
         logger.exception("scheduling cycle failed")
-        # The transaction rolled back: the counters it set describe nothing that happened.
+        # The transaction rolled back: the counters it set describe nothing that happened,
+        # and the rows kept in this process may hold what it changed in memory.
+        KEPT_ROWS.forget()
         run = CycleRun.objects.get(pk=run.pk)
         run.ok = False
         run.state = CycleState.FAILED
@@ -374,7 +378,7 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
 
 def reasons_save(read: adapters.SnapshotRead, reasons: dict[str, str]) -> None:
     """Save what each pending workload waits for; only rows whose reason changed."""
-    changed = []
+    changed = {}
     for wid, reason in reasons.items():
         wl = read.workloads.get(wid)
         if wl is None or wl.state != WorkloadState.PENDING:
@@ -382,8 +386,8 @@ def reasons_save(read: adapters.SnapshotRead, reasons: dict[str, str]) -> None:
         text = reason[:1].upper() + reason[1:]
         if wl.pending_reason != text:
             wl.pending_reason = text
-            changed.append(wl)
-    Workload.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
+            changed[wl.pk] = text
+    column_set(Workload, "pending_reason", changed)  # one statement per thousand rows
 
 
 def shares_of(read: adapters.SnapshotRead, result: t.CycleResult) -> list[dict[str, Any]]:
