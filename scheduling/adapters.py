@@ -17,13 +17,14 @@ taken capacity.
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Q
 
-from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
+from clusters.models import Node
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
 from scheduling import bounds, gpu_range, kept_rows
 from scheduling.autoscale import wanted_replicas
@@ -169,7 +170,9 @@ def read_snapshot() -> SnapshotRead:
         kept_rows.KEPT_ROWS.refresh(names).values()
     )
     allocations = [alloc for row in holding for alloc in row.allocations]
-    nodes = _nodes()
+    kept_nodes = kept_rows.KEPT_NODES
+    node_rows = kept_nodes.refresh()
+    nodes = [row.node for row in node_rows]
     node_by_id = {node.pk: node for node in nodes}
     managed_rows = [row for row in holding if row.wl.state in ACTIVE_STATES]
     managed = {row.wl.pk: row.wl for row in managed_rows}
@@ -182,8 +185,8 @@ def read_snapshot() -> SnapshotRead:
     managed = {wid: wl for wid, wl in managed.items() if str(wid) not in unrunnable}
     on_node = by_node(allocations)
     snapshot = t.Snapshot(
-        pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
-        nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
+        pools=tuple(sorted(pool.name for pool in kept_nodes.pools.values())),
+        nodes=tuple(_node_kept(row, on_node.get(row.node.pk, []), managed) for row in node_rows),
         queues=queues,
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
@@ -231,23 +234,25 @@ def _given_back_gpus(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
     }
 
 
-def _nodes() -> list[Node]:
-    enabled = Cluster.objects.filter(enabled=True)
-    nodes = list(
-        Node.objects.filter(cluster__in=enabled, pool__isnull=False)
-        .select_related("pool", "cluster")
-        .order_by("pk")
+def _node_kept(
+    row: kept_rows.NodeRow, allocations: list[PodAllocation], managed: Container[int]
+) -> t.Node:
+    """_node, made again only when the node's rows, its cluster's or pool's fields it
+    reads, or the allocations on it changed (the same object otherwise). Also when one
+    of those allocations' workloads joined or left the engine's workloads: the engine
+    re-derives the holdings of workloads outside the snapshot only on nodes whose
+    object changed (engine/incremental.py), so such a node is made again, equal."""
+    node = row.node
+    made_from = (
+        tuple((a.pk, a.version, a.workload_id in managed) for a in allocations),
+        node.cluster.name,
+        node.cluster.reachable,
+        node.pool.name,
+        node.pool.mig_repartition,
     )
-    gpus: dict[int, list[Gpu]] = {}
-    instances: dict[int, list[MigInstance]] = {}
-    for inst in MigInstance.objects.filter(gpu__node__in=nodes).order_by("gpu_id", "start"):
-        instances.setdefault(inst.gpu_id, []).append(inst)
-    for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
-        gpu.mig_list = instances.get(gpu.pk, [])
-        gpus.setdefault(gpu.node_id, []).append(gpu)
-    for node in nodes:
-        node.gpu_list = gpus.get(node.pk, [])
-    return nodes
+    if row.made is None or row.made_from != made_from:
+        row.made, row.made_from = _node(node, allocations), made_from
+    return row.made
 
 
 def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:

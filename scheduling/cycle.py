@@ -43,7 +43,7 @@ from scheduling.autoscale import autoscale_apply
 from scheduling.elastic import resizes_apply
 from scheduling.engine import types as t
 from scheduling.engine.cycle import Engine
-from scheduling.kept_rows import KEPT_ROWS
+from scheduling.kept_rows import KEPT_NODES, KEPT_ROWS
 from scheduling.lifecycle import workload_transition, workloads_transition
 from scheduling.locks import Lease, cycle_lock
 from scheduling.mig import mig_instances_apply
@@ -137,6 +137,7 @@ def run_locked(now: datetime, lease: Lease | None = None) -> CycleRun:
         # The transaction rolled back: the counters it set describe nothing that happened,
         # and the rows kept in this process may hold what it changed in memory.
         KEPT_ROWS.forget()
+        KEPT_NODES.forget()
         run = CycleRun.objects.get(pk=run.pk)
         run.ok = False
         run.state = CycleState.FAILED

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
+from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
 from scheduling.engine import types as t
 from scheduling.models import PodAllocation, Workload, WorkloadKind, WorkloadState
 
 CHUNK = 2000  # ids per IN (...) list: well under SQLite's limit on parameters
-AllocKey = tuple[tuple[int, int], ...]  # (allocation id, version), by id
+Pairs = tuple[tuple[int, int], ...]  # (row id, version), by id
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Row:
 
     wl: Workload
     allocations: list[PodAllocation]  # by pod index
-    key: tuple[int, AllocKey, str]  # (version, allocations' versions, project name)
+    key: tuple[int, Pairs, str]  # (version, allocations' versions, project name)
     # What _convert made of it, once asked: an engine workload or why it cannot be one.
     converted: t.Workload | None = None
     problem: str = ""
@@ -109,4 +110,85 @@ def holders_and_pending(rows: Iterable[Row]) -> tuple[list[Row], list[Row]]:
     return holders, pending
 
 
+@dataclass
+class NodeRow:
+    """One node as last read: its row with its GPUs and their MIG instances attached
+    (`gpu_list`, `mig_list`, as adapters._nodes makes them), and the engine node made
+    from it with the allocations on it at the time."""
+
+    node: Node
+    key: tuple[int, Pairs, Pairs]  # (version, GPUs' versions, MIG instances' versions)
+    made: t.Node | None = None
+    made_from: tuple = ()  # what `made` depends on beyond the row: see adapters
+
+
+@dataclass
+class KeptNodes:
+    rows: dict[int, NodeRow] = field(default_factory=dict)
+    pools: dict[int, NodePool] = field(default_factory=dict)  # every pool, as last read
+    reads: int = 0
+
+    def forget(self) -> None:
+        self.rows.clear()
+
+    def refresh(self) -> list[NodeRow]:
+        """Nodes of enabled clusters that belong to a pool, by id, with their cluster and
+        pool rows as they are now; only nodes whose row, GPUs or MIG instances changed
+        are read again."""
+        clusters = {c.pk: c for c in Cluster.objects.filter(enabled=True)}
+        pools = self.pools = {p.pk: p for p in NodePool.objects.all()}
+        wanted = dict(
+            Node.objects.filter(cluster_id__in=clusters, pool__isnull=False)
+            .order_by("pk")
+            .values_list("pk", "version")
+        )
+        gpu_node: dict[int, int] = {}
+        gpus: dict[int, list[tuple[int, int]]] = {}
+        for node_id, pk, version in Gpu.objects.values_list("node_id", "pk", "version"):
+            gpu_node[pk] = node_id
+            gpus.setdefault(node_id, []).append((pk, version))
+        migs: dict[int, list[tuple[int, int]]] = {}
+        for gpu_id, pk, version in MigInstance.objects.values_list("gpu_id", "pk", "version"):
+            migs.setdefault(gpu_node.get(gpu_id, 0), []).append((pk, version))
+        for pk in self.rows.keys() - wanted.keys():
+            del self.rows[pk]
+        stale = [
+            pk
+            for pk, version in wanted.items()
+            if pk not in self.rows
+            or self.rows[pk].key
+            != (version, tuple(sorted(gpus.get(pk, ()))), tuple(sorted(migs.get(pk, ()))))
+        ]
+        for start in range(0, len(stale), CHUNK):
+            self._read(stale[start : start + CHUNK])
+        rows = []
+        for pk in sorted(wanted):
+            row = self.rows.get(pk)
+            if row is None:
+                continue  # gone between the two reads
+            row.node.cluster = clusters[row.node.cluster_id]
+            row.node.pool = pools[row.node.pool_id]
+            rows.append(row)
+        return rows
+
+    def _read(self, ids: list[int]) -> None:
+        instances: dict[int, list[MigInstance]] = {}
+        for inst in MigInstance.objects.filter(gpu__node_id__in=ids).order_by("gpu_id", "start"):
+            instances.setdefault(inst.gpu_id, []).append(inst)
+        gpus: dict[int, list[Gpu]] = {}
+        for gpu in Gpu.objects.filter(node_id__in=ids).order_by("node_id", "index"):
+            gpu.mig_list = instances.get(gpu.pk, [])
+            gpus.setdefault(gpu.node_id, []).append(gpu)
+        for node in Node.objects.filter(pk__in=ids):
+            node.gpu_list = gpus.get(node.pk, [])
+            key = (
+                node.version,
+                tuple(sorted((g.pk, g.version) for g in node.gpu_list)),
+                tuple(sorted((i.pk, i.version) for g in node.gpu_list for i in g.mig_list)),
+            )
+            self.rows[node.pk] = NodeRow(node, key)
+            self.reads += 1
+
+
 KEPT_ROWS = KeptRows()
+KEPT_NODES = KeptNodes()
