@@ -78,6 +78,8 @@ class SnapshotRead:
     held_elsewhere: set[str] = field(default_factory=set)  # ids releasing GPUs (reachable)
     held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
     throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
+    # The allocations of each workload the engine manages, as read (by pod index).
+    placed: dict[str, list[PodAllocation]] = field(default_factory=dict)
     # Rows that cannot be turned into an engine request, with why: the cycle fails them
     # (quarantine) instead of letting one of them stop scheduling for everyone.
     unrunnable: dict[str, tuple[Workload, str]] = field(default_factory=dict)
@@ -209,6 +211,7 @@ def read_snapshot() -> SnapshotRead:
         held_devices=_devices(releasing) | _given_back_gpus(allocations),
         throttled=throttled,
         unrunnable=unrunnable,
+        placed={str(row.wl.pk): row.allocations for row in managed_rows},
     )
 
 

@@ -291,19 +291,21 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
 def evictions_apply(
     read: adapters.SnapshotRead, evictions: tuple[t.Eviction, ...]
 ) -> tuple[set[int], set[tuple[str, int]]]:
+    """PREEMPTED transitions, one batch per reason (a few statements per kind, whatever
+    the count); the clusters and devices of the evicted pods, from the rows read."""
     clusters: set[int] = set()
     devices: set[tuple[str, int]] = set()
+    moves: dict[str, list[tuple[Workload, str, dict[str, Any]]]] = {}
     for eviction in evictions:
         wl = read.workloads[eviction.workload_id]
-        allocations = list(wl.allocations.all())
+        allocations = read.placed[eviction.workload_id]
         clusters |= {read.nodes[adapters.engine_node_id(a.node_id)].cluster_id for a in allocations}
         devices |= adapters._devices(allocations)
-        workload_transition(
-            wl,
-            WorkloadState.PREEMPTED,
-            reason=f"Preempted:{eviction.reason}",
-            message=_eviction_message(read, eviction),
+        moves.setdefault(f"Preempted:{eviction.reason}", []).append(
+            (wl, _eviction_message(read, eviction), {})
         )
+    for reason, batch in moves.items():
+        workloads_transition(batch, WorkloadState.PREEMPTED, reason=reason)
     return clusters, devices
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -274,3 +276,24 @@ def test_pods_stuck_on_an_unreachable_cluster_do_not_hold_back_reclaim(org, tigh
     cycle_run()
     states = Workload.objects.filter(name__in=["a1", "a2"]).values_list("state", flat=True)
     assert sorted(states) == [S.ADMITTED, S.PREEMPTED]
+
+
+def _reclaim_cycle_statements(org, submit, victims: int) -> tuple[int, int]:
+    """vision borrows all 8 GPUs with one-GPU jobs; language's owner asks for `victims`
+    GPUs: the cycle's evictions and its statements."""
+    Workload.objects.all().delete()
+    for i in range(8):
+        submit(org.researcher, org.project_a, f"borrow-{victims}-{i}", gpus=1)
+    cycle_run()
+    submit(org.outsider, org.project_b, f"owner-{victims}", gpus=victims)
+    with CaptureQueriesContext(connection) as queries:
+        run = cycle_run()
+    return run.evicted, len(queries)
+
+
+def test_a_cycle_writes_its_evictions_in_statements_that_do_not_grow_with_their_count(
+    org, tight, submit
+):
+    one, few = (_reclaim_cycle_statements(org, submit, n) for n in (1, 4))
+    assert (one[0], few[0]) == (1, 4)
+    assert one[1] == few[1]
