@@ -68,25 +68,30 @@ class Versioned(models.Model):
         super().save(*args, **kwargs)
 
 
-def column_set(model: type[Versioned], name: str, values: dict[int, Any]) -> int:
+def column_set(
+    model: type[Versioned], name: str, values: dict[int, Any], expected: dict[int, int]
+) -> dict[int, int]:
     """Set one column to a value per row (by primary key) in one statement per thousand
-    rows, bumping each row's version: what `bulk_update` does, without building a
-    CASE expression per row in Python. Rows that no longer exist are skipped; returns
-    how many were written."""
+    rows, with a new version: what `bulk_update` does, without building a CASE
+    expression per row in Python. Only rows still at their `expected` version are
+    written (a row changed by someone else since it was read is left for its next
+    read); returns the new version of each row written."""
     table = connection.ops.quote_name(model._meta.db_table)
     column = connection.ops.quote_name(model._meta.get_field(name).column)
     pk = connection.ops.quote_name(model._meta.pk.column)
-    items = sorted(values.items())
-    written = 0
+    items = [(key, value, expected[key], new_version()) for key, value in sorted(values.items())]
+    stamps = {key: version for key, _, _, version in items}
+    written: dict[int, int] = {}
     with connection.cursor() as cursor:
         for start in range(0, len(items), 1000):
             chunk = items[start : start + 1000]
-            rows = ", ".join(["(%s, %s, %s)"] * len(chunk))
+            rows = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
             cursor.execute(
-                f"WITH v(id, value, version) AS (VALUES {rows}) "
-                f"UPDATE {table} SET {column} = v.value, version = v.version "
-                f"FROM v WHERE {table}.{pk} = v.id",
-                [p for key, value in chunk for p in (key, value, new_version())],
+                f"WITH v(id, value, expected, version) AS (VALUES {rows}) "
+                f"UPDATE {table} SET {column} = v.value, version = v.version FROM v "
+                f"WHERE {table}.{pk} = v.id AND {table}.version = v.expected "
+                f"RETURNING {table}.{pk}",
+                [p for item in chunk for p in item],
             )
-            written += cursor.rowcount
+            written.update((key, stamps[key]) for (key,) in cursor.fetchall())
     return written

@@ -380,8 +380,11 @@ def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission])
 
 
 def reasons_save(read: adapters.SnapshotRead, reasons: dict[str, str]) -> None:
-    """Save what each pending workload waits for; only rows whose reason changed."""
-    changed = {}
+    """Save what each pending workload waits for; only rows whose reason changed, in
+    one statement per thousand rows. The rows kept for the next cycle are told their
+    new version (they hold what was written), so it does not read them again; a row
+    someone changed since it was read is not written, and is read again."""
+    changed: dict[int, Workload] = {}
     for wid, reason in reasons.items():
         wl = read.workloads.get(wid)
         if wl is None or wl.state != WorkloadState.PENDING:
@@ -389,8 +392,16 @@ def reasons_save(read: adapters.SnapshotRead, reasons: dict[str, str]) -> None:
         text = reason[:1].upper() + reason[1:]
         if wl.pending_reason != text:
             wl.pending_reason = text
-            changed[wl.pk] = text
-    column_set(Workload, "pending_reason", changed)  # one statement per thousand rows
+            changed[wl.pk] = wl
+    written = column_set(
+        Workload,
+        "pending_reason",
+        {pk: wl.pending_reason for pk, wl in changed.items()},
+        expected={pk: wl.version for pk, wl in changed.items()},
+    )
+    for pk, version in written.items():
+        changed[pk].version = version
+        KEPT_ROWS.written(changed[pk])
 
 
 def shares_of(read: adapters.SnapshotRead, result: t.CycleResult) -> list[dict[str, Any]]:

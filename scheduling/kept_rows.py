@@ -51,6 +51,14 @@ class KeptRows:
     def forget(self) -> None:
         self.rows.clear()
 
+    def written(self, wl: Workload) -> None:
+        """The cycle wrote this kept row itself and holds what it wrote (only the row's
+        version and fields the conversion does not read): keep it at its new version.
+        If the cycle's transaction rolls back, the cycle forgets every kept row."""
+        row = self.rows.get(wl.pk)
+        if row is not None and row.wl is wl:
+            row.key = (wl.version, *row.key[1:])
+
     def refresh(self, names: dict[int, str]) -> dict[int, Row]:
         """Bring the kept rows to the database's state, given every project's name by
         id (a workload's engine name holds it); every row the snapshot may hold, by

@@ -204,3 +204,52 @@ def test_a_failed_cycle_forgets_the_kept_rows(org, submit, monkeypatch):
     monkeypatch.setattr("scheduling.cycle.schedule", broken)
     assert cycle_run().ok is False
     assert not kept_rows.KEPT_ROWS.rows
+
+
+def test_a_row_changed_while_the_cycle_runs_is_read_again_not_hidden_by_its_reason(
+    org, submit, monkeypatch
+):
+    make_nodes(org.pool, 1, 4)
+    submit(org.researcher, org.project_a, "runs", gpus=4)
+    waits = submit(org.outsider, org.project_b, "waits", gpus=2)
+    kept_rows.KEPT_ROWS.forget()
+    kept_rows.KEPT_NODES.forget()
+    cycle_run()  # "runs" takes the node; "waits" gets its reason
+    cycle_run()
+    real = scheduling.cycle.schedule
+
+    def edited_meanwhile(snapshot, config, now):
+        # Another writer commits an edit after the cycle read the row, before its
+        # reason is written (the reason changes: a node came).
+        Workload.objects.filter(pk=waits.pk).update(priority=42)
+        return real(snapshot, config, now)
+
+    monkeypatch.setattr(scheduling.cycle, "schedule", edited_meanwhile)
+    before = Workload.objects.get(pk=waits.pk).pending_reason
+    make_nodes(org.pool, 1, 1)
+    cycle_run()
+    # The cycle did not write over the edit: the reason waits for the next cycle.
+    assert Workload.objects.get(pk=waits.pk).pending_reason == before
+    monkeypatch.setattr(scheduling.cycle, "schedule", real)
+    reads = kept_rows.KEPT_ROWS.reads
+    assert_same_as_rebuilt(monkeypatch, (kept_rows.KEPT_ROWS, kept_rows.KEPT_NODES))
+    assert kept_rows.KEPT_ROWS.rows[waits.pk].wl.priority == 42
+    assert kept_rows.KEPT_ROWS.reads == reads + 1
+
+
+def test_a_cycle_does_not_read_again_the_reasons_it_wrote(org, submit):
+    make_nodes(org.pool, 1, 4)
+    submit(org.researcher, org.project_a, "runs", gpus=4)
+    for i in range(3):
+        submit(org.outsider, org.project_b, f"waits-{i}", gpus=2)
+    cycle_run()
+    cycle_run()
+    waiting = Workload.objects.filter(name__startswith="waits-")
+    before = set(waiting.values_list("pending_reason", flat=True))
+    make_nodes(org.pool, 1, 1)  # every reason changes: one GPU more is free
+    cycle_run()
+    after = set(waiting.values_list("pending_reason", flat=True))
+    assert before and after and not before & after
+    reads = kept_rows.KEPT_ROWS.reads
+    cycle_run()
+    assert kept_rows.KEPT_ROWS.reads == reads
