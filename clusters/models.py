@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 
+from portal.versioned import Versioned
+
 if TYPE_CHECKING:
     from clusters.backends.sandbox import Isolation
 
@@ -130,7 +132,7 @@ class NodePool(models.Model):
         return self.label_value or self.name
 
 
-class Node(models.Model):
+class Node(Versioned):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=253)
     pool = models.ForeignKey(
@@ -159,7 +161,7 @@ class Node(models.Model):
         return f"{self.cluster.name}/{self.name}"
 
 
-class Gpu(models.Model):
+class Gpu(Versioned):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
@@ -182,7 +184,7 @@ class Gpu(models.Model):
         return f"{self.node}/gpu{self.index}"
 
 
-class MigInstance(models.Model):
+class MigInstance(Versioned):
     """A MIG GPU instance the scheduler wants on a GPU (profile at a first memory slice).
 
     It outlives the workload that had it made, so the next one of that shape reuses it; the

@@ -49,6 +49,7 @@ from clusters.sharing import (
     died_of_gpu_oom,
     oom_message,
 )
+from portal.versioned import new_version
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
@@ -408,6 +409,12 @@ def _update_each(model: type[Model], rows: list[Model], fields: list[str]) -> No
     if not rows:
         return
     meta = model._meta
+    if any(field.name == "version" for field in meta.fields):
+        # A versioned row (portal/versioned.py) changes its version with every write, or
+        # the cycle's kept rows would never see this one change (scheduling/kept_rows.py).
+        for row in rows:
+            row.version = new_version()
+        fields = [*fields, "version"]
     columns = [meta.get_field(name) for name in fields]
     quote = connection.ops.quote_name
     assignments = ", ".join(f"{quote(column.column)} = %s" for column in columns)

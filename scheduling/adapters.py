@@ -17,15 +17,16 @@ taken capacity.
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Q
 
-from clusters.models import Cluster, Gpu, MigInstance, Node, NodePool
+from clusters.models import Node
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
-from scheduling import bounds, gpu_range
+from scheduling import bounds, gpu_range, kept_rows
 from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
@@ -34,8 +35,6 @@ from scheduling.models import (
     GpuRequestKind,
     PodAllocation,
     Workload,
-    WorkloadKind,
-    WorkloadState,
 )
 
 RESOURCE_FIELDS = (
@@ -79,6 +78,8 @@ class SnapshotRead:
     held_elsewhere: set[str] = field(default_factory=set)  # ids releasing GPUs (reachable)
     held_devices: set[tuple[str, int]] = field(default_factory=set)  # (node id, gpu index)
     throttled: dict[str, str] = field(default_factory=dict)  # trial id -> reason
+    # The allocations of each workload the engine manages, as read (by pod index).
+    placed: dict[str, list[PodAllocation]] = field(default_factory=dict)
     # Rows that cannot be turned into an engine request, with why: the cycle fails them
     # (quarantine) instead of letting one of them stop scheduling for everyone.
     unrunnable: dict[str, tuple[Workload, str]] = field(default_factory=dict)
@@ -142,31 +143,53 @@ def _convert(
     return converted
 
 
+def _convert_kept(
+    rows: list[kept_rows.Row], unrunnable: dict[str, tuple[Workload, str]]
+) -> list[t.Workload]:
+    """_convert, made once per kept row (a row read again is converted again)."""
+    converted = []
+    for row in rows:
+        if not row.done:
+            problems: dict[str, tuple[Workload, str]] = {}
+            made = _convert([(row.wl, row.allocations)], problems)
+            row.converted = made[0] if made else None
+            row.problem = problems[str(row.wl.pk)][1] if problems else ""
+            row.done = True
+        if row.converted is None:
+            unrunnable[str(row.wl.pk)] = (row.wl, row.problem)
+        else:
+            converted.append(row.converted)
+    return converted
+
+
 def read_snapshot() -> SnapshotRead:
-    """One consistent read of everything the engine needs, in a handful of queries."""
-    allocations = list(
-        PodAllocation.objects.select_related("workload__project").order_by(
-            "workload_id", "pod_index"
-        )
+    """One consistent read of everything the engine needs, in a handful of queries; the
+    workload and allocation rows that did not change since the last cycle of this
+    process are taken as it kept them (kept_rows)."""
+    queues = _queues()
+    names = {int(q.id[1:]): q.name for q in queues if q.parent_id is not None}
+    holding, waiting_rows = kept_rows.holders_and_pending(
+        kept_rows.KEPT_ROWS.refresh(names).values()
     )
-    nodes = _nodes()
+    allocations = [alloc for row in holding for alloc in row.allocations]
+    kept_nodes = kept_rows.KEPT_NODES
+    node_rows = kept_nodes.refresh()
+    nodes = [row.node for row in node_rows]
     node_by_id = {node.pk: node for node in nodes}
-    holders = {a.workload_id: a.workload for a in allocations}
-    managed = {wid: wl for wid, wl in holders.items() if wl.state in ACTIVE_STATES}
-    pending, throttled, waiting = _pending_workloads()
-    by_workload: dict[int, list[PodAllocation]] = {}
-    for alloc in allocations:
-        by_workload.setdefault(alloc.workload_id, []).append(alloc)
+    managed_rows = [row for row in holding if row.wl.state in ACTIVE_STATES]
+    managed = {row.wl.pk: row.wl for row in managed_rows}
+    pending, throttled, waiting = _pending_workloads([row.wl for row in waiting_rows])
+    admit = {wl.pk for wl in pending}
     unrunnable: dict[str, tuple[Workload, str]] = {}
-    workloads = _convert([(wl, by_workload.get(wl.pk, [])) for wl in managed.values()], unrunnable)
-    workloads += _convert([(wl, []) for wl in pending], unrunnable)
+    workloads = _convert_kept(managed_rows, unrunnable)
+    workloads += _convert_kept([row for row in waiting_rows if row.wl.pk in admit], unrunnable)
     # A running row that cannot be read keeps its GPUs (as taken capacity) until its pods go.
     managed = {wid: wl for wid, wl in managed.items() if str(wid) not in unrunnable}
     on_node = by_node(allocations)
     snapshot = t.Snapshot(
-        pools=tuple(NodePool.objects.order_by("name").values_list("name", flat=True)),
-        nodes=tuple(_node(node, on_node.get(node.pk, [])) for node in nodes),
-        queues=_queues(),
+        pools=tuple(sorted(pool.name for pool in kept_nodes.pools.values())),
+        nodes=tuple(_node_kept(row, on_node.get(row.node.pk, []), managed) for row in node_rows),
+        queues=queues,
         workloads=tuple(sorted(workloads, key=lambda wl: int(wl.id))),
     )
     # Pods of stopped or preempted workloads, and pods elastic ones gave back.
@@ -188,6 +211,7 @@ def read_snapshot() -> SnapshotRead:
         held_devices=_devices(releasing) | _given_back_gpus(allocations),
         throttled=throttled,
         unrunnable=unrunnable,
+        placed={str(row.wl.pk): row.allocations for row in managed_rows},
     )
 
 
@@ -213,23 +237,25 @@ def _given_back_gpus(allocations: list[PodAllocation]) -> set[tuple[str, int]]:
     }
 
 
-def _nodes() -> list[Node]:
-    enabled = Cluster.objects.filter(enabled=True)
-    nodes = list(
-        Node.objects.filter(cluster__in=enabled, pool__isnull=False)
-        .select_related("pool", "cluster")
-        .order_by("pk")
+def _node_kept(
+    row: kept_rows.NodeRow, allocations: list[PodAllocation], managed: Container[int]
+) -> t.Node:
+    """_node, made again only when the node's rows, its cluster's or pool's fields it
+    reads, or the allocations on it changed (the same object otherwise). Also when one
+    of those allocations' workloads joined or left the engine's workloads: the engine
+    re-derives the holdings of workloads outside the snapshot only on nodes whose
+    object changed (engine/incremental.py), so such a node is made again, equal."""
+    node = row.node
+    made_from = (
+        tuple((a.pk, a.version, a.workload_id in managed) for a in allocations),
+        node.cluster.name,
+        node.cluster.reachable,
+        node.pool.name,
+        node.pool.mig_repartition,
     )
-    gpus: dict[int, list[Gpu]] = {}
-    instances: dict[int, list[MigInstance]] = {}
-    for inst in MigInstance.objects.filter(gpu__node__in=nodes).order_by("gpu_id", "start"):
-        instances.setdefault(inst.gpu_id, []).append(inst)
-    for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
-        gpu.mig_list = instances.get(gpu.pk, [])
-        gpus.setdefault(gpu.node_id, []).append(gpu)
-    for node in nodes:
-        node.gpu_list = gpus.get(node.pk, [])
-    return nodes
+    if row.made is None or row.made_from != made_from:
+        row.made, row.made_from = _node(node, allocations), made_from
+    return row.made
 
 
 def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
@@ -313,15 +339,11 @@ def _queues() -> tuple[t.Queue, ...]:
     return tuple(queues)
 
 
-def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]]:
-    """Pending workloads the engine may admit now; trials beyond their sweep's parallelism
-    wait outside the snapshot with a reason."""
-    pending = list(
-        Workload.objects.filter(state=WorkloadState.PENDING, allocations__isnull=True)
-        .exclude(kind=WorkloadKind.HPO)
-        .select_related("parent", "project")
-        .order_by("pk")
-    )
+def _pending_workloads(
+    pending: list[Workload],
+) -> tuple[list[Workload], dict[str, str], list[Workload]]:
+    """Of the pending workloads (by id), those the engine may admit now; trials beyond
+    their sweep's parallelism wait outside the snapshot with a reason."""
     parents = {wl.parent_id for wl in pending if wl.parent_id}
     busy = dict.fromkeys(parents, 0)
     # A trial holds one of its sweep's slots while it runs and until its pods are gone
@@ -333,17 +355,29 @@ def _pending_workloads() -> tuple[list[Workload], dict[str, str], list[Workload]
         .values_list("parent_id", flat=True)
     ):
         busy[parent_id] += 1
+    # The sweeps' names and specs as they are now (a kept trial's parent may be older).
+    sweeps = (
+        {
+            pk: (name, spec)
+            for pk, name, spec in (
+                Workload.objects.filter(pk__in=parents).values_list("pk", "name", "spec")
+            )
+        }
+        if parents
+        else {}
+    )
     admit, throttled = [], {}
     for wl in pending:
         if wl.parent_id is None:
             admit.append(wl)
             continue
-        limit = int(wl.parent.spec.get("search", {}).get("parallelism", 1))
+        name, spec = sweeps.get(wl.parent_id, (wl.parent.name, wl.parent.spec))
+        limit = int((spec or {}).get("search", {}).get("parallelism", 1))
         if busy[wl.parent_id] < limit:
             busy[wl.parent_id] += 1  # this trial may take one of the sweep's slots
             admit.append(wl)
         else:
-            throttled[str(wl.pk)] = f"sweep {wl.parent.name} runs at most {limit} trials at once"
+            throttled[str(wl.pk)] = f"sweep {name} runs at most {limit} trials at once"
     return admit, throttled, pending
 
 

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 
 from portal.models import Project, k8s_name_validator
+from portal.versioned import Versioned
 
 
 class TolerantDecimalField(models.DecimalField):
@@ -62,7 +63,7 @@ class PriorityClass(models.TextChoices):
     INFERENCE = "inference", "Inference"
 
 
-class Workload(models.Model):
+class Workload(Versioned):
     """A unit of work: one or more identical pods (a gang when min_pods > 1)."""
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="workloads")
@@ -179,7 +180,7 @@ class Workload(models.Model):
         return f"{self.project.name}/{self.name}"
 
 
-class PodAllocation(models.Model):
+class PodAllocation(Versioned):
     """Where one pod of an admitted workload runs: a node, and whole GPUs or a GPU share."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
