@@ -71,8 +71,9 @@ def _sharer(i: int, gpu: int, cpu: float, started: float) -> Workload:
 
 def test_host_room_is_made_with_the_fewest_victims_even_when_none_frees_a_device() -> None:
     """Four half-GPU borrowers share devices 0 and 1 of three and hold all 32 cores;
-    device 2 is free (room for exactly one pod by devices). The owner needs 12 cores: the two cheapest borrowers (the latest started, one on
-    each device) free 16, and no device. Two evictions; a search that waited for a freed
+    device 2 is free (room for exactly one pod by devices). The owner needs 12 cores: the
+    two cheapest borrowers (the latest started, one on each device) free 16, and no
+    device. Two evictions; a search that waited for a freed
     device too (`devices_done` dropped or forgotten between victims) takes a third, and
     one that kept only the last victim's cores (`=` for `+=`) never finds room; one that
     counted room by devices only above one pod (`> 1`) waited for a freed device too."""
