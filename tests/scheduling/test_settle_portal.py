@@ -277,11 +277,13 @@ def _run(example: dict, monkeypatch) -> tuple[list[list[str]], list[list[str]]]:
 def _check_as_replayed(example: dict, monkeypatch) -> list[list[str]]:
     """The portal evicts no more than the engine's own replay: applying a cycle's
     decisions over two cycles (evict, then admit once the pods are gone) adds no eviction
-    of its own. (Not the very same ones: a requeued victim queues again from the time
-    its pods went, and the clocks of the two differ by the cycles' own run times.)"""
+    of its own. On the same clock it evicts the very same workloads in the same cycles:
+    each cycle's snapshot is the replay's (a requeued victim keeps its place in the
+    queue, a nominated admission is stamped at the cycle that chose it)."""
     evicted, replayed = _run(example, monkeypatch)
     counts, again = [len(e) for e in evicted], [len(e) for e in replayed]
     assert sum(counts) <= sum(again), f"portal {counts}, replay {again} from {example}"
+    assert evicted == replayed, f"portal {evicted}, replay {replayed} from {example}"
     return evicted
 
 
