@@ -202,9 +202,10 @@ SCHEDULE = cycle.schedule
 class Clock:
     """Django's clock for one example, moved by the test: a cycle every CYCLE_S seconds,
     its reconcile RECONCILE_S later. With the real clock the victims' costs (work lost
-    since they started) and the requeued victims' queue times depended on how long each
-    step took on a loaded machine, and so did the decisions: the same example settled on
-    a quiet machine and evicted once more on a busy one."""
+    since they started) depended on how long each step took on a loaded machine, and so
+    did the decisions: the same example settled on a quiet machine and evicted once more
+    on a busy one. (Requeued victims were also re-stamped as queued when their pods went,
+    which no clock made the replay's; they now keep their place, scheduling/lifecycle.py.)"""
 
     CYCLE_S, RECONCILE_S = 10.0, 1.0
 
