@@ -8,6 +8,13 @@ preempted or stopped pod is still shutting down.
 
     pending -> admitted -> running -> succeeded | failed | stopped
     admitted | running -> preempted -> (pods gone) -> pending, restart_count + 1
+
+A requeued workload keeps its place in its queue: queued_at stays the time it was
+submitted, as the engine's own replay (scheduling.engine.apply.apply_result) and the
+simulator keep a victim's submit_time. Stamped again when its pods went, each victim went
+behind the work it was evicted beside, the next cycle ordered (and placed) the queue
+differently from the cycle that evicted, and that cost further evictions with nothing
+arriving (issue 25; tests/scheduling/test_settle_portal.py).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     S.FAILED: set(),
     S.STOPPED: set(),
 }
-_TIMESTAMP = {S.ADMITTED: "admitted_at", S.RUNNING: "started_at", S.PENDING: "queued_at"}
+_TIMESTAMP = {S.ADMITTED: "admitted_at", S.RUNNING: "started_at"}
 
 
 class IllegalTransition(GPUPoolError):
@@ -109,8 +116,9 @@ def workloads_transition(
 def workload_pods_released(workload: Workload, *, message: str = "") -> Workload:
     """The cluster confirms every pod of the workload is gone: free its GPUs.
 
-    A preempted workload goes back to the queue, keeping its checkpoint directory, and
-    counts a restart so that it resumes from its checkpoint when admitted again.
+    A preempted workload goes back to the queue at its place (queued_at unchanged),
+    keeping its checkpoint directory, and counts a restart so that it resumes from its
+    checkpoint when admitted again.
     """
     workload.allocations.all().delete()
     # GPUs just came free: a waiting workload may start now rather than at the next beat.

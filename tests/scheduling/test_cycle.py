@@ -100,6 +100,23 @@ def test_over_quota_work_is_reclaimed_for_the_owner_once_its_pods_are_gone(org, 
     assert len(held_gpus()) == len(set(held_gpus())) == 8
 
 
+def test_a_requeued_victim_keeps_its_place_ahead_of_work_submitted_after_it(org, tight, submit):
+    """As the engine's replay keeps a victim's submit_time: stamped again when its pods
+    went, it went behind later work and the next cycle planned a different queue."""
+    first = submit(org.researcher, org.project_a, "first", gpus=4)
+    second = submit(org.researcher, org.project_a, "second", gpus=4)
+    cycle_run()
+    submit(org.outsider, org.project_b, "owner", gpus=4)
+    cycle_run()
+    victim = next(wl for wl in (fresh(first), fresh(second)) if wl.state == S.PREEMPTED)
+    queued = victim.queued_at
+    later = submit(org.researcher, org.project_a, "later", gpus=4)
+    workload_pods_released(victim)
+    assert fresh(victim).queued_at == queued < fresh(later).queued_at
+    run = cycle_run()
+    assert run.pending_order == [victim.pk, later.pk]
+
+
 def test_no_new_evictions_start_while_preempted_pods_are_still_going_away(org, tight, submit):
     for name in ("a1", "a2"):
         submit(org.researcher, org.project_a, name, gpus=4)

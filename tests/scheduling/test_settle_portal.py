@@ -133,7 +133,7 @@ ENGINE_EVICTS_TWICE = {
 }  # fmt: skip
 
 
-def _state(example: dict) -> Cluster:
+def _state(example: dict, clock: Clock) -> Cluster:
     """The pool, its projects and quotas, the running work (placed by real cycles and
     reconciled) and the pending work."""
     cluster = Cluster.objects.create(
@@ -158,7 +158,9 @@ def _state(example: dict) -> Cluster:
     _submit(example["running"], projects, user, "r")
     for _ in range(2):
         cycle.run_locked(timezone.now())
+        clock.advance(Clock.RECONCILE_S)
         cluster_reconcile(Cluster.objects.get(pk=cluster.pk))
+        clock.advance(Clock.CYCLE_S - Clock.RECONCILE_S)
     _submit(example["pending"], projects, user, "q")
     return cluster
 
@@ -197,11 +199,32 @@ class Recorded:
 SCHEDULE = cycle.schedule
 
 
-def _idle_cycles(cluster: Cluster) -> list[list[str]]:
+class Clock:
+    """Django's clock for one example, moved by the test: a cycle every CYCLE_S seconds,
+    its reconcile RECONCILE_S later. With the real clock the victims' costs (work lost
+    since they started) depended on how long each step took on a loaded machine, and so
+    did the decisions: the same example settled on a quiet machine and evicted once more
+    on a busy one. (Requeued victims were also re-stamped as queued when their pods went,
+    which no clock made the replay's; they now keep their place, scheduling/lifecycle.py.)"""
+
+    CYCLE_S, RECONCILE_S = 10.0, 1.0
+
+    def __init__(self, start) -> None:
+        self.now = start
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def _idle_cycles(cluster: Cluster, clock: Clock) -> list[list[str]]:
     """Cycles with nothing arriving, each followed by a reconcile: who each evicted."""
     evicted = []
     for _ in range(CYCLES):
         last = WorkloadEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+        clock.advance(Clock.CYCLE_S - Clock.RECONCILE_S)
         run = cycle.run_locked(timezone.now())
         assert run.ok, run.error
         evicted.append(
@@ -212,6 +235,7 @@ def _idle_cycles(cluster: Cluster) -> list[list[str]]:
                 ).values_list("workload_id", flat=True)
             )
         )
+        clock.advance(Clock.RECONCILE_S)
         cluster_reconcile(Cluster.objects.get(pk=cluster.pk))
     return evicted
 
@@ -241,10 +265,12 @@ def _replayed(inputs: list[tuple[t.Snapshot, t.SchedulerConfig, float]]) -> list
 def _run(example: dict, monkeypatch) -> tuple[list[list[str]], list[list[str]]]:
     """Who the portal evicted in each idle cycle, and who the engine's replay evicts."""
     cycle.KEPT.engine.rebuild()  # the last example's kept state was rolled back
-    cluster = _state(example)
+    clock = Clock(timezone.now())
+    monkeypatch.setattr(timezone, "now", clock)
+    cluster = _state(example, clock)
     recorded = Recorded()
     monkeypatch.setattr(cycle, "schedule", recorded)
-    evicted = _idle_cycles(cluster)
+    evicted = _idle_cycles(cluster, clock)
     monkeypatch.undo()
     return evicted, _replayed(recorded.inputs)
 
@@ -252,11 +278,13 @@ def _run(example: dict, monkeypatch) -> tuple[list[list[str]], list[list[str]]]:
 def _check_as_replayed(example: dict, monkeypatch) -> list[list[str]]:
     """The portal evicts no more than the engine's own replay: applying a cycle's
     decisions over two cycles (evict, then admit once the pods are gone) adds no eviction
-    of its own. (Not the very same ones: a requeued victim queues again from the time
-    its pods went, and the clocks of the two differ by the cycles' own run times.)"""
+    of its own. On the same clock it evicts the very same workloads in the same cycles:
+    each cycle's snapshot is the replay's (a requeued victim keeps its place in the
+    queue, a nominated admission is stamped at the cycle that chose it)."""
     evicted, replayed = _run(example, monkeypatch)
     counts, again = [len(e) for e in evicted], [len(e) for e in replayed]
     assert sum(counts) <= sum(again), f"portal {counts}, replay {again} from {example}"
+    assert evicted == replayed, f"portal {evicted}, replay {replayed} from {example}"
     return evicted
 
 
