@@ -96,13 +96,15 @@ def whole_field(bound: Bound, label: str | None = None, **kwargs: Any) -> forms.
 
 
 def decimal_field(bound: Bound, label: str | None = None, **kwargs: Any) -> forms.DecimalField:
-    """A form field for a number within `bound`, with at most its decimal places."""
+    """A form field for a number within `bound`, with at most its decimal places. No
+    max_digits: the bound's maximum says the same, and with both a number too large got
+    two messages for one mistake ("≤ 256" and "no more than 3 digits before the decimal
+    point")."""
     return forms.DecimalField(
         label=label,
         min_value=bound.low,
         max_value=bound.high,
         decimal_places=bound.places,
-        max_digits=len(str(int(bound.high))) + bound.places,
         **kwargs,
     )
 

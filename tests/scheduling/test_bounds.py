@@ -348,3 +348,13 @@ def test_every_bound_fits_the_column_it_guards_on_every_database(model, name, bo
     else:  # PostgreSQL's integer is the narrowest of the databases
         assert isinstance(field, IntegerField) and field.get_internal_type() != "BigIntegerField"
         assert bound.low >= 0 and bound.high <= bounds.INT32_MAX
+
+
+def test_one_mistake_gets_one_message(client_as, org):
+    """A number too large for its field once got two messages ("Ensure this value is less
+    than or equal to 256" and "no more than 3 digits before the decimal point")."""
+    client = client_as(org.researcher)
+    data = {"project": org.project_a.pk, "name": "big", "image": "img", "gpu_request": "whole",
+            "gpus": "1000", "cpu": "1", "memory_mib": "1024"}  # fmt: skip
+    response = client.post("/workloads/new/training/", data)
+    assert len(response.context["form"].errors["gpus"]) == 1, response.context["form"].errors
