@@ -189,3 +189,44 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(tm
         assert channel.db is parents
         assert parents.execute("SELECT count(*) FROM message").fetchone()[0] == 2
         queue.close()
+
+
+def test_a_row_that_cannot_be_decoded_is_set_aside_and_the_next_message_delivered(tmp_path, caplog):
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("mixed")
+        bad = ["{half a mess", '{"body": "no properties"}', '{"properties": {}}']
+        db = sqlite3.connect(path, isolation_level=None)
+        for payload in bad:
+            db.execute("INSERT INTO message (queue, payload) VALUES ('mixed', ?)", (payload,))
+        queue.put({"n": 1})
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        dead = db.execute("SELECT queue, payload, reason FROM dead_letter ORDER BY id").fetchall()
+        assert [(q, p) for q, p, _ in dead] == [("mixed", p) for p in bad]
+        assert all(reason.startswith("cannot be decoded: ") for _, _, reason in dead)
+        assert db.execute("SELECT count(*) FROM message").fetchone()[0] == 0
+        assert caplog.text.count("moved to the dead-letter table: cannot be decoded") == 3
+        queue.close()
+        db.close()
+
+
+def test_a_message_put_back_too_often_is_set_aside_instead_of_looping(tmp_path):
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("poison")
+        queue.put({"n": 1})
+        for _ in range(broker.MAX_RESTORES):
+            queue.get(timeout=1).requeue()  # as Celery does when the task's child died
+        last = queue.get(timeout=1)
+        assert last.payload == {"n": 1}
+        assert last.properties[broker.RESTORES] == broker.MAX_RESTORES
+        last.requeue()
+        with pytest.raises(Empty):
+            queue.get(timeout=0.5)
+        queue.close()
+    db = sqlite3.connect(path)
+    ((reason,),) = db.execute("SELECT reason FROM dead_letter").fetchall()
+    assert reason.startswith(f"put back {broker.MAX_RESTORES + 1} times ")
+    db.close()
