@@ -20,6 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from celery import Celery
+
+from portal import broker
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 90.0
@@ -57,6 +61,13 @@ def start_logged(command: list[str], env: dict[str, str], log_path: Path) -> sub
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def broker_client(path: Path) -> Celery:
+    """A Celery app that sends tasks by name into the embedded broker's file at `path`."""
+    app = Celery("tests", broker=f"{broker.ALIAS}://localhost")
+    app.conf.broker_transport_options = {"path": str(path)}
+    return app
 
 
 class DemoProcess:

@@ -27,10 +27,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from celery import Celery
 
-from portal import broker
-from tests.portal.demo_process import embedded_env, start_logged
+from tests.portal.demo_process import broker_client, embedded_env, start_logged
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = Path(sys.executable).parent / "celery"
@@ -74,8 +72,7 @@ class EmbeddedWorker:
         command = [str(CELERY), "-A", "portal", "worker", "-I", "tests.portal.worker_tasks"]
         command += ["--loglevel", "INFO", "--concurrency", "2"]
         self.proc = start_logged(command, env, self.log_path)
-        self.app = Celery("tests", broker=f"{broker.ALIAS}://localhost")
-        self.app.conf.broker_transport_options = {"path": str(self.broker_path)}
+        self.app = broker_client(self.broker_path)
         wait_for(lambda: "ready." in self.log(), "the worker is ready", self)
         return self
 
