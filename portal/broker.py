@@ -318,10 +318,11 @@ class Transport(virtual.Transport):
                 return
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
-        """Wait at most one polling interval. Celery's worker loop for a transport like this
-        one sends the acks of finished tasks only between two calls here, and calls with a
-        2 s timeout: with the worker full (it holds concurrency x prefetch tasks until they
-        are acked) that capped it at 2 tasks per 2 s, and beat's tasks piled up."""
+        """Wait at most one polling interval (a consumer off the event loop: `celery
+        inspect`, a SimpleQueue). Celery's blocking worker loop, which ran this transport
+        before it ran on the event loop, sent the acks of finished tasks only between two
+        calls here, and called with a 2 s timeout: with the worker full that capped it at
+        2 tasks per 2 s, and beat's tasks piled up."""
         if timeout is not None:
             timeout = min(timeout, self.polling_interval)
         super().drain_events(connection, timeout=timeout)
