@@ -308,7 +308,14 @@ class Transport(virtual.Transport):
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         """On the worker's event loop: every polling interval, take what is ready (up to
         what the worker may hold: the channel's QoS), without waiting."""
-        loop.call_repeatedly(self.polling_interval, self._deliver_ready)
+        self._polling = loop.call_repeatedly(self.polling_interval, self._deliver_ready)
+
+    def close_connection(self, connection: Any) -> None:
+        """Also stops the polling (the event loop outlives a connection Celery replaces)."""
+        polling, self._polling = getattr(self, "_polling", None), None
+        if polling is not None:
+            polling.cancel()
+        super().close_connection(connection)
 
     def _deliver_ready(self) -> None:
         for _ in range(MAX_TAKEN_PER_POLL):

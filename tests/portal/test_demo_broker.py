@@ -15,7 +15,8 @@ from queue import Empty
 
 import pytest
 from django.conf import settings
-from kombu import Connection
+from kombu import Connection, Queue
+from kombu.asynchronous import Hub
 
 from portal import broker
 
@@ -230,3 +231,37 @@ def test_a_message_put_back_too_often_is_set_aside_instead_of_looping(tmp_path):
     ((reason,),) = db.execute("SELECT reason FROM dead_letter").fetchall()
     assert reason.startswith(f"put back {broker.MAX_RESTORES + 1} times ")
     db.close()
+
+
+def test_on_an_event_loop_it_delivers_what_is_ready_and_stops_polling_when_closed(tmp_path):
+    """How Celery's worker runs it (asynloop): polled from the loop's timer, never blocking,
+    within what the consumer may hold."""
+    hub = Hub()
+    got = []
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        assert conn.transport.implements.asynchronous
+        queue = Queue("loop", routing_key="loop")
+        for n in (1, 2):
+            conn.Producer().publish({"n": n}, routing_key="loop", declare=[queue])
+        consumer = conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)])
+        consumer.qos(prefetch_count=1)
+        consumer.consume()
+        conn.transport.register_with_event_loop(conn.connection, hub)
+        loop = hub.create_loop()
+
+        def run_until(done) -> None:
+            deadline = time.monotonic() + 30
+            while not done() and time.monotonic() < deadline:
+                next(loop)
+
+        run_until(lambda: got)
+        polled = time.monotonic() + 5 * broker.POLLING_INTERVAL_S
+        run_until(lambda: time.monotonic() > polled)
+        assert [m.payload for m in got] == [{"n": 1}], "the second waits for the first's ack"
+        got[0].ack()
+        run_until(lambda: len(got) == 2)
+        assert [m.payload for m in got] == [{"n": 1}, {"n": 2}]
+        got[1].ack()
+        polling = conn.transport._polling
+    assert polling.canceled, "closing the connection stops its polling"
+    hub.close()
