@@ -204,6 +204,11 @@ CACHES["sign-in"] = {**CACHES["default"], "KEY_PREFIX": "sign-in"}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
+# A task whose pool child was killed (SIGKILL, the OOM killer) goes back to its queue and
+# runs again, instead of being acked as failed; the embedded broker sets aside one put
+# back too often (portal/broker.py, MAX_RESTORES), so a task that kills its child each
+# time cannot loop for good.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 # The cycle's own queue (portal/celery.py): a worker started without -Q consumes both.

@@ -1,18 +1,21 @@
 """Run GPUPool on its embedded default: migrate, seed a demo organisation, then start the
 web server (uvicorn), a Celery worker and Celery beat. One of them that dies is started
 again, with a line saying so (after a pause that grows if it keeps dying; a process that
-crash-loops stops the demo); local pods such as a workspace's JupyterLab run on through a
-worker's restart. Ctrl-C stops all three.
+crash-loops stops the demo); so is a worker that lives but consumes nothing while messages
+wait in its queues (killed after STALL_S); local pods such as a workspace's JupyterLab run
+on through a worker's restart. Ctrl-C stops all three.
 
 Safe to run again: migrations and the seed are idempotent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -26,11 +29,14 @@ def manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
 
 
+def var_dir() -> Path:
+    return Path(os.environ.get("GPUPOOL_VAR_DIR", ROOT / "var"))
+
+
 def collect_static() -> None:
     """collectstatic (hashing and compressing takes half a minute) when the project's
     static files or its pinned packages changed since the last start."""
-    var = Path(os.environ.get("GPUPOOL_VAR_DIR", ROOT / "var"))
-    target = Path(os.environ.get("GPUPOOL_STATIC_ROOT", var / "staticfiles"))
+    target = Path(os.environ.get("GPUPOOL_STATIC_ROOT", var_dir() / "staticfiles"))
     digest = hashlib.sha256((ROOT / "requirements.txt").read_bytes())
     for path in sorted((ROOT / "static").rglob("*")):
         if path.is_file():
@@ -53,12 +59,77 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 300.0
 
 
-class Supervised:
-    """One of the demo's processes: started, watched, started again when it dies."""
+# A worker that lives but takes nothing while a message waits in its queue (the oldest ready
+# one stays the oldest) for STALL_S is killed, and so started again: its taken messages go
+# back to the queue. Long enough for both pool children to finish a slow task first.
+STALL_S = 120.0
+STALL_LOOK_EVERY_S = 5.0
 
-    def __init__(self, name: str, cmd: list[str]) -> None:
+
+class StallWatch:
+    """Whether a worker consumes: the oldest ready message of each queue, and since when it
+    has been the oldest. `observe` decides; a call reads the embedded broker's file (every
+    STALL_LOOK_EVERY_S at most) and decides."""
+
+    def __init__(self, broker: Path, stall_s: float = STALL_S) -> None:
+        self.broker = broker
+        self.stall_s = stall_s
+        self.oldest: dict[str, tuple[int, float]] = {}  # queue: (message id, seen since)
+        self.looked_at: float | None = None
+
+    def reset(self) -> None:
+        self.oldest = {}
+        self.looked_at = None
+
+    def observe(self, ready: dict[str, tuple[int, int]], now: float) -> str | None:
+        """`ready`: queue -> (id of its oldest ready message, how many are ready). A line
+        saying what waits when one queue's oldest has stayed so for stall_s; else None."""
+        oldest = {}
+        for queue, (first, _) in ready.items():
+            seen, since = self.oldest.get(queue, (None, now))
+            oldest[queue] = (first, since if seen == first else now)
+        self.oldest = oldest
+        waited = {q: now - since for q, (_, since) in oldest.items()}
+        stuck = {q: waited_s for q, waited_s in waited.items() if waited_s >= self.stall_s}
+        if not stuck:
+            return None
+        waiting = ", ".join(f"{ready[q][1]} in {q!r}" for q in sorted(stuck))
+        return f"consumed nothing for {max(stuck.values()):.0f} s while messages waited ({waiting})"
+
+    def __call__(self, now: float) -> str | None:
+        if self.looked_at is not None and now - self.looked_at < STALL_LOOK_EVERY_S:
+            return None
+        self.looked_at = now
+        ready = ready_in_broker(self.broker)
+        return None if ready is None else self.observe(ready, now)
+
+
+def ready_in_broker(path: Path) -> dict[str, tuple[int, int]] | None:
+    """Per queue of the embedded broker: (id of its oldest ready message, how many are
+    ready); None when the file cannot be read (not there yet: a Redis broker, or locked)."""
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        try:
+            rows = db.execute(
+                "SELECT queue, min(id), count(*) FROM message WHERE taken_by IS NULL GROUP BY queue"
+            ).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return {queue: (first, count) for queue, first, count in rows}
+
+
+class Supervised:
+    """One of the demo's processes: started, watched, started again when it dies (or, with
+    a `stalled` check, when it lives but does nothing)."""
+
+    def __init__(self, name: str, cmd: list[str], stalled: StallWatch | None = None) -> None:
         self.name = name
         self.cmd = cmd
+        self.stalled = stalled
         self.proc: subprocess.Popen[bytes] | None = None
         self.deaths: list[float] = []  # monotonic times, the recent ones only
         self.restart_at: float | None = None
@@ -68,15 +139,27 @@ class Supervised:
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, start_new_session=True)
         print(f"started {self.name} (pid {self.proc.pid}): {' '.join(self.cmd)}", flush=True)
         self.restart_at = None
+        if self.stalled is not None:
+            self.stalled.reset()
 
     def check(self, now: float) -> bool:
-        """Restart the process if it died and its pause is over; False when it crash-loops."""
+        """Restart the process if it died (or stalled) and its pause is over; False when it
+        crash-loops."""
         if self.restart_at is not None:
             if now >= self.restart_at:
                 self.start()
             return True
-        if self.proc is None or self.proc.poll() is None:
+        if self.proc is None:
             return True
+        if self.proc.poll() is None:
+            reason = self.stalled(now) if self.stalled is not None else None
+            if reason is None:
+                return True
+            print(
+                f"{self.name} (pid {self.proc.pid}) is alive but {reason}; killing it", flush=True
+            )
+            kill_with_children(self.proc.pid)
+            self.proc.wait()
         self.deaths = [t for t in self.deaths if now - t < RESTART_WINDOW_S] + [now]
         code = self.proc.returncode
         if len(self.deaths) > MAX_RESTARTS:
@@ -107,6 +190,19 @@ def wait_listening(host: str, port: int, web: Supervised, timeout_s: float = 120
             return
         except OSError:
             time.sleep(0.2)
+
+
+def kill_with_children(pid: int) -> None:
+    """SIGKILL a process and its children (a worker's pool; local pods have sessions of
+    their own and run on). The next process to open the broker makes its messages ready."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    for target in (pid, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
 
 
 def stop_all(processes: list[Supervised]) -> None:
@@ -150,6 +246,9 @@ def main() -> int:
     manage("seed_demo")
     took = time.monotonic() - began
     print(f"prepared in {took:.0f} s; starting the web server, worker and beat...", flush=True)
+    # The worker's queues are read only on the embedded broker, not on a Redis one.
+    broker = var_dir() / "celery-broker.sqlite3"
+    stall_watch = None if os.environ.get("REDIS_URL") else StallWatch(broker)
     processes = [
         Supervised(
             "web",
@@ -176,6 +275,7 @@ def main() -> int:
                 "--concurrency",
                 "2",
             ],
+            stalled=stall_watch,
         ),
         Supervised("beat", [str(BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO"]),
     ]

@@ -20,6 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from celery import Celery
+
+from portal import broker
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 90.0
@@ -38,6 +42,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def embedded_env(var: Path, **settings: str) -> dict[str, str]:
+    """This environment on the embedded default (no PostgreSQL, no Redis), var/ at `var`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(GPUPOOL_VAR_DIR=str(var), PYTHONUNBUFFERED="1", **settings)
+    return env
+
+
+def start_logged(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """`command` from the project's root in a session of its own, its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def broker_client(path: Path) -> Celery:
+    """A Celery app that sends tasks by name into the embedded broker's file at `path`."""
+    app = Celery("tests", broker=f"{broker.ALIAS}://localhost")
+    app.conf.broker_transport_options = {"path": str(path)}
+    return app
+
+
 class DemoProcess:
     def __init__(self, tmp_path: Path) -> None:
         self.var = tmp_path / "var"
@@ -48,25 +80,14 @@ class DemoProcess:
 
     # --- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> DemoProcess:
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-        env.update(
-            GPUPOOL_VAR_DIR=str(self.var),
+        env = embedded_env(
+            self.var,
             GPUPOOL_HOST="127.0.0.1",
             GPUPOOL_PORT=str(self.port),
             GPUPOOL_CYCLE_INTERVAL_S="2",
             GPUPOOL_RECONCILE_INTERVAL_S="1",
-            PYTHONUNBUFFERED="1",
         )
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "scripts/demo.py"],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.proc = start_logged([sys.executable, "scripts/demo.py"], env, self.log_path)
         try:
             self._wait_until_up()
         except BaseException:

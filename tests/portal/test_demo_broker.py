@@ -15,7 +15,8 @@ from queue import Empty
 
 import pytest
 from django.conf import settings
-from kombu import Connection
+from kombu import Connection, Queue
+from kombu.asynchronous import Hub
 
 from portal import broker
 
@@ -189,3 +190,78 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(tm
         assert channel.db is parents
         assert parents.execute("SELECT count(*) FROM message").fetchone()[0] == 2
         queue.close()
+
+
+def test_a_row_that_cannot_be_decoded_is_set_aside_and_the_next_message_delivered(tmp_path, caplog):
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("mixed")
+        bad = ["{half a mess", '{"body": "no properties"}', '{"properties": {}}']
+        db = sqlite3.connect(path, isolation_level=None)
+        for payload in bad:
+            db.execute("INSERT INTO message (queue, payload) VALUES ('mixed', ?)", (payload,))
+        queue.put({"n": 1})
+        message = queue.get(timeout=1)
+        assert message.payload == {"n": 1}
+        message.ack()
+        dead = db.execute("SELECT queue, payload, reason FROM dead_letter ORDER BY id").fetchall()
+        assert [(q, p) for q, p, _ in dead] == [("mixed", p) for p in bad]
+        assert all(reason.startswith("cannot be decoded: ") for _, _, reason in dead)
+        assert db.execute("SELECT count(*) FROM message").fetchone()[0] == 0
+        assert caplog.text.count("moved to the dead-letter table: cannot be decoded") == 3
+        queue.close()
+        db.close()
+
+
+def test_a_message_put_back_too_often_is_set_aside_instead_of_looping(tmp_path):
+    path = tmp_path / "broker.sqlite3"
+    with _connection(path) as conn:
+        queue = conn.SimpleQueue("poison")
+        queue.put({"n": 1})
+        for _ in range(broker.MAX_RESTORES):
+            queue.get(timeout=1).requeue()  # as Celery does when the task's child died
+        last = queue.get(timeout=1)
+        assert last.payload == {"n": 1}
+        assert last.properties[broker.RESTORES] == broker.MAX_RESTORES
+        last.requeue()
+        with pytest.raises(Empty):
+            queue.get(timeout=0.5)
+        queue.close()
+    db = sqlite3.connect(path)
+    ((reason,),) = db.execute("SELECT reason FROM dead_letter").fetchall()
+    assert reason.startswith(f"put back {broker.MAX_RESTORES + 1} times ")
+    db.close()
+
+
+def test_on_an_event_loop_it_delivers_what_is_ready_and_stops_polling_when_closed(tmp_path):
+    """How Celery's worker runs it (asynloop): polled from the loop's timer, never blocking,
+    within what the consumer may hold."""
+    hub = Hub()
+    got = []
+    with _connection(tmp_path / "broker.sqlite3") as conn:
+        assert conn.transport.implements.asynchronous
+        queue = Queue("loop", routing_key="loop")
+        for n in (1, 2):
+            conn.Producer().publish({"n": n}, routing_key="loop", declare=[queue])
+        consumer = conn.Consumer(queue, callbacks=[lambda body, message: got.append(message)])
+        consumer.qos(prefetch_count=1)
+        consumer.consume()
+        conn.transport.register_with_event_loop(conn.connection, hub)
+        loop = hub.create_loop()
+
+        def run_until(done) -> None:
+            deadline = time.monotonic() + 30
+            while not done() and time.monotonic() < deadline:
+                next(loop)
+
+        run_until(lambda: got)
+        polled = time.monotonic() + 5 * broker.POLLING_INTERVAL_S
+        run_until(lambda: time.monotonic() > polled)
+        assert [m.payload for m in got] == [{"n": 1}], "the second waits for the first's ack"
+        got[0].ack()
+        run_until(lambda: len(got) == 2)
+        assert [m.payload for m in got] == [{"n": 1}, {"n": 2}]
+        got[1].ack()
+        polling = conn.transport._polling
+    assert polling.canceled, "closing the connection stops its polling"
+    hub.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.portal.demo_process import DemoProcess
+from tests.portal.demo_process import DemoProcess, broker_client, embedded_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +105,82 @@ def test_deaths_outside_the_window_are_forgotten(capsys):
     out = capsys.readouterr().out
     assert "crash-looping" not in out
     assert out.count("restarting it in 4 s (restart 3 of") == demo.MAX_RESTARTS * 3 - 2
+
+
+def test_a_worker_is_stalled_when_a_queue_keeps_its_oldest_ready_message_for_the_bound():
+    watch = demo.StallWatch(Path("unused"), stall_s=60)
+    assert watch.observe({"celery": (7, 3), "cycle": (2, 1)}, now=0) is None
+    # celery's oldest was taken (a new oldest); cycle's still waits: not yet for 60 s.
+    assert watch.observe({"celery": (9, 5), "cycle": (2, 1)}, now=59) is None
+    line = watch.observe({"celery": (10, 8), "cycle": (2, 4)}, now=60)
+    assert line == "consumed nothing for 60 s while messages waited (4 in 'cycle')"
+
+
+def test_a_worker_is_not_stalled_while_it_takes_messages_or_its_queues_are_empty():
+    watch = demo.StallWatch(Path("unused"), stall_s=60)
+    for minute in range(10):  # a backlog that never empties, but moves
+        assert watch.observe({"celery": (100 + minute, 50)}, now=minute * 60) is None
+    assert watch.observe({}, now=600) is None  # all taken
+    assert watch.observe({"celery": (200, 1)}, now=601) is None  # new: waits from now
+    assert watch.observe({"celery": (200, 1)}, now=661) is not None
+    watch.reset()  # a restarted worker gets the whole bound again
+    assert watch.observe({"celery": (200, 1)}, now=662) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("GPUPOOL_TEST_EMBEDDED"),
+    reason="the embedded broker is the embedded run's (GPUPOOL_TEST_EMBEDDED=1)",
+)
+def test_a_live_worker_that_consumes_nothing_is_killed_and_started_again(
+    tmp_path, monkeypatch, capsys
+):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o700)
+    for name, value in embedded_env(var).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(demo, "STALL_LOOK_EVERY_S", 0.5)
+    celery = [str(demo.BIN / "celery"), "-A", "portal", "worker", "-I", "tests.portal.worker_tasks"]
+    broker = var / "celery-broker.sqlite3"
+    watch = demo.StallWatch(broker, stall_s=demo.STALL_S)
+    worker = demo.Supervised("worker", [*celery, "--concurrency", "2"], stalled=watch)
+    app = broker_client(broker)
+    before, after = tmp_path / "before", tmp_path / "after"
+    try:
+        worker.start()
+        first = worker.proc.pid
+        app.send_task("tests.mark", args=[str(before)], queue="celery")
+        _supervise(worker, before.exists, "the worker runs a task")
+        # Alive (poll() sees it running) but taking nothing: as wedged as it once was. The
+        # bound is short now that the worker is up (starting one takes longer on a loaded
+        # machine), and the whole one again for the next to start.
+        os.kill(first, signal.SIGSTOP)
+        watch.stall_s = 3
+        app.send_task("tests.mark", args=[str(after)], queue="celery")
+        _supervise(worker, lambda: worker.proc.pid != first, "the worker is started again")
+        watch.stall_s = demo.STALL_S
+        _supervise(worker, after.exists, "the task that waited runs")
+        out = capsys.readouterr().out
+        assert f"worker (pid {first}) is alive but consumed nothing for " in out, out
+        assert "while messages waited (1 in 'celery'); killing it" in out, out
+        assert "worker exited (code -9); restarting it in 1 s" in out, out
+        assert not _alive(first)
+    finally:
+        app.close()
+        if worker.proc is not None and worker.proc.poll() is None:
+            demo.kill_with_children(worker.proc.pid)
+            worker.proc.wait()
+
+
+def _supervise(worker, done, what: str, timeout: float = 120.0) -> None:
+    """Run the supervisor's checks on `worker` until `done()`."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        assert worker.check(time.monotonic()), "crash-looping"
+        time.sleep(0.2)
 
 
 @pytest.mark.slow
