@@ -105,7 +105,7 @@ def test_refused_requests_are_not_counted(client, org, service, server, monkeypa
     service.allocations.update(ports={"http": server})
     monkeypatch.setattr(load, "clock", lambda: now)
     outsider = _session_cookie(client, org.outsider)
-    assert call_http(f"/workloads/{service.pk}/ports/http/", outsider)[0] == 403
+    assert call_http(f"/workloads/{service.pk}/ports/http/", outsider)[0] == 404  # unseen
     assert call_http(f"/workloads/{service.pk}/ports/http/")[0] != 200
     assert requests_per_minute(service.pk, 120, now) == 0
     _call(client, org, service, 2, now, monkeypatch)
