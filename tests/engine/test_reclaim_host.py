@@ -62,10 +62,10 @@ def test_owner_gets_room_when_borrowers_hold_the_memory() -> None:
     assert reasons == [EvictionReason.RECLAIM, EvictionReason.RECLAIM]
 
 
-def _sharer(i: int, gpu: int, cpu: float, started: float) -> Workload:
-    """A running half-GPU job of borrower `b` on device `gpu` of n0, holding `cpu` cores."""
-    pod = PodRequest(gpu_fraction=0.5, cpu=cpu)
-    placement = (PodPlacement(0, "n0", shared_gpu=gpu, share=0.5),)
+def _sharer(i: int, gpu: int, cpu: float, started: float, share: float = 0.5) -> Workload:
+    """A running job of borrower `b` holding `share` of device `gpu` of n0 and `cpu` cores."""
+    pod = PodRequest(gpu_fraction=share, cpu=cpu)
+    placement = (PodPlacement(0, "n0", shared_gpu=gpu, share=share),)
     return Workload(f"s{i}", "b", (pod,), submit_time=0.0, placement=placement, started_at=started)
 
 
@@ -107,13 +107,7 @@ def test_a_fraction_with_device_room_frees_only_host_room() -> None:
     owner's half-GPU pod fits the device; it needs 8 cores: one borrower goes. (A plan
     that did not count the shared room as room took both, to free a whole device.)"""
     node = replace(nodes(1, gpus=1)[0], cpu=32.0)
-    sharers = [
-        replace(_sharer(i, 0, 16.0, 100.0 + i), pods=(PodRequest(gpu_fraction=0.25, cpu=16.0),))
-        for i in range(2)
-    ]
-    sharers = [
-        replace(s, placement=(PodPlacement(0, "n0", shared_gpu=0, share=0.25),)) for s in sharers
-    ]
+    sharers = [_sharer(i, 0, 16.0, 100.0 + i, share=0.25) for i in range(2)]
     owner = Workload("own", "o", (PodRequest(gpu_fraction=0.5, cpu=8.0),), submit_time=900.0)
     queues = [dept(), project("o", deserved=1), project("b", deserved=0)]
     steps = cycles(snapshot([node], queues, [*sharers, owner]), 2)
