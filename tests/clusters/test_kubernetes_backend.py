@@ -521,6 +521,22 @@ def test_stopped_pods_are_deleted_with_their_policy_grace_period_else_the_cluste
     assert PodAllocation.objects.count() == 0
 
 
+def test_a_pod_deleted_with_grace_0_releases_its_gpus_in_the_same_pass(kube, setup, org):  # noqa: F811
+    """A real API server answers a grace-0 delete with the pod marked for deletion
+    (deletionTimestamp, deletionGracePeriodSeconds 0) though it is gone already."""
+    fake = kube.require_fake()
+    fake.deferred_delete = True  # only the kubelet's confirmation ends a graceful delete
+    cluster, nodes = setup
+    WorkloadPolicy.objects.create(project=org.project_a, termination_grace_s=0)
+    workload = training(org, "no-grace")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0")) is None
+    assert PodAllocation.objects.count() == 0  # not a pass later
+
+
 def test_a_workspace_data_volume_is_mounted_at_the_notebook_directory(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, nodes = setup

@@ -540,9 +540,11 @@ class KubernetesBackend(Backend):
             if exc.status == 404:
                 return True
             raise BackendError(f"delete {ns}/{name}: {exc.status} {exc.reason}") from exc
-        # A pod that must shut down comes back with a deletionTimestamp; one removed at
-        # once (never started, already finished, grace 0) comes back without.
-        return not (answer.get("metadata") or {}).get("deletionTimestamp")
+        # A pod that must shut down comes back with a deletionTimestamp and its grace; one
+        # removed at once (grace 0, never bound, already finished) comes back with grace 0,
+        # and is gone (the next read is 404). Other kinds come back without a timestamp.
+        meta = answer.get("metadata") or {}
+        return not meta.get("deletionTimestamp") or meta.get("deletionGracePeriodSeconds") == 0
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         try:
