@@ -61,6 +61,7 @@ from clusters.backends import (
     ReconcileReport,
     as_enforced,
     grace_for,
+    never_runs,
 )
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
@@ -337,7 +338,8 @@ class KubernetesBackend(Backend):
         """The namespace exists already: ours (from an earlier try, or before a rename of
         the project) or made by hand for the project. It gets GPUPool's labels and owner
         annotations, so that it is known as the project's; one another tool manages, or
-        another GPUPool (installation or Cluster record) owns, is refused, not taken."""
+        another GPUPool (installation or Cluster record) owns, is refused, not taken: for
+        good (PodSpecInvalid), its pods' workloads fail with the reason."""
         try:
             found = self._json(self.api.read_namespace, name)
         except ApiException as exc:
@@ -346,14 +348,14 @@ class KubernetesBackend(Backend):
         claimed = found.get("metadata", {}).get("annotations") or {}
         manager = current.get(MANAGED_BY_LABEL)
         if manager not in (None, MANAGED_BY):
-            raise BackendError(
+            raise PodSpecInvalid(
                 f"namespace {name} exists and is managed by {manager}: give the project "
                 "another namespace or remove that label"
             )
         others = {k: claimed[k] for k, v in annotations.items() if claimed.get(k, v) != v}
         if others:
             owner = ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
-            raise BackendError(
+            raise PodSpecInvalid(
                 f"namespace {name} belongs to another GPUPool ({owner}): give the project "
                 "another namespace, or remove those annotations if that GPUPool is gone"
             )
@@ -607,26 +609,31 @@ class KubernetesBackend(Backend):
                 if spec.name not in report.statuses
                 and (ready := _on_device(spec, devices)) is not None
             ]
-            ready = self._namespaces_into(report, {(s.namespace, s.project) for s in missing})
-            missing = [s for s in missing if s.namespace in ready]
+            missing = self._namespaces_into(report, missing)
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
         self._listed = self._services = None  # the next pass observes afresh
         self.save_written()
         return report
 
-    def _namespaces_into(self, report: ReconcileReport, needed: set[tuple[str, str]]) -> set:
-        """Create the projects' namespaces; one that fails (refused, 5xx) holds back only
-        its own pods, and is tried again on the next pass."""
-        ready = set()
-        for namespace, project in sorted(needed):
+    def _namespaces_into(self, report: ReconcileReport, missing: list[PodSpec]) -> list[PodSpec]:
+        """Create the projects' namespaces; the pods whose namespace is ready. One another
+        GPUPool owns or another tool manages fails its pods' workloads with the reason; one
+        that fails otherwise (403 from RBAC, 5xx) holds back only its own pods, is the
+        cluster's error and is tried again on the next pass."""
+        refused: dict[str, str | None] = {}
+        for namespace, project in sorted({(s.namespace, s.project) for s in missing}):
             try:
                 self.ensure_namespace(namespace, project)
+            except PodSpecInvalid as exc:
+                refused[namespace] = str(exc)
             except BackendError as exc:
                 report.errors.append(str(exc))
-            else:
-                ready.add(namespace)
-        return ready
+                refused[namespace] = None
+        for spec in missing:
+            if refused.get(spec.namespace):
+                report.statuses[spec.name] = never_runs(spec, refused[spec.namespace])
+        return [s for s in missing if s.namespace not in refused]
 
 
 MPS_REFUSED = (
