@@ -159,7 +159,8 @@ def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, s
     workload = training(org, "victim", checkpoint_dir="/ckpt/victim")
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    workload_transition(workload, S.PREEMPTED, reason="Reclaim")
+    cause = "Reclaimed for project b's guaranteed quota: b/x needs 1 GPU."
+    workload_transition(workload, S.PREEMPTED, reason="Preempted:reclaim", message=cause)
     cluster_reconcile(cluster)
     pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 45
@@ -172,6 +173,32 @@ def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, s
     workload.refresh_from_db()
     assert (workload.state, workload.restart_count) == (S.PENDING, 1)
     assert workload.allocations.count() == 0
+    assert requeued(workload) == (
+        "Stopped by GPUPool: Reclaimed for project b's guaranteed quota: b/x needs 1 GPU; "
+        "requeued. It will resume from /ckpt/victim."
+    )
+
+
+def requeued(workload) -> str:
+    """The message of its last requeue: who stopped its pods."""
+    return workload.events.filter(reason="Requeued").last().message
+
+
+def test_a_pod_deleted_outside_gpupool_is_requeued_as_deleted_not_preempted(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(org, "drained")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}, {"gpu_indices": [1]}])
+    cluster_reconcile(cluster)
+    name = k8s_name(cluster, f"gp-{workload.pk}-1")
+    KubernetesBackend(cluster).api.delete_namespaced_pod(name, "gp-ml-vision")  # kubectl
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (S.PENDING, 1)
+    said = f"Pod gp-{workload.pk}-1 was deleted outside GPUPool (kubectl delete, a drain)"
+    assert workload.events.get(reason="PodLost").message == said + "."
+    assert requeued(workload) == said + "; requeued."
+    assert fake.pods() == []
 
 
 def test_a_lost_node_requeues_its_workloads_and_becomes_unschedulable(kube, setup, org):  # noqa: F811
@@ -187,6 +214,7 @@ def test_a_lost_node_requeues_its_workloads_and_becomes_unschedulable(kube, setu
     lost.refresh_from_db()
     kept.refresh_from_db()
     assert (lost.state, lost.restart_count, lost.allocations.count()) == (S.PENDING, 1, 0)
+    assert requeued(lost) == "Pods lost on gpu-b; requeued."
     assert kept.state == S.RUNNING
     kube.nodes(cluster)
     assert Node.objects.get(name="gpu-b").schedulable is False
@@ -478,7 +506,10 @@ def test_a_pod_evicted_by_its_node_requeues_the_workload_instead_of_failing_it(k
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert (workload.state, workload.restart_count) == (S.PENDING, 1)
-    assert workload.events.filter(reason="PodLost").exists()
+    assert requeued(workload) == (
+        f"Pod gp-{workload.pk}-0 was evicted by the kubelet on gpu-a: Evicted: low on memory; "
+        "requeued."
+    )
     assert fake.pods() == []
 
 

@@ -543,6 +543,8 @@ def pod_status(pod: dict) -> PodStatus:
     if status.get("message"):
         result.message = status["message"]
     result.lost = result.phase == PodPhase.FAILED and status.get("reason") in NODE_REASONS
+    if result.lost:
+        result.reason = status["reason"]  # as kubectl shows it: Evicted, NodeLost
     ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
     if ports:
         result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
