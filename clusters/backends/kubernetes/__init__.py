@@ -72,6 +72,7 @@ from clusters.backends.kubernetes.manifests import (
     ROLE,
     WORKLOAD_CONTAINER,
     hostfile_manifest,
+    ingress_hosts,
     ingress_manifest,
     node_info,
     node_port_service_manifest,
@@ -466,11 +467,30 @@ class KubernetesBackend(Backend):
             return
         if body is None:
             return
+        if self.publish_ports == PUBLISH_INGRESS:
+            self._refuse_taken_hosts(spec, body)
         try:
             self._json(create, spec.namespace, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+    def _refuse_taken_hosts(self, spec: PodSpec, body: dict) -> None:
+        """An API server takes two Ingresses with one host (the controller then routes one
+        tenant's traffic to the other's pod): a host an Ingress that is not ours holds
+        already is refused, the cluster's error, and the pod runs unpublished. Hosts are
+        cluster-wide, so every namespace's Ingresses are listed (only when one is made)."""
+        wanted = ingress_hosts(body)
+        api = k8s.NetworkingV1Api(self.api.api_client)
+        for other in self._json(api.list_ingress_for_all_namespaces)["items"]:
+            meta = other["metadata"]
+            taken = wanted & ingress_hosts(other)
+            if taken and not self.owner.owns(meta.get("labels")):
+                raise BackendError(
+                    f"ingress for {spec.name}: host {', '.join(sorted(taken))} is taken by "
+                    f"ingress {meta.get('namespace')}/{meta['name']}, which is not this "
+                    "GPUPool's: not published (its ports stay reachable through the portal)"
+                )
 
     def ensure_rendezvous(self, spec: PodSpec) -> None:
         """A distributed workload's headless Service and hostfile ConfigMap, made before
