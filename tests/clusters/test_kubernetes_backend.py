@@ -19,7 +19,7 @@ from clusters.tasks import sync_inventory
 from scheduling.lifecycle import workload_transition
 from scheduling.models import PodAllocation, WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_workload
-from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
+from tests.clusters.kube import KUBELET_WAIT_S, k8s_name, kube  # noqa: F401 - the fixture
 
 S = WorkloadState
 pytestmark = pytest.mark.timeout(60)
@@ -128,7 +128,11 @@ def test_reconcile_creates_pinned_labelled_pods_once_and_deletes_them_on_stop(ku
     workload.refresh_from_db()
     if workload.state in (S.ADMITTED, S.RUNNING):
         workload_transition(workload, S.STOPPED, reason="Stopped")
-    deadline = time.monotonic() + 90
+    cluster_reconcile(cluster)
+    if workload.allocations.exists():  # asked to stop: terminating until a kubelet confirms
+        assert all(s.terminating for s in KubernetesBackend(cluster).pod_statuses().values())
+    kube.require_kubelet("its pods stop only when a kubelet confirms")
+    deadline = time.monotonic() + KUBELET_WAIT_S
     while workload.allocations.exists() and time.monotonic() < deadline:
         cluster_reconcile(cluster)
         time.sleep(0 if kube.fake else 1)
