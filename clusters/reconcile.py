@@ -102,6 +102,11 @@ def full_pass_due(cluster: Cluster) -> bool:
     return every <= 0 or cache.add(_full_key(cluster), "1", every)
 
 
+def full_pass_next(cluster: Cluster) -> None:
+    """Make this cluster's next pass the full one."""
+    cache.delete(_full_key(cluster))
+
+
 def _full_key(cluster: Cluster) -> str:
     return f"gpupool:reconcile-full:{cluster.pk}"
 
@@ -116,7 +121,7 @@ def cluster_reconcile(
     full = full_pass_due(cluster) if full is None else full
     result = reconcile_pass(cluster, backend, full=full)
     if not result.reachable:
-        cache.delete(_full_key(cluster))  # back in reach: a full pass first
+        full_pass_next(cluster)  # back in reach: a full pass first
     if result.reachable and result.finished:
         second = reconcile_pass(cluster, backend, full=False)
         result.created += second.created
