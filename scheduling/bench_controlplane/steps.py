@@ -235,6 +235,7 @@ class Arrival:
             "pod": self.pod,
             "sql": sum(step["sql"] for step in self.steps),
             "wall_s": round(sum(step["wall_s"] for step in self.steps), 4),
+            "gc_s": round(sum(step["gc_s"] for step in self.steps), 4),
             "total_cpu_s": self.total_cpu_s(),
             "steps": self.steps,
         }
