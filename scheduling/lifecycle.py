@@ -139,8 +139,8 @@ def _update_grouped(workloads: list[Workload], columns: list[str]) -> None:
         return
     for same in groups.values():
         version = new_version()
-        values = {name: getattr(same[0], name) for name in columns}
-        Workload.objects.filter(pk__in=[w.pk for w in same]).update(**values, version=version)
+        written = {name: getattr(same[0], name) for name in columns}
+        Workload.objects.filter(pk__in=[w.pk for w in same]).update(**written, version=version)
         for workload in same:
             workload.version = version
 
