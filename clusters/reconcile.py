@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -51,7 +51,7 @@ from clusters.sharing import (
     oom_message,
 )
 from portal.versioned import new_version
-from scheduling.lifecycle import workload_pods_released, workload_transition
+from scheduling.lifecycle import workload_transition, workloads_pods_released, workloads_transition
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
 from scheduling.signals import cycle_request
@@ -103,6 +103,11 @@ def full_pass_due(cluster: Cluster) -> bool:
     return every <= 0 or cache.add(_full_key(cluster), "1", every)
 
 
+def full_pass_next(cluster: Cluster) -> None:
+    """Make this cluster's next pass the full one."""
+    cache.delete(_full_key(cluster))
+
+
 def _full_key(cluster: Cluster) -> str:
     return f"gpupool:reconcile-full:{cluster.pk}"
 
@@ -117,7 +122,7 @@ def cluster_reconcile(
     full = full_pass_due(cluster) if full is None else full
     result = reconcile_pass(cluster, backend, full=full)
     if not result.reachable:
-        cache.delete(_full_key(cluster))  # back in reach: a full pass first
+        full_pass_next(cluster)  # back in reach: a full pass first
     if result.reachable and result.finished:
         second = reconcile_pass(cluster, backend, full=False)
         result.created += second.created
@@ -453,19 +458,25 @@ def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
 def _release_finished(
     by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
 ) -> None:
-    for allocations in by_workload.values():
-        workload = allocations[0].workload
-        if workload.state in ACTIVE_STATES:
-            continue
-        if any(_name(a) in report.statuses for a in allocations):
-            continue  # still shutting down: its GPUs stay taken
-        workload_pods_released(workload)  # also asks for a cycle: GPUs came free
-        result.released += 1
+    """Workloads that stopped running and whose pods are all gone give their GPUs back,
+    all in one batch (a cycle's victims come here together)."""
+    released = [
+        allocations[0].workload
+        for allocations in by_workload.values()
+        if allocations[0].workload.state not in ACTIVE_STATES
+        # still shutting down: its GPUs stay taken
+        and not any(_name(a) in report.statuses for a in allocations)
+    ]
+    workloads_pods_released(released)  # also asks for a cycle: GPUs came free
+    result.released += len(released)
 
 
 def _apply_phases(
     by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
 ) -> None:
+    """Each workload's next state from its pods' phases; the moves to one state written
+    together."""
+    moves: dict[str, list[tuple[Workload, dict[str, Any]]]] = defaultdict(list)
     for allocations in by_workload.values():
         workload = allocations[0].workload
         if not _runs(workload):
@@ -473,10 +484,29 @@ def _apply_phases(
         running = [a for a in allocations if not a.releasing]
         statuses = [report.statuses.get(_name(a)) for a in running]
         seen = [s for s in statuses if s is not None]
-        if _workload_from_phases(workload, seen, len(running)):
+        state = _next_state(workload.state, seen, len(running))
+        if state is not None:
+            moves[state].append((workload, _move_of(state, seen)))
+    for state, batch in moves.items():
+        for reason, same in _by_reason(batch).items():
+            workloads_transition(
+                [(workload, move.pop("message", ""), move) for workload, move in same],
+                state,
+                reason=reason,
+            )
+        for workload, _ in batch:
             result.transitions.append(f"{workload.pk}:{workload.state}")
             if workload.state not in ACTIVE_STATES:
                 result.finished += 1
+
+
+def _by_reason(
+    batch: list[tuple[Workload, dict[str, Any]]],
+) -> dict[str, list[tuple[Workload, dict[str, Any]]]]:
+    groups: dict[str, list[tuple[Workload, dict[str, Any]]]] = defaultdict(list)
+    for workload, move in batch:
+        groups[move.pop("reason")].append((workload, move))
+    return groups
 
 
 def _next_state(state: str, statuses: list[PodStatus], expected: int) -> str | None:
@@ -491,20 +521,16 @@ def _next_state(state: str, statuses: list[PodStatus], expected: int) -> str | N
     return S.RUNNING if running and state == S.ADMITTED else None
 
 
-def _workload_from_phases(workload: Workload, statuses: list[PodStatus], expected: int) -> bool:
-    state = _next_state(workload.state, statuses, expected)
+def _move_of(state: str, statuses: list[PodStatus]) -> dict[str, Any]:
+    """The reason, message and fields of a move to `state` (`_next_state`'s answer)."""
     if state == S.FAILED:
         first = next(s for s in statuses if s.phase == PodPhase.FAILED)
         message = first.message or f"Pod {first.pod_index} exited with code {first.exit_code}."
         reason = OOM_REASON if first.reason == OOM_REASON else "PodFailed"
-        workload_transition(
-            workload, S.FAILED, reason=reason, message=message, exit_code=first.exit_code
-        )
-    elif state == S.SUCCEEDED:
-        workload_transition(workload, S.SUCCEEDED, reason="Completed", exit_code=0)
-    elif state == S.RUNNING:
-        workload_transition(workload, S.RUNNING, reason="Started", message="All pods run.")
-    return state is not None
+        return {"reason": reason, "message": message, "exit_code": first.exit_code}
+    if state == S.SUCCEEDED:
+        return {"reason": "Completed", "exit_code": 0}
+    return {"reason": "Started", "message": "All pods run."}
 
 
 def cluster_mark_unreachable(cluster: Cluster, error: str) -> None:

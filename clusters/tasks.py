@@ -51,7 +51,12 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         cache.delete(key)
         if cache.delete(f"gpupool:reconcile-again:{cluster_id}"):
             reconcile_soon(cluster_id)
-    return {"created": result.created, "deleted": result.deleted, "errors": result.errors}
+    return {
+        "created": result.created,
+        "deleted": result.deleted,
+        "errors": result.errors,
+        "full": result.full,
+    }
 
 
 def reconcile_soon(cluster_id: int) -> None:

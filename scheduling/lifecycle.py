@@ -19,14 +19,22 @@ arriving (issue 25; tests/scheduling/test_settle_portal.py).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from portal.errors import GPUPoolError
-from scheduling.models import FINISHED_STATES, Workload, WorkloadEvent, WorkloadState
-from scheduling.signals import cycle_request
+from portal.versioned import new_version
+from scheduling.models import (
+    FINISHED_STATES,
+    PodAllocation,
+    Workload,
+    WorkloadEvent,
+    WorkloadState,
+)
+from scheduling.signals import allocations_releasing, cycle_request
 
 S = WorkloadState
 ALLOWED: dict[str, set[str]] = {
@@ -104,54 +112,115 @@ def workloads_transition(
             workload.finished_at = now
         for name, value in fields.items():
             setattr(workload, name, value)
-    workloads = [workload for workload, _, _ in moves]
-    Workload.objects.bulk_update(workloads, sorted(columns), batch_size=200)
+    _update_grouped([workload for workload, _, _ in moves], sorted(columns))
     WorkloadEvent.objects.bulk_create(
         WorkloadEvent(workload=wl, type=to, reason=reason, message=message)
         for wl, message, _ in moves
     )
 
 
-def _requeue_message(workload: Workload) -> str:
-    """Who stopped its pods, from the event that preempted it: GPUPool's cycle (with its
-    cause), or the cluster (a pod deleted outside GPUPool, evicted by the kubelet, lost
-    with its node: reconcile's PodLost words)."""
-    cause = workload.events.filter(type=S.PREEMPTED).order_by("-created_at", "-id").first()
-    if cause is None:
-        return "Stopped by GPUPool; requeued."
-    said = cause.message.rstrip(".")
-    if cause.reason == "PodLost":
-        return f"{said}; requeued."
-    if not said:
-        return f"Stopped by GPUPool ({cause.reason.removeprefix('Preempted:')}); requeued."
-    return f"Stopped by GPUPool: {said}; requeued."
+def _update_grouped(workloads: list[Workload], columns: list[str]) -> None:
+    """Save `columns` of each workload: one `UPDATE ... WHERE id IN` per distinct set of
+    values (a batch's moves mostly write the same ones: the same state, time and reason),
+    with one new version per statement. bulk_update's CASE expression per row and column
+    costs more Python than the rest of a transition; it stays for a batch whose values
+    mostly differ."""
+    groups: dict[Any, list[Workload]] = defaultdict(list)
+    for workload in workloads:
+        values = tuple(getattr(workload, name) for name in columns)
+        try:
+            hash(values)
+            key: Any = values
+        except TypeError:  # a JSON value (dict, list): equal values print alike
+            key = repr(values)
+        groups[key].append(workload)
+    if len(groups) > 1 + len(workloads) // 10:
+        Workload.objects.bulk_update(workloads, columns, batch_size=200)
+        return
+    for same in groups.values():
+        version = new_version()
+        written = {name: getattr(same[0], name) for name in columns}
+        Workload.objects.filter(pk__in=[w.pk for w in same]).update(**written, version=version)
+        for workload in same:
+            workload.version = version
+
+
+def workload_pods_released(workload: Workload, *, message: str = "") -> Workload:
+    """The cluster confirms every pod of the workload is gone: free its GPUs
+    (`workloads_pods_released` of one)."""
+    workloads_pods_released([workload], message=message)
+    return workload
 
 
 @transaction.atomic
-def workload_pods_released(workload: Workload, *, message: str = "") -> Workload:
-    """The cluster confirms every pod of the workload is gone: free its GPUs.
+def workloads_pods_released(workloads: list[Workload], *, message: str = "") -> None:
+    """The cluster confirms every pod of these workloads is gone: free their GPUs, in a
+    few statements for all of them (a reconcile releases a cycle's victims together).
 
     A preempted workload goes back to the queue at its place (queued_at unchanged),
     keeping its checkpoint directory, and counts a restart so that it resumes from its
     checkpoint when admitted again.
     """
-    workload.allocations.all().delete()
+    if not workloads:
+        return
+    gone = PodAllocation.objects.filter(workload_id__in=[w.pk for w in workloads])
+    ids = list(gone.values_list("pk", flat=True))
+    if ids:
+        # In place of a post_delete per row (and Django's delete collector, which loads
+        # every row first): nothing references an allocation, and the receivers of
+        # allocations_releasing record what they keep of them before the rows go.
+        allocations_releasing.send(sender=PodAllocation, allocation_ids=ids, at=timezone.now())
+        gone._raw_delete(gone.db)
     # GPUs just came free: a waiting workload may start now rather than at the next beat.
     cycle_request()
-    if workload.state == S.PREEMPTED:
-        workload.restart_count += 1
-        resume = (
-            f" It will resume from {workload.checkpoint_dir}." if workload.checkpoint_dir else ""
-        )
-        workload_transition(
+    preempted = [workload for workload in workloads if workload.state == S.PREEMPTED]
+    causes = _stopped_by(preempted) if not message else {}
+    requeued = [
+        (
             workload,
-            S.PENDING,
-            reason="Requeued",
-            message=(message or _requeue_message(workload)) + resume,
-            restart_count=workload.restart_count,
-            # The last run is over: its start must not count towards the next run's
-            # runtime (max runtime, the list's runtime) while it waits or starts again.
-            admitted_at=None,
-            started_at=None,
+            _requeue_message(workload, message or causes[workload.pk]),
+            _requeue_fields(workload),
         )
-    return workload
+        for workload in preempted
+    ]
+    if requeued:
+        workloads_transition(requeued, S.PENDING, reason="Requeued")
+
+
+def _requeue_message(workload: Workload, message: str) -> str:
+    resume = f" It will resume from {workload.checkpoint_dir}." if workload.checkpoint_dir else ""
+    return message + resume
+
+
+def _stopped_by(workloads: list[Workload]) -> dict[int, str]:
+    """Who stopped each one's pods, from the event that preempted it (one statement for
+    the batch): GPUPool's cycle (with its cause), or the cluster (a pod deleted outside
+    GPUPool, evicted by the kubelet, lost with its node: reconcile's PodLost words)."""
+    said: dict[int, str] = {w.pk: "Stopped by GPUPool; requeued." for w in workloads}
+    events = WorkloadEvent.objects.filter(workload_id__in=list(said), type=S.PREEMPTED).order_by(
+        "workload_id", "-created_at", "-id"
+    )
+    seen: set[int] = set()
+    for cause in events:
+        if cause.workload_id in seen:
+            continue
+        seen.add(cause.workload_id)
+        text = cause.message.rstrip(".")
+        if cause.reason == "PodLost":
+            said[cause.workload_id] = f"{text}; requeued."
+        elif not text:
+            why = cause.reason.removeprefix("Preempted:")
+            said[cause.workload_id] = f"Stopped by GPUPool ({why}); requeued."
+        else:
+            said[cause.workload_id] = f"Stopped by GPUPool: {text}; requeued."
+    return said
+
+
+def _requeue_fields(workload: Workload) -> dict[str, Any]:
+    return {
+        "restart_count": workload.restart_count + 1,
+        # The last run is over: its start must not count towards the next run's runtime
+        # (max runtime, the list's runtime) while it waits or starts again.
+        "admitted_at": None,
+        "started_at": None,
+    }

@@ -10,6 +10,11 @@ ready (scheduling/apps.py, clusters/apps.py), so neither app imports the other's
 
 Both are sent after the current transaction commits, so a receiver never sees a decision
 that is later rolled back.
+
+- allocations_releasing(allocation_ids, at): these PodAllocation rows are about to be
+  deleted together, in the sender's transaction (their pods are gone). Sent in place of
+  one post_delete per row, so that a receiver records all of them in a few statements
+  (clusters/metrics/allocations.py closes their usage intervals).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from django.dispatch import Signal
 
 cycle_wanted = Signal()
 clusters_changed = Signal()
+allocations_releasing = Signal()
 
 
 def cycle_request() -> None:

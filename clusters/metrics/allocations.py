@@ -38,11 +38,21 @@ def _share(allocation: PodAllocation, gpu_memory: int) -> tuple[list[int], float
     return [allocation.shared_gpu_index], share
 
 
-def interval_for(allocation: PodAllocation) -> AllocationInterval:
-    """An unsaved open interval describing `allocation` (one query for the GPU's model)."""
+def _first_gpu(allocation: PodAllocation) -> int | None:
+    return allocation.gpu_indices[0] if allocation.gpu_indices else allocation.shared_gpu_index
+
+
+def interval_for(
+    allocation: PodAllocation, gpus: dict[tuple[int, int], Gpu] | None = None
+) -> AllocationInterval:
+    """An unsaved open interval describing `allocation`; `gpus`: the GPU rows by (node id,
+    index) when the caller read them, else one query for its GPU's model."""
     workload = allocation.workload
-    first = allocation.gpu_indices[0] if allocation.gpu_indices else allocation.shared_gpu_index
-    gpu = Gpu.objects.filter(node_id=allocation.node_id, index=first).first()
+    first = _first_gpu(allocation)
+    if gpus is None:
+        gpu = Gpu.objects.filter(node_id=allocation.node_id, index=first).first()
+    else:
+        gpu = gpus.get((allocation.node_id, first))  # type: ignore[arg-type]
     indices, share = _share(allocation, gpu.memory_mib if gpu else 0)
     return AllocationInterval(
         pod_allocation_id=allocation.pk,
@@ -91,6 +101,37 @@ def allocations_sync(now: dt.datetime | None = None) -> tuple[int, int]:
             .update(ended_at=now)
         )
     return len(missing), closed
+
+
+def intervals_close(allocation_ids: list[int], at: dt.datetime) -> None:
+    """What on_allocation_deleted does for each of these allocations (about to be deleted
+    together), in five statements for all: their open intervals closed, and a whole
+    closed interval written for each that had none open."""
+    rows = AllocationInterval.objects.filter(pod_allocation_id__in=allocation_ids)
+    open_ = set(rows.filter(ended_at__isnull=True).values_list("pod_allocation_id", flat=True))
+    if open_:
+        rows.filter(pod_allocation_id__in=open_, ended_at__isnull=True).update(ended_at=at)
+    missing = [pk for pk in allocation_ids if pk not in open_]
+    if not missing:
+        return
+    allocations = list(
+        PodAllocation.objects.filter(pk__in=missing).select_related("workload__project", "node")
+    )
+    gpus = {
+        (gpu.node_id, gpu.index): gpu
+        for gpu in Gpu.objects.filter(node_id__in={a.node_id for a in allocations})
+    }
+    intervals = []
+    for allocation in allocations:
+        interval = interval_for(allocation, gpus)
+        interval.ended_at = at
+        intervals.append(interval)
+    AllocationInterval.objects.bulk_create(intervals)
+
+
+def on_allocations_releasing(sender: Any, allocation_ids: list[int], at: Any, **_: Any) -> None:
+    """scheduling.signals.allocations_releasing's receiver (connected in apps.py)."""
+    intervals_close(allocation_ids, at)
 
 
 def on_allocation_saved(sender: Any, instance: PodAllocation, created: bool, **kwargs: Any) -> None:

@@ -16,6 +16,7 @@ class MetricsConfig(AppConfig):
         )
         from portal.models import DepartmentQuota, ProjectQuota  # noqa: PLC0415 - same reason
         from scheduling.models import PodAllocation  # noqa: PLC0415 - same reason
+        from scheduling.signals import allocations_releasing  # noqa: PLC0415 - same reason
 
         # Exact admission and release times for usage history (see allocations.py).
         post_save.connect(
@@ -23,6 +24,10 @@ class MetricsConfig(AppConfig):
         )
         post_delete.connect(
             allocations.on_allocation_deleted, sender=PodAllocation, dispatch_uid="metrics-close"
+        )
+        # Allocations released together (scheduling.lifecycle.workloads_pods_released).
+        allocations_releasing.connect(
+            allocations.on_allocations_releasing, dispatch_uid="metrics-close-many"
         )
         # Quota history, so past periods are judged against the quota then in force.
         for model in (ProjectQuota, DepartmentQuota):

@@ -9,6 +9,7 @@ elsewhere, or when the connection was replaced during the step, it is None.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import resource
 import time
@@ -31,6 +32,7 @@ class Cost:
     sql: int = 0
     wall_s: float = 0.0
     peak_rss_mb: float = 0.0  # this process's peak so far
+    gc_s: float = 0.0  # of cpu_s, in Python's cycle collector (a full pass walks every object)
 
     @property
     def total_cpu_s(self) -> float | None:
@@ -62,6 +64,26 @@ def backend_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of stat(5)
 
 
+class CollectorTime:
+    """CPU spent in the cycle collector's passes, from gc.callbacks: where a full pass
+    falls (whichever step allocates past its threshold) moves a step's CPU by more than
+    many changes do, so each step says how much of its CPU it was."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.process_time()
+        else:
+            self.total += time.process_time() - self._began
+
+
+COLLECTOR = CollectorTime()
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -73,10 +95,11 @@ def measured() -> Iterator[Cost]:
     pid = backend_pid()
     db_before = backend_cpu_s(pid)
     counter = StatementCounter()
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu, collector = time.perf_counter(), time.process_time(), COLLECTOR.total
     with connection.execute_wrapper(counter):
         yield cost
     cost.cpu_s = time.process_time() - cpu
+    cost.gc_s = COLLECTOR.total - collector
     cost.wall_s = time.perf_counter() - wall
     cost.sql = counter.count
     db_after = backend_cpu_s(pid)

@@ -27,6 +27,7 @@ from clusters import inventory
 from clusters.backends import NodeInfo
 from clusters.backends.simulated import SimulatedBackend
 from clusters.models import Cluster, SimulatedPod
+from clusters.reconcile import full_pass_next
 from clusters.tasks import on_clusters_changed, reconcile_cluster
 from portal.celery import app as celery_app
 from portal.models import Project
@@ -214,6 +215,47 @@ def _pod_of(cluster: Cluster, wid: int) -> SimulatedPod | None:
 
 def _since(began: Any, moment: Any) -> float | None:
     return None if moment is None else (moment - began).total_seconds()
+
+
+@dataclass(slots=True)
+class Arrival:
+    """One job's way from submit to its pod running, step by step."""
+
+    steps: list[dict[str, Any]]
+    rounds: int  # cycle + reconcile rounds run after the submit
+    pod: bool  # its pod runs in the cluster at the end
+
+    def total_cpu_s(self) -> float | None:
+        totals = [step["total_cpu_s"] for step in self.steps]
+        return None if None in totals else round(sum(totals), 4)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "pod": self.pod,
+            "sql": sum(step["sql"] for step in self.steps),
+            "wall_s": round(sum(step["wall_s"] for step in self.steps), 4),
+            "gc_s": round(sum(step["gc_s"] for step in self.steps), 4),
+            "total_cpu_s": self.total_cpu_s(),
+            "steps": self.steps,
+        }
+
+
+def arrival(submitter: Submitter, cluster: Cluster, *, full: bool, rounds: int = 4) -> Arrival:
+    """Submit one job, then cycle and reconcile (targeted, or `full` passes) until its pod
+    runs, up to `rounds` times: a reclaim frees its GPUs in one round, admits in the next."""
+    cost, (wid,) = submissions(submitter, 1)
+    steps = [{"step": "submit"} | cost.as_dict()]
+    done = 0
+    while done < rounds and not _pod_of(cluster, wid):
+        made = cycle()
+        steps.append({"step": "cycle"} | made.as_dict())
+        if full:
+            full_pass_next(cluster)
+        cost, result = reconcile(cluster)
+        steps.append({"step": "reconcile", "full": result.get("full")} | cost.as_dict())
+        done += 1
+    return Arrival(steps, done, _pod_of(cluster, wid) is not None)
 
 
 @contextlib.contextmanager

@@ -131,6 +131,43 @@ def test_after_a_cycle_a_targeted_pass_costs_the_same_statements_beside_3_or_24_
     assert admissions_statements(24) == few
 
 
+def test_victims_released_and_admissions_started_cost_the_same_statements_for_2_as_for_8(sim, org):
+    """The pass after a cycle releases its victims (allocations, usage intervals, requeue)
+    and moves its admissions to Running in batches: 2 victims and 2 admissions cost as
+    many statements as 8 and 8 (each was a few statements of its own)."""
+
+    def statements(first: int, count: int, node: str) -> int:
+        victims = run_workloads(org, count, first=first)  # of every shape
+        settle(sim)
+        for victim in victims:
+            workload_transition(victim, S.PREEMPTED, reason="Reclaim")
+        # one GPU each: a spec's own reads (SSH keys, MPS devices) are not what is counted
+        admitted = [
+            admit(
+                make_workload(org.project_a, org.researcher, f"{node}-{i}"),
+                Node.objects.get(name=node),
+                pods=[{"gpu_indices": [i]}],
+            )
+            for i in range(count)
+        ]
+        with CaptureQueriesContext(connection) as queries:
+            result = cluster_reconcile(sim, full=False)
+        assert (result.released, len(result.transitions)) == (count, count)
+        for victim in victims:
+            victim.refresh_from_db()
+            assert (victim.state, victim.restart_count) == (S.PENDING, 1)
+            assert victim.events.filter(type=S.PENDING, reason="Requeued").count() == 1
+            assert not victim.allocations.exists()
+        for workload in admitted:
+            workload.refresh_from_db()
+            assert workload.state == S.RUNNING and workload.started_at is not None
+            assert workload.events.filter(type=S.RUNNING, reason="Started").count() == 1
+        return len(queries)
+
+    assert statements(0, 2, "node-7") == statements(4, 8, "node-6")
+    assert_nothing_left_for_the_full_pass(sim)
+
+
 def assert_nothing_left_for_the_full_pass(cluster) -> None:
     """What a targeted pass leaves, a full pass finds in order: it changes nothing."""
     rows = list(PodAllocation.objects.order_by("pk").values())

@@ -9,6 +9,7 @@ from clusters.metrics.allocations import allocations_sync
 from clusters.metrics.models import AllocationInterval, GpuSample, Resolution, WorkloadUsage
 from clusters.metrics.retention import metrics_retention
 from clusters.metrics.services import samples_ingest
+from scheduling.lifecycle import workloads_pods_released
 from scheduling.models import PodAllocation
 from tests.metrics.helpers import T0, allocate, make_node, make_workload, sample
 
@@ -108,3 +109,60 @@ def test_a_bulk_created_allocation_released_before_any_sync_still_leaves_its_int
     interval = AllocationInterval.objects.get()
     assert (interval.workload_id, interval.gpus) == (work.pk, 2.0)
     assert interval.started_at <= interval.ended_at
+
+
+def _interval_rows(workloads) -> list[tuple]:
+    """Each interval of these workloads as the reports read it (ids and times left out)."""
+    rows = AllocationInterval.objects.filter(workload_id__in=[w.pk for w in workloads])
+    return sorted(
+        (
+            [w.pk for w in workloads].index(row.workload_id),
+            row.pod_index,
+            row.project_id,
+            row.department_id,
+            row.user_id,
+            row.node_id,
+            row.pool_id,
+            row.gpu_model,
+            row.gpu_indices,
+            row.share,
+            row.started_at is not None,
+            row.ended_at is not None and row.ended_at >= row.started_at,
+        )
+        for row in rows
+    )
+
+
+def test_workloads_released_together_leave_the_intervals_one_release_at_a_time_leaves(org):
+    """workloads_pods_released closes every interval in a few statements, not through a
+    post_delete per allocation: an interval left open, one never opened (bulk-created
+    allocation, memory share), and one closed already (a new, whole one is written)."""
+    node = make_node(org.pool, model="H100")
+
+    def make_set(tag: str) -> list:
+        opened, bulk, shared = (
+            make_workload(org.project_a, org.researcher, f"{tag}-{n}") for n in range(3)
+        )
+        allocate(opened, node, [0, 1], at=T0)
+        allocate(opened, node, [2], at=T0, pod_index=1)
+        PodAllocation.objects.bulk_create(
+            [
+                PodAllocation(workload=bulk, pod_index=0, node=node, gpu_indices=[3]),
+                PodAllocation(
+                    workload=shared, pod_index=0, node=node, shared_gpu_index=1,
+                    gpu_memory_mib=20480,
+                ),
+            ]
+        )  # fmt: skip
+        AllocationInterval.objects.filter(workload_id=opened.pk, pod_index=1).update(ended_at=T0)
+        return [opened, bulk, shared]
+
+    one_by_one, together = make_set("one"), make_set("together")
+    for allocation in PodAllocation.objects.filter(workload__in=one_by_one):
+        allocation.delete()
+    workloads_pods_released(together)
+
+    assert not PodAllocation.objects.exists()
+    assert not AllocationInterval.objects.filter(ended_at__isnull=True).exists()
+    assert _interval_rows(together) == _interval_rows(one_by_one)
+    assert len(_interval_rows(together)) == 5  # 2 + the closed one written again + 1 + 1

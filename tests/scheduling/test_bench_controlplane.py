@@ -60,7 +60,7 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     assert result["nodes"] == scenario.nodes == Node.objects.count()
     assert result["gpus"] == scenario.nodes * scenario.gpus_per_node == Gpu.objects.count()
     assert result["workloads"] == scenario.running + scenario.pending
-    arrivals = 1 + tiny.arrivals + tiny.samples
+    arrivals = 1 + tiny.arrivals + tiny.samples + 2  # + the two into the settled state
     assert result["workloads_after"] == result["workloads"] + arrivals == Workload.objects.count()
     steps = result["steps"]
     # Every running workload got its pods in the first reconcile; the idle pass made none.
@@ -76,3 +76,13 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     assert result["sql_per_cycle"] == steps["cycle_steady"]["sql"] > 0
     assert steps["cycle_cold"]["db_cpu_s"] is not None  # the server runs on this machine
     assert len(steps["lock_wait"]) == 2 and result["database"] == "postgresql"
+    # The settled arrivals: every round's reconcile the kind of pass asked for, their CPU
+    # the sum of their steps'.
+    for key, full in (("arrival_settled", False), ("arrival_settled_full_pass", True)):
+        arrival = steps[key]
+        passes = [step["full"] for step in arrival["steps"] if step["step"] == "reconcile"]
+        assert passes == [full] * arrival["rounds"] and arrival["rounds"] >= 1, key
+        assert arrival["total_cpu_s"] == pytest.approx(
+            sum(step["total_cpu_s"] for step in arrival["steps"]), abs=1e-3
+        )
+    assert result["arrival_cpu_s"] == steps["arrival_settled"]["total_cpu_s"]
