@@ -114,6 +114,74 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
+# The fields a pod list or watch may select on (the real ToSelectableFields), with the value
+# the real server defaults each to; any other label is 400.
+POD_FIELDS: dict[str, tuple[str, str, str]] = {
+    "metadata.name": ("metadata", "name", ""),
+    "metadata.namespace": ("metadata", "namespace", ""),
+    "spec.nodeName": ("spec", "nodeName", ""),
+    "spec.restartPolicy": ("spec", "restartPolicy", "Always"),
+    "spec.schedulerName": ("spec", "schedulerName", "default-scheduler"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName", "default"),
+    "spec.hostNetwork": ("spec", "hostNetwork", "false"),
+    "status.phase": ("status", "phase", ""),
+    "status.podIP": ("status", "podIP", ""),
+    "status.nominatedNodeName": ("status", "nominatedNodeName", ""),
+}
+
+
+def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str]]:
+    """(label, equal, value) per term of a fieldSelector ("a=b,c!=d", "==" too), as the
+    real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+    terms = []
+    for raw in (selector or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        match = re.fullmatch(r"([^=!]+)(!=|==|=)(.*)", term)
+        if not match:
+            message = f"invalid selector: '{selector}'; can't understand '{term}'"
+            raise ApiError(400, "BadRequest", message)
+        label, op, value = match.groups()
+        known = POD_FIELDS if resource == "pods" else ("metadata.name", "metadata.namespace")
+        if label not in known:
+            raise ApiError(400, "BadRequest", f"field label not supported: {label}")
+        terms.append((label, op != "!=", value))
+    return terms
+
+
+def _field_value(obj: dict, label: str) -> str:
+    part, key, default = POD_FIELDS[label]
+    value = (obj.get(part) or {}).get(key, default)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value if value is not None else default)
+
+
+def _fields_match(terms: list[tuple[str, bool, str]], obj: dict) -> bool:
+    return all((_field_value(obj, label) == value) == equal for label, equal, value in terms)
+
+
+def _selectable(obj: dict) -> dict:
+    """What a watch's selectors read of an object: kept per MODIFIED event, so that a change
+    moving the object into or out of a selection is seen as ADDED or DELETED."""
+    meta = obj["metadata"]
+    labels = dict(meta.get("labels") or {})
+    snapshot: dict = {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+        },
+        "spec": {},
+        "status": {},
+    }
+    for part, key, _ in POD_FIELDS.values():
+        if part != "metadata" and key in (obj.get(part) or {}):
+            snapshot[part][key] = obj[part][key]
+    return snapshot
+
+
 def _version(value: Any) -> int | None:
     """A resourceVersion parameter: absent, or a number; anything else is 400."""
     if value in (None, ""):
@@ -410,19 +478,39 @@ def _validate_service(service: dict, taken: set[int]) -> None:
     spec["type"] = kind
 
 
+OWNER_FIELDS = {
+    "apiVersion": "version must not be empty",
+    "kind": "must not be empty",
+    "name": "must not be empty",
+    "uid": "must not be empty",
+}
+
+
 def _validate_owners(meta: dict) -> None:
-    for owner in meta.get("ownerReferences") or []:
-        for field in ("apiVersion", "kind", "name", "uid"):
+    """As apimachinery's ValidateOwnerReferences: each names an apiVersion, kind, name and
+    uid, and at most one is the controller (422, the real messages)."""
+    owners = meta.get("ownerReferences") or []
+    for owner in owners:
+        for field, why in OWNER_FIELDS.items():
             if not owner.get(field):
-                raise ApiError(422, "Invalid", f"metadata.ownerReferences.{field}: Required value")
+                message = f'metadata.ownerReferences.{field}: Invalid value: "": {why}'
+                raise ApiError(422, "Invalid", message)
+    controllers = [f"{o['kind']}/{o['name']}" for o in owners if o.get("controller")]
+    if len(controllers) > 1:
+        message = (
+            "metadata.ownerReferences: Invalid value: Only one reference can have Controller "
+            f'set to true. Found "true" in references for {controllers[0]} and {controllers[1]}'
+        )
+        raise ApiError(422, "Invalid", message)
 
 
-def _seen_as(kind: str, obj: dict, labels_before: dict | None, visible: Any) -> str | None:
-    """The event a watch with this selector sees, if any. A change of labels moves an
-    object into or out of the selector: ADDED or DELETED, as the real server sends."""
+def _seen_as(kind: str, obj: dict, before: dict | None, visible: Any) -> str | None:
+    """The event a watch with these selectors sees, if any. A change of labels or selected
+    fields moves an object into or out of the selection: ADDED or DELETED, as the real
+    server sends."""
     now_in = visible(obj)
-    if kind == "MODIFIED" and labels_before is not None:
-        was_in = visible({**obj, "metadata": {**obj["metadata"], "labels": labels_before}})
+    if kind == "MODIFIED" and before is not None:
+        was_in = visible(before)
         if was_in != now_in:
             return "ADDED" if now_in else "DELETED"
     return kind if now_in else None
@@ -453,7 +541,7 @@ class FakeApiServer:
             "priorityclasses": {},
             "configmaps": {},
         }
-        self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
+        self.history: list[tuple[int, str, str, dict]] = []  # watch events: rv, resource, type, obj
         self.faults: list[Fault] = []
         # Namespaces the cluster forbids creating (RBAC, an admission webhook): 403.
         self.forbidden_namespaces: set[str] = set()
@@ -481,11 +569,12 @@ class FakeApiServer:
         self.too_large_wait_s = 0.5
         self.event_window = EVENT_WINDOW
         self.list_calls: Counter[str] = Counter()  # full lists (not watches) per resource
-        self._labels_stored: dict[tuple[str, str, str], dict] = {}
-        self.labels_before: dict[int, dict] = {}  # MODIFIED event's version -> old labels
+        self._selected: dict[tuple[str, str, str], dict] = {}  # what selectors read, as stored
+        self.before: dict[int, dict] = {}  # MODIFIED event's version -> what selectors read before
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
-        self.server = _Server(("127.0.0.1", 0), _handler_for(self))
+        self.handler = _handler_for(self)
+        self.server = _Server(("127.0.0.1", 0), self.handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         with self.lock:
@@ -630,9 +719,9 @@ class FakeApiServer:
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         key = (resource, ns, obj["metadata"]["name"])
-        if event == "MODIFIED":  # a watch's selector may have matched the labels before only
-            self.labels_before[rv] = self._labels_stored.get(key, {})
-        self._labels_stored[key] = dict(obj["metadata"].get("labels") or {})
+        if event == "MODIFIED":  # a watch's selector may have matched the object before only
+            self.before[rv] = self._selected.get(key, {"metadata": {}})
+        self._selected[key] = _selectable(obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -640,7 +729,7 @@ class FakeApiServer:
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
         self.devices.pop((ns, name), None)
-        self._labels_stored.pop((resource, ns, name), None)
+        self._selected.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
@@ -678,10 +767,10 @@ class FakeApiServer:
         return True
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
-        self.events.append((rv, resource, kind, copy.deepcopy(obj)))
-        for old, *_ in self.events[: -self.event_window]:
-            self.labels_before.pop(old, None)
-        del self.events[: -self.event_window]
+        self.history.append((rv, resource, kind, copy.deepcopy(obj)))
+        for old, *_ in self.history[: -self.event_window]:
+            self.before.pop(old, None)
+        del self.history[: -self.event_window]
         self.changed.notify_all()
 
     def _fault_for(self, method: str, path: str) -> Fault | None:
@@ -1130,8 +1219,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, copy.deepcopy(api._delete(resource, ns, name))
 
         def _list(self, resource: str, ns: str | None, query: dict):
+            fields = _field_terms(resource, query.get("fieldSelector"))
             if str(query.get("watch", "")).lower() in ("true", "1"):
-                self._watch(resource, ns, query)
+                self._watch(resource, ns, query, fields)
                 return None
             with api.lock:
                 api.list_calls[resource] += 1
@@ -1140,6 +1230,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for (obj_ns, _), obj in sorted(api.objects[resource].items())
                     if (ns is None or obj_ns == ns)
                     and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                    and _fields_match(fields, obj)
                 ]
                 rv = str(api.last_rv)
             kind = KINDS[resource] + "List"
@@ -1150,7 +1241,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 "items": items,
             }
 
-        def _watch(self, resource: str, ns: str | None, query: dict) -> None:
+        def _watch(self, resource: str, ns: str | None, query: dict, fields: list) -> None:
             """Stream events after resourceVersion as JSON lines until timeoutSeconds, as
             the API server's watch cache does:
             - no resourceVersion, or "0": synthetic ADDED events for what exists, then
@@ -1172,8 +1263,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
             def visible(obj: dict) -> bool:
                 meta = obj["metadata"]
-                return (ns is None or meta.get("namespace") == ns) and _matches(
-                    query.get("labelSelector"), meta.get("labels") or {}
+                return (
+                    (ns is None or meta.get("namespace") == ns)
+                    and _matches(query.get("labelSelector"), meta.get("labels") or {})
+                    and _fields_match(fields, obj)
                 )
 
             start = self._watch_start(resource, since, timeout)
@@ -1192,7 +1285,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             """Where the watch starts, and the synthetic ADDED objects it begins with;
             None once an ERROR event ended it."""
             with api.lock:
-                oldest = api.events[0][0] if api.events else api.last_rv + 1
+                oldest = api.history[0][0] if api.history else api.last_rv + 1
                 current = api.last_rv
                 if since in (None, 0):
                     return current, [copy.deepcopy(o) for o in api.objects[resource].values()]
@@ -1230,20 +1323,20 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return False
-                    start = bisect.bisect_right(api.events, since, key=lambda e: e[0])
-                    if start == 0 and api.events and api.events[0][0] > since + 1:
+                    start = bisect.bisect_right(api.history, since, key=lambda e: e[0])
+                    if start == 0 and api.history and api.history[0][0] > since + 1:
                         # Events this watcher had not been sent left the window: the real
                         # server closes such a watch; the client resumes and gets 410.
                         self.close_connection = True
                         self._chunk(None)
                         return False
-                    fresh = api.events[start:]
+                    fresh = api.history[start:]
                     if not fresh and now < deadline:
                         wake = min(deadline, next_bookmark) if bookmarks else deadline
                         api.changed.wait(timeout=max(0.0, min(0.2, wake - now)))
                 for rv, kind_of, kind, obj in fresh:
                     since = rv
-                    seen = _seen_as(kind, obj, api.labels_before.get(rv), visible)
+                    seen = _seen_as(kind, obj, api.before.get(rv), visible)
                     if kind_of == resource and seen:
                         self._chunk({"type": seen, "object": obj})
                 last_call = now >= deadline - api.bookmark_lead_s
