@@ -1,22 +1,30 @@
 """An in-process Kubernetes API server speaking the real REST protocol, for the official client.
 
-It implements what GPUPool's kubernetes backend uses: /version; nodes; namespaces; pods
-(create, get, list across namespaces with label selectors, delete with a grace period,
-binding, status, log); services; priorityclasses (scheduling.k8s.io/v1); list + watch
-with resourceVersions. Errors are real `Status` objects: 404 NotFound, 409
-AlreadyExists/Conflict, 410 Gone for a watch from a compacted resourceVersion. Faults can
-be injected: 500s, slow answers (client timeouts), 409s, and a server that drops every
-connection ("down").
+It implements what GPUPool's kubernetes backend and native scheduling use: /version; nodes;
+namespaces; pods (create, get, list across namespaces with label and field selectors, delete
+with a grace period, binding, status, log); services; core/v1 events;
+priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
+`Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
+compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/
-test_fake_apiserver_strict.py): a log asked of a container the pod lacks is 400; namespaces
-get `kubernetes.io/metadata.name`, and the cluster has default, kube-system, kube-public
-and kube-node-lease; a new node is tainted `node.kubernetes.io/not-ready` until it is
-Ready; the Pod Security level a namespace enforces (`pod-security.kubernetes.io/enforce`,
-else `pod_security_default`) is admitted as the real plugin does, with its message; a
-pod's priorityClassName must exist; pods get their QoS class; with `rbac_rules` set (a
-ClusterRole's rules), any request they do not allow is 403 Forbidden; env names are
-checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty).
+test_fake_apiserver_strict.py, test_fake_apiserver_native.py): a log asked of a container the
+pod lacks is 400; namespaces get `kubernetes.io/metadata.name`, and the cluster has default,
+kube-system, kube-public and kube-node-lease; a new node is tainted
+`node.kubernetes.io/not-ready` until it is Ready; the Pod Security level a namespace enforces
+(`pod-security.kubernetes.io/enforce`, else `pod_security_default`) is admitted as the real
+plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class;
+with `rbac_rules` set (a ClusterRole's rules), any request they do not allow is 403 Forbidden;
+env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
+or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
+kind, name and uid, and at most one is the controller.
+Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates) or being
+deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
+PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, conditions
+merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
+as the real legacy validation does (`api.events()` reads them); pod lists and watches take the
+real field selectors (`spec.nodeName=` for unbound pods), any other field is 400.
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
@@ -28,6 +36,7 @@ import bisect
 import copy
 import itertools
 import json
+import random
 import re
 import subprocess
 import sys
@@ -52,6 +61,7 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 NOT_READY = "node.kubernetes.io/not-ready"
 SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 GPU = "nvidia.com/gpu"
+NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # generated names' suffix, as the real one's
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
@@ -69,6 +79,10 @@ def status_body(code: int, reason: str, message: str) -> dict:
         "reason": reason,
         "code": code,
     }
+
+
+# What a create of a subresource that makes no object (a Binding, an Eviction) answers.
+CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def kubeconfig_for(url: str) -> dict:
@@ -384,6 +398,125 @@ def _validate_annotations(annotations: dict) -> None:
         raise ApiError(422, "Invalid", message)
 
 
+# Strategic merge: the lists these fields name merge item by item on the key (their
+# patchMergeKey in k8s.io/api); every other list is replaced whole.
+MERGE_KEYS = {"conditions": "type", "containerStatuses": "name", "initContainerStatuses": "name"}
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
+    """RFC 7386 (application/merge-patch+json): maps merge, null deletes, the rest replaces;
+    strategic (application/strategic-merge-patch+json) also merges the lists of MERGE_KEYS."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif strategic and key in MERGE_KEYS and isinstance(value, list):
+            result[key] = _merge_list(result.get(key) or [], value, MERGE_KEYS[key])
+        else:
+            result[key] = merge_patch(result.get(key), value, strategic=strategic)
+    return result
+
+
+def _merge_list(current: list, patch: list, key: str) -> list:
+    merged = copy.deepcopy(current)
+    for item in patch:
+        index = next((i for i, old in enumerate(merged) if old.get(key) == item.get(key)), None)
+        if index is None:
+            merged.append(copy.deepcopy(item))
+        else:
+            merged[index] = merge_patch(merged[index], item, strategic=True)
+    return merged
+
+
+def patched(obj: dict, body: Any, content_type: str | None) -> dict:
+    """The object after a PATCH of this content type (the official client sends strategic
+    merge for a dict, JSON patch for a list, merge patch when asked)."""
+    kind = (content_type or "").split(";")[0].strip()
+    if kind == "application/strategic-merge-patch+json":
+        return merge_patch(obj, body or {}, strategic=True)
+    if kind == "application/merge-patch+json":
+        return merge_patch(obj, body or {})
+    message = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/merge-patch+json, application/strategic-merge-patch+json"
+    )
+    raise ApiError(415, "UnsupportedMediaType", message)
+
+
+SYSTEM_CONDITIONS = ("PodScheduled", "Ready", "Initialized")
+
+
+def _validate_pod_conditions(conditions: list[dict]) -> None:
+    """validatePodConditions: a condition type of the pod's own is a qualified name (so not
+    empty); the real server checks no status value (True/False/Unknown by convention)."""
+    for index, condition in enumerate(conditions):
+        kind = str(condition.get("type") or "")
+        if kind in SYSTEM_CONDITIONS:
+            continue
+        prefix, _, name = kind.rpartition("/")
+        where = f"status.conditions[{index}].Type"
+        if not name:
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": name part must be non-empty'
+            )
+        if (
+            not QUALIFIED_NAME.fullmatch(name)
+            or len(name) > 63
+            or ("/" in kind and not DNS_SUBDOMAIN.fullmatch(prefix))
+        ):
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": must be a qualified name'
+            )
+
+
+def set_condition(status: dict, kind: str, value: str, **fields: str) -> None:
+    """As podutil.UpdatePodCondition: lastTransitionTime moves only when the status does."""
+    conditions = status.setdefault("conditions", [])
+    old = next((c for c in conditions if c.get("type") == kind), None)
+    condition = {"type": kind, "status": value, "lastProbeTime": None, **fields}
+    changed = old is None or old.get("status") != value
+    condition["lastTransitionTime"] = _now() if changed else old.get("lastTransitionTime")
+    if old is None:
+        conditions.append(condition)
+    else:
+        conditions[conditions.index(old)] = condition
+
+
+EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "message": 1024}
+
+
+def _validate_event(event: dict, ns: str) -> None:
+    """core/v1 Events get legacyValidateEvent and nothing more (the strict checks are
+    events.k8s.io/v1's): without eventTime only that involvedObject.namespace is the
+    event's (or empty, in "default"); reason, message and type are free. With eventTime
+    (a "new" event): reportingComponent, reportingInstance, action, reason required, each
+    at most 128 characters, the message at most 1024."""
+    theirs = (event.get("involvedObject") or {}).get("namespace") or ""
+    new = bool(event.get("eventTime"))
+    allowed = (
+        (theirs == ns) if theirs else ns in (("default", "kube-system") if new else ("", "default"))
+    )
+    if not allowed:
+        message = (
+            f'involvedObject.namespace: Invalid value: "{theirs}": does not match event.namespace'
+        )
+        raise ApiError(422, "Invalid", message)
+    if not new:
+        return
+    if not event.get("reportingComponent"):
+        raise ApiError(422, "Invalid", "reportingController: Required value")
+    for field, limit in EVENT_LIMITS.items():
+        value = str(event.get(field) or "")
+        if not value and field != "message":
+            raise ApiError(422, "Invalid", f"{field}: Required value")
+        if len(value) > limit:
+            raise ApiError(
+                422, "Invalid", f'{field}: Invalid value: "": can have at most {limit} characters'
+            )
+
+
 def _namespace(name: str) -> dict:
     return {
         "apiVersion": "v1",
@@ -529,6 +662,7 @@ class FakeApiServer:
     def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
         self.auto_run = auto_run
         self.deferred_delete = deferred_delete
+        self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = itertools.count(1)
@@ -540,6 +674,7 @@ class FakeApiServer:
             "services": {},
             "priorityclasses": {},
             "configmaps": {},
+            "events": {},
         }
         self.history: list[tuple[int, str, str, dict]] = []  # watch events: rv, resource, type, obj
         self.faults: list[Fault] = []
@@ -713,6 +848,24 @@ class FakeApiServer:
                 self._delete("pods", ns, name)
             return len(doomed)
 
+    def events(self, namespace: str | None = None) -> list[dict]:
+        """The core/v1 Events stored (of one namespace, or all), oldest first."""
+        with self.lock:
+            events = [
+                copy.deepcopy(e)
+                for (ns, _), e in self.objects["events"].items()
+                if namespace is None or ns == namespace
+            ]
+        return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def generate_name(self, meta: dict) -> str:
+        """metadata.generateName plus 5 characters, as the real server's name generator."""
+        prefix = meta.get("generateName")
+        if not prefix:
+            message = "metadata.name: Required value: name or generateName is required"
+            raise ApiError(422, "Invalid", message)
+        return prefix[:58] + "".join(self.random.choice(NAME_CHARACTERS) for _ in range(5))
+
     # --- storage -----------------------------------------------------------------------------
     def _store(self, resource: str, ns: str, obj: dict, event: str) -> dict:
         rv = next(self.rv)
@@ -787,13 +940,15 @@ class FakeApiServer:
         return None
 
 
+NAMESPACED = "pods|services|configmaps|events"
+POD_SUBRESOURCES = "binding|status|log"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
-    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services)$"), "collection"),
+    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
     (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)$"), "ns_collection"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)/([^/]+)$"), "ns_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})$"), "ns_collection"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})/([^/]+)$"), "ns_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/({POD_SUBRESOURCES})$"), "pod_sub"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)$"), "collection"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)/([^/]+)$"), "cluster_item"),
 ]
@@ -804,6 +959,7 @@ KINDS = {
     "services": "Service",
     "priorityclasses": "PriorityClass",
     "configmaps": "ConfigMap",
+    "events": "Event",
 }
 API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
 CLUSTER_SCOPED = {"nodes", "namespaces", "priorityclasses"}
@@ -962,7 +1118,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 with api.lock:
                     self._get(resource, "", name)
                     if resource == "namespaces":  # the namespace controller empties it
-                        for kind in ("pods", "services", "configmaps"):
+                        for kind in ("pods", "services", "configmaps", "events"):
                             for key in [k for k in api.objects[kind] if k[0] == name]:
                                 api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
@@ -982,9 +1138,30 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, self._get(resource, ns, name)
             if method == "DELETE":
                 return self._delete_item(resource, ns, name, query, body or {})
+            if resource == "events" and method in ("PATCH", "PUT"):
+                return self._update_event(method, ns, name, body or {})
             if method == "PATCH":
                 return self._patch_metadata(resource, ns, name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
+
+        def _update_event(self, method: str, ns: str, name: str, body: dict):
+            """An Event's update (a recorder bumps count and lastTimestamp): checked again
+            as at create; the name, namespace and uid stay."""
+            with api.lock:
+                event = self._get("events", ns, name, copy_=False)
+                if method == "PUT":
+                    self._check_rv(event, body)
+                    new = copy.deepcopy(body)
+                else:
+                    new = patched(event, body, self.headers.get("Content-Type"))
+                keep = {
+                    k: event["metadata"][k]
+                    for k in ("name", "namespace", "uid", "creationTimestamp")
+                }
+                new["metadata"] = {**(new.get("metadata") or {}), **keep}
+                new.update(apiVersion="v1", kind="Event")
+                _validate_event(new, ns)
+                return 200, copy.deepcopy(api._store("events", ns, new, "MODIFIED"))
 
         def _patch_metadata(self, resource: str, ns: str, name: str, body: dict):
             """A merge patch of labels and annotations (all GPUPool patches)."""
@@ -1012,22 +1189,80 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self._check_log(pod, query)
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
-                    if pod["spec"].get("nodeName"):
-                        raise ApiError(409, "Conflict", f"pod {name} is already assigned")
-                    pod["spec"]["nodeName"] = body["target"]["name"]
-                    self._kubelet_start(pod)
-                    api._store("pods", ns, pod, "MODIFIED")
-                    return 201, {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "status": "Success",
-                        "code": 201,
-                    }
+                    return self._bind(pod, body or {})
                 if sub == "status" and method in ("PUT", "PATCH"):
-                    self._check_rv(pod, body)
-                    pod["status"] = {**pod.get("status", {}), **body.get("status", {})}
-                    return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
-                return 200, copy.deepcopy(pod)
+                    return self._write_status(method, pod, body or {})
+                if sub == "status" and method == "GET":
+                    return 200, copy.deepcopy(pod)
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/{sub}")
+
+        def _bind(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """BindingREST: the Binding names the pod; its target is a Node (one that does
+            not exist is taken: only its kubelet would refuse); a pod being deleted, bound
+            already or with scheduling gates is 409; the Binding's annotations are copied
+            onto the pod, nominatedNodeName cleared, PodScheduled=True set."""
+            name = pod["metadata"]["name"]
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Binding object"
+                )
+            target = body.get("target") or {}
+            if target.get("kind") not in (None, "", "Node"):
+                # Validation errors here are not StatusErrors: the real server answers 500.
+                message = (
+                    f'target.kind: Unsupported value: "{target["kind"]}": supported values: '
+                    '"Node", "<empty>"'
+                )
+                raise ApiError(500, "InternalError", message)
+            if not target.get("name"):
+                raise ApiError(500, "InternalError", "target.name: Required value")
+            conflict = f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
+            if pod["metadata"].get("deletionTimestamp"):
+                raise ApiError(
+                    409, "Conflict", conflict + "is being deleted, cannot be assigned to a host"
+                )
+            if pod["spec"].get("nodeName"):
+                node = pod["spec"]["nodeName"]
+                raise ApiError(409, "Conflict", conflict + f'is already assigned to node "{node}"')
+            if pod["spec"].get("schedulingGates"):
+                raise ApiError(409, "Conflict", conflict + "has non-empty .spec.schedulingGates")
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            _check_string_map(annotations, "annotations")
+            if annotations:
+                pod["metadata"]["annotations"] = {
+                    **(pod["metadata"].get("annotations") or {}),
+                    **annotations,
+                }
+            pod["spec"]["nodeName"] = target["name"]
+            pod.setdefault("status", {}).pop("nominatedNodeName", None)
+            set_condition(pod["status"], "PodScheduled", "True")
+            self._kubelet_start(pod)
+            api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            return 201, CREATED
+
+        def _write_status(self, method: str, pod: dict, body: dict) -> tuple[int, dict]:
+            """pods/status: only the status changes (the real status strategy keeps the
+            stored spec and metadata, whatever the body says); a PUT names the pod and may
+            carry a resourceVersion precondition; conditions are validated."""
+            name = pod["metadata"]["name"]
+            if method == "PUT":
+                given = (body.get("metadata") or {}).get("name")
+                if given != name:
+                    message = (
+                        f"the name of the object ({given}) does not match the name on the URL "
+                        f"({name})"
+                    )
+                    raise ApiError(400, "BadRequest", message)
+                self._check_rv(pod, body)
+                status = copy.deepcopy(body.get("status") or {})
+            else:
+                self._check_rv(pod, body)
+                status = patched(pod, body, self.headers.get("Content-Type")).get("status") or {}
+            _validate_pod_conditions(status.get("conditions") or [])
+            pod["status"] = status
+            return 200, copy.deepcopy(
+                api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            )
 
         def _check_log(self, pod: dict, query: dict) -> None:
             """A log is of one container of the pod, which must have started: 400 else."""
@@ -1079,7 +1314,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _create(self, resource: str, ns: str, body: dict):
             with api.lock:
-                name = body["metadata"].get("name")
+                body = {**body, "metadata": dict(body.get("metadata") or {})}
+                name = body["metadata"].get("name") or api.generate_name(body["metadata"])
+                body["metadata"]["name"] = name
                 if ns and ("", ns) not in api.objects["namespaces"]:
                     raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in api.objects[resource]:
@@ -1098,6 +1335,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     meta["namespace"] = ns
                 if resource == "configmaps":
                     _validate_config_map(obj)
+                if resource == "events":
+                    _validate_event(obj, ns)
                 if resource == "pods":
                     self._admit_pod(obj, ns)
                     if obj["spec"].get("nodeName"):
