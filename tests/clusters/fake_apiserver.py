@@ -2,7 +2,7 @@
 
 It implements what GPUPool's kubernetes backend and native scheduling use: /version; nodes;
 namespaces; pods (create, get, list across namespaces with label and field selectors, delete
-with a grace period, binding, status, log); services; core/v1 events;
+with a grace period, binding, status, eviction, log); services; core/v1 events;
 priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
 `Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
 compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
@@ -23,8 +23,10 @@ Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates
 deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
 PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, conditions
 merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
-as the real legacy validation does (`api.events()` reads them); pod lists and watches take the
-real field selectors (`spec.nodeName=` for unbound pods), any other field is 400.
+as the real legacy validation does (`api.events()` reads them); an Eviction deletes its pod
+with its deleteOptions unless the pod's PodDisruptionBudget has no disruption left (429) or
+two budgets select it (500); pod lists and watches take the real field selectors
+(`spec.nodeName=` for unbound pods), any other field is 400.
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
@@ -52,7 +54,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
-from tests.clusters.fake_generic import generic_route
+from tests.clusters.fake_generic import generic_route, take_disruption
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -941,7 +943,7 @@ class FakeApiServer:
 
 
 NAMESPACED = "pods|services|configmaps|events"
-POD_SUBRESOURCES = "binding|status|log"
+POD_SUBRESOURCES = "binding|status|log|eviction"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
     (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
@@ -1190,6 +1192,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
                     return self._bind(pod, body or {})
+                if sub == "eviction" and method == "POST":
+                    return self._evict(pod, body or {})
                 if sub == "status" and method in ("PUT", "PATCH"):
                     return self._write_status(method, pod, body or {})
                 if sub == "status" and method == "GET":
@@ -1263,6 +1267,35 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return 200, copy.deepcopy(
                 api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
             )
+
+        def _evict(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """EvictionREST: a policy/v1 (or v1beta1) Eviction naming the pod. A pod that is
+            Pending, finished or being deleted goes at once; else the one
+            PodDisruptionBudget that selects it (two: 500) must allow a disruption (none
+            left: 429), and the eviction takes one (status.disruptedPods). Then the delete,
+            with the Eviction's deleteOptions (its grace period)."""
+            name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+            if body.get("kind") != "Eviction" or body.get("apiVersion") not in (
+                "policy/v1",
+                "policy/v1beta1",
+            ):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"not a Eviction object: {body.get('apiVersion')}, {body.get('kind')}",
+                )
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Eviction object"
+                )
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Running", "Unknown") and not pod["metadata"].get("deletionTimestamp"):
+                refusal = take_disruption(api, pod)
+                if refusal:
+                    return refusal
+            options = body.get("deleteOptions") or {}
+            self._delete_item("pods", ns, name, {}, options)
+            return 201, CREATED
 
         def _check_log(self, pod: dict, query: dict) -> None:
             """A log is of one container of the pod, which must have started: 400 else."""

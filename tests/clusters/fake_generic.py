@@ -11,7 +11,8 @@ template, a pod template the server would refuse, a restart policy its controlle
 run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
 adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
 initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
-Job's selector. No controller runs: a Deployment makes no pods.
+Job's selector. No controller runs: a Deployment makes no pods; the disruption arithmetic
+of PodDisruptionBudgets (`budget_status`, `take_disruption`) answers the Eviction API.
 """
 
 from __future__ import annotations
@@ -316,3 +317,128 @@ CHECKS = {
     "PriorityClass": _priority_class,
     "Ingress": _ingress,
 }
+
+
+# --- the disruption arithmetic of the Eviction API ------------------------------------------
+BUDGETS = "policy/v1/poddisruptionbudgets"
+
+
+def pod_ready(pod: dict) -> bool:
+    """Ready: its Ready condition, else (the fake's kubelet sets none) every container."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all(c.get("ready") for c in containers)
+    )
+
+
+def selects(selector: dict | None, labels: dict) -> bool:
+    """A metav1.LabelSelector: matchLabels and matchExpressions (In, NotIn, Exists,
+    DoesNotExist); an absent selector selects nothing, {} everything (policy/v1)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for term in selector.get("matchExpressions") or []:
+        key, op, values = term.get("key"), term.get("operator"), term.get("values") or []
+        present = key in labels
+        ok = {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+def budget_status(api: Any, budget: dict) -> dict:
+    """The disruption controller's arithmetic, now: expected pods are those selected;
+    healthy ones run ready and are not being deleted or just evicted; minAvailable (or
+    expected less maxUnavailable) is the desired, a percentage rounded up."""
+    ns, spec = budget["metadata"]["namespace"], budget["spec"]
+    status = budget.get("status") or {}
+    pods = [
+        p
+        for (pod_ns, _), p in api.objects["pods"].items()
+        if pod_ns == ns and selects(spec.get("selector"), p["metadata"].get("labels") or {})
+    ]
+    names = {p["metadata"]["name"] for p in pods}
+    disrupted = {k: v for k, v in (status.get("disruptedPods") or {}).items() if k in names}
+    healthy = sum(
+        1
+        for p in pods
+        if pod_ready(p)
+        and not p["metadata"].get("deletionTimestamp")
+        and p["metadata"]["name"] not in disrupted
+    )
+    expected = len(pods)
+    if "maxUnavailable" in spec:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    else:
+        desired = _scaled(spec.get("minAvailable", 1), expected)
+    return {
+        **status,
+        "observedGeneration": budget["metadata"].get("generation", 1),
+        "expectedPods": expected,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "disruptionsAllowed": max(0, healthy - desired),
+        "disruptedPods": disrupted,
+    }
+
+
+def _scaled(value: int | str, total: int) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * total // 100)  # rounded up, as GetScaledValueFromIntOrPercent
+    return int(value)
+
+
+def take_disruption(api: Any, pod: dict) -> tuple[int, dict] | None:
+    """The Eviction API's budget check for a running pod: None when it may go (the budget,
+    if any, records it among disruptedPods), else the answer: 500 for two budgets, 429
+    when none is left."""
+    from tests.clusters.fake_apiserver import _now as now
+    from tests.clusters.fake_apiserver import status_body
+
+    meta = pod["metadata"]
+    budgets = [
+        b
+        for (ns, _), b in sorted(api.objects.get(BUDGETS, {}).items())
+        if ns == meta["namespace"] and selects(b["spec"].get("selector"), meta.get("labels") or {})
+    ]
+    if len(budgets) > 1:
+        message = (
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+            "does not support."
+        )
+        return 500, status_body(500, "InternalError", message)
+    if not budgets:
+        return None
+    budget = budgets[0]
+    status = budget_status(api, budget)
+    if not pod_ready(pod) and status["currentHealthy"] >= status["desiredHealthy"] > 0:
+        return None  # an unready pod whose budget is met anyway: no disruption to count
+    if status["disruptionsAllowed"] == 0:
+        body = status_body(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+        cause = (
+            f"The disruption budget {budget['metadata']['name']} needs "
+            f"{status['desiredHealthy']} healthy pods and has {status['currentHealthy']} currently"
+        )
+        body["details"] = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+        return 429, body
+    status["disruptionsAllowed"] -= 1
+    status["disruptedPods"] = {**status["disruptedPods"], meta["name"]: now()}
+    budget["status"] = status
+    api._store(BUDGETS, meta["namespace"], budget, "MODIFIED")
+    return None

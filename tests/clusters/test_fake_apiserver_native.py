@@ -1,6 +1,6 @@
 """The fake API server does what native scheduling needs as a real one (Kubernetes 1.30+)
-does: bindings, pod status and its conditions, Events, field selectors and
-ownerReferences. Each test talks
+does: bindings, pod status and its conditions, Events, the Eviction API with
+PodDisruptionBudgets, field selectors and ownerReferences. Each test talks
 to it over HTTP with the official client and names the real code it pins (kubernetes/
 kubernetes unless said otherwise)."""
 
@@ -296,6 +296,97 @@ def test_only_an_event_with_event_time_has_bounded_reason_and_message(api):
     no_action = {**new, "action": ""}
     status, message = refusal(api.create_namespaced_event, NS, event("bare", **no_action))
     assert (status, message) == (422, "action: Required value")
+
+
+# --- the Eviction API: EvictionREST (pkg/registry/core/pod/storage/eviction.go) ---------------
+def eviction(name: str, grace: int | None = None) -> dict:
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    return body
+
+
+def budget(api_client, name: str, **spec) -> None:
+    body = {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": "t"}}, **spec}}
+    k8s.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(NS, body)
+
+
+def running(api, count: int) -> None:
+    for index in range(count):
+        api.create_namespaced_pod(NS, pod(f"t-{index}", labels={"app": "t"}, nodeName="gpu-a"))
+
+
+def test_an_eviction_without_a_budget_deletes_the_pod_with_its_grace_period():
+    with serve(deferred_delete=True) as fake:
+        api = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(fake.kubeconfig()))
+        api.create_namespace({"metadata": {"name": NS}})
+        running(api, 1)
+        answer = api.create_namespaced_pod_eviction(
+            "t-0", NS, eviction("t-0", grace=7), _preload_content=False
+        )
+        assert (answer.status, json.loads(answer.data)["status"]) == (201, "Success")
+        assert fake.pod(NS, "t-0")["metadata"]["deletionGracePeriodSeconds"] == 7
+
+
+def test_an_eviction_names_an_existing_pod(api):
+    status, _ = refusal(api.create_namespaced_pod_eviction, "gone", NS, eviction("gone"))
+    assert status == 404
+    running(api, 1)
+    status, message = refusal(api.create_namespaced_pod_eviction, "t-0", NS, eviction("t-1"))
+    assert (status, message) == (400, "name in URL does not match name in Eviction object")
+
+
+def test_an_eviction_that_would_break_a_budget_is_429(api, api_client, fake):
+    running(api, 3)
+    budget(api_client, "keep-two", minAvailable=2)
+    api.create_namespaced_pod_eviction("t-0", NS, eviction("t-0"))
+    assert fake.pod(NS, "t-0") is None
+    with pytest.raises(ApiException) as err:
+        api.create_namespaced_pod_eviction("t-1", NS, eviction("t-1"))
+    body = json.loads(err.value.body)
+    assert (err.value.status, body["reason"]) == (429, "TooManyRequests")
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget keep-two needs 2 healthy pods and has 2 currently",
+        }
+    ]
+    assert fake.pod(NS, "t-1") is not None
+
+
+def test_a_percentage_budget_rounds_up_and_counts_a_terminating_pod_as_gone():
+    """maxUnavailable 50% of 3 pods: 2 may be unavailable (rounded up); a pod being deleted
+    (here by kubectl, not evicted) is one of them, so one eviction is left."""
+    with serve(deferred_delete=True) as fake:
+        client = k8s_config.new_client_from_config_dict(fake.kubeconfig())
+        api = k8s.CoreV1Api(client)
+        api.create_namespace({"metadata": {"name": NS}})
+        running(api, 3)
+        budget(client, "half", maxUnavailable="50%")
+        api.delete_namespaced_pod("t-0", NS)
+        api.create_namespaced_pod_eviction("t-1", NS, eviction("t-1"))
+        status, _ = refusal(api.create_namespaced_pod_eviction, "t-2", NS, eviction("t-2"))
+        assert status == 429
+        read = k8s.PolicyV1Api(client).read_namespaced_pod_disruption_budget("half", NS)
+        assert list(read.status.disrupted_pods) == ["t-1"]
+        assert (read.status.expected_pods, read.status.desired_healthy) == (3, 1)
+
+
+def test_a_pending_pod_is_evicted_whatever_its_budget(api, api_client, fake):
+    api.create_namespaced_pod(NS, pod("waiting", labels={"app": "t"}))
+    budget(api_client, "all", minAvailable=5)
+    api.create_namespaced_pod_eviction("waiting", NS, eviction("waiting"))
+    assert fake.pod(NS, "waiting") is None
+
+
+def test_a_pod_under_two_budgets_cannot_be_evicted(api, api_client):
+    running(api, 1)
+    budget(api_client, "one", minAvailable=0)
+    budget(api_client, "two", maxUnavailable=1)
+    status, message = refusal(api.create_namespaced_pod_eviction, "t-0", NS, eviction("t-0"))
+    assert status == 500
+    assert message.startswith("This pod has more than one PodDisruptionBudget")
 
 
 # --- field selectors on pods (pkg/registry/core/pod/strategy.go ToSelectableFields) ----------
