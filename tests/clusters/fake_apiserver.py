@@ -30,6 +30,8 @@ two budgets select it (500); pod lists and watches take the real field selectors
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
+With `job_controller=True`, the Job controller (fake_generic.sync_jobs) runs after every
+write and kubelet change, and on `run_controllers()`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
-from tests.clusters.fake_generic import generic_route, take_disruption
+from tests.clusters.fake_generic import generic_route, sync_jobs, take_disruption
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -661,9 +663,14 @@ class _Server(ThreadingHTTPServer):
 class FakeApiServer:
     """`with FakeApiServer() as api:` serves on a free loopback port; `api.kubeconfig()`."""
 
-    def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
+    def __init__(
+        self, *, auto_run: bool = True, deferred_delete: bool = False, job_controller: bool = False
+    ):
         self.auto_run = auto_run
         self.deferred_delete = deferred_delete
+        # The Job controller (fake_generic.sync_jobs): after every write, and on run_controllers().
+        self.job_controller = job_controller
+        self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
         self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -798,6 +805,7 @@ class FakeApiServer:
             for (ns, pod_name), pod in list(self.objects["pods"].items()):
                 if pod["spec"].get("nodeName") == name:
                     self._delete("pods", ns, pod_name)
+            self.after_change()
 
     def pods(self) -> list[dict]:
         with self.lock:
@@ -839,6 +847,7 @@ class FakeApiServer:
                 ],
             }
             self._store("pods", namespace, pod, "MODIFIED")
+            self.after_change()
 
     def complete_deletions(self) -> int:
         """The kubelet confirms every terminating pod has stopped."""
@@ -848,6 +857,7 @@ class FakeApiServer:
             ]
             for ns, name in doomed:
                 self._delete("pods", ns, name)
+            self.after_change()
             return len(doomed)
 
     def events(self, namespace: str | None = None) -> list[dict]:
@@ -859,6 +869,23 @@ class FakeApiServer:
                 if namespace is None or ns == namespace
             ]
         return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def run_controllers(self) -> None:
+        """What kube-controller-manager would do now: the Job controller (when enabled)
+        syncs every Job until nothing changes. Synchronous, so tests need not wait."""
+        with self.lock:
+            for _ in range(10):  # a pass may make work for the next (a pod made, then counted)
+                if not sync_jobs(self, self.client()):
+                    return
+
+    def after_change(self) -> None:
+        if self.job_controller:
+            self.run_controllers()
+
+    def client(self) -> Any:
+        """The request handler's operations without a request: how the fake's controllers
+        write through the same checks (admission, validation) as a client's request."""
+        return self.handler.__new__(self.handler)
 
     def generate_name(self, meta: dict) -> str:
         """metadata.generateName plus 5 characters, as the real server's name generator."""
@@ -1047,6 +1074,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._authorize(method, url.path, query)
                 body = json.loads(raw) if raw else None
                 result = self._route(method, url.path, query, body)
+                if method != "GET":
+                    api.after_change()
             except ApiError as err:
                 return self._send(err.code, err.body)
             if result is not None:
@@ -1072,7 +1101,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         method, *match.groups(), query=query, body=body
                     )
             # The kinds of GPUPool's own manifests (deploy/): tests/clusters/fake_generic.py.
-            generic = generic_route(api, method, path, query, body)
+            generic = generic_route(
+                api, method, path, query, body, self.headers.get("Content-Type")
+            )
             if generic is not None:
                 return generic
             raise ApiError(
