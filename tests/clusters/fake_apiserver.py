@@ -25,8 +25,9 @@ PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, c
 merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
 as the real legacy validation does (`api.events()` reads them); an Eviction deletes its pod
 with its deleteOptions unless the pod's PodDisruptionBudget has no disruption left (429) or
-two budgets select it (500); pod lists and watches take the real field selectors
-(`spec.nodeName=` for unbound pods), any other field is 400.
+two budgets select it (500); pod and event lists and watches take the real field
+selectors (`spec.nodeName=` for unbound pods, `involvedObject.name=` for a pod's events),
+other kinds metadata.name and metadata.namespace; any other field is 400.
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
@@ -132,25 +133,52 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
-# The fields a pod list or watch may select on (the real ToSelectableFields), with the value
-# the real server defaults each to; any other label is 400.
-POD_FIELDS: dict[str, tuple[str, str, str]] = {
-    "metadata.name": ("metadata", "name", ""),
-    "metadata.namespace": ("metadata", "namespace", ""),
-    "spec.nodeName": ("spec", "nodeName", ""),
-    "spec.restartPolicy": ("spec", "restartPolicy", "Always"),
-    "spec.schedulerName": ("spec", "schedulerName", "default-scheduler"),
-    "spec.serviceAccountName": ("spec", "serviceAccountName", "default"),
-    "spec.hostNetwork": ("spec", "hostNetwork", "false"),
-    "status.phase": ("status", "phase", ""),
-    "status.podIP": ("status", "podIP", ""),
-    "status.nominatedNodeName": ("status", "nominatedNodeName", ""),
+# The fields a list or watch may select on (the real ToSelectableFields of each kind), with
+# the value the real server defaults each to; any other label is 400.
+METADATA_FIELDS = {"metadata.name": "", "metadata.namespace": ""}
+SELECTABLE = {
+    "pods": {
+        **METADATA_FIELDS,
+        "spec.nodeName": "",
+        "spec.restartPolicy": "Always",
+        "spec.schedulerName": "default-scheduler",
+        "spec.serviceAccountName": "default",
+        "spec.hostNetwork": "false",
+        "status.phase": "",
+        "status.podIP": "",
+        "status.nominatedNodeName": "",
+    },
+    "events": {
+        **METADATA_FIELDS,
+        **{
+            f"involvedObject.{key}": ""
+            for key in (
+                "kind",
+                "namespace",
+                "name",
+                "uid",
+                "apiVersion",
+                "resourceVersion",
+                "fieldPath",
+            )
+        },
+        "reason": "",
+        "reportingComponent": "",
+        "source": "",
+        "type": "",
+    },
 }
+FIELD_PATHS = {"source": ("source", "component")}  # a label that is not its own path
 
 
-def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str]]:
-    """(label, equal, value) per term of a fieldSelector ("a=b,c!=d", "==" too), as the
-    real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+def _field_path(label: str) -> tuple[str, ...]:
+    return FIELD_PATHS.get(label, tuple(label.split(".")))
+
+
+def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str, str]]:
+    """(label, equal, value, default) per term of a fieldSelector ("a=b,c!=d", "==" too), as
+    the real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+    known = SELECTABLE.get(resource, METADATA_FIELDS)
     terms = []
     for raw in (selector or "").split(","):
         term = raw.strip()
@@ -161,42 +189,43 @@ def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, s
             message = f"invalid selector: '{selector}'; can't understand '{term}'"
             raise ApiError(400, "BadRequest", message)
         label, op, value = match.groups()
-        known = POD_FIELDS if resource == "pods" else ("metadata.name", "metadata.namespace")
         if label not in known:
             raise ApiError(400, "BadRequest", f"field label not supported: {label}")
-        terms.append((label, op != "!=", value))
+        terms.append((label, op != "!=", value, known[label]))
     return terms
 
 
-def _field_value(obj: dict, label: str) -> str:
-    part, key, default = POD_FIELDS[label]
-    value = (obj.get(part) or {}).get(key, default)
+def _field_value(obj: dict, label: str, default: str) -> str:
+    value: Any = obj
+    for key in _field_path(label):
+        value = value.get(key) if isinstance(value, dict) else None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value if value is not None else default)
 
 
-def _fields_match(terms: list[tuple[str, bool, str]], obj: dict) -> bool:
-    return all((_field_value(obj, label) == value) == equal for label, equal, value in terms)
+def _fields_match(terms: list[tuple[str, bool, str, str]], obj: dict) -> bool:
+    return all(
+        (_field_value(obj, label, default) == value) == equal
+        for label, equal, value, default in terms
+    )
 
 
-def _selectable(obj: dict) -> dict:
-    """What a watch's selectors read of an object: kept per MODIFIED event, so that a change
-    moving the object into or out of a selection is seen as ADDED or DELETED."""
+def _selectable(resource: str, obj: dict) -> dict:
+    """What a watch's selectors read of an object (its labels and selectable fields): kept
+    per MODIFIED event, so that a change moving the object into or out of a selection is
+    seen as ADDED or DELETED."""
     meta = obj["metadata"]
     labels = dict(meta.get("labels") or {})
-    snapshot: dict = {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "labels": labels,
-        },
-        "spec": {},
-        "status": {},
-    }
-    for part, key, _ in POD_FIELDS.values():
-        if part != "metadata" and key in (obj.get(part) or {}):
-            snapshot[part][key] = obj[part][key]
+    snapshot: dict = {"metadata": {"labels": labels}}
+    for label in SELECTABLE.get(resource, METADATA_FIELDS):
+        *parents, key = _field_path(label)
+        source, target = obj, snapshot
+        for parent in parents:
+            source = source.get(parent) if isinstance(source, dict) else None
+            target = target.setdefault(parent, {})
+        if isinstance(source, dict) and key in source:
+            target[key] = source[key]
     return snapshot
 
 
@@ -903,7 +932,7 @@ class FakeApiServer:
         key = (resource, ns, obj["metadata"]["name"])
         if event == "MODIFIED":  # a watch's selector may have matched the object before only
             self.before[rv] = self._selected.get(key, {"metadata": {}})
-        self._selected[key] = _selectable(obj)
+        self._selected[key] = _selectable(resource, obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj

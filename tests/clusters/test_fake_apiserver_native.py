@@ -251,6 +251,25 @@ def test_events_are_created_read_listed_and_patched(api, fake):
     assert [e["count"] for e in fake.events(NS) if e["metadata"]["name"] == "p.1"] == [2]
 
 
+def test_events_are_listed_by_their_object_as_kubectl_describe_does(api):
+    """The event strategy's ToSelectableFields: involvedObject.*, reason, source, type."""
+    api.create_namespaced_event(NS, event("p.1"))
+    other = event("q.1")
+    other["involvedObject"]["name"] = "q"
+    api.create_namespaced_event(NS, {**other, "type": "Normal", "source": {"component": "x"}})
+
+    def names(selector: str) -> list[str]:
+        return [
+            e.metadata.name for e in api.list_namespaced_event(NS, field_selector=selector).items
+        ]
+
+    assert names("involvedObject.kind=Pod,involvedObject.name=p") == ["p.1"]
+    assert names("type!=Warning") == ["q.1"]
+    assert names("source=x,reason=Unschedulable") == ["q.1"]
+    status, message = refusal(api.list_namespaced_event, NS, field_selector="message=x")
+    assert (status, message) == (400, "field label not supported: message")
+
+
 def test_an_event_is_about_an_object_of_its_own_namespace(api):
     api.create_namespace({"metadata": {"name": "team-b"}})
     status, message = refusal(api.create_namespaced_event, NS, event("e", involved_ns="team-b"))
