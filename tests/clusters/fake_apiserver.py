@@ -21,8 +21,11 @@ or generateName is required (generated: 5 more characters); ownerReferences name
 kind, name and uid, and at most one is the controller.
 Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates) or being
 deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
-PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, conditions
-merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
+PodScheduled=True; a pod's PATCH (JSON, merge or strategic-merge patch) changes labels,
+annotations and owners, but its spec only where the real server lets it (scheduling gates
+removed, never added; while gated, nodeSelector terms added; images, tolerations added):
+422 else; pods/status takes PUT and patches, conditions merged by type and their types
+checked, spec and metadata kept; core/v1 Events are checked
 as the real legacy validation does (`api.events()` reads them); an Eviction deletes its pod
 with its deleteOptions unless the pod's PodDisruptionBudget has no disruption left (429) or
 two budgets select it (500); pod and event lists and watches take the real field
@@ -471,11 +474,54 @@ def patched(obj: dict, body: Any, content_type: str | None) -> dict:
         return merge_patch(obj, body or {}, strategic=True)
     if kind == "application/merge-patch+json":
         return merge_patch(obj, body or {})
+    if kind == "application/json-patch+json" and isinstance(body, list):
+        return json_patch(obj, body)
     message = (
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/merge-patch+json, application/strategic-merge-patch+json"
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/strategic-merge-patch+json"
     )
     raise ApiError(415, "UnsupportedMediaType", message)
+
+
+def json_patch(obj: dict, operations: list[dict]) -> dict:
+    """RFC 6902 (add, remove, replace, test); an operation that cannot apply is 422, as the
+    real server answers it."""
+    document = copy.deepcopy(obj)
+    for operation in operations:
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in operation["path"].split("/")[1:]]
+        try:
+            parent = document
+            for key in keys[:-1]:
+                parent = parent[int(key)] if isinstance(parent, list) else parent[key]
+            _apply(operation, parent, keys[-1])
+        except (KeyError, IndexError, ValueError, TypeError):
+            message = "the server rejected our request due to an error in our request"
+            raise ApiError(422, "Invalid", message) from None
+    return document
+
+
+def _apply(operation: dict, parent: Any, key: str) -> None:
+    """One operation on the container its path ends in; a failure raises."""
+    kind, value = operation.get("op"), copy.deepcopy(operation.get("value"))
+    at: Any = key
+    if isinstance(parent, list):
+        at = len(parent) if key == "-" else int(key)
+    if kind == "test":
+        if parent[at] != value:
+            raise ValueError(key)
+    elif kind == "remove":
+        del parent[at]
+    elif kind == "replace":
+        if isinstance(parent, dict) and at not in parent:
+            raise KeyError(key)
+        parent[at] = value  # past a list's end: IndexError
+    elif kind == "add" and isinstance(parent, list):
+        parent.insert(at, value)
+    elif kind == "add":
+        parent[at] = value
+    else:
+        raise ValueError(kind)
 
 
 SYSTEM_CONDITIONS = ("PodScheduled", "Ready", "Initialized")
@@ -548,6 +594,50 @@ def _validate_event(event: dict, ns: str) -> None:
             raise ApiError(
                 422, "Invalid", f'{field}: Invalid value: "": can have at most {limit} characters'
             )
+
+
+MUTABLE_POD_FIELDS = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
+)
+
+
+def _check_pod_update(name: str, old: dict, new: dict) -> None:
+    """ValidatePodUpdate: a scheduling gate may only be removed; while the pod is gated its
+    nodeSelector may gain terms and its affinity change (PodSchedulingReadiness); else only
+    images, activeDeadlineSeconds and added tolerations: 422 for anything more."""
+    before = [g.get("name") for g in old.get("schedulingGates") or []]
+    added = [g.get("name") for g in new.get("schedulingGates") or [] if g.get("name") not in before]
+    if added:
+        message = (
+            "spec.schedulingGates: Forbidden: only deletion is allowed, but found new "
+            f"scheduling gate '{added[0]}'"
+        )
+        raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {message}')
+    tolerations = old.get("tolerations") or []
+    selector = old.get("nodeSelector") or {}
+    gated = bool(before)
+    if (
+        (new.get("tolerations") or [])[: len(tolerations)] != tolerations
+        or (gated and any((new.get("nodeSelector") or {}).get(k) != v for k, v in selector.items()))
+        or _frozen(old, gated) != _frozen(new, gated)
+    ):
+        raise ApiError(
+            422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: {MUTABLE_POD_FIELDS}'
+        )
+
+
+def _frozen(spec: dict, gated: bool) -> dict:
+    """The part of a pod's spec no update may change."""
+    frozen = copy.deepcopy(spec)
+    mutable = ["activeDeadlineSeconds", "schedulingGates", "tolerations"]
+    for field in mutable + (["nodeSelector", "affinity"] if gated else []):
+        frozen.pop(field, None)
+    for container in frozen.get("containers", []) + frozen.get("initContainers", []):
+        container.pop("image", None)
+    return frozen
 
 
 def _namespace(name: str) -> dict:
@@ -1202,9 +1292,33 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._delete_item(resource, ns, name, query, body or {})
             if resource == "events" and method in ("PATCH", "PUT"):
                 return self._update_event(method, ns, name, body or {})
+            if resource == "pods" and method == "PATCH":
+                return self._patch_pod(ns, name, body)
             if method == "PATCH":
                 return self._patch_metadata(resource, ns, name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
+
+        def _patch_pod(self, ns: str, name: str, body: Any):
+            """A pod's PATCH (any of the three content types): labels, annotations and
+            ownerReferences change as asked, spec only where the real server lets it
+            (_check_pod_update), status never (its subresource's)."""
+            with api.lock:
+                pod = self._get("pods", ns, name, copy_=False)
+                if isinstance(body, dict):
+                    self._check_rv(pod, body)
+                new = patched(pod, body, self.headers.get("Content-Type"))
+                meta = dict(new.get("metadata") or {})  # the patch may share the stored one
+                for field in ("labels", "annotations"):
+                    _check_string_map(meta.get(field), field)
+                _validate_annotations(meta.get("annotations") or {})
+                _validate_owners(meta)
+                _check_pod_update(name, pod["spec"], new.get("spec") or {})
+                fixed = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+                for field in fixed:
+                    meta.pop(field, None)
+                meta.update({k: v for k, v in pod["metadata"].items() if k in fixed})
+                pod["metadata"], pod["spec"] = meta, copy.deepcopy(new["spec"])
+                return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
 
         def _update_event(self, method: str, ns: str, name: str, body: dict):
             """An Event's update (a recorder bumps count and lastTimestamp): checked again

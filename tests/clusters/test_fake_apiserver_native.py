@@ -143,6 +143,59 @@ def test_a_pod_being_deleted_cannot_be_bound():
         assert message.endswith("is being deleted, cannot be assigned to a host")
 
 
+# --- pod updates: ValidatePodUpdate (pkg/apis/core/validation/validation.go) ---------------
+def test_a_scheduling_gate_can_only_be_removed_and_then_the_pod_can_be_bound(api, fake):
+    api.create_namespaced_pod(NS, pod("p", schedulingGates=[{"name": "example.com/wait"}]))
+    more = {"spec": {"schedulingGates": [{"name": "example.com/wait"}, {"name": "x.io/b"}]}}
+    status, message = refusal(api.patch_namespaced_pod, "p", NS, more)
+    assert (status, message) == (
+        422,
+        'Pod "p" is invalid: spec.schedulingGates: Forbidden: only deletion is allowed, but '
+        "found new scheduling gate 'x.io/b'",
+    )
+    # While gated, the pod's nodeSelector may gain a term (PodSchedulingReadiness).
+    api.patch_namespaced_pod("p", NS, {"spec": {"nodeSelector": {"pool": "a100"}}})
+    api.patch_namespaced_pod("p", NS, [{"op": "remove", "path": "/spec/schedulingGates"}])
+    assert bind(api, "p").status == 201
+    assert fake.pod(NS, "p")["spec"]["nodeSelector"] == {"pool": "a100"}
+
+
+def test_a_pods_spec_changes_only_where_the_real_server_lets_it(api, fake):
+    api.create_namespaced_pod(NS, pod("p", labels={"a": "1", "b": "2"}))
+    status, message = refusal(api.patch_namespaced_pod, "p", NS, {"spec": {"nodeName": "gpu-a"}})
+    assert status == 422
+    assert message.startswith('Pod "p" is invalid: spec: Forbidden: pod updates may not change')
+    status, _ = refusal(api.patch_namespaced_pod, "p", NS, {"spec": {"nodeSelector": {"x": "y"}}})
+    assert status == 422  # not gated: the node selector is fixed
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    api.patch_namespaced_pod("p", NS, {"spec": {"tolerations": [toleration]}})
+    image = [{"op": "replace", "path": "/spec/containers/0/image", "value": "y"}]
+    api.patch_namespaced_pod("p", NS, image)
+    merging = k8s_config.new_client_from_config_dict(fake.kubeconfig())
+    merging.set_default_header("Content-Type", "application/merge-patch+json")
+    k8s.CoreV1Api(merging).patch_namespaced_pod("p", NS, {"metadata": {"labels": {"a": None}}})
+    stored = fake.pod(NS, "p")
+    assert stored["spec"]["tolerations"] == [toleration]
+    assert stored["spec"]["containers"][0]["image"] == "y"
+    assert stored["metadata"]["labels"] == {"b": "2"}
+    assert stored["status"]["phase"] == "Pending"  # a PATCH of the pod leaves its status
+
+
+def test_a_json_patch_that_cannot_apply_is_422(api):
+    api.create_namespaced_pod(NS, pod("p"))
+    api.patch_namespaced_pod("p", NS, {"metadata": {"annotations": {"a": "1"}}})
+    for operations in (
+        [{"op": "remove", "path": "/spec/schedulingGates"}],
+        [{"op": "test", "path": "/spec/schedulerName", "value": "other"}],
+        [{"op": "replace", "path": "/metadata/annotations/missing", "value": "x"}],
+    ):
+        status, message = refusal(api.patch_namespaced_pod, "p", NS, operations)
+        assert (status, message) == (
+            422,
+            "the server rejected our request due to an error in our request",
+        )
+
+
 # --- pods/status: podStatusStrategy (status only), validatePodConditions ---------------------
 UNSCHEDULABLE = {
     "type": "PodScheduled",
