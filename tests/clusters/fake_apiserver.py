@@ -32,8 +32,9 @@ two budgets select it (500); pod and event lists and watches take the real field
 selectors (`spec.nodeName=` for unbound pods, `involvedObject.name=` for a pod's events),
 other kinds metadata.name and metadata.namespace; any other field is 400.
 
-A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
-them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
+A tiny kubelet: pods bound to a node start Running at once (auto_run), with the kubelet's
+conditions (PodScheduled, Initialized, ContainersReady, Ready...), `finish()` ends them with
+an exit code (no longer ready); deletions wait for `complete_deletions()` when `deferred_delete`.
 With `job_controller=True`, the Job controller (fake_generic.sync_jobs) runs after every
 write and kubelet change, and on `run_controllers()`.
 """
@@ -563,6 +564,18 @@ def set_condition(status: dict, kind: str, value: str, **fields: str) -> None:
         conditions[conditions.index(old)] = condition
 
 
+def kubelet_conditions(status: dict, *, running: bool) -> None:
+    """The conditions the kubelet keeps (generateAPIPodStatus): PodScheduled, and for a pod
+    it started Initialized, PodReadyToStartContainers, ContainersReady and Ready; once its
+    containers ended the last three are False (reason PodCompleted for the ready ones)."""
+    set_condition(status, "PodScheduled", "True")
+    set_condition(status, "PodReadyToStartContainers", "True" if running else "False")
+    set_condition(status, "Initialized", "True")
+    ready = {} if running else {"reason": "PodCompleted"}
+    for kind in ("ContainersReady", "Ready"):
+        set_condition(status, kind, "True" if running else "False", **ready)
+
+
 EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "message": 1024}
 
 
@@ -965,6 +978,7 @@ class FakeApiServer:
                     }
                 ],
             }
+            kubelet_conditions(pod["status"], running=False)
             self._store("pods", namespace, pod, "MODIFIED")
             self.after_change()
 
@@ -1643,6 +1657,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for container in pod["spec"]["containers"]
                 ],
             }
+            kubelet_conditions(pod["status"], running=True)
 
         def _delete_item(self, resource: str, ns: str, name: str, query: dict, body: dict):
             with api.lock:

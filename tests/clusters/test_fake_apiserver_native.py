@@ -88,10 +88,30 @@ def test_a_binding_sets_the_node_copies_its_annotations_and_marks_the_pod_schedu
     stored = fake.pod(NS, "p")
     assert stored["spec"]["nodeName"] == "gpu-a"
     assert stored["metadata"]["annotations"] == {"gpupool.io/bound-by": "i.c"}
-    (condition,) = stored["status"]["conditions"]
-    assert condition["type"] == "PodScheduled"
-    assert condition["status"] == "True"
-    assert condition["lastTransitionTime"]
+    conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert conditions["PodScheduled"]["status"] == "True"
+    assert conditions["PodScheduled"]["lastTransitionTime"]
+
+
+def test_the_kubelet_keeps_a_pods_conditions(api, fake):
+    """generateAPIPodStatus: a started pod is PodScheduled, Initialized, ready; a finished
+    one is not ready any more, reason PodCompleted."""
+    api.create_namespaced_pod(NS, pod("p", nodeName="gpu-a"))  # pinned: no Binding
+
+    def conditions() -> dict[str, tuple[str, str | None]]:
+        stored = fake.pod(NS, "p")["status"]["conditions"]
+        return {c["type"]: (c["status"], c.get("reason")) for c in stored}
+
+    assert conditions() == {
+        "PodScheduled": ("True", None),
+        "PodReadyToStartContainers": ("True", None),
+        "Initialized": ("True", None),
+        "ContainersReady": ("True", None),
+        "Ready": ("True", None),
+    }
+    fake.finish(NS, "p", 0)
+    assert conditions()["Ready"] == ("False", "PodCompleted")
+    assert conditions()["ContainersReady"] == ("False", "PodCompleted")
 
 
 def test_a_pod_bound_already_cannot_be_bound_again(api):
