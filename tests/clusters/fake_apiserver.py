@@ -14,7 +14,8 @@ pod lacks is 400; namespaces get `kubernetes.io/metadata.name`, and the cluster 
 kube-system, kube-public and kube-node-lease; a new node is tainted
 `node.kubernetes.io/not-ready` until it is Ready; the Pod Security level a namespace enforces
 (`pod-security.kubernetes.io/enforce`, else `pod_security_default`) is admitted as the real
-plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class;
+plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class
+and the real spec defaults (default-scheduler, restartPolicy Always, dnsPolicy, priority 0);
 with `rbac_rules` set (a ClusterRole's rules), any request they do not allow is 403 Forbidden;
 env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
 or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
@@ -137,6 +138,15 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
+# What the real server sets in a pod's spec left out (SetDefaults_PodSpec, and the Priority
+# admission's 0 without a class). Not terminationGracePeriodSeconds (30 on a real server):
+# test_kubernetes_backend reads the stored pod to see that GPUPool sent none.
+POD_DEFAULTS = {
+    "schedulerName": "default-scheduler",
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "priority": 0,
+}
 # The fields a list or watch may select on (the real ToSelectableFields of each kind), with
 # the value the real server defaults each to; any other label is 400.
 METADATA_FIELDS = {"metadata.name": "", "metadata.namespace": ""}
@@ -1593,6 +1603,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     )
                     raise ApiError(403, "Forbidden", message)
                 pod["spec"]["priority"] = klass["value"]
+            for field, value in POD_DEFAULTS.items():  # the real server's defaulting
+                pod["spec"].setdefault(field, value)
             _validate_pod(pod)
             labels = api.objects["namespaces"][("", ns)]["metadata"].get("labels") or {}
             refusal = pod_security_violation(pod, labels, api.pod_security_default)

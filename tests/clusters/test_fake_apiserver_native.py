@@ -163,6 +163,23 @@ def test_a_pod_being_deleted_cannot_be_bound():
         assert message.endswith("is being deleted, cannot be assigned to a host")
 
 
+def test_a_pod_gets_the_real_defaults_of_its_spec(api, fake):
+    """SetDefaults_PodSpec and the Priority admission: the default scheduler, and the rest."""
+    bare = pod("p")
+    bare["spec"].pop("schedulerName")
+    api.create_namespaced_pod(NS, bare)
+    spec = fake.pod(NS, "p")["spec"]
+    assert spec["schedulerName"] == "default-scheduler"
+    assert (spec["restartPolicy"], spec["dnsPolicy"], spec["priority"]) == (
+        "Always",
+        "ClusterFirst",
+        0,
+    )
+    api.create_namespaced_pod(NS, pod("q", restartPolicy="Never"))
+    assert fake.pod(NS, "q")["spec"]["schedulerName"] == "gpupool"  # what is given stays
+    assert fake.pod(NS, "q")["spec"]["restartPolicy"] == "Never"
+
+
 # --- pod updates: ValidatePodUpdate (pkg/apis/core/validation/validation.go) ---------------
 def test_a_scheduling_gate_can_only_be_removed_and_then_the_pod_can_be_bound(api, fake):
     api.create_namespaced_pod(NS, pod("p", schedulingGates=[{"name": "example.com/wait"}]))
