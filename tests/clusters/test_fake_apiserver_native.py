@@ -140,6 +140,10 @@ def test_a_binding_to_a_node_that_does_not_exist_is_accepted(api, fake):
     stored = fake.pod(NS, "p")
     assert stored["spec"]["nodeName"] == "no-such-node"
     assert stored["status"]["phase"] == "Pending"
+    # No kubelet runs it, so PodScheduled is the Binding's own doing.
+    (condition,) = stored["status"]["conditions"]
+    assert (condition["type"], condition["status"]) == ("PodScheduled", "True")
+    assert condition["lastTransitionTime"]
 
 
 def test_a_binding_must_name_its_pod_and_a_node(api):
