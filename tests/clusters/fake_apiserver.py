@@ -1,25 +1,43 @@
 """An in-process Kubernetes API server speaking the real REST protocol, for the official client.
 
-It implements what GPUPool's kubernetes backend uses: /version; nodes; namespaces; pods
-(create, get, list across namespaces with label selectors, delete with a grace period,
-binding, status, log); services; priorityclasses (scheduling.k8s.io/v1); list + watch
-with resourceVersions. Errors are real `Status` objects: 404 NotFound, 409
-AlreadyExists/Conflict, 410 Gone for a watch from a compacted resourceVersion. Faults can
-be injected: 500s, slow answers (client timeouts), 409s, and a server that drops every
-connection ("down").
+It implements what GPUPool's kubernetes backend and native scheduling use: /version; nodes;
+namespaces; pods (create, get, list across namespaces with label and field selectors, delete
+with a grace period, binding, status, eviction, log); services; core/v1 events;
+priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
+`Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
+compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/
-test_fake_apiserver_strict.py): a log asked of a container the pod lacks is 400; namespaces
-get `kubernetes.io/metadata.name`, and the cluster has default, kube-system, kube-public
-and kube-node-lease; a new node is tainted `node.kubernetes.io/not-ready` until it is
-Ready; the Pod Security level a namespace enforces (`pod-security.kubernetes.io/enforce`,
-else `pod_security_default`) is admitted as the real plugin does, with its message; a
-pod's priorityClassName must exist; pods get their QoS class; with `rbac_rules` set (a
-ClusterRole's rules), any request they do not allow is 403 Forbidden; env names are
-checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty).
+test_fake_apiserver_strict.py, test_fake_apiserver_native.py): a log asked of a container the
+pod lacks is 400; namespaces get `kubernetes.io/metadata.name`, and the cluster has default,
+kube-system, kube-public and kube-node-lease; a new node is tainted
+`node.kubernetes.io/not-ready` until it is Ready; the Pod Security level a namespace enforces
+(`pod-security.kubernetes.io/enforce`, else `pod_security_default`) is admitted as the real
+plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class
+and the real spec defaults (default-scheduler, restartPolicy Always, dnsPolicy, priority 0);
+with `rbac_rules` set (a ClusterRole's rules), any request they do not allow is 403 Forbidden;
+env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
+or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
+kind, name and uid, and at most one is the controller.
+Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates) or being
+deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
+PodScheduled=True; a pod's PATCH (JSON, merge or strategic-merge patch) changes labels,
+annotations and owners, but its spec only where the real server lets it (scheduling gates
+removed, never added; while gated, nodeSelector terms added; images, tolerations added):
+422 else; pods/status takes PUT and patches, conditions merged by type and their types
+checked, spec and metadata kept; core/v1 Events are checked
+as the real legacy validation does (`api.events()` reads them); an Eviction deletes its pod
+with its deleteOptions unless the pod's PodDisruptionBudget has no disruption left (429) or
+two budgets select it (500); pod and event lists and watches take the real field
+selectors (`spec.nodeName=` for unbound pods, `involvedObject.name=` for a pod's events),
+other kinds metadata.name and metadata.namespace; any other field is 400.
 
-A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
-them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
+A tiny kubelet: pods bound to a node start Running at once (auto_run), with the kubelet's
+conditions (PodScheduled, Initialized, ContainersReady, Ready...), `finish()` ends them with
+an exit code (no longer ready); deletions wait for `complete_deletions()` when `deferred_delete`.
+With `job_controller=True`, the Job controller (fake_generic.sync_jobs) runs after every
+write and kubelet change, and on `run_controllers()`.
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ import bisect
 import copy
 import itertools
 import json
+import random
 import re
 import subprocess
 import sys
@@ -43,7 +62,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
-from tests.clusters.fake_generic import generic_route
+from tests.clusters.fake_generic import generic_route, sync_jobs, take_disruption
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -52,6 +71,7 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 NOT_READY = "node.kubernetes.io/not-ready"
 SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 GPU = "nvidia.com/gpu"
+NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # generated names' suffix, as the real one's
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
@@ -81,6 +101,10 @@ def status_body(code: int, reason: str, message: str) -> dict:
         "reason": reason,
         "code": code,
     }
+
+
+# What a create of a subresource that makes no object (a Binding, an Eviction) answers.
+CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def kubeconfig_for(url: str) -> dict:
@@ -124,6 +148,111 @@ def _matches(selector: str | None, labels: dict) -> bool:
         elif labels.get(term) is None:
             return False
     return True
+
+
+# What the real server sets in a pod's spec left out (SetDefaults_PodSpec, and the Priority
+# admission's 0 without a class). Not terminationGracePeriodSeconds (30 on a real server):
+# test_kubernetes_backend reads the stored pod to see that GPUPool sent none.
+POD_DEFAULTS = {
+    "schedulerName": "default-scheduler",
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "priority": 0,
+}
+# The fields a list or watch may select on (the real ToSelectableFields of each kind), with
+# the value the real server defaults each to; any other label is 400.
+METADATA_FIELDS = {"metadata.name": "", "metadata.namespace": ""}
+SELECTABLE = {
+    "pods": {
+        **METADATA_FIELDS,
+        "spec.nodeName": "",
+        "spec.restartPolicy": "Always",
+        "spec.schedulerName": "default-scheduler",
+        "spec.serviceAccountName": "default",
+        "spec.hostNetwork": "false",
+        "status.phase": "",
+        "status.podIP": "",
+        "status.nominatedNodeName": "",
+    },
+    "events": {
+        **METADATA_FIELDS,
+        **{
+            f"involvedObject.{key}": ""
+            for key in (
+                "kind",
+                "namespace",
+                "name",
+                "uid",
+                "apiVersion",
+                "resourceVersion",
+                "fieldPath",
+            )
+        },
+        "reason": "",
+        "reportingComponent": "",
+        "source": "",
+        "type": "",
+    },
+}
+FIELD_PATHS = {"source": ("source", "component")}  # a label that is not its own path
+
+
+def _field_path(label: str) -> tuple[str, ...]:
+    return FIELD_PATHS.get(label, tuple(label.split(".")))
+
+
+def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str, str]]:
+    """(label, equal, value, default) per term of a fieldSelector ("a=b,c!=d", "==" too), as
+    the real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+    known = SELECTABLE.get(resource, METADATA_FIELDS)
+    terms = []
+    for raw in (selector or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        match = re.fullmatch(r"([^=!]+)(!=|==|=)(.*)", term)
+        if not match:
+            message = f"invalid selector: '{selector}'; can't understand '{term}'"
+            raise ApiError(400, "BadRequest", message)
+        label, op, value = match.groups()
+        if label not in known:
+            raise ApiError(400, "BadRequest", f"field label not supported: {label}")
+        terms.append((label, op != "!=", value, known[label]))
+    return terms
+
+
+def _field_value(obj: dict, label: str, default: str) -> str:
+    value: Any = obj
+    for key in _field_path(label):
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value if value is not None else default)
+
+
+def _fields_match(terms: list[tuple[str, bool, str, str]], obj: dict) -> bool:
+    return all(
+        (_field_value(obj, label, default) == value) == equal
+        for label, equal, value, default in terms
+    )
+
+
+def _selectable(resource: str, obj: dict) -> dict:
+    """What a watch's selectors read of an object (its labels and selectable fields): kept
+    per MODIFIED event, so that a change moving the object into or out of a selection is
+    seen as ADDED or DELETED."""
+    meta = obj["metadata"]
+    labels = dict(meta.get("labels") or {})
+    snapshot: dict = {"metadata": {"labels": labels}}
+    for label in SELECTABLE.get(resource, METADATA_FIELDS):
+        *parents, key = _field_path(label)
+        source, target = obj, snapshot
+        for parent in parents:
+            source = source.get(parent) if isinstance(source, dict) else None
+            target = target.setdefault(parent, {})
+        if isinstance(source, dict) and key in source:
+            target[key] = source[key]
+    return snapshot
 
 
 def _version(value: Any) -> int | None:
@@ -328,6 +457,224 @@ def _validate_annotations(annotations: dict) -> None:
         raise ApiError(422, "Invalid", message)
 
 
+# Strategic merge: the lists these fields name merge item by item on the key (their
+# patchMergeKey in k8s.io/api); every other list is replaced whole.
+MERGE_KEYS = {"conditions": "type", "containerStatuses": "name", "initContainerStatuses": "name"}
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
+    """RFC 7386 (application/merge-patch+json): maps merge, null deletes, the rest replaces;
+    strategic (application/strategic-merge-patch+json) also merges the lists of MERGE_KEYS."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif strategic and key in MERGE_KEYS and isinstance(value, list):
+            result[key] = _merge_list(result.get(key) or [], value, MERGE_KEYS[key])
+        else:
+            result[key] = merge_patch(result.get(key), value, strategic=strategic)
+    return result
+
+
+def _merge_list(current: list, patch: list, key: str) -> list:
+    merged = copy.deepcopy(current)
+    for item in patch:
+        index = next((i for i, old in enumerate(merged) if old.get(key) == item.get(key)), None)
+        if index is None:
+            merged.append(copy.deepcopy(item))
+        else:
+            merged[index] = merge_patch(merged[index], item, strategic=True)
+    return merged
+
+
+def patched(obj: dict, body: Any, content_type: str | None) -> dict:
+    """The object after a PATCH of this content type (the official client sends strategic
+    merge for a dict, JSON patch for a list, merge patch when asked)."""
+    kind = (content_type or "").split(";")[0].strip()
+    if kind == "application/strategic-merge-patch+json":
+        return merge_patch(obj, body or {}, strategic=True)
+    if kind == "application/merge-patch+json":
+        return merge_patch(obj, body or {})
+    if kind == "application/json-patch+json" and isinstance(body, list):
+        return json_patch(obj, body)
+    message = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/strategic-merge-patch+json"
+    )
+    raise ApiError(415, "UnsupportedMediaType", message)
+
+
+def json_patch(obj: dict, operations: list[dict]) -> dict:
+    """RFC 6902 (add, remove, replace, test); an operation that cannot apply is 422, as the
+    real server answers it."""
+    document = copy.deepcopy(obj)
+    for operation in operations:
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in operation["path"].split("/")[1:]]
+        try:
+            parent = document
+            for key in keys[:-1]:
+                parent = parent[int(key)] if isinstance(parent, list) else parent[key]
+            _apply(operation, parent, keys[-1])
+        except (KeyError, IndexError, ValueError, TypeError):
+            message = "the server rejected our request due to an error in our request"
+            raise ApiError(422, "Invalid", message) from None
+    return document
+
+
+def _apply(operation: dict, parent: Any, key: str) -> None:
+    """One operation on the container its path ends in; a failure raises."""
+    kind, value = operation.get("op"), copy.deepcopy(operation.get("value"))
+    at: Any = key
+    if isinstance(parent, list):
+        at = len(parent) if key == "-" else int(key)
+    if kind == "test":
+        if parent[at] != value:
+            raise ValueError(key)
+    elif kind == "remove":
+        del parent[at]
+    elif kind == "replace":
+        if isinstance(parent, dict) and at not in parent:
+            raise KeyError(key)
+        parent[at] = value  # past a list's end: IndexError
+    elif kind == "add" and isinstance(parent, list):
+        parent.insert(at, value)
+    elif kind == "add":
+        parent[at] = value
+    else:
+        raise ValueError(kind)
+
+
+SYSTEM_CONDITIONS = ("PodScheduled", "Ready", "Initialized")
+
+
+def _validate_pod_conditions(conditions: list[dict]) -> None:
+    """validatePodConditions: a condition type of the pod's own is a qualified name (so not
+    empty); the real server checks no status value (True/False/Unknown by convention)."""
+    for index, condition in enumerate(conditions):
+        kind = str(condition.get("type") or "")
+        if kind in SYSTEM_CONDITIONS:
+            continue
+        prefix, _, name = kind.rpartition("/")
+        where = f"status.conditions[{index}].Type"
+        if not name:
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": name part must be non-empty'
+            )
+        if (
+            not QUALIFIED_NAME.fullmatch(name)
+            or len(name) > 63
+            or ("/" in kind and not DNS_SUBDOMAIN.fullmatch(prefix))
+        ):
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": must be a qualified name'
+            )
+
+
+def set_condition(status: dict, kind: str, value: str, **fields: str) -> None:
+    """As podutil.UpdatePodCondition: lastTransitionTime moves only when the status does."""
+    conditions = status.setdefault("conditions", [])
+    old = next((c for c in conditions if c.get("type") == kind), None)
+    condition = {"type": kind, "status": value, "lastProbeTime": None, **fields}
+    changed = old is None or old.get("status") != value
+    condition["lastTransitionTime"] = _now() if changed else old.get("lastTransitionTime")
+    if old is None:
+        conditions.append(condition)
+    else:
+        conditions[conditions.index(old)] = condition
+
+
+def kubelet_conditions(status: dict, *, running: bool) -> None:
+    """The conditions the kubelet keeps (generateAPIPodStatus): PodScheduled, and for a pod
+    it started Initialized, PodReadyToStartContainers, ContainersReady and Ready; once its
+    containers ended the last three are False (reason PodCompleted for the ready ones)."""
+    set_condition(status, "PodScheduled", "True")
+    set_condition(status, "PodReadyToStartContainers", "True" if running else "False")
+    set_condition(status, "Initialized", "True")
+    ready = {} if running else {"reason": "PodCompleted"}
+    for kind in ("ContainersReady", "Ready"):
+        set_condition(status, kind, "True" if running else "False", **ready)
+
+
+EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "message": 1024}
+
+
+def _validate_event(event: dict, ns: str) -> None:
+    """core/v1 Events get legacyValidateEvent and nothing more (the strict checks are
+    events.k8s.io/v1's): without eventTime only that involvedObject.namespace is the
+    event's (or empty, in "default"); reason, message and type are free. With eventTime
+    (a "new" event): reportingComponent, reportingInstance, action, reason required, each
+    at most 128 characters, the message at most 1024."""
+    theirs = (event.get("involvedObject") or {}).get("namespace") or ""
+    new = bool(event.get("eventTime"))
+    allowed = (
+        (theirs == ns) if theirs else ns in (("default", "kube-system") if new else ("", "default"))
+    )
+    if not allowed:
+        message = (
+            f'involvedObject.namespace: Invalid value: "{theirs}": does not match event.namespace'
+        )
+        raise ApiError(422, "Invalid", message)
+    if not new:
+        return
+    if not event.get("reportingComponent"):
+        raise ApiError(422, "Invalid", "reportingController: Required value")
+    for field, limit in EVENT_LIMITS.items():
+        value = str(event.get(field) or "")
+        if not value and field != "message":
+            raise ApiError(422, "Invalid", f"{field}: Required value")
+        if len(value) > limit:
+            raise ApiError(
+                422, "Invalid", f'{field}: Invalid value: "": can have at most {limit} characters'
+            )
+
+
+MUTABLE_POD_FIELDS = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
+)
+
+
+def _check_pod_update(name: str, old: dict, new: dict) -> None:
+    """ValidatePodUpdate: a scheduling gate may only be removed; while the pod is gated its
+    nodeSelector may gain terms and its affinity change (PodSchedulingReadiness); else only
+    images, activeDeadlineSeconds and added tolerations: 422 for anything more."""
+    before = [g.get("name") for g in old.get("schedulingGates") or []]
+    added = [g.get("name") for g in new.get("schedulingGates") or [] if g.get("name") not in before]
+    if added:
+        message = (
+            "spec.schedulingGates: Forbidden: only deletion is allowed, but found new "
+            f"scheduling gate '{added[0]}'"
+        )
+        raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {message}')
+    tolerations = old.get("tolerations") or []
+    selector = old.get("nodeSelector") or {}
+    gated = bool(before)
+    if (
+        (new.get("tolerations") or [])[: len(tolerations)] != tolerations
+        or (gated and any((new.get("nodeSelector") or {}).get(k) != v for k, v in selector.items()))
+        or _frozen(old, gated) != _frozen(new, gated)
+    ):
+        raise ApiError(
+            422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: {MUTABLE_POD_FIELDS}'
+        )
+
+
+def _frozen(spec: dict, gated: bool) -> dict:
+    """The part of a pod's spec no update may change."""
+    frozen = copy.deepcopy(spec)
+    mutable = ["activeDeadlineSeconds", "schedulingGates", "tolerations"]
+    for field in mutable + (["nodeSelector", "affinity"] if gated else []):
+        frozen.pop(field, None)
+    for container in frozen.get("containers", []) + frozen.get("initContainers", []):
+        container.pop("image", None)
+    return frozen
+
+
 def _namespace(name: str) -> dict:
     return {
         "apiVersion": "v1",
@@ -422,19 +769,39 @@ def _validate_service(service: dict, taken: set[int]) -> None:
     spec["type"] = kind
 
 
+OWNER_FIELDS = {
+    "apiVersion": "version must not be empty",
+    "kind": "must not be empty",
+    "name": "must not be empty",
+    "uid": "must not be empty",
+}
+
+
 def _validate_owners(meta: dict) -> None:
-    for owner in meta.get("ownerReferences") or []:
-        for field in ("apiVersion", "kind", "name", "uid"):
+    """As apimachinery's ValidateOwnerReferences: each names an apiVersion, kind, name and
+    uid, and at most one is the controller (422, the real messages)."""
+    owners = meta.get("ownerReferences") or []
+    for owner in owners:
+        for field, why in OWNER_FIELDS.items():
             if not owner.get(field):
-                raise ApiError(422, "Invalid", f"metadata.ownerReferences.{field}: Required value")
+                message = f'metadata.ownerReferences.{field}: Invalid value: "": {why}'
+                raise ApiError(422, "Invalid", message)
+    controllers = [f"{o['kind']}/{o['name']}" for o in owners if o.get("controller")]
+    if len(controllers) > 1:
+        message = (
+            "metadata.ownerReferences: Invalid value: Only one reference can have Controller "
+            f'set to true. Found "true" in references for {controllers[0]} and {controllers[1]}'
+        )
+        raise ApiError(422, "Invalid", message)
 
 
-def _seen_as(kind: str, obj: dict, labels_before: dict | None, visible: Any) -> str | None:
-    """The event a watch with this selector sees, if any. A change of labels moves an
-    object into or out of the selector: ADDED or DELETED, as the real server sends."""
+def _seen_as(kind: str, obj: dict, before: dict | None, visible: Any) -> str | None:
+    """The event a watch with these selectors sees, if any. A change of labels or selected
+    fields moves an object into or out of the selection: ADDED or DELETED, as the real
+    server sends."""
     now_in = visible(obj)
-    if kind == "MODIFIED" and labels_before is not None:
-        was_in = visible({**obj, "metadata": {**obj["metadata"], "labels": labels_before}})
+    if kind == "MODIFIED" and before is not None:
+        was_in = visible(before)
         if was_in != now_in:
             return "ADDED" if now_in else "DELETED"
     return kind if now_in else None
@@ -450,9 +817,15 @@ class _Server(ThreadingHTTPServer):
 class FakeApiServer:
     """`with FakeApiServer() as api:` serves on a free loopback port; `api.kubeconfig()`."""
 
-    def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
+    def __init__(
+        self, *, auto_run: bool = True, deferred_delete: bool = False, job_controller: bool = False
+    ):
         self.auto_run = auto_run
         self.deferred_delete = deferred_delete
+        # The Job controller (fake_generic.sync_jobs): after every write, and on run_controllers().
+        self.job_controller = job_controller
+        self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
+        self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = itertools.count(1)
@@ -464,8 +837,9 @@ class FakeApiServer:
             "services": {},
             "priorityclasses": {},
             "configmaps": {},
+            "events": {},
         }
-        self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
+        self.history: list[tuple[int, str, str, dict]] = []  # watch events: rv, resource, type, obj
         self.faults: list[Fault] = []
         # Namespaces the cluster forbids creating (RBAC, an admission webhook): 403.
         self.forbidden_namespaces: set[str] = set()
@@ -493,11 +867,12 @@ class FakeApiServer:
         self.too_large_wait_s = 0.5
         self.event_window = EVENT_WINDOW
         self.list_calls: Counter[str] = Counter()  # full lists (not watches) per resource
-        self._labels_stored: dict[tuple[str, str, str], dict] = {}
-        self.labels_before: dict[int, dict] = {}  # MODIFIED event's version -> old labels
+        self._selected: dict[tuple[str, str, str], dict] = {}  # what selectors read, as stored
+        self.before: dict[int, dict] = {}  # MODIFIED event's version -> what selectors read before
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
-        self.server = _Server(("127.0.0.1", 0), _handler_for(self))
+        self.handler = _handler_for(self)
+        self.server = _Server(("127.0.0.1", 0), self.handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         with self.lock:
@@ -584,6 +959,7 @@ class FakeApiServer:
             for (ns, pod_name), pod in list(self.objects["pods"].items()):
                 if pod["spec"].get("nodeName") == name:
                     self._delete("pods", ns, pod_name)
+            self.after_change()
 
     def pods(self) -> list[dict]:
         with self.lock:
@@ -624,7 +1000,9 @@ class FakeApiServer:
                     }
                 ],
             }
+            kubelet_conditions(pod["status"], running=False)
             self._store("pods", namespace, pod, "MODIFIED")
+            self.after_change()
 
     def complete_deletions(self) -> int:
         """The kubelet confirms every terminating pod has stopped."""
@@ -634,7 +1012,43 @@ class FakeApiServer:
             ]
             for ns, name in doomed:
                 self._delete("pods", ns, name)
+            self.after_change()
             return len(doomed)
+
+    def events(self, namespace: str | None = None) -> list[dict]:
+        """The core/v1 Events stored (of one namespace, or all), oldest first."""
+        with self.lock:
+            events = [
+                copy.deepcopy(e)
+                for (ns, _), e in self.objects["events"].items()
+                if namespace is None or ns == namespace
+            ]
+        return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def run_controllers(self) -> None:
+        """What kube-controller-manager would do now: the Job controller (when enabled)
+        syncs every Job until nothing changes. Synchronous, so tests need not wait."""
+        with self.lock:
+            for _ in range(10):  # a pass may make work for the next (a pod made, then counted)
+                if not sync_jobs(self, self.client()):
+                    return
+
+    def after_change(self) -> None:
+        if self.job_controller:
+            self.run_controllers()
+
+    def client(self) -> Any:
+        """The request handler's operations without a request: how the fake's controllers
+        write through the same checks (admission, validation) as a client's request."""
+        return self.handler.__new__(self.handler)
+
+    def generate_name(self, meta: dict) -> str:
+        """metadata.generateName plus 5 characters, as the real server's name generator."""
+        prefix = meta.get("generateName")
+        if not prefix:
+            message = "metadata.name: Required value: name or generateName is required"
+            raise ApiError(422, "Invalid", message)
+        return prefix[:58] + "".join(self.random.choice(NAME_CHARACTERS) for _ in range(5))
 
     # --- storage -----------------------------------------------------------------------------
     def _store(self, resource: str, ns: str, obj: dict, event: str) -> dict:
@@ -642,9 +1056,9 @@ class FakeApiServer:
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         key = (resource, ns, obj["metadata"]["name"])
-        if event == "MODIFIED":  # a watch's selector may have matched the labels before only
-            self.labels_before[rv] = self._labels_stored.get(key, {})
-        self._labels_stored[key] = dict(obj["metadata"].get("labels") or {})
+        if event == "MODIFIED":  # a watch's selector may have matched the object before only
+            self.before[rv] = self._selected.get(key, {"metadata": {}})
+        self._selected[key] = _selectable(resource, obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -652,7 +1066,7 @@ class FakeApiServer:
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
         self.devices.pop((ns, name), None)
-        self._labels_stored.pop((resource, ns, name), None)
+        self._selected.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
@@ -690,10 +1104,10 @@ class FakeApiServer:
         return True
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
-        self.events.append((rv, resource, kind, copy.deepcopy(obj)))
-        for old, *_ in self.events[: -self.event_window]:
-            self.labels_before.pop(old, None)
-        del self.events[: -self.event_window]
+        self.history.append((rv, resource, kind, copy.deepcopy(obj)))
+        for old, *_ in self.history[: -self.event_window]:
+            self.before.pop(old, None)
+        del self.history[: -self.event_window]
         self.changed.notify_all()
 
     def _fault_for(self, method: str, path: str) -> Fault | None:
@@ -710,13 +1124,15 @@ class FakeApiServer:
         return None
 
 
+NAMESPACED = "pods|services|configmaps|events"
+POD_SUBRESOURCES = "binding|status|log|eviction"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
-    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services)$"), "collection"),
+    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
     (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)$"), "ns_collection"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)/([^/]+)$"), "ns_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})$"), "ns_collection"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})/([^/]+)$"), "ns_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/({POD_SUBRESOURCES})$"), "pod_sub"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)$"), "collection"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)/([^/]+)$"), "cluster_item"),
 ]
@@ -727,6 +1143,7 @@ KINDS = {
     "services": "Service",
     "priorityclasses": "PriorityClass",
     "configmaps": "ConfigMap",
+    "events": "Event",
 }
 API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
 CLUSTER_SCOPED = {"nodes", "namespaces", "priorityclasses"}
@@ -812,6 +1229,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._authorize(method, url.path, query)
                 body = json.loads(raw) if raw else None
                 result = self._route(method, url.path, query, body)
+                if method != "GET":
+                    api.after_change()
             except ApiError as err:
                 return self._send(err.code, err.body)
             if result is not None:
@@ -837,7 +1256,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         method, *match.groups(), query=query, body=body
                     )
             # The kinds of GPUPool's own manifests (deploy/): tests/clusters/fake_generic.py.
-            generic = generic_route(api, method, path, query, body)
+            generic = generic_route(
+                api, method, path, query, body, self.headers.get("Content-Type")
+            )
             if generic is not None:
                 return generic
             raise ApiError(
@@ -885,7 +1306,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 with api.lock:
                     self._get(resource, "", name)
                     if resource == "namespaces":  # the namespace controller empties it
-                        for kind in ("pods", "services", "configmaps"):
+                        for kind in ("pods", "services", "configmaps", "events"):
                             for key in [k for k in api.objects[kind] if k[0] == name]:
                                 api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
@@ -905,9 +1326,54 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, self._get(resource, ns, name)
             if method == "DELETE":
                 return self._delete_item(resource, ns, name, query, body or {})
+            if resource == "events" and method in ("PATCH", "PUT"):
+                return self._update_event(method, ns, name, body or {})
+            if resource == "pods" and method == "PATCH":
+                return self._patch_pod(ns, name, body)
             if method == "PATCH":
                 return self._patch_metadata(resource, ns, name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
+
+        def _patch_pod(self, ns: str, name: str, body: Any):
+            """A pod's PATCH (any of the three content types): labels, annotations and
+            ownerReferences change as asked, spec only where the real server lets it
+            (_check_pod_update), status never (its subresource's)."""
+            with api.lock:
+                pod = self._get("pods", ns, name, copy_=False)
+                if isinstance(body, dict):
+                    self._check_rv(pod, body)
+                new = patched(pod, body, self.headers.get("Content-Type"))
+                meta = dict(new.get("metadata") or {})  # the patch may share the stored one
+                for field in ("labels", "annotations"):
+                    _check_string_map(meta.get(field), field)
+                _validate_annotations(meta.get("annotations") or {})
+                _validate_owners(meta)
+                _check_pod_update(name, pod["spec"], new.get("spec") or {})
+                fixed = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+                for field in fixed:
+                    meta.pop(field, None)
+                meta.update({k: v for k, v in pod["metadata"].items() if k in fixed})
+                pod["metadata"], pod["spec"] = meta, copy.deepcopy(new["spec"])
+                return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
+
+        def _update_event(self, method: str, ns: str, name: str, body: dict):
+            """An Event's update (a recorder bumps count and lastTimestamp): checked again
+            as at create; the name, namespace and uid stay."""
+            with api.lock:
+                event = self._get("events", ns, name, copy_=False)
+                if method == "PUT":
+                    self._check_rv(event, body)
+                    new = copy.deepcopy(body)
+                else:
+                    new = patched(event, body, self.headers.get("Content-Type"))
+                keep = {
+                    k: event["metadata"][k]
+                    for k in ("name", "namespace", "uid", "creationTimestamp")
+                }
+                new["metadata"] = {**(new.get("metadata") or {}), **keep}
+                new.update(apiVersion="v1", kind="Event")
+                _validate_event(new, ns)
+                return 200, copy.deepcopy(api._store("events", ns, new, "MODIFIED"))
 
         def _patch_metadata(self, resource: str, ns: str, name: str, body: dict):
             """A merge patch of labels and annotations (all GPUPool patches)."""
@@ -935,22 +1401,111 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self._check_log(pod, query)
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
-                    if pod["spec"].get("nodeName"):
-                        raise ApiError(409, "Conflict", f"pod {name} is already assigned")
-                    pod["spec"]["nodeName"] = body["target"]["name"]
-                    self._kubelet_start(pod)
-                    api._store("pods", ns, pod, "MODIFIED")
-                    return 201, {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "status": "Success",
-                        "code": 201,
-                    }
+                    return self._bind(pod, body or {})
+                if sub == "eviction" and method == "POST":
+                    return self._evict(pod, body or {})
                 if sub == "status" and method in ("PUT", "PATCH"):
-                    self._check_rv(pod, body)
-                    pod["status"] = {**pod.get("status", {}), **body.get("status", {})}
-                    return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
-                return 200, copy.deepcopy(pod)
+                    return self._write_status(method, pod, body or {})
+                if sub == "status" and method == "GET":
+                    return 200, copy.deepcopy(pod)
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/{sub}")
+
+        def _bind(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """BindingREST: the Binding names the pod; its target is a Node (one that does
+            not exist is taken: only its kubelet would refuse); a pod being deleted, bound
+            already or with scheduling gates is 409; the Binding's annotations are copied
+            onto the pod, nominatedNodeName cleared, PodScheduled=True set."""
+            name = pod["metadata"]["name"]
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Binding object"
+                )
+            target = body.get("target") or {}
+            if target.get("kind") not in (None, "", "Node"):
+                # Validation errors here are not StatusErrors: the real server answers 500.
+                message = (
+                    f'target.kind: Unsupported value: "{target["kind"]}": supported values: '
+                    '"Node", "<empty>"'
+                )
+                raise ApiError(500, "InternalError", message)
+            if not target.get("name"):
+                raise ApiError(500, "InternalError", "target.name: Required value")
+            conflict = f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
+            if pod["metadata"].get("deletionTimestamp"):
+                raise ApiError(
+                    409, "Conflict", conflict + "is being deleted, cannot be assigned to a host"
+                )
+            if pod["spec"].get("nodeName"):
+                node = pod["spec"]["nodeName"]
+                raise ApiError(409, "Conflict", conflict + f'is already assigned to node "{node}"')
+            if pod["spec"].get("schedulingGates"):
+                raise ApiError(409, "Conflict", conflict + "has non-empty .spec.schedulingGates")
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            _check_string_map(annotations, "annotations")
+            if annotations:
+                pod["metadata"]["annotations"] = {
+                    **(pod["metadata"].get("annotations") or {}),
+                    **annotations,
+                }
+            pod["spec"]["nodeName"] = target["name"]
+            pod.setdefault("status", {}).pop("nominatedNodeName", None)
+            set_condition(pod["status"], "PodScheduled", "True")
+            self._kubelet_start(pod)
+            api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            return 201, CREATED
+
+        def _write_status(self, method: str, pod: dict, body: dict) -> tuple[int, dict]:
+            """pods/status: only the status changes (the real status strategy keeps the
+            stored spec and metadata, whatever the body says); a PUT names the pod and may
+            carry a resourceVersion precondition; conditions are validated."""
+            name = pod["metadata"]["name"]
+            if method == "PUT":
+                given = (body.get("metadata") or {}).get("name")
+                if given != name:
+                    message = (
+                        f"the name of the object ({given}) does not match the name on the URL "
+                        f"({name})"
+                    )
+                    raise ApiError(400, "BadRequest", message)
+                self._check_rv(pod, body)
+                status = copy.deepcopy(body.get("status") or {})
+            else:
+                self._check_rv(pod, body)
+                status = patched(pod, body, self.headers.get("Content-Type")).get("status") or {}
+            _validate_pod_conditions(status.get("conditions") or [])
+            pod["status"] = status
+            return 200, copy.deepcopy(
+                api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            )
+
+        def _evict(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """EvictionREST: a policy/v1 (or v1beta1) Eviction naming the pod. A pod that is
+            Pending, finished or being deleted goes at once; else the one
+            PodDisruptionBudget that selects it (two: 500) must allow a disruption (none
+            left: 429), and the eviction takes one (status.disruptedPods). Then the delete,
+            with the Eviction's deleteOptions (its grace period)."""
+            name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+            if body.get("kind") != "Eviction" or body.get("apiVersion") not in (
+                "policy/v1",
+                "policy/v1beta1",
+            ):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"not a Eviction object: {body.get('apiVersion')}, {body.get('kind')}",
+                )
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Eviction object"
+                )
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Running", "Unknown") and not pod["metadata"].get("deletionTimestamp"):
+                refusal = take_disruption(api, pod)
+                if refusal:
+                    return refusal
+            options = body.get("deleteOptions") or {}
+            self._delete_item("pods", ns, name, {}, options)
+            return 201, CREATED
 
         def _check_log(self, pod: dict, query: dict) -> None:
             """A log is of one container of the pod, which must have started: 400 else."""
@@ -1002,7 +1557,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _create(self, resource: str, ns: str, body: dict):
             with api.lock:
-                name = body["metadata"].get("name")
+                body = {**body, "metadata": dict(body.get("metadata") or {})}
+                name = body["metadata"].get("name") or api.generate_name(body["metadata"])
+                body["metadata"]["name"] = name
                 if ns and ("", ns) not in api.objects["namespaces"]:
                     raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in api.objects[resource]:
@@ -1021,6 +1578,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     meta["namespace"] = ns
                 if resource == "configmaps":
                     _validate_config_map(obj)
+                if resource == "events":
+                    _validate_event(obj, ns)
                 if resource == "pods":
                     self._admit_pod(obj, ns)
                     if obj["spec"].get("nodeName"):
@@ -1056,6 +1615,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     )
                     raise ApiError(403, "Forbidden", message)
                 pod["spec"]["priority"] = klass["value"]
+            for field, value in POD_DEFAULTS.items():  # the real server's defaulting
+                pod["spec"].setdefault(field, value)
             _validate_pod(pod)
             labels = api.objects["namespaces"][("", ns)]["metadata"].get("labels") or {}
             refusal = pod_security_violation(pod, labels, api.pod_security_default)
@@ -1120,6 +1681,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for container in pod["spec"]["containers"]
                 ],
             }
+            kubelet_conditions(pod["status"], running=True)
 
         def _delete_item(self, resource: str, ns: str, name: str, query: dict, body: dict):
             """A pod's delete answers with the pod marked for deletion, as the real
@@ -1144,8 +1706,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, copy.deepcopy(api._delete(resource, ns, name))
 
         def _list(self, resource: str, ns: str | None, query: dict):
+            fields = _field_terms(resource, query.get("fieldSelector"))
             if str(query.get("watch", "")).lower() in ("true", "1"):
-                self._watch(resource, ns, query)
+                self._watch(resource, ns, query, fields)
                 return None
             with api.lock:
                 api.list_calls[resource] += 1
@@ -1154,6 +1717,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for (obj_ns, _), obj in sorted(api.objects[resource].items())
                     if (ns is None or obj_ns == ns)
                     and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                    and _fields_match(fields, obj)
                 ]
                 rv = str(api.last_rv)
             kind = KINDS[resource] + "List"
@@ -1164,7 +1728,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 "items": items,
             }
 
-        def _watch(self, resource: str, ns: str | None, query: dict) -> None:
+        def _watch(self, resource: str, ns: str | None, query: dict, fields: list) -> None:
             """Stream events after resourceVersion as JSON lines until timeoutSeconds, as
             the API server's watch cache does:
             - no resourceVersion, or "0": synthetic ADDED events for what exists, then
@@ -1186,8 +1750,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
             def visible(obj: dict) -> bool:
                 meta = obj["metadata"]
-                return (ns is None or meta.get("namespace") == ns) and _matches(
-                    query.get("labelSelector"), meta.get("labels") or {}
+                return (
+                    (ns is None or meta.get("namespace") == ns)
+                    and _matches(query.get("labelSelector"), meta.get("labels") or {})
+                    and _fields_match(fields, obj)
                 )
 
             start = self._watch_start(resource, since, timeout)
@@ -1206,7 +1772,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             """Where the watch starts, and the synthetic ADDED objects it begins with;
             None once an ERROR event ended it."""
             with api.lock:
-                oldest = api.events[0][0] if api.events else api.last_rv + 1
+                oldest = api.history[0][0] if api.history else api.last_rv + 1
                 current = api.last_rv
                 if since in (None, 0):
                     return current, [copy.deepcopy(o) for o in api.objects[resource].values()]
@@ -1244,20 +1810,20 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return False
-                    start = bisect.bisect_right(api.events, since, key=lambda e: e[0])
-                    if start == 0 and api.events and api.events[0][0] > since + 1:
+                    start = bisect.bisect_right(api.history, since, key=lambda e: e[0])
+                    if start == 0 and api.history and api.history[0][0] > since + 1:
                         # Events this watcher had not been sent left the window: the real
                         # server closes such a watch; the client resumes and gets 410.
                         self.close_connection = True
                         self._chunk(None)
                         return False
-                    fresh = api.events[start:]
+                    fresh = api.history[start:]
                     if not fresh and now < deadline:
                         wake = min(deadline, next_bookmark) if bookmarks else deadline
                         api.changed.wait(timeout=max(0.0, min(0.2, wake - now)))
                 for rv, kind_of, kind, obj in fresh:
                     since = rv
-                    seen = _seen_as(kind, obj, api.labels_before.get(rv), visible)
+                    seen = _seen_as(kind, obj, api.before.get(rv), visible)
                     if kind_of == resource and seen:
                         self._chunk({"type": seen, "object": obj})
                 last_call = now >= deadline - api.bookmark_lead_s
