@@ -310,6 +310,7 @@ def test_a_reconcile_asked_for_while_one_runs_runs_again_after_it(db, monkeypatc
 class _Result:
     created = deleted = 0
     errors: list = []
+    full = True
 
 
 @pytest.mark.django_db(transaction=True)
