@@ -50,6 +50,31 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
     if not can_submit_to_project(actor, project):
         raise PermissionDenied(f"You may not submit work to project {project.name}.")
     name = (name or "").strip()
+    return _validated_create(actor, project, kind, name, spec)
+
+
+def workload_submit_native(
+    *, actor: Any, project: Project, kind: str, name: str, spec: dict, extra: dict, origin: str
+) -> Workload:
+    """Queue the pods someone made in the project's namespace with our scheduler's name
+    (clusters/native.py): checked as any submit (bounds, the project's policy, a name free
+    in the project); `extra` are fields the form has none for (the cluster its pods are
+    on, Workload.spec["native"]); `origin` says where it came from, in its first event.
+    The namespace is the project's, so there is no permission to check: who may create
+    pods there is the cluster's RBAC."""
+    return _validated_create(actor, project, kind, name, spec, extra=extra, origin=origin)
+
+
+def _validated_create(
+    actor: Any,
+    project: Project,
+    kind: str,
+    name: str,
+    spec: dict,
+    *,
+    extra: dict | None = None,
+    origin: str = "",
+) -> Workload:
     fields, errors = clean_spec(kind, name, spec)
     if not errors:
         policy = effective_policy(project)
@@ -59,9 +84,11 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
         _check_names_free(project, name, kind, fields, errors)
     if errors:
         raise ValidationFailed(errors)
+    extra = dict(extra or {})
+    fields["spec"] = {**fields.get("spec", {}), **extra.pop("spec", {})}
     try:
         with transaction.atomic():
-            workload = _create(actor, project, kind, name, fields)
+            workload = _create(actor, project, kind, name, {**fields, **extra}, origin=origin)
     except IntegrityError as exc:  # a concurrent submit took the name between check and insert
         raise ValidationFailed({"name": [f"{name} is already taken in {project.name}."]}) from exc
     return workload
@@ -91,7 +118,9 @@ def trial_name(sweep_name: str, index: int) -> str:
     return f"{sweep_name}-trial-{index}"
 
 
-def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) -> Workload:
+def _create(
+    actor: Any, project: Project, kind: str, name: str, fields: dict, *, origin: str = ""
+) -> Workload:
     workload = Workload.objects.create(
         project=project,
         submitted_by=actor,
@@ -100,7 +129,7 @@ def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) ->
         queued_at=timezone.now(),
         **fields,
     )
-    workload_event(workload, type="pending", reason="Submitted", message=f"By {actor}.")
+    workload_event(workload, type="pending", reason="Submitted", message=origin or f"By {actor}.")
     if kind == WorkloadKind.HPO:
         _create_trials(workload)
     audit_log(

@@ -62,6 +62,7 @@ from clusters.backends import (
     as_enforced,
     grace_for,
 )
+from clusters.backends.kubernetes import native
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.manifests import (
@@ -104,6 +105,7 @@ class KubernetesBackend(Backend):
         self._namespaces: set[str] = set()
         self._rendezvous: set[tuple[str, str]] = set()
         self._listed: list[dict] | None = None
+        self._native: list[native.NativePod] | None = None
         self._services: list[dict] | None = None
         self.reservations = Reservations(self)
         config = cluster.config or {}
@@ -312,7 +314,23 @@ class KubernetesBackend(Backend):
     def pod_statuses(self) -> dict[str, PodStatus]:
         # Kept for the reconcile that usually follows at once: one observation per pass.
         self._observe()
-        return _workload_statuses(self._listed or [])
+        return self._statuses()
+
+    def _statuses(self) -> dict[str, PodStatus]:
+        """GPUPool's pods: those it made, and those it bound (native pods)."""
+        ours = native.identity(self)
+        statuses = _workload_statuses(self._listed or [])
+        for pod in self.native_pods():
+            if pod.bound_by(ours) and pod.annotations.get(native.POD_NAME):
+                status = native.native_status(pod)
+                statuses[status.name] = status
+        return statuses
+
+    def native_pods(self) -> list[native.NativePod]:
+        """The pods that name our scheduler, listed once a pass (clusters/native.py)."""
+        if self._native is None:
+            self._native = native.list_native(self)
+        return self._native
 
     def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
         """A project's namespace belongs to one installation and Cluster record (its
@@ -370,6 +388,8 @@ class KubernetesBackend(Backend):
             log.info("%s: adopted the existing namespace %s", self.cluster.name, name)
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        if spec.native_pod:
+            return native.bind(self, spec)
         spec = as_enforced(spec, self.cluster.config)
         self.ensure_namespace(spec.namespace, spec.project)
         self.ensure_rendezvous(spec)
@@ -513,6 +533,8 @@ class KubernetesBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
+        if status.native:  # not ours to delete: evicted, as its disruption budget allows
+            return native.evict(self, status, grace_period_s=grace_period_s)
         name = self.owner.object_name(status.name)
         self.delete_service(name, status.namespace)
         gone = self.delete_quietly(
@@ -552,6 +574,15 @@ class KubernetesBackend(Backend):
         except (ApiException, BackendError) as exc:
             return f"(logs unavailable: {exc})"
 
+    def native_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
+        """The output of a pod made outside GPUPool (its first container's)."""
+        try:
+            pod = self._json(self.api.read_namespaced_pod, name, namespace)
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            return self.read_log(name, namespace, containers[0].get("name", ""), tail_lines)
+        except (ApiException, BackendError) as exc:
+            return f"(logs unavailable: {_said(exc) if isinstance(exc, ApiException) else exc})"
+
     def read_log(self, name: str, namespace: str, container: str, tail_lines: int) -> str:
         """The log of one container of a pod, by its Kubernetes name; raises ApiException
         (400 when the container is not the pod's, or has not started)."""
@@ -582,7 +613,7 @@ class KubernetesBackend(Backend):
         if self._listed is None:
             self._observe()
         pods = self._listed or []
-        report = ReconcileReport(statuses=_workload_statuses(pods))
+        report = ReconcileReport(statuses=self._statuses())
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -609,7 +640,7 @@ class KubernetesBackend(Backend):
             missing = [s for s in missing if s.namespace in ready]
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
-        self._listed = self._services = None  # the next pass observes afresh
+        self._listed = self._services = self._native = None  # the next pass observes afresh
         self.save_written()
         return report
 

@@ -1,0 +1,312 @@
+"""Pods made outside GPUPool (kubectl, a Job's controller) that name its scheduler are
+queued, bound, told why they wait, evicted and stopped like portal work (issue 26).
+
+Each test drives the portal's real path: the cluster's reconcile pass (intake, binding,
+phases) and the scheduling cycle, against the in-suite API server, whose Job controller,
+Binding, pod status, Events and Eviction API behave as a real server's do
+(tests/clusters/test_fake_apiserver_native.py)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.native import BOUND_BY, identity
+from clusters.reconcile import cluster_reconcile
+from scheduling.cycle import cycle_run
+from scheduling.models import Workload, WorkloadState
+from scheduling.services import workload_stop, workload_submit
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+
+S = WorkloadState
+NS = "gp-ml-vision"  # project_a's namespace
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def setup(kube, org):  # noqa: F811
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(kube.kubeconfig))
+    core.create_namespace({"metadata": {"name": NS}})  # as the team's admin made it
+    return cluster, core
+
+
+def pod_body(name: str, gpus: int = 1, *, scheduler: str = "gpupool", **meta) -> dict:
+    return {
+        "metadata": {"name": name, **meta},
+        "spec": {
+            "schedulerName": scheduler,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "pytorch/pytorch:2.3",
+                    "command": ["python", "train.py"],
+                    "resources": {
+                        "requests": {"cpu": "2", "memory": "4Gi"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def job_body(name: str, parallelism: int, gpus: int = 1, **meta) -> dict:
+    template = pod_body("unused", gpus)
+    del template["metadata"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, **meta},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "backoffLimit": 0,
+            "template": template,
+        },
+    }
+
+
+def step(cluster) -> None:
+    """What the beat does: a reconcile (intake), a cycle, a reconcile (binding)."""
+    cluster_reconcile(cluster)
+    cycle_run()
+    cluster_reconcile(cluster)
+
+
+def native_workloads() -> list[Workload]:
+    return list(Workload.objects.filter(spec__has_key="native").order_by("pk"))
+
+
+def test_a_bare_pod_naming_gpupool_is_queued_bound_and_runs(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("trainer", gpus=2))
+    cluster_reconcile(cluster)
+    (workload,) = native_workloads()
+    assert (workload.project, workload.kind, workload.state) == (
+        org.project_a,
+        "training",
+        S.PENDING,
+    )
+    assert (float(workload.gpus), float(workload.cpu), workload.memory_mib) == (2.0, 2.0, 4096)
+    assert workload.spec["native"]["owner"]["kind"] == "Pod"
+    assert workload.name == "trainer"
+    cycle_run()
+    cluster_reconcile(cluster)
+    pod = fake.pod(NS, "trainer")
+    assert pod["spec"]["nodeName"] in ("gpu-a", "gpu-b")
+    assert pod["metadata"]["annotations"][BOUND_BY] == identity(KubernetesBackend(cluster))
+    workload.refresh_from_db()
+    assert workload.state in (S.ADMITTED, S.RUNNING)
+    assert workload.allocations.get().node.name == pod["spec"]["nodeName"]
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
+    reasons = [e["reason"] for e in fake.events(NS) if e["involvedObject"]["name"] == "trainer"]
+    assert "Scheduled" in reasons
+    fake.finish(NS, "trainer", exit_code=0)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.SUCCEEDED
+    assert not workload.allocations.exists()
+
+
+def test_pods_of_other_schedulers_and_namespaces_are_left_alone(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespace({"metadata": {"name": "elsewhere"}})
+    core.create_namespaced_pod(NS, pod_body("default-scheduled", scheduler="default-scheduler"))
+    core.create_namespaced_pod("elsewhere", pod_body("not-a-project"))
+    step(cluster)
+    assert native_workloads() == []
+    assert not fake.pod(NS, "default-scheduled")["spec"].get("nodeName")
+    assert not fake.pod("elsewhere", "not-a-project")["spec"].get("nodeName")
+
+
+def test_a_waiting_pod_says_why_in_its_condition_and_one_event(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    # Every GPU is held by non-preemptible portal work of another project.
+    for name in ("hold-a", "hold-b"):
+        workload_submit(
+            actor=org.outsider,
+            project=org.project_b,
+            kind="inference",
+            name=name,
+            image="vllm/vllm-openai",
+            command=["serve"],
+            gpus=8,
+        )
+    step(cluster)
+    core.create_namespaced_pod(NS, pod_body("waits", gpus=1))
+    step(cluster)
+    (workload,) = native_workloads()
+    assert workload.state == S.PENDING and workload.pending_reason
+    cluster_reconcile(cluster)
+    pod = fake.pod(NS, "waits")
+    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    workload.refresh_from_db()
+    assert condition["message"] == workload.pending_reason
+    failed = [e for e in fake.events(NS) if e["reason"] == "FailedScheduling"]
+    assert len(failed) == 1 and failed[0]["type"] == "Warning"
+    assert failed[0]["message"] == workload.pending_reason
+    step(cluster)  # the same reason again: no second event
+    assert len([e for e in fake.events(NS) if e["reason"] == "FailedScheduling"]) == 1
+
+
+def test_a_pod_that_cannot_be_queued_says_which_field_and_others_still_run(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("too-big", gpus=300))
+    core.create_namespaced_pod(NS, pod_body("bad-kind", labels={"gpupool.io/kind": "weird"}))
+    core.create_namespaced_pod(NS, pod_body("fine", gpus=1))
+    step(cluster)
+    assert [w.name for w in native_workloads()] == ["fine"]
+    assert fake.pod(NS, "fine")["spec"].get("nodeName")
+    for name, field in (("too-big", "nvidia.com/gpu"), ("bad-kind", "gpupool.io/kind")):
+        pod = fake.pod(NS, name)
+        condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert condition["status"] == "False"
+        assert field in condition["message"], condition["message"]
+        assert not pod["spec"].get("nodeName")
+
+
+def test_a_job_is_one_gang_bound_together_and_succeeds(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    batch = k8s.BatchV1Api(core.api_client)
+    batch.create_namespaced_job(NS, job_body("sweep", parallelism=3))
+    fake.run_controllers()
+    cluster_reconcile(cluster)
+    (workload,) = native_workloads()
+    assert (workload.kind, workload.pods, workload.min_pods) == ("distributed", 3, 3)
+    assert workload.spec["native"]["owner"]["kind"] == "Job"
+    assert len([s for s in workload.spec["native"]["pods"] if s]) == 3
+    cycle_run()
+    cluster_reconcile(cluster)
+    pods = [p for p in fake.pods() if p["metadata"]["namespace"] == NS]
+    assert len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
+    for pod in pods:
+        fake.finish(NS, pod["metadata"]["name"], exit_code=0)
+    fake.run_controllers()
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.SUCCEEDED
+
+
+def test_a_gang_annotation_groups_an_operators_pods(kube, setup, org):  # noqa: F811
+    """A PyTorchJob-shaped gang: pods its operator made, with a controller reference and
+    gpupool.io/min-available, wait until all can run, then are bound together."""
+    fake = kube.require_fake()
+    cluster, core = setup
+    owner = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": "bert",
+        "uid": "6f1c9a52-7d1e-4c55-9a53-2a1f6c0f1b11",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    meta = {"ownerReferences": [owner], "annotations": {"gpupool.io/min-available": "3"}}
+    for index in range(2):
+        core.create_namespaced_pod(NS, pod_body(f"bert-worker-{index}", gpus=4, **meta))
+    step(cluster)
+    assert native_workloads() == []  # queued once the gang is whole
+    pod = fake.pod(NS, "bert-worker-0")
+    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "2 of 3 pods exist" in condition["message"]
+    core.create_namespaced_pod(NS, pod_body("bert-worker-2", gpus=4, **meta))
+    step(cluster)
+    step(cluster)
+    (workload,) = native_workloads()
+    assert (workload.pods, workload.spec["native"]["owner"]["kind"]) == (3, "PyTorchJob")
+    names = sorted(p["metadata"]["name"] for p in fake.pods() if p["spec"].get("nodeName"))
+    assert names == ["bert-worker-0", "bert-worker-1", "bert-worker-2"]
+    assert workload.state == S.RUNNING
+
+
+def test_preemption_evicts_through_the_eviction_api_and_the_job_comes_back(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    batch = k8s.BatchV1Api(core.api_client)
+    # Over its quota of 4 on borrowed GPUs: 2 jobs of 8.
+    for name in ("big-1", "big-2"):
+        batch.create_namespaced_job(NS, job_body(name, parallelism=1, gpus=8))
+    fake.run_controllers()
+    step(cluster)
+    step(cluster)
+    assert {w.state for w in native_workloads()} == {S.RUNNING}
+    # The other project claims its guaranteed 4 GPUs.
+    workload_submit(
+        actor=org.outsider,
+        project=org.project_b,
+        kind="training",
+        name="owner",
+        image="pytorch/pytorch:2.3",
+        command=["python", "train.py"],
+        gpus=4,
+    )
+    cycle_run()
+    cluster_reconcile(cluster)
+    evictions = [p for m, p in fake.requests if m == "POST" and p.endswith("/eviction")]
+    assert len(evictions) == 1
+    victim = next(w for w in native_workloads() if w.state != S.RUNNING)
+    fake.complete_deletions()
+    fake.run_controllers()  # the Job makes its pod again
+    cluster_reconcile(cluster)
+    victim.refresh_from_db()
+    assert victim.state == S.PENDING and victim.restart_count == 1
+    slot = victim.spec["native"]["pods"][0]
+    assert slot and fake.pod(NS, slot[0]) is not None
+    assert not fake.pod(NS, slot[0])["spec"].get("nodeName")
+
+
+def test_stop_in_the_portal_suspends_the_job(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    batch = k8s.BatchV1Api(core.api_client)
+    batch.create_namespaced_job(NS, job_body("long", parallelism=1))
+    fake.run_controllers()
+    step(cluster)
+    (workload,) = native_workloads()
+    workload_stop(actor=org.researcher, workload=workload)
+    cluster_reconcile(cluster)
+    fake.complete_deletions()
+    fake.run_controllers()
+    cluster_reconcile(cluster)
+    job = batch.read_namespaced_job("long", NS)
+    assert job.spec.suspend is True
+    assert [p for p in fake.pods() if p["metadata"]["namespace"] == NS] == []
+    workload.refresh_from_db()
+    assert workload.state == S.STOPPED and not workload.allocations.exists()
+    step(cluster)
+    assert len(native_workloads()) == 1  # nothing queued again
+
+
+def test_a_pending_bare_pod_deleted_with_kubectl_stops_its_workload(kube, setup, org):  # noqa: F811
+    kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(
+        NS, pod_body("huge", gpus=8, labels={"gpupool.io/preemptible": "false"})
+    )
+    core.create_namespaced_pod(
+        NS, pod_body("huge-2", gpus=8, labels={"gpupool.io/preemptible": "false"})
+    )
+    core.create_namespaced_pod(NS, pod_body("later", gpus=8))
+    step(cluster)
+    later = Workload.objects.get(name="later")
+    assert later.state == S.PENDING
+    core.delete_namespaced_pod("later", NS)
+    cluster_reconcile(cluster)
+    later.refresh_from_db()
+    assert later.state == S.STOPPED
+    assert "deleted outside GPUPool" in later.events.order_by("pk").last().message
