@@ -114,6 +114,7 @@ NODE_ROWS = inline_serializer(
         "topology": serializers.DictField(),
         "schedulable": serializers.BooleanField(),
         "unschedulable_reason": serializers.CharField(),
+        "foreign": serializers.DictField(allow_null=True),
         "gpus": serializers.ListField(child=serializers.DictField()),
     },
     many=True,
@@ -142,6 +143,9 @@ class NodeListView(APIView):
                     "topology": row.node.topology,
                     "schedulable": row.node.schedulable,
                     "unschedulable_reason": row.node.unschedulable_reason,
+                    # Held by pods GPUPool did not bind: {gpus, cpu, memory_mib, pods,
+                    # names, text}, or null.
+                    "foreign": row.foreign,
                     "gpus": [_gpu(g) for g in row.gpus],
                 }
                 for row in rows

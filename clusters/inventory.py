@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters.backends import Backend, NodeInfo, get_backend
+from clusters.backends import Backend, ForeignUse, NodeInfo, get_backend
 from clusters.models import Cluster, Gpu, Node, NodePool
 from clusters.reconcile import cluster_mark_contacted
 
@@ -32,7 +32,12 @@ NODE_FIELDS = (
     "unschedulable_reason",
     "cpu_cores",
     "memory_mib",
+    "foreign_gpus",
+    "foreign_cpu",
+    "foreign_memory_mib",
+    "foreign_pods",
 )
+FOREIGN_MAX = 10**6  # GPUs or cores held by others on one node: fits the columns
 GPU_FIELDS = ("uuid", "model", "memory_mib", "mig_enabled")
 
 
@@ -152,6 +157,7 @@ def _node_change(
         "unschedulable_reason": "" if info.schedulable else info.unschedulable_reason,
         "cpu_cores": Decimal(str(round(info.cpu_cores, 2))),
         "memory_mib": info.memory_mib,
+        **_foreign_fields(info.foreign),
     }
     new = node is None
     if node is None:
@@ -180,6 +186,16 @@ def _node_change(
     listed = {gpu.index for gpu in info.gpus}
     gone = [row.pk for index, row in have.items() if index not in listed]
     return _NodeChange(node, new, fields, gpus_new, gpus_changed, gone)
+
+
+def _foreign_fields(use: ForeignUse) -> dict[str, object]:
+    """The Node fields of what pods GPUPool did not bind hold (bounded to the columns)."""
+    return {
+        "foreign_gpus": min(use.gpus, FOREIGN_MAX),
+        "foreign_cpu": Decimal(str(round(min(use.cpu, FOREIGN_MAX), 2))),
+        "foreign_memory_mib": min(use.memory_mib, 2**62),
+        "foreign_pods": {"count": use.pod_count, "names": list(use.pods)} if use.pod_count else {},
+    }
 
 
 def _stored(node: Node, name: str) -> object:

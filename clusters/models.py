@@ -150,6 +150,13 @@ class Node(Versioned):
     # What the node's agent last reported of its MIG instances (Kubernetes: the layout id
     # it applied, its GPUs in MIG mode, the MIG devices, NVML's errors); clusters/mig.py.
     mig_report = models.JSONField(default=dict, blank=True)
+    # Held by pods GPUPool did not bind (another scheduler's, another GPUPool's, DaemonSets'),
+    # as the last inventory sync found them; the snapshot takes them out of the node's free
+    # capacity. foreign_pods: {"count": n, "names": ["namespace/name", ...]} (a few).
+    foreign_gpus = models.PositiveIntegerField(default=0)
+    foreign_cpu = models.DecimalField(max_digits=9, decimal_places=2, default=0)
+    foreign_memory_mib = models.BigIntegerField(default=0)
+    foreign_pods = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]

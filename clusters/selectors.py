@@ -18,7 +18,8 @@ from clusters.mig import drawn_instances, mig_limits
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.podspecs import native_slot
 from clusters.sharing import allocation_mps, mps_enabled
-from portal.permissions import visible_projects
+from clusters.templatetags.clusters_units import mib
+from portal.permissions import is_platform_admin, visible_projects
 from scheduling.models import PodAllocation
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ __all__ = ["SSH_USER"]  # the login name of workloads' SSH servers, for scheduli
 # Backends whose pods are real processes (ports answer, a tool can be opened); a simulated
 # cluster only pretends to run them.
 REAL_PROCESS_BACKENDS = (Backend.LOCAL, Backend.KUBERNETES)
+NAMED_PODS = 5  # foreign pods named on the nodes page
 
 
 def _pools_of(backends: tuple[str, ...]) -> QuerySet[NodePool]:
@@ -127,10 +129,54 @@ class GpuUse:
 class NodeRow:
     node: Node
     gpus: list[GpuUse]
+    # Whether the viewer may see the names of pods GPUPool did not bind (other tenants' and
+    # the cluster's own namespaces): platform admins only; others see what they hold.
+    foreign_names: bool = False
 
     @property
     def used(self) -> int:
-        return sum(1 for g in self.gpus if not g.free)
+        """GPUs held: by GPUPool's workloads, and by pods GPUPool did not bind."""
+        held = sum(1 for g in self.gpus if not g.free)
+        return min(len(self.gpus), held + self.node.foreign_gpus)
+
+    @property
+    def foreign(self) -> dict[str, Any] | None:
+        """What pods GPUPool did not bind hold here (inventory sync), or None."""
+        return foreign_use(self.node, names=self.foreign_names)
+
+
+def foreign_use(node: Node, *, names: bool) -> dict[str, Any] | None:
+    """A node's foreign use for the page and the API: its amounts, how many pods, a few of
+    their names, and a sentence ("2 GPUs, 4 CPU, 16 GiB used by 3 pods not scheduled by
+    GPUPool: kube-system/dcgm-exporter-x, ..."); None where nobody else holds anything."""
+    pods = node.foreign_pods if isinstance(node.foreign_pods, dict) else {}
+    try:
+        count = int(pods.get("count") or 0)
+    except (TypeError, ValueError):  # a planted row: shown as nothing, never a 500
+        count = 0
+    if count <= 0:
+        return None
+    named = [str(name) for name in (pods.get("names") or [])][:NAMED_PODS] if names else []
+    cpu = node.foreign_cpu.normalize()
+    amounts = [
+        f"{node.foreign_gpus} GPU{'s' if node.foreign_gpus != 1 else ''}",
+        f"{cpu:f} CPU",
+        mib(node.foreign_memory_mib),
+    ]
+    text = (
+        f"{', '.join(amounts)} used by {count} pod{'s' if count != 1 else ''} not scheduled "
+        "by GPUPool"
+    )
+    if named:
+        text += f": {', '.join(named)}{', ...' if count > len(named) else ''}"
+    return {
+        "gpus": node.foreign_gpus,
+        "cpu": float(node.foreign_cpu),
+        "memory_mib": node.foreign_memory_mib,
+        "pods": count,
+        "names": named,
+        "text": text,
+    }
 
 
 def node_rows(
@@ -147,6 +193,7 @@ def node_rows(
         nodes = nodes.filter(pool_id=pool_id)
     nodes = list(nodes)
     holders = _holders(user, [n.pk for n in nodes])
+    admin = is_platform_admin(user)
     rows = []
     for node in nodes:
         gpus = [GpuUse(g.index, g.model, g.memory_mib, mig=g.mig_enabled) for g in node.gpus.all()]
@@ -161,7 +208,7 @@ def node_rows(
                 use.mig_instances = drawn_instances(
                     gpu.model, gpu.memory_mib, instances, use.mig_holders
                 )
-        rows.append(NodeRow(node, gpus))
+        rows.append(NodeRow(node, gpus, foreign_names=admin))
     return rows
 
 

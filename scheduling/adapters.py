@@ -21,6 +21,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
+from typing import TypeVar
 
 from django.db.models import Q
 
@@ -37,6 +38,9 @@ from scheduling.models import (
     Workload,
 )
 
+Amount = TypeVar("Amount", int, float)
+# The holder of GPUs pods GPUPool did not bind hold (no workload id looks like it).
+FOREIGN_HOLDER = "not-gpupool"
 RESOURCE_FIELDS = (
     (t.Resource.GPU, "gpus", 1.0),
     (t.Resource.CPU, "cpu", 1.0),
@@ -273,6 +277,9 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
             whole[int(index)] = wid
         for index in alloc.releasing_gpu_indices:  # held by no engine workload: taken
             whole[int(index)] = f"{wid}/given-back"
+    taken = {*whole, *shares, *(index for index, _ in mig_holders)}
+    for index in foreign_gpus(node, taken):
+        whole[index] = FOREIGN_HOLDER
     gpus = tuple(
         t.Gpu(
             index=gpu.index,
@@ -296,10 +303,27 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         labels=node.labels or {},
         topology={**(node.topology or {}), gpu_range.NODE_LEVEL: engine_node_id(node.pk)},
         schedulable=node.schedulable and node.cluster.reachable,
-        cpu=float(node.cpu_cores) or None,
-        memory_mib=int(node.memory_mib) or None,
+        cpu=_less(float(node.cpu_cores), float(node.foreign_cpu)),
+        memory_mib=_less(int(node.memory_mib), int(node.foreign_memory_mib)),
         mig_repartition=node.pool.mig_repartition,
     )
+
+
+def foreign_gpus(node: Node, taken: Container[int]) -> list[int]:
+    """The GPUs the snapshot marks as held by pods GPUPool did not bind (Node.foreign_gpus):
+    the device plugin, not GPUPool, picked theirs, so which ones is unknown; the engine
+    only needs that many out of its reach. Chosen deterministically: the highest-index
+    GPUs that no GPUPool allocation holds (whole, shared or MIG) and that are not in MIG
+    mode (such a GPU is offered as MIG devices, never as a whole `nvidia.com/gpu`). A node
+    with more foreign GPUs than such free ones is simply full."""
+    free = [gpu.index for gpu in node.gpu_list if gpu.index not in taken and not gpu.mig_enabled]
+    return sorted(free, reverse=True)[: node.foreign_gpus]
+
+
+def _less(capacity: Amount, held: Amount) -> Amount | None:
+    """A node's CPU or memory less what others hold: None (unlimited) when the node
+    states none, never below nothing."""
+    return max(capacity - held, 0) if capacity else None
 
 
 def _quota(row: DepartmentQuota | ProjectQuota) -> dict[tuple[str, t.Resource], t.Quota]:

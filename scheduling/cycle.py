@@ -359,7 +359,7 @@ def nominations_apply() -> Nominated:
     placed it, as the engine's replay has it started: a later stamp would make this
     cycle judge it as work that has run for no time at all, unlike the replay."""
     due, nodes = nominations_due()
-    admissions = capacity_fitting([n.admission for n in due])
+    admissions = capacity_fitting([n.admission for n in due], nodes)
     workloads = {str(n.workload.pk): n.workload for n in due}
     stamps = {str(n.workload.pk): n.at for n in due}
     clusters = admissions_write(nodes, workloads, admissions, stamps)
@@ -474,10 +474,15 @@ def capacity_check(admissions: list[t.Admission]) -> None:
         capacity.take(admission)
 
 
-def capacity_fitting(admissions: list[t.Admission]) -> list[t.Admission]:
+def capacity_fitting(
+    admissions: list[t.Admission], nodes: dict[str, Node] | None = None
+) -> list[t.Admission]:
     """The admissions that fit beside what the database holds and the ones before them,
-    each whole or not at all, in one read (capacity_check's rules)."""
-    capacity = Capacity.held(admissions)
+    each whole or not at all, in one read (capacity_check's rules); also beside what pods
+    GPUPool did not bind hold on `nodes` (by engine id, as read), when given: nominations
+    were placed by an earlier cycle, before such pods may have come."""
+    foreign = {node.pk: node.foreign_gpus for node in (nodes or {}).values()}
+    capacity = Capacity.held(admissions, foreign=foreign if nodes is not None else None)
     fitting = []
     for admission in admissions:
         try:
@@ -488,6 +493,15 @@ def capacity_fitting(admissions: list[t.Admission]) -> list[t.Admission]:
     return fitting
 
 
+def _alloc_devices(alloc: PodAllocation) -> set[int]:
+    """The devices an allocation holds, of any kind (whole, shared, MIG, given back)."""
+    held = {int(i) for i in [*alloc.gpu_indices, *alloc.releasing_gpu_indices]}
+    for index in (alloc.shared_gpu_index, alloc.mig_gpu_index):
+        if index is not None:
+            held.add(int(index))
+    return held
+
+
 class Capacity:
     """Who holds each GPU of some nodes: whole (by whom) or shared (shares and memory)."""
 
@@ -495,21 +509,35 @@ class Capacity:
         self.memory = memory
         self.whole: dict[tuple[int, int], str] = {}
         self.shared: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        # With foreign use known: per node, how many of its GPUs not in MIG mode pods GPUPool did
+        # not bind leave to it, and the devices its allocations hold there (any kind).
+        self.room: dict[int, int] = {}
+        self.devices: dict[int, set[int]] = {}
+        self.mig: set[tuple[int, int]] = set()
 
     @classmethod
-    def held(cls, admissions: list[t.Admission]) -> Capacity:
+    def held(
+        cls, admissions: list[t.Admission], *, foreign: dict[int, int] | None = None
+    ) -> Capacity:
         """The GPUs of the admissions' nodes and the allocations on them, as the database
-        holds them now."""
+        holds them now; with `foreign` (Node.foreign_gpus by node id), also how many GPUs
+        pods GPUPool did not bind hold there."""
         nodes = {int(pod.node_id) for admission in admissions for pod in admission.pods}
         if not nodes:
             return cls({})
         # The GPU rows of those nodes, locked in a stable order until the cycle commits: a
         # second cycle writing to them waits, then sees these allocations when it re-checks.
-        gpus = Gpu.objects.select_for_update().filter(node_id__in=nodes)
-        capacity = cls(
-            {(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus.order_by("node_id", "index")}
+        gpus = list(
+            Gpu.objects.select_for_update().filter(node_id__in=nodes).order_by("node_id", "index")
         )
+        capacity = cls({(gpu.node_id, gpu.index): gpu.memory_mib for gpu in gpus})
+        if foreign is not None:
+            capacity.room = {node: -foreign.get(node, 0) for node in nodes}
+            capacity.mig = {(gpu.node_id, gpu.index) for gpu in gpus if gpu.mig_enabled}
+            for gpu in gpus:
+                capacity.room[gpu.node_id] += not gpu.mig_enabled
         for alloc in PodAllocation.objects.filter(node_id__in=nodes):
+            capacity.devices.setdefault(alloc.node_id, set()).update(_alloc_devices(alloc))
             # What is held already is counted, not judged.
             if alloc.shared_gpu_index is None:
                 for index in alloc.gpu_indices:
@@ -540,8 +568,25 @@ class Capacity:
                 parts = shared.setdefault(key, list(self.shared.get(key, ())))
                 parts.append((float(pod.share), pod.gpu_memory_mib))
                 self._check(key, who, parts, whole, shared)
+        self._check_room(whole, shared)
         self.whole.update(whole)
         self.shared.update(shared)
+        for node, index in [*whole, *shared]:
+            self.devices.setdefault(node, set()).add(index)
+
+    def _check_room(
+        self, whole: dict[tuple[int, int], str], shared: dict[tuple[int, int], list]
+    ) -> None:
+        """With foreign use known: the admission's devices, beside what GPUPool holds, fit in what
+        pods GPUPool did not bind leave (a nomination made before they came must wait)."""
+        for node in {n for n, _ in [*whole, *shared]} & self.room.keys():
+            used = self.devices.get(node, set()) | {i for n, i in [*whole, *shared] if n == node}
+            used = {i for i in used if (node, i) not in self.mig}
+            if len(used) > self.room[node]:
+                raise OvercommitRefused(
+                    f"node {node}: {len(used)} GPUs for GPUPool, but pods it did not bind "
+                    f"leave it {max(self.room[node], 0)}"
+                )
 
     def _check(
         self,

@@ -68,7 +68,10 @@ def nominations_save(
             continue
         if any(pod.mig_gpu is not None for pod in admission.pods):
             continue
-        kept = {"request": request_key(wl), "pods": [asdict(pod) for pod in admission.pods]}
+        # As the JSON column gives it back (lists, not tuples): compared with what is kept
+        # below, and the row kept between cycles (kept_rows) holds it as written.
+        pods = [{**asdict(pod), "gpus": list(pod.gpus)} for pod in admission.pods]
+        kept = {"request": request_key(wl), "pods": pods}
         old = wl.nominated if isinstance(wl.nominated, dict) else {}
         if {key: old.get(key) for key in kept} == kept:
             continue  # placed there again while it waits: kept as first chosen

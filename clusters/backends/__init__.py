@@ -59,6 +59,24 @@ class GpuInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ForeignUse:
+    """What pods GPUPool did not bind hold on a node (the default scheduler's, another
+    GPUPool's, DaemonSets'): their requests, as the Kubernetes scheduler counts them.
+
+    `pods` names a few of them (namespace/name, the largest first) for the nodes page;
+    `pod_count` counts them all."""
+
+    gpus: int = 0
+    cpu: float = 0.0
+    memory_mib: int = 0
+    pod_count: int = 0
+    pods: tuple[str, ...] = ()
+
+
+NO_FOREIGN_USE = ForeignUse()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -68,6 +86,8 @@ class NodeInfo:
     gpus: tuple[GpuInfo, ...] = ()
     # Why the node is not schedulable, for a person: "NotReady", "cordoned".
     unschedulable_reason: str = ""
+    # Held by pods GPUPool did not bind (Kubernetes only; other backends: none).
+    foreign: ForeignUse = NO_FOREIGN_USE
 
 
 # How an admin may publish a Kubernetes cluster's workload ports beyond it (Cluster.config

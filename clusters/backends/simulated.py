@@ -13,6 +13,9 @@ them like a real cluster's:
       - {name: t4-0, gpus: 2, gpu_model: Tesla T4, labels: {gpupool.io/node-pool: t4}}
       - {name: h100-mig, gpus: 8, gpu_model: NVIDIA H100 80GB HBM3, mig_gpus: 4}
                            # mig_gpus: the last N GPUs run in MIG mode (dynamic MIG)
+      - {name: shared-0, gpus: 8, foreign: {gpus: 2, cpu: 4, memory_mib: 16384,
+         pods: [kube-system/dcgm-exporter-0, default/train-x]}}
+                           # foreign: what pods GPUPool did not bind hold (a shared cluster)
     stop_delay_s: 0        # how long a stopped pod takes to go away (at most its grace period)
     down_nodes: [t4-0]     # nodes that failed: they vanish, and their pods with them
                            # (as do the pods of a node edited out of the description)
@@ -37,7 +40,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from clusters.backends import (
+    NO_FOREIGN_USE,
     Backend,
+    ForeignUse,
     GpuInfo,
     MigKey,
     MigLayout,
@@ -109,6 +114,7 @@ def _node(item: dict[str, Any]) -> NodeInfo:
         memory_mib=int(item.get("memory_mib", 256 * 1024)),
         schedulable=bool(item.get("schedulable", True)),
         unschedulable_reason="" if item.get("schedulable", True) else "schedulable: false",
+        foreign=_foreign(item.get("foreign") or {}),
         gpus=tuple(
             GpuInfo(
                 index=i,
@@ -119,6 +125,21 @@ def _node(item: dict[str, Any]) -> NodeInfo:
             )
             for i in range(gpus)
         ),
+    )
+
+
+def _foreign(item: dict[str, Any]) -> ForeignUse:
+    """A node's `foreign` entry: what pods GPUPool did not bind hold there, and their
+    names (at least one pod holds whatever is stated)."""
+    if not item:
+        return NO_FOREIGN_USE
+    pods = [str(name) for name in item.get("pods") or []]
+    return ForeignUse(
+        gpus=max(int(item.get("gpus", 0)), 0),
+        cpu=max(float(item.get("cpu", 0)), 0.0),
+        memory_mib=max(int(item.get("memory_mib", 0)), 0),
+        pod_count=max(len(pods), 1),
+        pods=tuple(pods[:5]),
     )
 
 

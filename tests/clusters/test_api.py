@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusters.metrics.services import node_token_issue
-from clusters.models import Backend, Cluster
+from clusters.models import Backend, Cluster, Node
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 from tests.conftest import PERSONAS
 
@@ -152,3 +152,30 @@ def test_only_a_node_token_may_report_mig_devices(org, client, client_as, person
     assert response.status_code in (401, 403)
     node.refresh_from_db()
     assert node.mig_report == {}
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_nodes_list_what_pods_gpupool_did_not_bind_hold(org, client_as, persona):
+    cluster = make_cluster("kube", Backend.KUBERNETES)
+    node = make_node(cluster, "gpu-a", gpus=8, pool=org.pool)
+    make_node(cluster, "gpu-b", gpus=8, pool=org.pool)
+    Node.objects.filter(pk=node.pk).update(
+        foreign_gpus=1,
+        foreign_cpu="0.5",
+        foreign_memory_mib=512,
+        foreign_pods={"count": 1, "names": ["default/debug"]},
+    )
+    rows = client_as(getattr(org, persona)).get(f"/api/v1/nodes/?cluster={cluster.pk}").json()
+    admin = persona == "platform_admin"
+    assert {row["name"]: row["foreign"] for row in rows} == {
+        "gpu-a": {
+            "gpus": 1,
+            "cpu": 0.5,
+            "memory_mib": 512,
+            "pods": 1,
+            "names": ["default/debug"] if admin else [],
+            "text": "1 GPU, 0.5 CPU, 512 MiB used by 1 pod not scheduled by GPUPool"
+            + (": default/debug" if admin else ""),
+        },
+        "gpu-b": None,
+    }

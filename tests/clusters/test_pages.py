@@ -253,3 +253,29 @@ def test_the_mib_filter_picks_the_unit_a_person_reads(mib, shown):
     from clusters.templatetags.clusters_units import mib as mib_filter
 
     assert mib_filter(mib) == shown
+
+
+FOREIGN = {
+    "foreign_gpus": 2,
+    "foreign_cpu": 4,
+    "foreign_memory_mib": 16384,
+    "foreign_pods": {
+        "count": 3,
+        "names": ["kube-system/dcgm-exporter-x", "default/train-x", "other/theirs"],
+    },
+}
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_the_nodes_page_shows_what_pods_gpupool_did_not_bind_hold(org, client_as, persona):
+    cluster = make_cluster("kube", Backend.KUBERNETES)
+    node = make_node(cluster, "gpu-a", gpus=8, pool=org.pool)
+    Node.objects.filter(pk=node.pk).update(**FOREIGN)
+    admit(make_workload(org.project_a, org.researcher, "job"), node, pods=[{"gpu_indices": [0]}])
+    text = client_as(getattr(org, persona)).get("/clusters/nodes/").content.decode()
+    said = "2 GPUs, 4 CPU, 16 GiB used by 3 pods not scheduled by GPUPool"
+    # Other tenants' pod names are for platform admins; everyone sees what they hold.
+    names = ": kube-system/dcgm-exporter-x, default/train-x, other/theirs</div>"
+    assert (said + names in text) == (persona == "platform_admin")
+    assert said in text
+    assert "3 of 8 GPUs in use" in text

@@ -13,8 +13,10 @@ from clusters.inventory import inventory_store, inventory_sync
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool, SimulatedPod
 from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
+from scheduling.cycle import cycle_run
 from scheduling.lifecycle import workload_transition
 from scheduling.models import WorkloadPolicy, WorkloadState
+from scheduling.services import workload_submit
 from tests.clusters.conftest import admit, make_cluster, make_workload
 
 DESCRIPTION = """
@@ -306,3 +308,30 @@ def test_a_node_removed_from_the_description_takes_its_pods_with_it(sim, org):
     assert (workload.state, workload.restart_count) == (WorkloadState.PENDING, 1)
     assert workload.events.get(reason="PodLost").message == "Pods lost on t4-0."
     assert SimulatedPod.objects.count() == 0
+
+
+SHARED = """
+nodes:
+  - {name: shared-0, gpus: 4, labels: {gpupool.io/node-pool: a100},
+     foreign: {gpus: 3, cpu: 2.5, memory_mib: 4096, pods: [kube-system/dcgm-exporter-0]}}
+"""
+
+
+def test_a_simulated_node_may_hold_foreign_use_and_the_cycle_leaves_it_alone(org):
+    cluster = make_cluster("shared", Backend.SIMULATED, config=description_parse(SHARED))
+    inventory_sync(cluster)
+    node = Node.objects.get(cluster=cluster)
+    assert (node.foreign_gpus, float(node.foreign_cpu), node.foreign_memory_mib) == (3, 2.5, 4096)
+    assert node.foreign_pods == {"count": 1, "names": ["kube-system/dcgm-exporter-0"]}
+    job = workload_submit(
+        actor=org.researcher,
+        project=org.project_a,
+        kind="training",
+        name="two",
+        image="pytorch/pytorch:2.3",
+        command=["python", "train.py"],
+        gpus=2,
+    )
+    cycle_run()
+    job.refresh_from_db()
+    assert job.pending_reason == "Needs 2 GPUs in pool a100; 1 is free"

@@ -9,7 +9,9 @@ from datetime import datetime
 import pytest
 from django.utils import timezone
 
+from clusters.models import Node
 from portal.models import DepartmentQuota
+from scheduling import adapters
 from scheduling.cycle import (
     OvercommitRefused,
     capacity_check,
@@ -94,6 +96,29 @@ def test_capacity_fitting_takes_each_admission_whole_or_not_at_all(cluster):
     assert capacity_fitting([first, clash, after, over]) == [first, after]
     with pytest.raises(OvercommitRefused):
         capacity_check([first, clash])
+
+
+def test_capacity_fitting_leaves_what_pods_gpupool_did_not_bind_hold(cluster):
+    node = cluster[0]  # four GPUs
+    Node.objects.filter(pk=node.pk).update(foreign_gpus=2)
+    node.refresh_from_db()
+    nodes = {adapters.engine_node_id(node.pk): node}
+    two = t.Admission("1", _pods(node, 0, 1))
+    third = t.Admission("2", _pods(node, 2))  # a GPU nobody holds, but others hold two
+    assert capacity_fitting([two, third], nodes) == [two]
+    assert capacity_fitting([two, third]) == [two, third]  # where foreign use is not given
+
+
+def test_a_nomination_waits_while_pods_gpupool_did_not_bind_hold_its_room(org, cluster, submit):
+    owner, victims, _ = _reclaimed(org, submit)
+    [node_id] = {int(p["node_id"]) for p in owner.nominated["pods"]}
+    for victim in victims:
+        workload_pods_released(Workload.objects.get(pk=victim.pk))
+    # Meanwhile the default scheduler bound a pod there that holds the GPUs they freed.
+    Node.objects.filter(pk=node_id).update(foreign_gpus=2)
+    assert nominations_apply().admitted == 0
+    Node.objects.filter(pk=node_id).update(foreign_gpus=0)  # it finished
+    assert nominations_apply().admitted == 1
 
 
 def test_waiting_nominations_cost_the_cycle_a_few_queries_however_many(

@@ -12,6 +12,7 @@ writing it (another worker's keep holds a stale pending reason).
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 
 import pytest
 
@@ -124,6 +125,12 @@ def _gpu(rng, *_):
     gpu.save()
 
 
+def _foreign(rng, *_):
+    node = rng.choice(list(Node.objects.order_by("pk")))
+    node.foreign_gpus, node.foreign_cpu = rng.choice([0, 1, 3, 5]), rng.choice([0, 8, 64])
+    node.save(update_fields=["foreign_gpus", "foreign_cpu"])
+
+
 def _cluster(rng, *_):
     Cluster.objects.update(reachable=rng.random() < 0.7)
 
@@ -144,10 +151,11 @@ def _rename(rng, org, submit, n):
 
 # One random write each, as users, the cycle, reconciliation and admins make them.
 STEPS = [_submit, _submit, lambda *_: cycle_run(), lambda *_: cycle_run(), _stop, _release]
-STEPS += [_start, _phase, _edit, _update, _bulk, _node, _gpu, _cluster, _pool, _quota, _rename]
+STEPS += [_start, _phase, _edit, _update, _bulk, _node, _gpu, _foreign, _cluster, _pool, _quota]
+STEPS += [_rename]
 
 
-@pytest.mark.parametrize("seed", [2, 3, 4, 5])
+@pytest.mark.parametrize("seed", [2, 3, 4, 7])
 def test_the_kept_snapshot_equals_a_rebuilt_one_through_random_changes(
     org, submit, monkeypatch, seed
 ):
@@ -253,3 +261,31 @@ def test_a_cycle_does_not_read_again_the_reasons_it_wrote(org, submit):
     reads = kept_rows.KEPT_ROWS.reads
     cycle_run()
     assert kept_rows.KEPT_ROWS.reads == reads
+
+
+def _engine_node(node: Node) -> tuple[list[str | None], float | None, int | None]:
+    read = adapters.read_snapshot()
+    [made] = [n for n in read.snapshot.nodes if n.id == adapters.engine_node_id(node.pk)]
+    return [g.whole_by for g in made.gpus], made.cpu, made.memory_mib
+
+
+def test_the_kept_snapshot_sees_a_change_of_foreign_use(org, submit):
+    """Pods GPUPool did not bind (Node.foreign_*, written by the inventory sync) take the
+    highest-index free GPUs, and their CPU and memory, out of the node the cycle sees."""
+    [node] = make_nodes(org.pool, 1, 4)
+    kept_rows.KEPT_NODES.forget()
+    held = submit(org.researcher, org.project_a, "held", gpus=1)
+    cycle_run()  # takes GPU 0
+    assert _engine_node(node) == ([str(held.pk), None, None, None], 64.0, 512 * 1024)
+    node.foreign_gpus, node.foreign_cpu, node.foreign_memory_mib = 2, Decimal("60"), 1024
+    node.save(update_fields=["foreign_gpus", "foreign_cpu", "foreign_memory_mib"])
+    free = [str(held.pk), None, adapters.FOREIGN_HOLDER, adapters.FOREIGN_HOLDER]
+    assert _engine_node(node) == (free, 4.0, 511 * 1024)
+    waits = submit(org.researcher, org.project_a, "waits", gpus=1, cpu=8)
+    cycle_run()
+    waits.refresh_from_db()
+    assert waits.state == WorkloadState.PENDING  # a GPU is free, but not 8 of the 4 cores
+    # More held by others than is free: the node is full, never below nothing.
+    Node.objects.filter(pk=node.pk).update(foreign_gpus=9, foreign_cpu=100)
+    everything = [str(held.pk), *[adapters.FOREIGN_HOLDER] * 3]
+    assert _engine_node(node) == (everything, 0.0, 511 * 1024)

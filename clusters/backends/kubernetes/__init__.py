@@ -46,12 +46,14 @@ from kubernetes.client.exceptions import ApiException
 from clusters.backends import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    NO_FOREIGN_USE,
     PUBLISH_INGRESS,
     PUBLISH_NODEPORT,
     TERMINAL_PHASES,
     Backend,
     BackendError,
     BackendUnreachable,
+    ForeignUse,
     MigKey,
     MigLayout,
     NodeInfo,
@@ -65,6 +67,8 @@ from clusters.backends import (
 from clusters.backends.kubernetes import native
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
+from clusters.backends.kubernetes.foreign import FIELD_SELECTOR as FOREIGN_SELECTOR
+from clusters.backends.kubernetes.foreign import foreign_use
 from clusters.backends.kubernetes.manifests import (
     DEFAULT_UID,
     MPS_ROOT,
@@ -228,7 +232,11 @@ class KubernetesBackend(Backend):
             items = self._json(self.api.list_node)["items"]
         except ApiException as exc:
             raise BackendUnreachable(f"cannot list nodes: {exc.status} {exc.reason}") from exc
-        infos = [node_info(item) for item in items]
+        held = self.foreign_use()
+        infos = [
+            replace(node_info(item), foreign=held.get(item["metadata"]["name"], NO_FOREIGN_USE))
+            for item in items
+        ]
         if not getattr(self.cluster, "pk", None):
             return infos
         from clusters.mig import mig_mode_reported  # noqa: PLC0415 - models need apps ready
@@ -242,6 +250,18 @@ class KubernetesBackend(Backend):
             )
             for info in infos
         ]
+
+    def foreign_use(self) -> dict[str, ForeignUse]:
+        """What pods GPUPool did not bind hold, by node (foreign.py). One list of every
+        bound, unfinished pod of the cluster: made with the inventory (every 60 s), not
+        on each reconcile pass, whose watch sees only GPUPool's own pods."""
+        try:
+            pods = self._json(
+                self.api.list_pod_for_all_namespaces, field_selector=FOREIGN_SELECTOR
+            )["items"]
+        except ApiException as exc:
+            raise BackendUnreachable(f"cannot list pods: {exc.status} {exc.reason}") from exc
+        return foreign_use(pods, self.owner)
 
     def mig_sync(self, wanted: MigLayout) -> tuple[dict[MigKey, str], list[str]]:
         """Publish each node's wanted MIG layout on its Node; its agent makes the instances

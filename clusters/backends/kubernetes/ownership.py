@@ -17,6 +17,10 @@ from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL
 
 INSTALLATION_LABEL = "gpupool.io/installation"
 CLUSTER_LABEL = "gpupool.io/cluster"
+# On a pod GPUPool bound but did not create (a "native" pod: kubectl, Helm, an operator with
+# schedulerName gpupool): `<installation>.<cluster>`, set through the Binding's annotations,
+# which the API server copies onto the pod.
+BOUND_BY_ANNOTATION = "gpupool.io/bound-by"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,20 @@ class Owner:
 
     def owns(self, labels: Mapping[str, str] | None) -> bool:
         return all((labels or {}).get(key) == value for key, value in self.labels.items())
+
+    @property
+    def bound_by(self) -> str:
+        """The value of BOUND_BY_ANNOTATION on the native pods this owner binds."""
+        return f"{self.installation}.{self.cluster}"
+
+    def holds(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a pod is this owner's: made by it (its identity labels) or bound by it
+        (a native pod with our BOUND_BY_ANNOTATION). Every other bound pod is foreign."""
+        annotations = metadata.get("annotations") or {}
+        return (
+            self.owns(metadata.get("labels"))
+            or annotations.get(BOUND_BY_ANNOTATION) == self.bound_by
+        )
 
     @property
     def tag(self) -> str:
