@@ -1,22 +1,30 @@
 """An in-process Kubernetes API server speaking the real REST protocol, for the official client.
 
-It implements what GPUPool's kubernetes backend uses: /version; nodes; namespaces; pods
-(create, get, list across namespaces with label selectors, delete with a grace period,
-binding, status, log); services; priorityclasses (scheduling.k8s.io/v1); list + watch
-with resourceVersions. Errors are real `Status` objects: 404 NotFound, 409
-AlreadyExists/Conflict, 410 Gone for a watch from a compacted resourceVersion. Faults can
-be injected: 500s, slow answers (client timeouts), 409s, and a server that drops every
-connection ("down").
+It implements what GPUPool's kubernetes backend and native scheduling use: /version; nodes;
+namespaces; pods (create, get, list across namespaces with label and field selectors, delete
+with a grace period, binding, status, log); services; core/v1 events;
+priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
+`Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
+compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/
-test_fake_apiserver_strict.py): a log asked of a container the pod lacks is 400; namespaces
-get `kubernetes.io/metadata.name`, and the cluster has default, kube-system, kube-public
-and kube-node-lease; a new node is tainted `node.kubernetes.io/not-ready` until it is
-Ready; the Pod Security level a namespace enforces (`pod-security.kubernetes.io/enforce`,
-else `pod_security_default`) is admitted as the real plugin does, with its message; a
-pod's priorityClassName must exist; pods get their QoS class; with `rbac_rules` set (a
-ClusterRole's rules), any request they do not allow is 403 Forbidden; env names are
-checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty).
+test_fake_apiserver_strict.py, test_fake_apiserver_native.py): a log asked of a container the
+pod lacks is 400; namespaces get `kubernetes.io/metadata.name`, and the cluster has default,
+kube-system, kube-public and kube-node-lease; a new node is tainted
+`node.kubernetes.io/not-ready` until it is Ready; the Pod Security level a namespace enforces
+(`pod-security.kubernetes.io/enforce`, else `pod_security_default`) is admitted as the real
+plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class;
+with `rbac_rules` set (a ClusterRole's rules), any request they do not allow is 403 Forbidden;
+env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
+or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
+kind, name and uid, and at most one is the controller.
+Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates) or being
+deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
+PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, conditions
+merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
+as the real legacy validation does (`api.events()` reads them); pod lists and watches take the
+real field selectors (`spec.nodeName=` for unbound pods), any other field is 400.
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
@@ -28,6 +36,7 @@ import bisect
 import copy
 import itertools
 import json
+import random
 import re
 import subprocess
 import sys
@@ -52,6 +61,7 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 NOT_READY = "node.kubernetes.io/not-ready"
 SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 GPU = "nvidia.com/gpu"
+NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # generated names' suffix, as the real one's
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
@@ -69,6 +79,10 @@ def status_body(code: int, reason: str, message: str) -> dict:
         "reason": reason,
         "code": code,
     }
+
+
+# What a create of a subresource that makes no object (a Binding, an Eviction) answers.
+CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def kubeconfig_for(url: str) -> dict:
@@ -112,6 +126,74 @@ def _matches(selector: str | None, labels: dict) -> bool:
         elif labels.get(term) is None:
             return False
     return True
+
+
+# The fields a pod list or watch may select on (the real ToSelectableFields), with the value
+# the real server defaults each to; any other label is 400.
+POD_FIELDS: dict[str, tuple[str, str, str]] = {
+    "metadata.name": ("metadata", "name", ""),
+    "metadata.namespace": ("metadata", "namespace", ""),
+    "spec.nodeName": ("spec", "nodeName", ""),
+    "spec.restartPolicy": ("spec", "restartPolicy", "Always"),
+    "spec.schedulerName": ("spec", "schedulerName", "default-scheduler"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName", "default"),
+    "spec.hostNetwork": ("spec", "hostNetwork", "false"),
+    "status.phase": ("status", "phase", ""),
+    "status.podIP": ("status", "podIP", ""),
+    "status.nominatedNodeName": ("status", "nominatedNodeName", ""),
+}
+
+
+def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str]]:
+    """(label, equal, value) per term of a fieldSelector ("a=b,c!=d", "==" too), as the
+    real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+    terms = []
+    for raw in (selector or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        match = re.fullmatch(r"([^=!]+)(!=|==|=)(.*)", term)
+        if not match:
+            message = f"invalid selector: '{selector}'; can't understand '{term}'"
+            raise ApiError(400, "BadRequest", message)
+        label, op, value = match.groups()
+        known = POD_FIELDS if resource == "pods" else ("metadata.name", "metadata.namespace")
+        if label not in known:
+            raise ApiError(400, "BadRequest", f"field label not supported: {label}")
+        terms.append((label, op != "!=", value))
+    return terms
+
+
+def _field_value(obj: dict, label: str) -> str:
+    part, key, default = POD_FIELDS[label]
+    value = (obj.get(part) or {}).get(key, default)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value if value is not None else default)
+
+
+def _fields_match(terms: list[tuple[str, bool, str]], obj: dict) -> bool:
+    return all((_field_value(obj, label) == value) == equal for label, equal, value in terms)
+
+
+def _selectable(obj: dict) -> dict:
+    """What a watch's selectors read of an object: kept per MODIFIED event, so that a change
+    moving the object into or out of a selection is seen as ADDED or DELETED."""
+    meta = obj["metadata"]
+    labels = dict(meta.get("labels") or {})
+    snapshot: dict = {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+        },
+        "spec": {},
+        "status": {},
+    }
+    for part, key, _ in POD_FIELDS.values():
+        if part != "metadata" and key in (obj.get(part) or {}):
+            snapshot[part][key] = obj[part][key]
+    return snapshot
 
 
 def _version(value: Any) -> int | None:
@@ -316,6 +398,125 @@ def _validate_annotations(annotations: dict) -> None:
         raise ApiError(422, "Invalid", message)
 
 
+# Strategic merge: the lists these fields name merge item by item on the key (their
+# patchMergeKey in k8s.io/api); every other list is replaced whole.
+MERGE_KEYS = {"conditions": "type", "containerStatuses": "name", "initContainerStatuses": "name"}
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
+    """RFC 7386 (application/merge-patch+json): maps merge, null deletes, the rest replaces;
+    strategic (application/strategic-merge-patch+json) also merges the lists of MERGE_KEYS."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif strategic and key in MERGE_KEYS and isinstance(value, list):
+            result[key] = _merge_list(result.get(key) or [], value, MERGE_KEYS[key])
+        else:
+            result[key] = merge_patch(result.get(key), value, strategic=strategic)
+    return result
+
+
+def _merge_list(current: list, patch: list, key: str) -> list:
+    merged = copy.deepcopy(current)
+    for item in patch:
+        index = next((i for i, old in enumerate(merged) if old.get(key) == item.get(key)), None)
+        if index is None:
+            merged.append(copy.deepcopy(item))
+        else:
+            merged[index] = merge_patch(merged[index], item, strategic=True)
+    return merged
+
+
+def patched(obj: dict, body: Any, content_type: str | None) -> dict:
+    """The object after a PATCH of this content type (the official client sends strategic
+    merge for a dict, JSON patch for a list, merge patch when asked)."""
+    kind = (content_type or "").split(";")[0].strip()
+    if kind == "application/strategic-merge-patch+json":
+        return merge_patch(obj, body or {}, strategic=True)
+    if kind == "application/merge-patch+json":
+        return merge_patch(obj, body or {})
+    message = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/merge-patch+json, application/strategic-merge-patch+json"
+    )
+    raise ApiError(415, "UnsupportedMediaType", message)
+
+
+SYSTEM_CONDITIONS = ("PodScheduled", "Ready", "Initialized")
+
+
+def _validate_pod_conditions(conditions: list[dict]) -> None:
+    """validatePodConditions: a condition type of the pod's own is a qualified name (so not
+    empty); the real server checks no status value (True/False/Unknown by convention)."""
+    for index, condition in enumerate(conditions):
+        kind = str(condition.get("type") or "")
+        if kind in SYSTEM_CONDITIONS:
+            continue
+        prefix, _, name = kind.rpartition("/")
+        where = f"status.conditions[{index}].Type"
+        if not name:
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": name part must be non-empty'
+            )
+        if (
+            not QUALIFIED_NAME.fullmatch(name)
+            or len(name) > 63
+            or ("/" in kind and not DNS_SUBDOMAIN.fullmatch(prefix))
+        ):
+            raise ApiError(
+                422, "Invalid", f'{where}: Invalid value: "{kind}": must be a qualified name'
+            )
+
+
+def set_condition(status: dict, kind: str, value: str, **fields: str) -> None:
+    """As podutil.UpdatePodCondition: lastTransitionTime moves only when the status does."""
+    conditions = status.setdefault("conditions", [])
+    old = next((c for c in conditions if c.get("type") == kind), None)
+    condition = {"type": kind, "status": value, "lastProbeTime": None, **fields}
+    changed = old is None or old.get("status") != value
+    condition["lastTransitionTime"] = _now() if changed else old.get("lastTransitionTime")
+    if old is None:
+        conditions.append(condition)
+    else:
+        conditions[conditions.index(old)] = condition
+
+
+EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "message": 1024}
+
+
+def _validate_event(event: dict, ns: str) -> None:
+    """core/v1 Events get legacyValidateEvent and nothing more (the strict checks are
+    events.k8s.io/v1's): without eventTime only that involvedObject.namespace is the
+    event's (or empty, in "default"); reason, message and type are free. With eventTime
+    (a "new" event): reportingComponent, reportingInstance, action, reason required, each
+    at most 128 characters, the message at most 1024."""
+    theirs = (event.get("involvedObject") or {}).get("namespace") or ""
+    new = bool(event.get("eventTime"))
+    allowed = (
+        (theirs == ns) if theirs else ns in (("default", "kube-system") if new else ("", "default"))
+    )
+    if not allowed:
+        message = (
+            f'involvedObject.namespace: Invalid value: "{theirs}": does not match event.namespace'
+        )
+        raise ApiError(422, "Invalid", message)
+    if not new:
+        return
+    if not event.get("reportingComponent"):
+        raise ApiError(422, "Invalid", "reportingController: Required value")
+    for field, limit in EVENT_LIMITS.items():
+        value = str(event.get(field) or "")
+        if not value and field != "message":
+            raise ApiError(422, "Invalid", f"{field}: Required value")
+        if len(value) > limit:
+            raise ApiError(
+                422, "Invalid", f'{field}: Invalid value: "": can have at most {limit} characters'
+            )
+
+
 def _namespace(name: str) -> dict:
     return {
         "apiVersion": "v1",
@@ -410,19 +611,39 @@ def _validate_service(service: dict, taken: set[int]) -> None:
     spec["type"] = kind
 
 
+OWNER_FIELDS = {
+    "apiVersion": "version must not be empty",
+    "kind": "must not be empty",
+    "name": "must not be empty",
+    "uid": "must not be empty",
+}
+
+
 def _validate_owners(meta: dict) -> None:
-    for owner in meta.get("ownerReferences") or []:
-        for field in ("apiVersion", "kind", "name", "uid"):
+    """As apimachinery's ValidateOwnerReferences: each names an apiVersion, kind, name and
+    uid, and at most one is the controller (422, the real messages)."""
+    owners = meta.get("ownerReferences") or []
+    for owner in owners:
+        for field, why in OWNER_FIELDS.items():
             if not owner.get(field):
-                raise ApiError(422, "Invalid", f"metadata.ownerReferences.{field}: Required value")
+                message = f'metadata.ownerReferences.{field}: Invalid value: "": {why}'
+                raise ApiError(422, "Invalid", message)
+    controllers = [f"{o['kind']}/{o['name']}" for o in owners if o.get("controller")]
+    if len(controllers) > 1:
+        message = (
+            "metadata.ownerReferences: Invalid value: Only one reference can have Controller "
+            f'set to true. Found "true" in references for {controllers[0]} and {controllers[1]}'
+        )
+        raise ApiError(422, "Invalid", message)
 
 
-def _seen_as(kind: str, obj: dict, labels_before: dict | None, visible: Any) -> str | None:
-    """The event a watch with this selector sees, if any. A change of labels moves an
-    object into or out of the selector: ADDED or DELETED, as the real server sends."""
+def _seen_as(kind: str, obj: dict, before: dict | None, visible: Any) -> str | None:
+    """The event a watch with these selectors sees, if any. A change of labels or selected
+    fields moves an object into or out of the selection: ADDED or DELETED, as the real
+    server sends."""
     now_in = visible(obj)
-    if kind == "MODIFIED" and labels_before is not None:
-        was_in = visible({**obj, "metadata": {**obj["metadata"], "labels": labels_before}})
+    if kind == "MODIFIED" and before is not None:
+        was_in = visible(before)
         if was_in != now_in:
             return "ADDED" if now_in else "DELETED"
     return kind if now_in else None
@@ -441,6 +662,7 @@ class FakeApiServer:
     def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
         self.auto_run = auto_run
         self.deferred_delete = deferred_delete
+        self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = itertools.count(1)
@@ -452,8 +674,9 @@ class FakeApiServer:
             "services": {},
             "priorityclasses": {},
             "configmaps": {},
+            "events": {},
         }
-        self.events: list[tuple[int, str, str, dict]] = []  # rv, resource, type, object
+        self.history: list[tuple[int, str, str, dict]] = []  # watch events: rv, resource, type, obj
         self.faults: list[Fault] = []
         # Namespaces the cluster forbids creating (RBAC, an admission webhook): 403.
         self.forbidden_namespaces: set[str] = set()
@@ -481,11 +704,12 @@ class FakeApiServer:
         self.too_large_wait_s = 0.5
         self.event_window = EVENT_WINDOW
         self.list_calls: Counter[str] = Counter()  # full lists (not watches) per resource
-        self._labels_stored: dict[tuple[str, str, str], dict] = {}
-        self.labels_before: dict[int, dict] = {}  # MODIFIED event's version -> old labels
+        self._selected: dict[tuple[str, str, str], dict] = {}  # what selectors read, as stored
+        self.before: dict[int, dict] = {}  # MODIFIED event's version -> what selectors read before
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
-        self.server = _Server(("127.0.0.1", 0), _handler_for(self))
+        self.handler = _handler_for(self)
+        self.server = _Server(("127.0.0.1", 0), self.handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         with self.lock:
@@ -624,15 +848,33 @@ class FakeApiServer:
                 self._delete("pods", ns, name)
             return len(doomed)
 
+    def events(self, namespace: str | None = None) -> list[dict]:
+        """The core/v1 Events stored (of one namespace, or all), oldest first."""
+        with self.lock:
+            events = [
+                copy.deepcopy(e)
+                for (ns, _), e in self.objects["events"].items()
+                if namespace is None or ns == namespace
+            ]
+        return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def generate_name(self, meta: dict) -> str:
+        """metadata.generateName plus 5 characters, as the real server's name generator."""
+        prefix = meta.get("generateName")
+        if not prefix:
+            message = "metadata.name: Required value: name or generateName is required"
+            raise ApiError(422, "Invalid", message)
+        return prefix[:58] + "".join(self.random.choice(NAME_CHARACTERS) for _ in range(5))
+
     # --- storage -----------------------------------------------------------------------------
     def _store(self, resource: str, ns: str, obj: dict, event: str) -> dict:
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         key = (resource, ns, obj["metadata"]["name"])
-        if event == "MODIFIED":  # a watch's selector may have matched the labels before only
-            self.labels_before[rv] = self._labels_stored.get(key, {})
-        self._labels_stored[key] = dict(obj["metadata"].get("labels") or {})
+        if event == "MODIFIED":  # a watch's selector may have matched the object before only
+            self.before[rv] = self._selected.get(key, {"metadata": {}})
+        self._selected[key] = _selectable(obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -640,7 +882,7 @@ class FakeApiServer:
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
         self.devices.pop((ns, name), None)
-        self._labels_stored.pop((resource, ns, name), None)
+        self._selected.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
@@ -678,10 +920,10 @@ class FakeApiServer:
         return True
 
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
-        self.events.append((rv, resource, kind, copy.deepcopy(obj)))
-        for old, *_ in self.events[: -self.event_window]:
-            self.labels_before.pop(old, None)
-        del self.events[: -self.event_window]
+        self.history.append((rv, resource, kind, copy.deepcopy(obj)))
+        for old, *_ in self.history[: -self.event_window]:
+            self.before.pop(old, None)
+        del self.history[: -self.event_window]
         self.changed.notify_all()
 
     def _fault_for(self, method: str, path: str) -> Fault | None:
@@ -698,13 +940,15 @@ class FakeApiServer:
         return None
 
 
+NAMESPACED = "pods|services|configmaps|events"
+POD_SUBRESOURCES = "binding|status|log"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
-    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services)$"), "collection"),
+    (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
     (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)$"), "ns_collection"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/(pods|services|configmaps)/([^/]+)$"), "ns_item"),
-    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/(binding|status|log)$"), "pod_sub"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})$"), "ns_collection"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})/([^/]+)$"), "ns_item"),
+    (re.compile(rf"^{CORE}/namespaces/([^/]+)/pods/([^/]+)/({POD_SUBRESOURCES})$"), "pod_sub"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)$"), "collection"),
     (re.compile(rf"^{SCHEDULING}/(priorityclasses)/([^/]+)$"), "cluster_item"),
 ]
@@ -715,6 +959,7 @@ KINDS = {
     "services": "Service",
     "priorityclasses": "PriorityClass",
     "configmaps": "ConfigMap",
+    "events": "Event",
 }
 API_VERSIONS = {"priorityclasses": "scheduling.k8s.io/v1"}
 CLUSTER_SCOPED = {"nodes", "namespaces", "priorityclasses"}
@@ -873,7 +1118,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 with api.lock:
                     self._get(resource, "", name)
                     if resource == "namespaces":  # the namespace controller empties it
-                        for kind in ("pods", "services", "configmaps"):
+                        for kind in ("pods", "services", "configmaps", "events"):
                             for key in [k for k in api.objects[kind] if k[0] == name]:
                                 api._delete(kind, *key)
                     return 200, api._delete(resource, "", name)
@@ -893,9 +1138,30 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, self._get(resource, ns, name)
             if method == "DELETE":
                 return self._delete_item(resource, ns, name, query, body or {})
+            if resource == "events" and method in ("PATCH", "PUT"):
+                return self._update_event(method, ns, name, body or {})
             if method == "PATCH":
                 return self._patch_metadata(resource, ns, name, body or {})
             raise ApiError(405, "MethodNotAllowed", method)
+
+        def _update_event(self, method: str, ns: str, name: str, body: dict):
+            """An Event's update (a recorder bumps count and lastTimestamp): checked again
+            as at create; the name, namespace and uid stay."""
+            with api.lock:
+                event = self._get("events", ns, name, copy_=False)
+                if method == "PUT":
+                    self._check_rv(event, body)
+                    new = copy.deepcopy(body)
+                else:
+                    new = patched(event, body, self.headers.get("Content-Type"))
+                keep = {
+                    k: event["metadata"][k]
+                    for k in ("name", "namespace", "uid", "creationTimestamp")
+                }
+                new["metadata"] = {**(new.get("metadata") or {}), **keep}
+                new.update(apiVersion="v1", kind="Event")
+                _validate_event(new, ns)
+                return 200, copy.deepcopy(api._store("events", ns, new, "MODIFIED"))
 
         def _patch_metadata(self, resource: str, ns: str, name: str, body: dict):
             """A merge patch of labels and annotations (all GPUPool patches)."""
@@ -923,22 +1189,80 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self._check_log(pod, query)
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
-                    if pod["spec"].get("nodeName"):
-                        raise ApiError(409, "Conflict", f"pod {name} is already assigned")
-                    pod["spec"]["nodeName"] = body["target"]["name"]
-                    self._kubelet_start(pod)
-                    api._store("pods", ns, pod, "MODIFIED")
-                    return 201, {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "status": "Success",
-                        "code": 201,
-                    }
+                    return self._bind(pod, body or {})
                 if sub == "status" and method in ("PUT", "PATCH"):
-                    self._check_rv(pod, body)
-                    pod["status"] = {**pod.get("status", {}), **body.get("status", {})}
-                    return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
-                return 200, copy.deepcopy(pod)
+                    return self._write_status(method, pod, body or {})
+                if sub == "status" and method == "GET":
+                    return 200, copy.deepcopy(pod)
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/{sub}")
+
+        def _bind(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """BindingREST: the Binding names the pod; its target is a Node (one that does
+            not exist is taken: only its kubelet would refuse); a pod being deleted, bound
+            already or with scheduling gates is 409; the Binding's annotations are copied
+            onto the pod, nominatedNodeName cleared, PodScheduled=True set."""
+            name = pod["metadata"]["name"]
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Binding object"
+                )
+            target = body.get("target") or {}
+            if target.get("kind") not in (None, "", "Node"):
+                # Validation errors here are not StatusErrors: the real server answers 500.
+                message = (
+                    f'target.kind: Unsupported value: "{target["kind"]}": supported values: '
+                    '"Node", "<empty>"'
+                )
+                raise ApiError(500, "InternalError", message)
+            if not target.get("name"):
+                raise ApiError(500, "InternalError", "target.name: Required value")
+            conflict = f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
+            if pod["metadata"].get("deletionTimestamp"):
+                raise ApiError(
+                    409, "Conflict", conflict + "is being deleted, cannot be assigned to a host"
+                )
+            if pod["spec"].get("nodeName"):
+                node = pod["spec"]["nodeName"]
+                raise ApiError(409, "Conflict", conflict + f'is already assigned to node "{node}"')
+            if pod["spec"].get("schedulingGates"):
+                raise ApiError(409, "Conflict", conflict + "has non-empty .spec.schedulingGates")
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            _check_string_map(annotations, "annotations")
+            if annotations:
+                pod["metadata"]["annotations"] = {
+                    **(pod["metadata"].get("annotations") or {}),
+                    **annotations,
+                }
+            pod["spec"]["nodeName"] = target["name"]
+            pod.setdefault("status", {}).pop("nominatedNodeName", None)
+            set_condition(pod["status"], "PodScheduled", "True")
+            self._kubelet_start(pod)
+            api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            return 201, CREATED
+
+        def _write_status(self, method: str, pod: dict, body: dict) -> tuple[int, dict]:
+            """pods/status: only the status changes (the real status strategy keeps the
+            stored spec and metadata, whatever the body says); a PUT names the pod and may
+            carry a resourceVersion precondition; conditions are validated."""
+            name = pod["metadata"]["name"]
+            if method == "PUT":
+                given = (body.get("metadata") or {}).get("name")
+                if given != name:
+                    message = (
+                        f"the name of the object ({given}) does not match the name on the URL "
+                        f"({name})"
+                    )
+                    raise ApiError(400, "BadRequest", message)
+                self._check_rv(pod, body)
+                status = copy.deepcopy(body.get("status") or {})
+            else:
+                self._check_rv(pod, body)
+                status = patched(pod, body, self.headers.get("Content-Type")).get("status") or {}
+            _validate_pod_conditions(status.get("conditions") or [])
+            pod["status"] = status
+            return 200, copy.deepcopy(
+                api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
+            )
 
         def _check_log(self, pod: dict, query: dict) -> None:
             """A log is of one container of the pod, which must have started: 400 else."""
@@ -990,7 +1314,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _create(self, resource: str, ns: str, body: dict):
             with api.lock:
-                name = body["metadata"].get("name")
+                body = {**body, "metadata": dict(body.get("metadata") or {})}
+                name = body["metadata"].get("name") or api.generate_name(body["metadata"])
+                body["metadata"]["name"] = name
                 if ns and ("", ns) not in api.objects["namespaces"]:
                     raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in api.objects[resource]:
@@ -1009,6 +1335,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     meta["namespace"] = ns
                 if resource == "configmaps":
                     _validate_config_map(obj)
+                if resource == "events":
+                    _validate_event(obj, ns)
                 if resource == "pods":
                     self._admit_pod(obj, ns)
                     if obj["spec"].get("nodeName"):
@@ -1130,8 +1458,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 200, copy.deepcopy(api._delete(resource, ns, name))
 
         def _list(self, resource: str, ns: str | None, query: dict):
+            fields = _field_terms(resource, query.get("fieldSelector"))
             if str(query.get("watch", "")).lower() in ("true", "1"):
-                self._watch(resource, ns, query)
+                self._watch(resource, ns, query, fields)
                 return None
             with api.lock:
                 api.list_calls[resource] += 1
@@ -1140,6 +1469,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for (obj_ns, _), obj in sorted(api.objects[resource].items())
                     if (ns is None or obj_ns == ns)
                     and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                    and _fields_match(fields, obj)
                 ]
                 rv = str(api.last_rv)
             kind = KINDS[resource] + "List"
@@ -1150,7 +1480,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 "items": items,
             }
 
-        def _watch(self, resource: str, ns: str | None, query: dict) -> None:
+        def _watch(self, resource: str, ns: str | None, query: dict, fields: list) -> None:
             """Stream events after resourceVersion as JSON lines until timeoutSeconds, as
             the API server's watch cache does:
             - no resourceVersion, or "0": synthetic ADDED events for what exists, then
@@ -1172,8 +1502,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
             def visible(obj: dict) -> bool:
                 meta = obj["metadata"]
-                return (ns is None or meta.get("namespace") == ns) and _matches(
-                    query.get("labelSelector"), meta.get("labels") or {}
+                return (
+                    (ns is None or meta.get("namespace") == ns)
+                    and _matches(query.get("labelSelector"), meta.get("labels") or {})
+                    and _fields_match(fields, obj)
                 )
 
             start = self._watch_start(resource, since, timeout)
@@ -1192,7 +1524,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             """Where the watch starts, and the synthetic ADDED objects it begins with;
             None once an ERROR event ended it."""
             with api.lock:
-                oldest = api.events[0][0] if api.events else api.last_rv + 1
+                oldest = api.history[0][0] if api.history else api.last_rv + 1
                 current = api.last_rv
                 if since in (None, 0):
                     return current, [copy.deepcopy(o) for o in api.objects[resource].values()]
@@ -1230,20 +1562,20 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return False
-                    start = bisect.bisect_right(api.events, since, key=lambda e: e[0])
-                    if start == 0 and api.events and api.events[0][0] > since + 1:
+                    start = bisect.bisect_right(api.history, since, key=lambda e: e[0])
+                    if start == 0 and api.history and api.history[0][0] > since + 1:
                         # Events this watcher had not been sent left the window: the real
                         # server closes such a watch; the client resumes and gets 410.
                         self.close_connection = True
                         self._chunk(None)
                         return False
-                    fresh = api.events[start:]
+                    fresh = api.history[start:]
                     if not fresh and now < deadline:
                         wake = min(deadline, next_bookmark) if bookmarks else deadline
                         api.changed.wait(timeout=max(0.0, min(0.2, wake - now)))
                 for rv, kind_of, kind, obj in fresh:
                     since = rv
-                    seen = _seen_as(kind, obj, api.labels_before.get(rv), visible)
+                    seen = _seen_as(kind, obj, api.before.get(rv), visible)
                     if kind_of == resource and seen:
                         self._chunk({"type": seen, "object": obj})
                 last_call = now >= deadline - api.bookmark_lead_s

@@ -62,5 +62,5 @@ def test_bench_reconcile_on_a_shared_cluster_counts_and_removes_only_its_own_pod
             ("gp-bench", "gp-3-0"),
         ]
         assert result["namespace"] not in fake.namespaces()
-        nodes = {p["spec"].get("nodeName") for _, r, k, p in fake.events if r == "pods"}
+        nodes = {p["spec"].get("nodeName") for _, r, k, p in fake.history if r == "pods"}
         assert "down" not in nodes

@@ -112,7 +112,7 @@ def test_a_new_node_is_tainted_not_ready_until_it_reports_ready(api, fake):
     assert not node.spec.taints
     assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
     # The node came up through NotReady: a watcher saw the taint first.
-    kinds = [kind for _, resource, kind, obj in fake.events if obj["metadata"]["name"] == "late"]
+    kinds = [kind for _, resource, kind, obj in fake.history if obj["metadata"]["name"] == "late"]
     assert kinds == ["ADDED", "MODIFIED"]
 
 

@@ -415,8 +415,8 @@ def test_list_and_watch_follow_pods_and_an_expired_version_is_gone(kube, setup):
         )
     ]
     assert events == [("ADDED", "p"), ("DELETED", "p")]
-    fake.events.clear()
-    fake.events.append((fake.last_rv, "pods", "ADDED", {"metadata": {}}))
+    fake.history.clear()
+    fake.history.append((fake.last_rv, "pods", "ADDED", {"metadata": {}}))
     with pytest.raises(Exception, match="410"):
         list(
             watch.Watch().stream(

@@ -1,0 +1,374 @@
+"""The fake API server does what native scheduling needs as a real one (Kubernetes 1.30+)
+does: bindings, pod status and its conditions, Events, field selectors and
+ownerReferences. Each test talks
+to it over HTTP with the official client and names the real code it pins (kubernetes/
+kubernetes unless said otherwise)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from tests.clusters.fake_apiserver import FakeApiServer
+
+pytestmark = pytest.mark.timeout(30)
+NS = "team-a"
+
+
+def serve(**options) -> FakeApiServer:
+    server = FakeApiServer(**options)
+    server.add_node("gpu-a", gpus=2)
+    return server
+
+
+@pytest.fixture
+def fake():
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture
+def api_client(fake):
+    client = k8s_config.new_client_from_config_dict(fake.kubeconfig())
+    k8s.CoreV1Api(client).create_namespace({"metadata": {"name": NS}})
+    return client
+
+
+@pytest.fixture
+def api(api_client):
+    return k8s.CoreV1Api(api_client)
+
+
+def refusal(call, *args, **kwargs) -> tuple[int, str]:
+    with pytest.raises(ApiException) as err:
+        call(*args, **kwargs)
+    return err.value.status, json.loads(err.value.body)["message"]
+
+
+def pod(name: str, *, labels: dict | None = None, **spec) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "schedulerName": "gpupool",
+            "containers": [{"name": "main", "image": "x"}],
+            **spec,
+        },
+    }
+
+
+def binding(name: str, node: str = "gpu-a", annotations: dict | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def bind(api, name: str, body: dict | None = None, node: str = "gpu-a"):
+    # The client cannot read the Status a binding answers as a V1Binding: read it raw.
+    return api.create_namespaced_pod_binding(
+        name, NS, body or binding(name, node), _preload_content=False
+    )
+
+
+# --- pods/binding: BindingREST.Create and setPodHostAndAnnotations (pkg/registry/core/pod/
+# storage/storage.go) -------------------------------------------------------------------------
+def test_a_binding_sets_the_node_copies_its_annotations_and_marks_the_pod_scheduled(api, fake):
+    api.create_namespaced_pod(NS, pod("p"))
+    answer = bind(api, "p", binding("p", annotations={"gpupool.io/bound-by": "i.c"}))
+    assert answer.status == 201
+    assert json.loads(answer.data)["status"] == "Success"
+    stored = fake.pod(NS, "p")
+    assert stored["spec"]["nodeName"] == "gpu-a"
+    assert stored["metadata"]["annotations"] == {"gpupool.io/bound-by": "i.c"}
+    (condition,) = stored["status"]["conditions"]
+    assert condition["type"] == "PodScheduled"
+    assert condition["status"] == "True"
+    assert condition["lastTransitionTime"]
+
+
+def test_a_pod_bound_already_cannot_be_bound_again(api):
+    api.create_namespaced_pod(NS, pod("p"))
+    bind(api, "p")
+    status, message = refusal(bind, api, "p", node="gpu-b")
+    assert status == 409
+    assert message == (
+        'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node '
+        '"gpu-a"'
+    )
+
+
+def test_a_pod_with_scheduling_gates_cannot_be_bound(api):
+    """Kubernetes 1.30+: a gated pod is not ready for scheduling; its binding is a 409."""
+    api.create_namespaced_pod(NS, pod("p", schedulingGates=[{"name": "example.com/wait"}]))
+    status, message = refusal(bind, api, "p")
+    assert status == 409
+    assert message.endswith("pod p has non-empty .spec.schedulingGates")
+
+
+def test_a_binding_to_a_node_that_does_not_exist_is_accepted(api, fake):
+    """The API server does not look the node up; only that node's kubelet would run it."""
+    api.create_namespaced_pod(NS, pod("p"))
+    assert bind(api, "p", node="no-such-node").status == 201
+    stored = fake.pod(NS, "p")
+    assert stored["spec"]["nodeName"] == "no-such-node"
+    assert stored["status"]["phase"] == "Pending"
+
+
+def test_a_binding_must_name_its_pod_and_a_node(api):
+    api.create_namespaced_pod(NS, pod("p"))
+    status, message = refusal(bind, api, "p", binding("q"))
+    assert (status, message) == (400, "name in URL does not match name in Binding object")
+    # ValidatePodBinding's errors are no StatusError: the real server answers 500.
+    status, message = refusal(bind, api, "p", binding("p", node=""))
+    assert (status, message) == (500, "target.name: Required value")
+
+
+def test_a_pod_being_deleted_cannot_be_bound():
+    with serve(deferred_delete=True) as fake:
+        api = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(fake.kubeconfig()))
+        api.create_namespace({"metadata": {"name": NS}})
+        api.create_namespaced_pod(NS, pod("p"))
+        api.create_namespaced_pod(NS, pod("running", nodeName="gpu-a"))
+        api.delete_namespaced_pod("running", NS)
+        status, message = refusal(bind, api, "running")
+        assert status == 409
+        assert message.endswith("is being deleted, cannot be assigned to a host")
+
+
+# --- pods/status: podStatusStrategy (status only), validatePodConditions ---------------------
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "Needs 2 GPUs in pool a100; 1 is free",
+}
+
+
+def test_a_scheduler_sets_a_condition_with_a_strategic_merge_patch(api, fake):
+    """Conditions merge by type (patchMergeKey): a patch of one keeps the others."""
+    api.create_namespaced_pod(NS, pod("p"))
+    api.patch_namespaced_pod_status(
+        "p", NS, {"status": {"conditions": [{"type": "example.com/Gate", "status": "True"}]}}
+    )
+    patched = api.patch_namespaced_pod_status("p", NS, {"status": {"conditions": [UNSCHEDULABLE]}})
+    kinds = {c.type: (c.status, c.reason, c.message) for c in patched.status.conditions}
+    assert kinds == {
+        "example.com/Gate": ("True", None, None),
+        "PodScheduled": ("False", "Unschedulable", "Needs 2 GPUs in pool a100; 1 is free"),
+    }
+    assert fake.pod(NS, "p")["status"]["phase"] == "Pending"  # the rest of status stays
+
+
+def test_a_merge_patch_of_status_replaces_the_conditions_whole(api, fake):
+    api.create_namespaced_pod(NS, pod("p"))
+    first = {"status": {"conditions": [{"type": "example.com/Gate", "status": "True"}]}}
+    api.patch_namespaced_pod_status("p", NS, first)
+    # This client picks the content type itself; a default header overrides it.
+    merging = k8s_config.new_client_from_config_dict(fake.kubeconfig())
+    merging.set_default_header("Content-Type", "application/merge-patch+json")
+    body = {"status": {"conditions": [UNSCHEDULABLE]}}
+    patched = k8s.CoreV1Api(merging).patch_namespaced_pod_status("p", NS, body)
+    assert [c.type for c in patched.status.conditions] == ["PodScheduled"]
+
+
+def test_a_status_write_changes_neither_spec_nor_metadata(api, fake):
+    api.create_namespaced_pod(NS, pod("p", labels={"a": "1"}))
+    stored = fake.pod(NS, "p")
+    stored["spec"]["schedulerName"] = "someone-else"
+    stored["metadata"]["labels"] = {"a": "2"}
+    stored["status"]["conditions"] = [UNSCHEDULABLE]
+    written = api.replace_namespaced_pod_status("p", NS, stored)
+    assert written.spec.scheduler_name == "gpupool"
+    assert written.metadata.labels == {"a": "1"}
+    assert written.status.conditions[0].reason == "Unschedulable"
+    assert int(written.metadata.resource_version) > int(stored["metadata"]["resourceVersion"])
+    # A stale resourceVersion is a conflict, as on any update.
+    status, _ = refusal(api.replace_namespaced_pod_status, "p", NS, stored)
+    assert status == 409
+
+
+def test_a_status_write_is_a_modified_watch_event(api, fake):
+    api.create_namespaced_pod(NS, pod("p"))
+    since = api.list_namespaced_pod(NS).metadata.resource_version
+    api.patch_namespaced_pod_status("p", NS, {"status": {"conditions": [UNSCHEDULABLE]}})
+    stream = k8s_watch.Watch().stream(
+        api.list_namespaced_pod, NS, resource_version=since, timeout_seconds=1
+    )
+    events = [(e["type"], e["object"].status.conditions) for e in stream]
+    assert [kind for kind, _ in events] == ["MODIFIED"]
+    assert events[0][1][0].reason == "Unschedulable"
+
+
+def test_a_condition_of_the_pods_own_needs_a_qualified_type(api):
+    """The real server checks no status value, only that a non-system type is a qualified
+    name (so never empty)."""
+    api.create_namespaced_pod(NS, pod("p"))
+    body = {"status": {"conditions": [{"type": "", "status": "True"}]}}
+    status, message = refusal(api.patch_namespaced_pod_status, "p", NS, body)
+    assert status == 422
+    assert message == 'status.conditions[0].Type: Invalid value: "": name part must be non-empty'
+
+
+# --- core/v1 Events: legacyValidateEvent (pkg/apis/core/validation/events.go) ---------------
+def event(name: str | None, *, involved_ns: str = NS, **fields) -> dict:
+    meta = {"name": name} if name else {"generateName": "p."}
+    involved = {"kind": "Pod", "name": "p", "namespace": involved_ns, "apiVersion": "v1"}
+    return {
+        "metadata": meta,
+        "involvedObject": involved,
+        "reason": "Unschedulable",
+        "message": "Needs 2 GPUs",
+        "type": "Warning",
+        **fields,
+    }
+
+
+def test_events_are_created_read_listed_and_patched(api, fake):
+    api.create_namespace({"metadata": {"name": "team-b"}})
+    first = event("p.1", count=1, firstTimestamp="2026-01-01T00:00:00Z")
+    api.create_namespaced_event(NS, first)
+    api.create_namespaced_event("team-b", event("q.1", involved_ns="team-b"))
+    generated = api.create_namespaced_event(NS, event(None))
+    assert generated.metadata.name.startswith("p.")
+    assert len(generated.metadata.name) == len("p.") + 5
+    assert api.read_namespaced_event("p.1", NS).reason == "Unschedulable"
+    assert {e.metadata.name for e in api.list_namespaced_event(NS).items} == {
+        "p.1",
+        generated.metadata.name,
+    }
+    assert len(api.list_event_for_all_namespaces().items) == 3
+    bumped = api.patch_namespaced_event("p.1", NS, {"count": 2})
+    assert (bumped.count, bumped.reason, bumped.first_timestamp.year) == (2, "Unschedulable", 2026)
+    assert [e["metadata"]["name"] for e in fake.events("team-b")] == ["q.1"]
+    assert [e["count"] for e in fake.events(NS) if e["metadata"]["name"] == "p.1"] == [2]
+
+
+def test_an_event_is_about_an_object_of_its_own_namespace(api):
+    api.create_namespace({"metadata": {"name": "team-b"}})
+    status, message = refusal(api.create_namespaced_event, NS, event("e", involved_ns="team-b"))
+    assert status == 422
+    assert (
+        message
+        == 'involvedObject.namespace: Invalid value: "team-b": does not match event.namespace'
+    )
+    # A cluster-scoped object (empty namespace) has its events in "default" only.
+    status, _ = refusal(api.create_namespaced_event, NS, event("e", involved_ns=""))
+    assert status == 422
+    api.create_namespaced_event("default", event("node-event", involved_ns=""))
+
+
+def test_an_event_needs_a_name(api):
+    body = event("x")
+    body["metadata"] = {}
+    status, message = refusal(api.create_namespaced_event, NS, body)
+    assert (status, message) == (
+        422,
+        "metadata.name: Required value: name or generateName is required",
+    )
+
+
+def test_only_an_event_with_event_time_has_bounded_reason_and_message(api):
+    """core/v1 leaves a legacy event's message and type free; a "new" one (eventTime set)
+    needs its reporting fields and at most 1024 characters of message."""
+    api.create_namespaced_event(NS, event("legacy", message="x" * 2000, type="Custom"))
+    new = {
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingComponent": "gpupool",
+        "reportingInstance": "gpupool-0",
+        "action": "Scheduling",
+    }
+    api.create_namespaced_event(NS, event("fits", message="x" * 1024, **new))
+    status, message = refusal(
+        api.create_namespaced_event, NS, event("long", message="x" * 1025, **new)
+    )
+    assert (status, message) == (
+        422,
+        'message: Invalid value: "": can have at most 1024 characters',
+    )
+    no_action = {**new, "action": ""}
+    status, message = refusal(api.create_namespaced_event, NS, event("bare", **no_action))
+    assert (status, message) == (422, "action: Required value")
+
+
+# --- field selectors on pods (pkg/registry/core/pod/strategy.go ToSelectableFields) ----------
+def test_pods_are_listed_by_node_scheduler_and_phase(api):
+    api.create_namespaced_pod(NS, pod("unbound"))
+    api.create_namespaced_pod(NS, pod("bound", nodeName="gpu-a"))
+    other = pod("other")
+    other["spec"].pop("schedulerName")  # the default scheduler's
+    api.create_namespaced_pod(NS, other)
+
+    def names(selector: str) -> set[str]:
+        return {p.metadata.name for p in api.list_namespaced_pod(NS, field_selector=selector).items}
+
+    assert names("spec.nodeName=") == {"unbound", "other"}
+    assert names("spec.schedulerName=gpupool,spec.nodeName=") == {"unbound"}
+    assert names("spec.schedulerName==default-scheduler") == {"other"}
+    assert names("status.phase!=Running") == {"unbound", "other"}
+    assert names("metadata.name=bound,spec.nodeName=gpu-a") == {"bound"}
+    everywhere = api.list_pod_for_all_namespaces(field_selector="spec.nodeName=gpu-a").items
+    assert [p.metadata.name for p in everywhere] == ["bound"]
+
+
+def test_a_field_a_pod_cannot_be_selected_by_is_400(api):
+    status, message = refusal(api.list_namespaced_pod, NS, field_selector="spec.priority=1")
+    assert (status, message) == (400, "field label not supported: spec.priority")
+    status, _ = refusal(api.list_namespaced_pod, NS, field_selector="spec.nodeName")
+    assert status == 400
+
+
+def test_a_watch_of_unbound_pods_sees_a_bound_one_leave(api):
+    api.create_namespaced_pod(NS, pod("p"))
+    since = api.list_namespaced_pod(NS).metadata.resource_version
+    seen: list[tuple[str, str]] = []
+
+    def watch() -> None:
+        stream = k8s_watch.Watch().stream(
+            api.list_namespaced_pod,
+            NS,
+            field_selector="spec.nodeName=",
+            resource_version=since,
+            timeout_seconds=2,
+        )
+        seen.extend((e["type"], e["object"].metadata.name) for e in stream)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    api.create_namespaced_pod(NS, pod("q"))
+    bind(api, "p")
+    watcher.join()
+    assert seen == [("ADDED", "q"), ("DELETED", "p")]
+
+
+# --- ownerReferences: apimachinery's ValidateOwnerReferences --------------------------------
+def owner(name: str, **fields) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": f"uid-{name}", **fields}
+
+
+def test_an_owner_reference_names_its_owner_fully(api):
+    for field in ("apiVersion", "kind", "name", "uid"):
+        body = pod("p")
+        reference = owner("j")
+        reference[field] = ""
+        body["metadata"]["ownerReferences"] = [reference]
+        status, message = refusal(api.create_namespaced_pod, NS, body)
+        assert status == 422
+        assert message.startswith(f'metadata.ownerReferences.{field}: Invalid value: ""')
+
+
+def test_a_pod_has_at_most_one_controller(api):
+    body = pod("p")
+    body["metadata"]["ownerReferences"] = [owner("a", controller=True), owner("b", controller=True)]
+    status, message = refusal(api.create_namespaced_pod, NS, body)
+    assert status == 422
+    assert message.endswith('Found "true" in references for Job/a and Job/b')
+    body["metadata"]["ownerReferences"] = [owner("a", controller=True), owner("b")]
+    api.create_namespaced_pod(NS, body)
