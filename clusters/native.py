@@ -34,6 +34,7 @@ from django.utils.dateparse import parse_datetime
 
 from clusters.backends import BackendError
 from clusters.backends.kubernetes import native as kube
+from clusters.backends.kubernetes.manifests import GPU_RESOURCE
 from clusters.models import Cluster, Node
 from portal.errors import ValidationFailed
 from portal.models import Project
@@ -57,7 +58,7 @@ GPU_MEMORY = "gpupool.io/gpu-memory"
 SUBMITTER = "gpupool-kubernetes"
 # Where a submit field comes from on a pod, for the message that says what to change.
 FIELD_SOURCE = {
-    "gpus": f"resources.limits[{kube.GPU}]",
+    "gpus": f"resources.limits[{GPU_RESOURCE}]",
     "cpu": "resources.requests.cpu",
     "memory_mib": "resources.requests.memory",
     "workers": f"the annotation {GANG}",
@@ -235,7 +236,7 @@ def _submit_spec(cluster: Cluster, group: Group, pod: NativePod) -> tuple[str, d
     if FRACTION in pod.annotations or GPU_MEMORY in pod.annotations:
         errors["gpus"] = [
             "GPU fractions of pods made outside GPUPool are not supported yet: ask for whole "
-            f"GPUs ({kube.GPU}), or submit through GPUPool."
+            f"GPUs ({GPU_RESOURCE}), or submit through GPUPool."
         ]
     spec: dict[str, Any] = {
         "image": _image(pod),

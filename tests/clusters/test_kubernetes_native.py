@@ -131,21 +131,13 @@ def test_pods_of_other_schedulers_and_namespaces_are_left_alone(kube, setup, org
 def test_a_waiting_pod_says_why_in_its_condition_and_one_event(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, core = setup
-    # Every GPU is held by non-preemptible portal work of another project.
-    for name in ("hold-a", "hold-b"):
-        workload_submit(
-            actor=org.outsider,
-            project=org.project_b,
-            kind="inference",
-            name=name,
-            image="vllm/vllm-openai",
-            command=["serve"],
-            gpus=8,
-        )
+    # Non-preemptible work stays within the project's quota (4): the second pod waits.
+    build = {"gpupool.io/priority-class": "build"}
+    core.create_namespaced_pod(NS, pod_body("runs", gpus=4, labels=build))
     step(cluster)
-    core.create_namespaced_pod(NS, pod_body("waits", gpus=1))
+    core.create_namespaced_pod(NS, pod_body("waits", gpus=4, labels=build))
     step(cluster)
-    (workload,) = native_workloads()
+    workload = Workload.objects.get(name="waits")
     assert workload.state == S.PENDING and workload.pending_reason
     cluster_reconcile(cluster)
     pod = fake.pod(NS, "waits")
@@ -295,13 +287,10 @@ def test_stop_in_the_portal_suspends_the_job(kube, setup, org):  # noqa: F811
 def test_a_pending_bare_pod_deleted_with_kubectl_stops_its_workload(kube, setup, org):  # noqa: F811
     kube.require_fake()
     cluster, core = setup
-    core.create_namespaced_pod(
-        NS, pod_body("huge", gpus=8, labels={"gpupool.io/preemptible": "false"})
-    )
-    core.create_namespaced_pod(
-        NS, pod_body("huge-2", gpus=8, labels={"gpupool.io/preemptible": "false"})
-    )
-    core.create_namespaced_pod(NS, pod_body("later", gpus=8))
+    build = {"gpupool.io/priority-class": "build"}
+    core.create_namespaced_pod(NS, pod_body("first", gpus=4, labels=build))
+    step(cluster)
+    core.create_namespaced_pod(NS, pod_body("later", gpus=4, labels=build))
     step(cluster)
     later = Workload.objects.get(name="later")
     assert later.state == S.PENDING

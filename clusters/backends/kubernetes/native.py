@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils.quantity import parse_quantity
 
 from clusters.backends import BackendError, BackendUnreachable, PodSpec, PodStatus
 from clusters.backends.kubernetes.errors import said
-from clusters.backends.kubernetes.manifests import pod_status
+from clusters.backends.kubernetes.foreign import pod_requests
+from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
+from clusters.backends.kubernetes.ownership import BOUND_BY_ANNOTATION as BOUND_BY
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -37,11 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULER = "gpupool"
-BOUND_BY = "gpupool.io/bound-by"
 POD_NAME = "gpupool.io/pod"  # the pod's name in GPUPool: gp-<workload>-<index>
 WORKLOAD_ID = "gpupool.io/workload-id"
 POD_INDEX = "gpupool.io/pod-index"
-GPU = "nvidia.com/gpu"
 # An owner whose `spec.suspend` stops it without deleting it (its controller removes the
 # pods and makes them again when resumed).
 SUSPENDABLE = {("batch/v1", "Job"): k8s.BatchV1Api}
@@ -71,8 +71,8 @@ class NativePod:
     gated: bool  # spec.schedulingGates not empty: not to be bound yet
     deleting: bool
     priority_class: str
-    gpus: float  # nvidia.com/gpu (limits; extended resources request what they limit)
-    cpu: float  # cores, as the scheduler counts a pod (containers, or its largest init)
+    gpus: float  # nvidia.com/gpu, cpu cores, memory: as the scheduler sums a pod's requests
+    cpu: float
     memory_mib: int
     scheduled_message: str  # the message of its PodScheduled condition, if False
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
@@ -91,7 +91,7 @@ class NativePod:
 
 def identity(backend: KubernetesBackend) -> str:
     """`<installation uid>.<cluster uid>`: the value of `gpupool.io/bound-by`."""
-    return f"{backend.owner.installation}.{backend.owner.cluster}"
+    return backend.owner.bound_by
 
 
 def scheduler_name(backend: KubernetesBackend) -> str:
@@ -131,7 +131,7 @@ def native_pod(pod: dict) -> NativePod:
     scheduled = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
-    gpus, cpu, memory = pod_requests(spec)
+    requests = pod_requests(spec, f"{meta['namespace']}/{meta['name']}")
     return NativePod(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -145,41 +145,14 @@ def native_pod(pod: dict) -> NativePod:
         gated=bool(spec.get("schedulingGates")),
         deleting=bool(meta.get("deletionTimestamp")),
         priority_class=spec.get("priorityClassName") or "",
-        gpus=gpus,
-        cpu=cpu,
-        memory_mib=memory,
+        gpus=float(requests[GPU_RESOURCE]),
+        cpu=float(requests["cpu"]),
+        memory_mib=math.ceil(requests["memory"] / 2**20),
         scheduled_message=scheduled.get("message", "")
         if scheduled.get("status") == "False"
         else "",
         raw=pod,
     )
-
-
-def pod_requests(spec: dict) -> tuple[float, float, int]:
-    """(GPUs, CPU cores, memory MiB) one pod asks for, as kube-scheduler sums them: the
-    containers together, or the largest init container if that is more, plus overhead.
-    Raises ValueError on a quantity the API server would not have taken."""
-
-    def amounts(container: dict) -> tuple[float, float, float]:
-        resources = container.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-        gpus = limits.get(GPU, requests.get(GPU, 0))
-        cpu = requests.get("cpu", limits.get("cpu", 0))
-        memory = requests.get("memory", limits.get("memory", 0))
-        return (
-            float(parse_quantity(gpus)),
-            float(parse_quantity(cpu)),
-            float(parse_quantity(memory)),
-        )
-
-    main = [amounts(c) for c in spec.get("containers") or []]
-    total = tuple(sum(v) for v in zip(*main, strict=True)) if main else (0.0, 0.0, 0.0)
-    for init in spec.get("initContainers") or []:
-        total = tuple(max(a, b) for a, b in zip(total, amounts(init), strict=True))
-    overhead = spec.get("overhead") or {}
-    cpu = total[1] + float(parse_quantity(overhead.get("cpu", 0)))
-    memory = total[2] + float(parse_quantity(overhead.get("memory", 0)))
-    return total[0], cpu, -(-int(memory) // (1024 * 1024))
 
 
 def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> dict | None:
