@@ -39,6 +39,7 @@ from clusters.backends import (
     get_backend,
     pod_name,
 )
+from clusters.lost import lost_message, nodes_present
 from clusters.mig import mig_sync
 from clusters.models import Cluster, Gpu
 from clusters.podspecs import pod_specs_for
@@ -144,9 +145,11 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
             allocations = _allocations(cluster, changed)
             subset = {"keep": kept, "observed": observed}
         by_workload = _group(allocations)
+        missing = [a for a in allocations if _runs(a.workload) and _gone(a, observed)]
+        present = nodes_present(backend, missing)  # outside the transaction: a cluster call
         with transaction.atomic():
             _refresh_states(by_workload)
-            _requeue_lost(by_workload, observed, result)
+            _requeue_lost(by_workload, observed, present, result)
         graces = workload_grace_periods(allocations)
         mig_errors = mig_sync(cluster, backend)
         wanted = [a for a in allocations if _runs(a.workload) and not a.releasing]
@@ -373,23 +376,35 @@ def _refresh_states(by_workload: dict[int, list[PodAllocation]]) -> None:
 
 
 def _requeue_lost(
-    by_workload: dict[int, list[PodAllocation]], observed: dict[str, PodStatus], result: PassResult
+    by_workload: dict[int, list[PodAllocation]],
+    observed: dict[str, PodStatus],
+    present: set[str] | None,
+    result: PassResult,
 ) -> None:
-    """A pod created before that the cluster no longer lists, or that its node pushed out
-    (evicted, node lost), was lost with its node: preempt the workload so that it is
-    requeued, never recreated silently on a node that may be gone."""
+    """A pod created before that the cluster no longer lists (deleted by someone, or gone
+    with its node), or that its node pushed out (evicted by the kubelet, node lost): preempt
+    the workload so that it is requeued, never recreated silently on a node that may be
+    gone; the event says who stopped it (`clusters.lost`). `present`: the cluster's nodes."""
     for allocations in by_workload.values():
         workload = allocations[0].workload
         if not _runs(workload):
             continue
-        lost = [a for a in allocations if not a.releasing and _lost(a, observed.get(_name(a)))]
+        seen = [(a, observed.get(_name(a))) for a in allocations if not a.releasing]
+        lost = [(a, status) for a, status in seen if _lost(a, status)]
         if lost:
-            names = ", ".join(sorted({a.node.name for a in lost}))
-            workload_transition(
-                workload, S.PREEMPTED, reason="PodLost", message=f"Pods lost on {names}."
-            )
+            message = lost_message(lost, present)
+            workload_transition(workload, S.PREEMPTED, reason="PodLost", message=message)
             result.transitions.append(f"{workload.pk}:preempted")
             result.finished += 1
+
+
+def _gone(allocation: PodAllocation, observed: dict[str, PodStatus]) -> bool:
+    """Created before, wanted still, and no longer listed."""
+    return (
+        bool(allocation.backend_ref)
+        and not allocation.releasing
+        and (_name(allocation) not in observed)
+    )
 
 
 def _lost(allocation: PodAllocation, status: PodStatus | None) -> bool:

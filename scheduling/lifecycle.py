@@ -112,6 +112,21 @@ def workloads_transition(
     )
 
 
+def _requeue_message(workload: Workload) -> str:
+    """Who stopped its pods, from the event that preempted it: GPUPool's cycle (with its
+    cause), or the cluster (a pod deleted outside GPUPool, evicted by the kubelet, lost
+    with its node: reconcile's PodLost words)."""
+    cause = workload.events.filter(type=S.PREEMPTED).order_by("-created_at", "-id").first()
+    if cause is None:
+        return "Stopped by GPUPool; requeued."
+    said = cause.message.rstrip(".")
+    if cause.reason == "PodLost":
+        return f"{said}; requeued."
+    if not said:
+        return f"Stopped by GPUPool ({cause.reason.removeprefix('Preempted:')}); requeued."
+    return f"Stopped by GPUPool: {said}; requeued."
+
+
 @transaction.atomic
 def workload_pods_released(workload: Workload, *, message: str = "") -> Workload:
     """The cluster confirms every pod of the workload is gone: free its GPUs.
@@ -132,7 +147,7 @@ def workload_pods_released(workload: Workload, *, message: str = "") -> Workload
             workload,
             S.PENDING,
             reason="Requeued",
-            message=(message or "Pods stopped after preemption.") + resume,
+            message=(message or _requeue_message(workload)) + resume,
             restart_count=workload.restart_count,
             # The last run is over: its start must not count towards the next run's
             # runtime (max runtime, the list's runtime) while it waits or starts again.

@@ -65,6 +65,18 @@ NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # generated names' suffix, as t
 EVENT_WINDOW = 1000  # events kept for watches; older resourceVersions get 410 Gone
 
 
+def _delete_grace(pod: dict, asked) -> int:
+    """The pod registry's CheckGracefulDelete: the grace asked for, else the pod's
+    terminationGracePeriodSeconds (defaulted to 30); 0 for a pod never bound to a node or
+    already finished."""
+    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    if not pod["spec"].get("nodeName") or finished:
+        return 0
+    if asked is None:
+        return int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+    return int(asked)
+
+
 def _now(later_s: float = 0) -> str:
     return (datetime.now(UTC) + timedelta(seconds=later_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -1438,22 +1450,24 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             }
 
         def _delete_item(self, resource: str, ns: str, name: str, query: dict, body: dict):
+            """A pod's delete answers with the pod marked for deletion, as the real
+            registry does: deletionTimestamp (now + grace) and deletionGracePeriodSeconds.
+            Grace 0, a pod that never got a node, or one already finished, is removed at once
+            and still answered so, with deletionGracePeriodSeconds 0; a later read is 404."""
             with api.lock:
                 obj = self._get(resource, ns, name, copy_=False)
-                grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
-                finished = obj.get("status", {}).get("phase") in ("Succeeded", "Failed")
-                if (
-                    resource == "pods"
-                    and api.deferred_delete
-                    and not finished
-                    and str(grace) != "0"
-                ):
-                    if not obj["metadata"].get("deletionTimestamp"):
-                        seconds = int(grace if grace is not None else 30)
-                        # When the pod should be gone: now plus its grace period.
-                        obj["metadata"]["deletionTimestamp"] = _now(seconds)
-                        obj["metadata"]["deletionGracePeriodSeconds"] = seconds
-                        api._store(resource, ns, obj, "MODIFIED")
+                if resource != "pods":
+                    return 200, copy.deepcopy(api._delete(resource, ns, name))
+                seconds = _delete_grace(
+                    obj, query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+                )
+                meta = obj["metadata"]
+                if api.deferred_delete and seconds and meta.get("deletionTimestamp"):
+                    return 200, copy.deepcopy(obj)  # pending already: kept, unless grace 0
+                meta["deletionTimestamp"] = _now(seconds)
+                meta["deletionGracePeriodSeconds"] = seconds
+                if api.deferred_delete and seconds:
+                    api._store(resource, ns, obj, "MODIFIED")
                     return 200, copy.deepcopy(obj)
                 return 200, copy.deepcopy(api._delete(resource, ns, name))
 

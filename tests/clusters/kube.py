@@ -1,7 +1,11 @@
 """The Kubernetes test harness: the in-process fake API server, or a real cluster when
 GPUPOOL_TEST_KUBECONFIG names a kubeconfig. Tests that need to steer the cluster
 (faults, a kubelet that finishes pods on request, nodes that vanish) ask for `fake` and
-are skipped against a real cluster; the rest run unchanged against both.
+are skipped against a real cluster; tests that need pods to run and stop ask for a kubelet
+(`require_kubelet`) and are skipped against a real cluster unless GPUPOOL_TEST_KUBELET=1
+says its nodes have one (a bare API server, kind's or a control plane alone, has none);
+the rest run unchanged against both. How many run and skip: run the mode with `-rs`, the
+skips say why (clusters/README.md).
 
 Against a real cluster every run is a fresh one: the org's projects get namespaces of
 their own (`gp-ml-vision-<run>`), tests name their namespaces with `kube.namespace()`, and
@@ -31,6 +35,11 @@ from tests.clusters.fake_apiserver import FakeApiServer
 INSTALLATION = "gpupool.io/installation"
 
 REAL = os.environ.get("GPUPOOL_TEST_KUBECONFIG")
+# The real cluster's nodes run kubelets that start and stop pods (not a bare API server).
+KUBELET = not REAL or os.environ.get("GPUPOOL_TEST_KUBELET") == "1"
+# How long a test waits for a real kubelet (pods stop within their 1 s grace): well inside
+# the 60 s timeout of the modules that use it, with the passes before the wait.
+KUBELET_WAIT_S = 30
 
 
 def k8s_name(cluster: Cluster, pod: str) -> str:
@@ -67,6 +76,11 @@ class Harness:
         if self.fake is None:
             pytest.skip("steers the cluster: runs against the fake API server only")
         return self.fake
+
+    def require_kubelet(self, why: str) -> None:
+        """Skip the rest against a real cluster without kubelets (GPUPOOL_TEST_KUBELET)."""
+        if not KUBELET:
+            pytest.skip(f"needs a kubelet ({why}): set GPUPOOL_TEST_KUBELET=1 if it has one")
 
     def cluster(self, name: str = "kube", **config) -> Cluster:
         defaults = {"retries": 3, "backoff_s": 0.01, "timeout_s": 0.5, "connect_timeout_s": 0.5}

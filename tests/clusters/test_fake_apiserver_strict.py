@@ -306,3 +306,33 @@ def test_annotations_count_together_against_the_limit_and_null_removes_one(fake,
     assert (status, "Too long" in message) == (422, True)
     api.patch_node("gpu-a", {"metadata": {"annotations": {"a": None, "b": half}}})
     assert fake.objects["nodes"][("", "gpu-a")]["metadata"]["annotations"] == {"b": half}
+
+
+def test_a_pod_removed_at_once_is_answered_marked_for_deletion_with_grace_0(api, fake):
+    """The pod registry turns grace 0, a pod never bound to a node and a finished pod into an
+    immediate delete, yet answers with the object as it stored it before removing it:
+    deletionTimestamp set, deletionGracePeriodSeconds 0. The next read is 404."""
+    fake.deferred_delete = True  # the kubelet confirms graceful deletions only when told
+    fake.auto_run = False
+    namespace(api, "team")
+    api.create_namespaced_pod("team", pod("forced"))
+    api.create_namespaced_pod("team", pod("unbound", nodeName=None))
+    api.create_namespaced_pod("team", pod("done"))
+    fake.finish("team", "done", exit_code=0)
+    for name, grace in (("forced", 0), ("unbound", 30), ("done", 30)):
+        answer = api.delete_namespaced_pod(name, "team", grace_period_seconds=grace)
+        assert answer.metadata.deletion_timestamp is not None, name
+        assert answer.metadata.deletion_grace_period_seconds == 0, name
+        assert refusal(api.read_namespaced_pod, name, "team")[0] == 404, name
+
+
+def test_a_graceful_pod_delete_is_answered_with_the_pods_own_grace_and_keeps_it(api, fake):
+    fake.deferred_delete = True
+    namespace(api, "team")
+    api.create_namespaced_pod("team", pod("default"))
+    api.create_namespaced_pod("team", pod("own", terminationGracePeriodSeconds=90))
+    for name, grace in (("default", 30), ("own", 90)):
+        answer = api.delete_namespaced_pod(name, "team")
+        assert (answer.metadata.deletion_grace_period_seconds, name) == (grace, name)
+        assert api.read_namespaced_pod(name, "team").metadata.deletion_timestamp
+    assert fake.complete_deletions() == 2

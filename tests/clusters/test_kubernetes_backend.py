@@ -19,7 +19,7 @@ from clusters.tasks import sync_inventory
 from scheduling.lifecycle import workload_transition
 from scheduling.models import PodAllocation, WorkloadPolicy, WorkloadState
 from tests.clusters.conftest import admit, make_workload
-from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
+from tests.clusters.kube import KUBELET_WAIT_S, k8s_name, kube  # noqa: F401 - the fixture
 
 S = WorkloadState
 pytestmark = pytest.mark.timeout(60)
@@ -128,7 +128,11 @@ def test_reconcile_creates_pinned_labelled_pods_once_and_deletes_them_on_stop(ku
     workload.refresh_from_db()
     if workload.state in (S.ADMITTED, S.RUNNING):
         workload_transition(workload, S.STOPPED, reason="Stopped")
-    deadline = time.monotonic() + 90
+    cluster_reconcile(cluster)
+    if workload.allocations.exists():  # asked to stop: terminating until a kubelet confirms
+        assert all(s.terminating for s in KubernetesBackend(cluster).pod_statuses().values())
+    kube.require_kubelet("its pods stop only when a kubelet confirms")
+    deadline = time.monotonic() + KUBELET_WAIT_S
     while workload.allocations.exists() and time.monotonic() < deadline:
         cluster_reconcile(cluster)
         time.sleep(0 if kube.fake else 1)
@@ -159,7 +163,8 @@ def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, s
     workload = training(org, "victim", checkpoint_dir="/ckpt/victim")
     admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
     cluster_reconcile(cluster)
-    workload_transition(workload, S.PREEMPTED, reason="Reclaim")
+    cause = "Reclaimed for project b's guaranteed quota: b/x needs 1 GPU."
+    workload_transition(workload, S.PREEMPTED, reason="Preempted:reclaim", message=cause)
     cluster_reconcile(cluster)
     pod = fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0"))
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 45
@@ -172,6 +177,32 @@ def test_preemption_deletes_gracefully_and_requeues_once_the_pod_is_gone(kube, s
     workload.refresh_from_db()
     assert (workload.state, workload.restart_count) == (S.PENDING, 1)
     assert workload.allocations.count() == 0
+    assert requeued(workload) == (
+        "Stopped by GPUPool: Reclaimed for project b's guaranteed quota: b/x needs 1 GPU; "
+        "requeued. It will resume from /ckpt/victim."
+    )
+
+
+def requeued(workload) -> str:
+    """The message of its last requeue: who stopped its pods."""
+    return workload.events.filter(reason="Requeued").last().message
+
+
+def test_a_pod_deleted_outside_gpupool_is_requeued_as_deleted_not_preempted(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, nodes = setup
+    workload = training(org, "drained")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}, {"gpu_indices": [1]}])
+    cluster_reconcile(cluster)
+    name = k8s_name(cluster, f"gp-{workload.pk}-1")
+    KubernetesBackend(cluster).api.delete_namespaced_pod(name, "gp-ml-vision")  # kubectl
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.restart_count) == (S.PENDING, 1)
+    said = f"Pod gp-{workload.pk}-1 was deleted outside GPUPool (kubectl delete, a drain)"
+    assert workload.events.get(reason="PodLost").message == said + "."
+    assert requeued(workload) == said + "; requeued."
+    assert fake.pods() == []
 
 
 def test_a_lost_node_requeues_its_workloads_and_becomes_unschedulable(kube, setup, org):  # noqa: F811
@@ -187,6 +218,7 @@ def test_a_lost_node_requeues_its_workloads_and_becomes_unschedulable(kube, setu
     lost.refresh_from_db()
     kept.refresh_from_db()
     assert (lost.state, lost.restart_count, lost.allocations.count()) == (S.PENDING, 1, 0)
+    assert requeued(lost) == "Pods lost on gpu-b; requeued."
     assert kept.state == S.RUNNING
     kube.nodes(cluster)
     assert Node.objects.get(name="gpu-b").schedulable is False
@@ -478,7 +510,10 @@ def test_a_pod_evicted_by_its_node_requeues_the_workload_instead_of_failing_it(k
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert (workload.state, workload.restart_count) == (S.PENDING, 1)
-    assert workload.events.filter(reason="PodLost").exists()
+    assert requeued(workload) == (
+        f"Pod gp-{workload.pk}-0 was evicted by the kubelet on gpu-a: Evicted: low on memory; "
+        "requeued."
+    )
     assert fake.pods() == []
 
 
@@ -519,6 +554,22 @@ def test_stopped_pods_are_deleted_with_their_policy_grace_period_else_the_cluste
     fake.complete_deletions()
     cluster_reconcile(cluster)
     assert PodAllocation.objects.count() == 0
+
+
+def test_a_pod_deleted_with_grace_0_releases_its_gpus_in_the_same_pass(kube, setup, org):  # noqa: F811
+    """A real API server answers a grace-0 delete with the pod marked for deletion
+    (deletionTimestamp, deletionGracePeriodSeconds 0) though it is gone already."""
+    fake = kube.require_fake()
+    fake.deferred_delete = True  # only the kubelet's confirmation ends a graceful delete
+    cluster, nodes = setup
+    WorkloadPolicy.objects.create(project=org.project_a, termination_grace_s=0)
+    workload = training(org, "no-grace")
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    cluster_reconcile(cluster)
+    workload_transition(workload, S.STOPPED, reason="Stopped")
+    cluster_reconcile(cluster)
+    assert fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{workload.pk}-0")) is None
+    assert PodAllocation.objects.count() == 0  # not a pass later
 
 
 def test_a_workspace_data_volume_is_mounted_at_the_notebook_directory(kube, setup, org):  # noqa: F811

@@ -5,6 +5,7 @@ server too (GPUPOOL_TEST_KUBECONFIG): their namespaces are unique and removed af
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,6 +23,7 @@ from tests.clusters.conftest import admit, make_workload
 from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 
 S = WorkloadState
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -111,13 +113,69 @@ def test_two_cluster_records_for_one_cluster_leave_each_others_pods_alone(kube, 
     # A project namespace belongs to one record: the other is told whose it is.
     late = make_workload(org.project_a, org.researcher, "late", command=["sleep", "1"])
     admit(late, Node.objects.get(cluster=two, name="gpu-b"), pods=[{"gpu_indices": [0]}])
-    result = cluster_reconcile(two)
-    assert any(
-        f"namespace {org.project_a.namespace} belongs to another GPUPool" in e and str(one.uid) in e
-        for e in result.errors
-    )
+    cluster_reconcile(two)
     late.refresh_from_db()
-    assert late.state == S.ADMITTED
+    assert (late.state, late.allocations.count()) == (S.FAILED, 0)
+    message = late.events.last().message
+    assert f"namespace {org.project_a.namespace} belongs to another GPUPool" in message
+    assert str(one.uid) in message
+
+
+def test_a_namespace_another_gpupool_or_tool_holds_fails_its_workloads_at_once(kube, org):  # noqa: F811
+    """Refused for good: the workloads waiting on it fail in the same pass with the reason,
+    their GPUs and quota released, as a pod that Pod Security refuses."""
+    cluster = kube.cluster()
+    nodes = kube.nodes(cluster)
+    taken, helm = org.project_a.namespace, org.project_b.namespace
+    KubernetesBackend(cluster, installation=str(uuid.uuid4())).ensure_namespace(taken, "p")
+    api = KubernetesBackend(cluster).api
+    labels = {"app.kubernetes.io/managed-by": "Helm"}
+    api.create_namespace({"metadata": {"name": helm, "labels": labels}})
+    first = make_workload(org.project_a, org.researcher, "first", command=["sleep", "1"])
+    second = make_workload(org.project_b, org.outsider, "second", command=["sleep", "1"])
+    admit(first, nodes[0], pods=[{"gpu_indices": [0]}, {"gpu_indices": [1]}])
+    admit(second, nodes[0], pods=[{"gpu_indices": [2]}])
+    result = cluster_reconcile(cluster)
+    for workload in (first, second):
+        workload.refresh_from_db()
+        assert (workload.state, workload.allocations.count()) == (S.FAILED, 0)
+    message = first.events.last().message
+    assert message.startswith(f"The pod cannot run: namespace {taken} belongs to another")
+    assert f"namespace {helm} exists and is managed by Helm" in second.events.last().message
+    assert result.errors == []  # the workloads say it; nothing for the next pass to retry
+    pods = api.list_pod_for_all_namespaces().items
+    assert [p.metadata.name for p in pods if p.metadata.namespace in (taken, helm)] == []
+
+
+def test_a_namespace_the_cluster_fails_to_make_holds_its_workloads_for_the_next_pass(kube, org):  # noqa: F811
+    """A 403 from RBAC or a 5xx is not the namespace's fault: the workload keeps waiting,
+    the reason is the cluster's error, and the next pass makes it."""
+    fake = kube.require_fake()
+    cluster = kube.cluster()
+    nodes = kube.nodes(cluster)
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d and d["kind"] == "ClusterRole")
+    no_namespace_create = [
+        {
+            **r,
+            "verbs": [v for v in r["verbs"] if v != "create" or "namespaces" not in r["resources"]],
+        }
+        for r in role["rules"]
+    ]
+    workload = make_workload(org.project_a, org.researcher, "waits", command=["sleep", "1"])
+    admit(workload, nodes[0], pods=[{"gpu_indices": [0]}])
+    fake.inject("500", 10, method="POST", path="/namespaces")
+    for refusal in ("500", "403"):
+        cluster_reconcile(cluster)
+        cluster.refresh_from_db()
+        workload.refresh_from_db()
+        assert (workload.state, workload.allocations.count()) == (S.ADMITTED, 1)
+        assert f"namespace {org.project_a.namespace}: {refusal}" in cluster.last_error
+        fake.faults.clear()
+        fake.allow(no_namespace_create)
+    fake.allow(None)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.RUNNING
 
 
 def test_every_selector_name_and_annotation_carries_both_identities(kube, org):  # noqa: F811

@@ -4,9 +4,17 @@ through an Ingress class where the cluster's admin chose it, never the SSH serve
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
 import pytest
+from kubernetes import client as k8s
 from rest_framework.test import APIClient
 
+from clusters.backends import PodSpec, PortSpec
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.manifests import ingress_host, ingress_hosts
+from clusters.backends.kubernetes.ownership import Owner
 from clusters.backends.sshd import SSH_ENV
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_update
@@ -101,7 +109,8 @@ def test_an_ingress_cluster_gets_a_host_per_http_port_in_its_class(kube, org):  
     own = k8s_name(cluster, f"gp-{workload.pk}-0")
     assert ingress["spec"]["ingressClassName"] == "nginx"
     [rule] = ingress["spec"]["rules"]  # the HTTP port only: not debug (TCP), not ssh
-    assert rule["host"] == f"tensorboard-{workload.pk}-0.apps.example.com"
+    tag = KubernetesBackend(cluster).owner.tag  # the installation's and the record's ids
+    assert rule["host"] == f"tensorboard-{workload.pk}-0-{tag}.apps.example.com"
     backend = rule["http"]["paths"][0]["backend"]["service"]
     assert backend == {"name": own, "port": {"number": 6006}}
     # Reconciling again changes nothing (the Service exists: no second Ingress is tried).
@@ -112,7 +121,83 @@ def test_an_ingress_cluster_gets_a_host_per_http_port_in_its_class(kube, org):  
     assert fake.objects["networking.k8s.io/v1/ingresses"] == {}  # collected with its Service
 
 
+def test_an_ingress_host_another_installation_holds_is_refused_not_shared(kube, org):  # noqa: F811
+    """Two installations publishing one workload id on one cluster and domain get hosts of
+    their own; a host held by an Ingress that is not ours is refused (the cluster's error)
+    and the pod runs unpublished, instead of sharing the host with another tenant's."""
+    fake = kube.require_fake()
+    config = {"publish_ports": "ingress", "ingress_class": "nginx"}
+    cluster = kube.cluster(**config, ingress_domain="apps.example.com")
+    first = build(org, "first")
+    second = make_workload(org.project_a, org.researcher, "second", command=["x"],
+                           spec={"ports": PORTS[:1]})  # fmt: skip
+    node = kube.nodes(cluster)[0]
+    theirs = KubernetesBackend(cluster, installation=str(uuid.uuid4()))
+    ports = (PortSpec("tensorboard", 6006),)
+    spec = replace(pod_spec(first.pk), namespace="gp-theirs", node_name=node.name, ports=ports)
+    theirs.reconcile([spec], grace_period_s=0)  # the other installation's pod and Ingress
+    admit(first, node)
+    assert cluster_reconcile(cluster).errors == []
+    hosts = {i["metadata"]["name"]: ingress_hosts(i) for i in ingresses(fake)}
+    assert hosts[theirs.owner.object_name(spec.name)] == {ingress_host(
+        "tensorboard", spec, theirs.owner, "apps.example.com")}  # fmt: skip
+    assert hosts[k8s_name(cluster, f"gp-{first.pk}-0")] == {ingress_host(
+        "tensorboard", spec, KubernetesBackend(cluster).owner, "apps.example.com")}  # fmt: skip
+    assert len(set.union(*hosts.values())) == 2
+    # Someone else's Ingress holds the host the second workload would get.
+    wanted = ingress_host(
+        "tensorboard", pod_spec(second.pk), KubernetesBackend(cluster).owner, "apps.example.com"
+    )
+    squatter = {"metadata": {"name": "squatter"}, "spec": {"ingressClassName": "nginx", "rules": [
+        {"host": wanted, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+            "service": {"name": "elsewhere", "port": {"number": 80}}}}]}}]}}  # fmt: skip
+    networking = k8s.NetworkingV1Api(KubernetesBackend(cluster).api.api_client)
+    networking.create_namespaced_ingress("default", squatter)
+    admit(second, node)
+    cluster_reconcile(cluster)
+    cluster.refresh_from_db()
+    assert f"host {wanted} is taken by ingress default/squatter, which is not this GPUPool's" in (
+        cluster.last_error
+    )
+    assert len(ingresses(fake)) == 3  # theirs, the first's and the squatter's: none for it
+    assert fake.pod("gp-ml-vision", k8s_name(cluster, f"gp-{second.pk}-0")) is not None
+
+
+def ingresses(fake) -> list[dict]:
+    return list(fake.objects["networking.k8s.io/v1/ingresses"].values())
+
+
+def pod_spec(workload_id: int, pod_index: int = 0) -> PodSpec:
+    name = f"gp-{workload_id}-{pod_index}"
+    return PodSpec(name=name, namespace="ns", workload_id=workload_id, pod_index=pod_index,
+                   node_name="n", project="p", image="x", command=())  # fmt: skip
+
+
+def test_an_ingress_host_keeps_a_dns_label_whatever_the_ids():
+    spec = pod_spec(10**19 - 1, 9999)
+    owner = Owner(installation="F" * 36, cluster="e" * 36)
+    host = ingress_host("a" * 15, spec, owner, "apps.example.com")
+    label = host.split(".")[0]
+    assert len(label) <= 63 and label == label.lower() and not label.endswith("-")
+    assert host.endswith(".apps.example.com")
+
+
 # --- the fake's own strictness for these kinds ---------------------------------------------
+
+
+def test_the_fake_takes_two_ingresses_with_one_host_as_a_real_api_server_does(kube):  # noqa: F811
+    """Host conflicts are the Ingress controller's affair, not the API server's: GPUPool
+    must look for them itself."""
+    kube.require_fake()
+    api = KubernetesBackend(kube.cluster()).api
+    networking = k8s.NetworkingV1Api(api.api_client)
+    for name in ("one", "two"):
+        body = {"metadata": {"name": name}, "spec": {"rules": [{"host": "same.example.com",
+                "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {
+                    "name": name, "port": {"number": 80}}}}]}}]}}  # fmt: skip
+        networking.create_namespaced_ingress("default", body)
+    items = networking.list_ingress_for_all_namespaces().items
+    assert sorted(i.metadata.name for i in items) == ["one", "two"]
 
 
 @pytest.mark.parametrize(

@@ -156,7 +156,8 @@ def test_a_targeted_pass_repairs_evictions_stops_lost_pods_and_finished_ones(sim
         workload.refresh_from_db()
     assert (evicted.state, evicted.restart_count) == (S.PENDING, 1)
     assert (lost.state, lost.restart_count) == (S.PENDING, 1)
-    assert lost.events.filter(reason="PodLost").exists()
+    said = f"Pod gp-{lost.pk}-0 was deleted outside GPUPool (kubectl delete, a drain)."
+    assert lost.events.get(reason="PodLost").message == said
     assert stopped.state == S.STOPPED and finished.state == S.SUCCEEDED
     assert untouched.state == S.RUNNING
     gone = {evicted.pk, stopped.pk, lost.pk, finished.pk}

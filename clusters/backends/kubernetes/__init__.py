@@ -63,6 +63,7 @@ from clusters.backends import (
     ReconcileReport,
     as_enforced,
     grace_for,
+    never_runs,
 )
 from clusters.backends.kubernetes import native
 from clusters.backends.kubernetes.errors import refused_by_admission
@@ -76,6 +77,7 @@ from clusters.backends.kubernetes.manifests import (
     ROLE,
     WORKLOAD_CONTAINER,
     hostfile_manifest,
+    ingress_hosts,
     ingress_manifest,
     node_info,
     node_port_service_manifest,
@@ -375,7 +377,8 @@ class KubernetesBackend(Backend):
         """The namespace exists already: ours (from an earlier try, or before a rename of
         the project) or made by hand for the project. It gets GPUPool's labels and owner
         annotations, so that it is known as the project's; one another tool manages, or
-        another GPUPool (installation or Cluster record) owns, is refused, not taken."""
+        another GPUPool (installation or Cluster record) owns, is refused, not taken: for
+        good (PodSpecInvalid), its pods' workloads fail with the reason."""
         try:
             found = self._json(self.api.read_namespace, name)
         except ApiException as exc:
@@ -384,14 +387,14 @@ class KubernetesBackend(Backend):
         claimed = found.get("metadata", {}).get("annotations") or {}
         manager = current.get(MANAGED_BY_LABEL)
         if manager not in (None, MANAGED_BY):
-            raise BackendError(
+            raise PodSpecInvalid(
                 f"namespace {name} exists and is managed by {manager}: give the project "
                 "another namespace or remove that label"
             )
         others = {k: claimed[k] for k, v in annotations.items() if claimed.get(k, v) != v}
         if others:
             owner = ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
-            raise BackendError(
+            raise PodSpecInvalid(
                 f"namespace {name} belongs to another GPUPool ({owner}): give the project "
                 "another namespace, or remove those annotations if that GPUPool is gone"
             )
@@ -504,11 +507,30 @@ class KubernetesBackend(Backend):
             return
         if body is None:
             return
+        if self.publish_ports == PUBLISH_INGRESS:
+            self._refuse_taken_hosts(spec, body)
         try:
             self._json(create, spec.namespace, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+    def _refuse_taken_hosts(self, spec: PodSpec, body: dict) -> None:
+        """An API server takes two Ingresses with one host (the controller then routes one
+        tenant's traffic to the other's pod): a host an Ingress that is not ours holds
+        already is refused, the cluster's error, and the pod runs unpublished. Hosts are
+        cluster-wide, so every namespace's Ingresses are listed (only when one is made)."""
+        wanted = ingress_hosts(body)
+        api = k8s.NetworkingV1Api(self.api.api_client)
+        for other in self._json(api.list_ingress_for_all_namespaces)["items"]:
+            meta = other["metadata"]
+            taken = wanted & ingress_hosts(other)
+            if taken and not self.owner.owns(meta.get("labels")):
+                raise BackendError(
+                    f"ingress for {spec.name}: host {', '.join(sorted(taken))} is taken by "
+                    f"ingress {meta.get('namespace')}/{meta['name']}, which is not this "
+                    "GPUPool's: not published (its ports stay reachable through the portal)"
+                )
 
     def ensure_rendezvous(self, spec: PodSpec) -> None:
         """A distributed workload's headless Service and hostfile ConfigMap, made before
@@ -582,9 +604,11 @@ class KubernetesBackend(Backend):
             if exc.status == 404:
                 return True
             raise BackendError(f"delete {ns}/{name}: {exc.status} {exc.reason}") from exc
-        # A pod that must shut down comes back with a deletionTimestamp; one removed at
-        # once (never started, already finished, grace 0) comes back without.
-        return not (answer.get("metadata") or {}).get("deletionTimestamp")
+        # A pod that must shut down comes back with a deletionTimestamp and its grace; one
+        # removed at once (grace 0, never bound, already finished) comes back with grace 0,
+        # and is gone (the next read is 404). Other kinds come back without a timestamp.
+        meta = answer.get("metadata") or {}
+        return not meta.get("deletionTimestamp") or meta.get("deletionGracePeriodSeconds") == 0
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         try:
@@ -656,26 +680,31 @@ class KubernetesBackend(Backend):
                 if spec.name not in report.statuses
                 and (ready := _on_device(spec, devices)) is not None
             ]
-            ready = self._namespaces_into(report, {(s.namespace, s.project) for s in missing})
-            missing = [s for s in missing if s.namespace in ready]
+            missing = self._namespaces_into(report, missing)
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
         self._listed = self._services = self._native = None  # the next pass observes afresh
         self.save_written()
         return report
 
-    def _namespaces_into(self, report: ReconcileReport, needed: set[tuple[str, str]]) -> set:
-        """Create the projects' namespaces; one that fails (refused, 5xx) holds back only
-        its own pods, and is tried again on the next pass."""
-        ready = set()
-        for namespace, project in sorted(needed):
+    def _namespaces_into(self, report: ReconcileReport, missing: list[PodSpec]) -> list[PodSpec]:
+        """Create the projects' namespaces; the pods whose namespace is ready. One another
+        GPUPool owns or another tool manages fails its pods' workloads with the reason; one
+        that fails otherwise (403 from RBAC, 5xx) holds back only its own pods, is the
+        cluster's error and is tried again on the next pass."""
+        refused: dict[str, str | None] = {}
+        for namespace, project in sorted({(s.namespace, s.project) for s in missing}):
             try:
                 self.ensure_namespace(namespace, project)
+            except PodSpecInvalid as exc:
+                refused[namespace] = str(exc)
             except BackendError as exc:
                 report.errors.append(str(exc))
-            else:
-                ready.add(namespace)
-        return ready
+                refused[namespace] = None
+        for spec in missing:
+            if refused.get(spec.namespace):
+                report.statuses[spec.name] = never_runs(spec, refused[spec.namespace])
+        return [s for s in missing if s.namespace not in refused]
 
 
 MPS_REFUSED = (

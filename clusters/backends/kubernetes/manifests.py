@@ -384,8 +384,8 @@ def node_port_service_manifest(spec: PodSpec, owner: Owner, service: dict) -> di
 def ingress_manifest(
     spec: PodSpec, owner: Owner, service: dict, *, ingress_class: str, domain: str
 ) -> dict | None:
-    """A host per published HTTP port (<port>-<workload>-<pod>.<domain>) to the pod's own
-    Service, in the admin's Ingress class; owned by the Service. None: no HTTP port."""
+    """A host per published HTTP port (`ingress_host`) to the pod's own Service, in the
+    admin's Ingress class; owned by the Service. None: no HTTP port."""
     ports = [(n, p) for n, p in published_ports(spec) if p.protocol == "http"]
     if not ports:
         return None
@@ -394,7 +394,7 @@ def ingress_manifest(
     for port_name, port in ports:
         target = {"service": {"name": name, "port": {"number": port.port}}}
         path = {"path": "/", "pathType": "Prefix", "backend": target}
-        host = f"{port_name}-{spec.workload_id}-{spec.pod_index}.{domain}"
+        host = ingress_host(port_name, spec, owner, domain)
         rules.append({"host": host, "http": {"paths": [path]}})
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -406,6 +406,18 @@ def ingress_manifest(
         },
         "spec": {"ingressClassName": ingress_class, "rules": rules},
     }
+
+
+def ingress_host(port_name: str, spec: PodSpec, owner: Owner, domain: str) -> str:
+    """<port>-<workload>-<pod>-<installation 8>-<cluster 8>.<domain>: two GPUPools (or two
+    Cluster records) publishing on one cluster and domain never claim the same host. The
+    first label stays a DNS label whatever the ids: at most 15 + 19 (a bigint) + 4 + 17
+    characters and dashes, under 63."""
+    return f"{port_name}-{spec.workload_id}-{spec.pod_index}-{owner.tag}.{domain}"
+
+
+def ingress_hosts(ingress: dict) -> set[str]:
+    return {r.get("host") or "" for r in (ingress.get("spec") or {}).get("rules") or []}
 
 
 def priority_class_manifest(name: str) -> dict:
@@ -543,6 +555,8 @@ def pod_status(pod: dict) -> PodStatus:
     if status.get("message"):
         result.message = status["message"]
     result.lost = result.phase == PodPhase.FAILED and status.get("reason") in NODE_REASONS
+    if result.lost:
+        result.reason = status["reason"]  # as kubectl shows it: Evicted, NodeLost
     ports = [p for c in (pod.get("spec") or {}).get("containers", []) for p in c.get("ports") or []]
     if ports:
         result.endpoint = f"{meta['name']}.{result.namespace}.svc:{ports[0]['containerPort']}"
