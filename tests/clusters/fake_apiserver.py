@@ -2,7 +2,7 @@
 
 It implements what GPUPool's kubernetes backend and native scheduling use: /version; nodes;
 namespaces; pods (create, get, list across namespaces with label and field selectors, delete
-with a grace period, binding, status, log); services; core/v1 events;
+with a grace period, binding, status, eviction, log); services; core/v1 events;
 priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
 `Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
 compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
@@ -23,11 +23,16 @@ Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates
 deleted (409), takes a node that does not exist, copies its annotations onto the pod and sets
 PodScheduled=True; pods/status takes PUT and strategic-merge or merge patches, conditions
 merged by type and their types checked, spec and metadata kept; core/v1 Events are checked
-as the real legacy validation does (`api.events()` reads them); pod lists and watches take the
-real field selectors (`spec.nodeName=` for unbound pods), any other field is 400.
+as the real legacy validation does (`api.events()` reads them); an Eviction deletes its pod
+with its deleteOptions unless the pod's PodDisruptionBudget has no disruption left (429) or
+two budgets select it (500); pod and event lists and watches take the real field
+selectors (`spec.nodeName=` for unbound pods, `involvedObject.name=` for a pod's events),
+other kinds metadata.name and metadata.namespace; any other field is 400.
 
 A tiny kubelet: pods bound to a node start Running at once (auto_run), `finish()` ends
 them with an exit code; deletions wait for `complete_deletions()` when `deferred_delete`.
+With `job_controller=True`, the Job controller (fake_generic.sync_jobs) runs after every
+write and kubelet change, and on `run_controllers()`.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
-from tests.clusters.fake_generic import generic_route
+from tests.clusters.fake_generic import generic_route, sync_jobs, take_disruption
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -140,25 +145,52 @@ def _matches(selector: str | None, labels: dict) -> bool:
     return True
 
 
-# The fields a pod list or watch may select on (the real ToSelectableFields), with the value
-# the real server defaults each to; any other label is 400.
-POD_FIELDS: dict[str, tuple[str, str, str]] = {
-    "metadata.name": ("metadata", "name", ""),
-    "metadata.namespace": ("metadata", "namespace", ""),
-    "spec.nodeName": ("spec", "nodeName", ""),
-    "spec.restartPolicy": ("spec", "restartPolicy", "Always"),
-    "spec.schedulerName": ("spec", "schedulerName", "default-scheduler"),
-    "spec.serviceAccountName": ("spec", "serviceAccountName", "default"),
-    "spec.hostNetwork": ("spec", "hostNetwork", "false"),
-    "status.phase": ("status", "phase", ""),
-    "status.podIP": ("status", "podIP", ""),
-    "status.nominatedNodeName": ("status", "nominatedNodeName", ""),
+# The fields a list or watch may select on (the real ToSelectableFields of each kind), with
+# the value the real server defaults each to; any other label is 400.
+METADATA_FIELDS = {"metadata.name": "", "metadata.namespace": ""}
+SELECTABLE = {
+    "pods": {
+        **METADATA_FIELDS,
+        "spec.nodeName": "",
+        "spec.restartPolicy": "Always",
+        "spec.schedulerName": "default-scheduler",
+        "spec.serviceAccountName": "default",
+        "spec.hostNetwork": "false",
+        "status.phase": "",
+        "status.podIP": "",
+        "status.nominatedNodeName": "",
+    },
+    "events": {
+        **METADATA_FIELDS,
+        **{
+            f"involvedObject.{key}": ""
+            for key in (
+                "kind",
+                "namespace",
+                "name",
+                "uid",
+                "apiVersion",
+                "resourceVersion",
+                "fieldPath",
+            )
+        },
+        "reason": "",
+        "reportingComponent": "",
+        "source": "",
+        "type": "",
+    },
 }
+FIELD_PATHS = {"source": ("source", "component")}  # a label that is not its own path
 
 
-def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str]]:
-    """(label, equal, value) per term of a fieldSelector ("a=b,c!=d", "==" too), as the
-    real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+def _field_path(label: str) -> tuple[str, ...]:
+    return FIELD_PATHS.get(label, tuple(label.split(".")))
+
+
+def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, str, str]]:
+    """(label, equal, value, default) per term of a fieldSelector ("a=b,c!=d", "==" too), as
+    the real fields.ParseSelector reads it; a label the kind cannot select on is 400."""
+    known = SELECTABLE.get(resource, METADATA_FIELDS)
     terms = []
     for raw in (selector or "").split(","):
         term = raw.strip()
@@ -169,42 +201,43 @@ def _field_terms(resource: str, selector: str | None) -> list[tuple[str, bool, s
             message = f"invalid selector: '{selector}'; can't understand '{term}'"
             raise ApiError(400, "BadRequest", message)
         label, op, value = match.groups()
-        known = POD_FIELDS if resource == "pods" else ("metadata.name", "metadata.namespace")
         if label not in known:
             raise ApiError(400, "BadRequest", f"field label not supported: {label}")
-        terms.append((label, op != "!=", value))
+        terms.append((label, op != "!=", value, known[label]))
     return terms
 
 
-def _field_value(obj: dict, label: str) -> str:
-    part, key, default = POD_FIELDS[label]
-    value = (obj.get(part) or {}).get(key, default)
+def _field_value(obj: dict, label: str, default: str) -> str:
+    value: Any = obj
+    for key in _field_path(label):
+        value = value.get(key) if isinstance(value, dict) else None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value if value is not None else default)
 
 
-def _fields_match(terms: list[tuple[str, bool, str]], obj: dict) -> bool:
-    return all((_field_value(obj, label) == value) == equal for label, equal, value in terms)
+def _fields_match(terms: list[tuple[str, bool, str, str]], obj: dict) -> bool:
+    return all(
+        (_field_value(obj, label, default) == value) == equal
+        for label, equal, value, default in terms
+    )
 
 
-def _selectable(obj: dict) -> dict:
-    """What a watch's selectors read of an object: kept per MODIFIED event, so that a change
-    moving the object into or out of a selection is seen as ADDED or DELETED."""
+def _selectable(resource: str, obj: dict) -> dict:
+    """What a watch's selectors read of an object (its labels and selectable fields): kept
+    per MODIFIED event, so that a change moving the object into or out of a selection is
+    seen as ADDED or DELETED."""
     meta = obj["metadata"]
     labels = dict(meta.get("labels") or {})
-    snapshot: dict = {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "labels": labels,
-        },
-        "spec": {},
-        "status": {},
-    }
-    for part, key, _ in POD_FIELDS.values():
-        if part != "metadata" and key in (obj.get(part) or {}):
-            snapshot[part][key] = obj[part][key]
+    snapshot: dict = {"metadata": {"labels": labels}}
+    for label in SELECTABLE.get(resource, METADATA_FIELDS):
+        *parents, key = _field_path(label)
+        source, target = obj, snapshot
+        for parent in parents:
+            source = source.get(parent) if isinstance(source, dict) else None
+            target = target.setdefault(parent, {})
+        if isinstance(source, dict) and key in source:
+            target[key] = source[key]
     return snapshot
 
 
@@ -671,9 +704,14 @@ class _Server(ThreadingHTTPServer):
 class FakeApiServer:
     """`with FakeApiServer() as api:` serves on a free loopback port; `api.kubeconfig()`."""
 
-    def __init__(self, *, auto_run: bool = True, deferred_delete: bool = False):
+    def __init__(
+        self, *, auto_run: bool = True, deferred_delete: bool = False, job_controller: bool = False
+    ):
         self.auto_run = auto_run
         self.deferred_delete = deferred_delete
+        # The Job controller (fake_generic.sync_jobs): after every write, and on run_controllers().
+        self.job_controller = job_controller
+        self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
         self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -808,6 +846,7 @@ class FakeApiServer:
             for (ns, pod_name), pod in list(self.objects["pods"].items()):
                 if pod["spec"].get("nodeName") == name:
                     self._delete("pods", ns, pod_name)
+            self.after_change()
 
     def pods(self) -> list[dict]:
         with self.lock:
@@ -849,6 +888,7 @@ class FakeApiServer:
                 ],
             }
             self._store("pods", namespace, pod, "MODIFIED")
+            self.after_change()
 
     def complete_deletions(self) -> int:
         """The kubelet confirms every terminating pod has stopped."""
@@ -858,6 +898,7 @@ class FakeApiServer:
             ]
             for ns, name in doomed:
                 self._delete("pods", ns, name)
+            self.after_change()
             return len(doomed)
 
     def events(self, namespace: str | None = None) -> list[dict]:
@@ -869,6 +910,23 @@ class FakeApiServer:
                 if namespace is None or ns == namespace
             ]
         return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def run_controllers(self) -> None:
+        """What kube-controller-manager would do now: the Job controller (when enabled)
+        syncs every Job until nothing changes. Synchronous, so tests need not wait."""
+        with self.lock:
+            for _ in range(10):  # a pass may make work for the next (a pod made, then counted)
+                if not sync_jobs(self, self.client()):
+                    return
+
+    def after_change(self) -> None:
+        if self.job_controller:
+            self.run_controllers()
+
+    def client(self) -> Any:
+        """The request handler's operations without a request: how the fake's controllers
+        write through the same checks (admission, validation) as a client's request."""
+        return self.handler.__new__(self.handler)
 
     def generate_name(self, meta: dict) -> str:
         """metadata.generateName plus 5 characters, as the real server's name generator."""
@@ -886,7 +944,7 @@ class FakeApiServer:
         key = (resource, ns, obj["metadata"]["name"])
         if event == "MODIFIED":  # a watch's selector may have matched the object before only
             self.before[rv] = self._selected.get(key, {"metadata": {}})
-        self._selected[key] = _selectable(obj)
+        self._selected[key] = _selectable(resource, obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
         return obj
@@ -953,7 +1011,7 @@ class FakeApiServer:
 
 
 NAMESPACED = "pods|services|configmaps|events"
-POD_SUBRESOURCES = "binding|status|log"
+POD_SUBRESOURCES = "binding|status|log|eviction"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
     (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
@@ -1057,6 +1115,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._authorize(method, url.path, query)
                 body = json.loads(raw) if raw else None
                 result = self._route(method, url.path, query, body)
+                if method != "GET":
+                    api.after_change()
             except ApiError as err:
                 return self._send(err.code, err.body)
             if result is not None:
@@ -1082,7 +1142,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         method, *match.groups(), query=query, body=body
                     )
             # The kinds of GPUPool's own manifests (deploy/): tests/clusters/fake_generic.py.
-            generic = generic_route(api, method, path, query, body)
+            generic = generic_route(
+                api, method, path, query, body, self.headers.get("Content-Type")
+            )
             if generic is not None:
                 return generic
             raise ApiError(
@@ -1202,6 +1264,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return 200, api.logs.get((ns, name), "")
                 if sub == "binding" and method == "POST":
                     return self._bind(pod, body or {})
+                if sub == "eviction" and method == "POST":
+                    return self._evict(pod, body or {})
                 if sub == "status" and method in ("PUT", "PATCH"):
                     return self._write_status(method, pod, body or {})
                 if sub == "status" and method == "GET":
@@ -1275,6 +1339,35 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return 200, copy.deepcopy(
                 api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
             )
+
+        def _evict(self, pod: dict, body: dict) -> tuple[int, dict]:
+            """EvictionREST: a policy/v1 (or v1beta1) Eviction naming the pod. A pod that is
+            Pending, finished or being deleted goes at once; else the one
+            PodDisruptionBudget that selects it (two: 500) must allow a disruption (none
+            left: 429), and the eviction takes one (status.disruptedPods). Then the delete,
+            with the Eviction's deleteOptions (its grace period)."""
+            name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+            if body.get("kind") != "Eviction" or body.get("apiVersion") not in (
+                "policy/v1",
+                "policy/v1beta1",
+            ):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"not a Eviction object: {body.get('apiVersion')}, {body.get('kind')}",
+                )
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Eviction object"
+                )
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Running", "Unknown") and not pod["metadata"].get("deletionTimestamp"):
+                refusal = take_disruption(api, pod)
+                if refusal:
+                    return refusal
+            options = body.get("deleteOptions") or {}
+            self._delete_item("pods", ns, name, {}, options)
+            return 201, CREATED
 
         def _check_log(self, pod: dict, query: dict) -> None:
             """A log is of one container of the pod, which must have started: 400 else."""

@@ -11,7 +11,15 @@ template, a pod template the server would refuse, a restart policy its controlle
 run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
 adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
 initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
-Job's selector. No controller runs: a Deployment makes no pods.
+Job's defaults, pod labels and selector on its uid. PATCH (merge or strategic merge) keeps a
+Job's selector and template immutable.
+
+Controllers: the Job controller (`sync_jobs`, when the server's `job_controller` is on) makes
+a Job's pods from its template, replaces those deleted or failed, suspends and resumes,
+and keeps status and conditions (Complete, Failed with BackoffLimitExceeded, Suspended) as
+the real one; the disruption arithmetic of PodDisruptionBudgets (`budget_status`,
+`take_disruption`) answers the Eviction API. No other controller runs: a Deployment makes
+no pods.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import base64
 import copy
 import re
 import uuid
+from collections import Counter
 from typing import Any, NoReturn
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -70,7 +79,9 @@ DATA_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 USER_PRIORITY_MAX = 1_000_000_000
 
 
-def generic_route(api: Any, method: str, path: str, query: dict, body: Any):
+def generic_route(
+    api: Any, method: str, path: str, query: dict, body: Any, content_type: str | None = None
+):
     """(code, payload) for a path of a kind above, or None to let the caller answer 404."""
     match = PATH.match(path)
     parts = match.groupdict() if match else {}
@@ -87,11 +98,39 @@ def generic_route(api: Any, method: str, path: str, query: dict, body: Any):
         if (method, name is None) == ("GET", True):
             return _list(api, store, api_version, kind, ns, query)
         obj = _get(api, store, ns, name or "", parts["resource"])
-        if method == "GET":
-            return 200, copy.deepcopy(obj)
-        if method == "DELETE":
-            return 200, copy.deepcopy(api._delete(store, ns, obj["metadata"]["name"]))
+        item_methods = {
+            "GET": lambda: (200, copy.deepcopy(obj)),
+            "DELETE": lambda: (200, copy.deepcopy(api._delete(store, ns, obj["metadata"]["name"]))),
+            "PATCH": lambda: _patch(api, store, obj, body, content_type),
+        }
+        if method in item_methods:
+            return item_methods[method]()
     return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+
+IMMUTABLE = {"Job": ("selector", "template", "completions", "completionMode")}
+
+
+def _patch(api: Any, store: str, obj: dict, body: Any, content_type: str | None):
+    """A merge or strategic-merge patch of labels, annotations and spec (a Job's suspend,
+    parallelism); status is the status subresource's. A kind's immutable fields stay, or
+    422; a changed spec is a new generation."""
+    from tests.clusters.fake_apiserver import patched
+
+    new = patched(obj, body, content_type)
+    meta = new.get("metadata") or {}
+    _check_labels(meta.get("labels") or {})
+    kind = obj["kind"]
+    for field in IMMUTABLE.get(kind, ()):
+        if (new.get("spec") or {}).get(field) != obj["spec"].get(field):
+            _error(422, "Invalid", f"spec.{field}: Invalid value: field is immutable")
+    keep = ("name", "namespace", "uid", "creationTimestamp", "generation")
+    new["metadata"] = {**meta, **{k: obj["metadata"][k] for k in keep if k in obj["metadata"]}}
+    new["status"] = obj.get("status")
+    if new.get("spec") != obj.get("spec") and "generation" in obj["metadata"]:
+        new["metadata"]["generation"] = obj["metadata"]["generation"] + 1
+    ns = obj["metadata"].get("namespace", "")
+    return 200, copy.deepcopy(api._store(store, ns, new, "MODIFIED"))
 
 
 def _error(code: int, reason: str, message: str) -> NoReturn:
@@ -148,6 +187,8 @@ def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool,
     if kind in INITIAL_STATUS:
         meta["generation"] = 1
         obj["status"] = dict(INITIAL_STATUS[kind])
+    if kind == "Job":
+        _job_defaults(obj)
     return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
 
 
@@ -219,10 +260,7 @@ def _workload(obj: dict) -> None:
         _validate_pod({"spec": pod_spec})
     except ApiError as err:
         _error(422, "Invalid", f"spec.template.{err.body['message']}")
-    if obj["kind"] == "Job" and "selector" not in spec:  # the server picks one
-        uid_label = {"batch.kubernetes.io/controller-uid": str(uuid.uuid4())}
-        spec["selector"] = {"matchLabels": uid_label}
-        template.setdefault("metadata", {}).setdefault("labels", {}).update(uid_label)
+    if obj["kind"] == "Job" and "selector" not in spec:  # the server picks one: _job_defaults
         return
     selector = (spec.get("selector") or {}).get("matchLabels") or {}
     if not selector:
@@ -232,6 +270,35 @@ def _workload(obj: dict) -> None:
     strategy = spec.get("strategy") or {}
     if strategy.get("type") == "Recreate" and "rollingUpdate" in strategy:
         _error(422, "Forbidden", "spec.strategy.rollingUpdate: may not be specified for Recreate")
+
+
+JOB_NAME, CONTROLLER_UID = "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid"
+
+
+def _job_defaults(job: dict) -> None:
+    """What the real server adds to a Job: its defaults, and (unless the selector is manual)
+    the labels its pods get, old and new names, with a selector on its uid."""
+    spec, meta = job["spec"], job["metadata"]
+    spec.setdefault("parallelism", 1)
+    if "completions" not in spec and spec["parallelism"] == 1:
+        spec["completions"] = 1
+    for field, value in JOB_DEFAULTS.items():
+        spec.setdefault(field, value)
+    if "selector" in spec:
+        return
+    labels = spec["template"].setdefault("metadata", {}).setdefault("labels", {})
+    for key, value in ((JOB_NAME, meta["name"]), (CONTROLLER_UID, meta["uid"])):
+        labels.setdefault(key, value)
+        labels.setdefault(key.removeprefix("batch.kubernetes.io/"), value)
+    spec["selector"] = {"matchLabels": {CONTROLLER_UID: meta["uid"]}}
+
+
+JOB_DEFAULTS = {
+    "backoffLimit": 6,
+    "completionMode": "NonIndexed",
+    "suspend": False,
+    "podReplacementPolicy": "TerminatingOrFailed",
+}
 
 
 def _rules(obj: dict) -> None:
@@ -316,3 +383,321 @@ CHECKS = {
     "PriorityClass": _priority_class,
     "Ingress": _ingress,
 }
+
+
+# --- controllers: the Job controller and the disruption arithmetic of the Eviction API ------
+JOBS, BUDGETS = "batch/v1/jobs", "policy/v1/poddisruptionbudgets"
+
+
+def sync_jobs(api: Any, client: Any) -> bool:
+    """One pass of the Job controller over every Job; True when it wrote anything."""
+    changed = False
+    for job in [j for _, j in sorted(api.objects.get(JOBS, {}).items())]:
+        changed = _sync_job(api, client, job) or changed
+    return changed
+
+
+def _sync_job(api: Any, client: Any, job: dict) -> bool:
+    """1. each of its pods is active until it succeeds or fails; one deleted (or being
+       deleted) before it succeeded counts as failed (the real isPodFailed), unless the
+       controller deleted it to suspend or stop the Job;
+    2. a finished Job (Complete or Failed) is left alone; more failures than backoffLimit:
+       Failed; enough successes: Complete;
+    3. suspended: its active pods are deleted (Suspended=True); else pods are made up to
+       min(parallelism, completions left), replacing terminating ones at once;
+    4. status (active, ready, terminating, succeeded, failed, conditions) written if changed."""
+    from tests.clusters.fake_apiserver import _now as now
+
+    spec, status = job["spec"], copy.deepcopy(job.get("status") or {})
+    if _condition_true(status, "Complete") or _condition_true(status, "Failed"):
+        return False
+    uid, ns = job["metadata"]["uid"], job["metadata"]["namespace"]
+    outcome, pods = _count_pods(api, uid, ns)
+    active = [p for p in pods if outcome[p["metadata"]["uid"]] == "active"]
+    tally = Counter(outcome.values())
+    wrote = False
+    if tally["Failed"] > spec["backoffLimit"]:
+        wrote = _stop_pods(client, active, outcome, "stopped")
+        _finish(
+            status,
+            ("FailureTarget", "Failed"),
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        )
+    elif _succeeded(spec, tally["Succeeded"], active):
+        _finish(
+            status,
+            ("SuccessCriteriaMet", "Complete"),
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+        )
+        status["completionTime"] = now()
+    elif spec.get("suspend"):
+        wrote = _stop_pods(client, active, outcome, "suspended")
+        _job_condition(status, "Suspended", "True", "JobSuspended", "Job suspended")
+    else:
+        if _condition_true(status, "Suspended"):
+            _job_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+            status["startTime"] = now()
+        status.setdefault("startTime", now())
+        wrote = _make_pods(client, job, _wanted(spec, tally["Succeeded"]) - len(active))
+    outcome, pods = _count_pods(api, uid, ns)
+    status.update(_tallies(outcome, pods))
+    if status != job.get("status"):
+        job["status"] = status
+        api._store(JOBS, ns, job, "MODIFIED")
+        wrote = True
+    return wrote
+
+
+def _count_pods(api: Any, uid: str, ns: str) -> tuple[dict[str, str], list[dict]]:
+    pods = [
+        p
+        for (pod_ns, _), p in sorted(api.objects["pods"].items())
+        if pod_ns == ns and _controller_uid(p) == uid
+    ]
+    outcome = api.job_pods.setdefault(uid, {})
+    present = {p["metadata"]["uid"]: p for p in pods}
+    for pod_uid in present:
+        outcome.setdefault(pod_uid, "active")
+    for pod_uid, seen in outcome.items():
+        pod = present.get(pod_uid)
+        phase = ((pod or {}).get("status") or {}).get("phase")
+        if seen != "active":
+            continue
+        if phase in ("Succeeded", "Failed"):
+            outcome[pod_uid] = phase
+        elif pod is None or pod["metadata"].get("deletionTimestamp"):
+            outcome[pod_uid] = "Failed"
+    return outcome, pods
+
+
+def _tallies(outcome: dict[str, str], pods: list[dict]) -> dict:
+    active = [p for p in pods if outcome[p["metadata"]["uid"]] == "active"]
+    tally = Counter(outcome.values())
+    terminating = [
+        p
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    return {
+        "active": len(active),
+        "ready": sum(1 for p in active if pod_ready(p)),
+        "terminating": len(terminating),
+        "succeeded": tally["Succeeded"],
+        "failed": tally["Failed"],
+    }
+
+
+def _controller_uid(pod: dict) -> str | None:
+    owners = pod["metadata"].get("ownerReferences") or []
+    return next((o.get("uid") for o in owners if o.get("controller")), None)
+
+
+def _succeeded(spec: dict, succeeded: int, active: list[dict]) -> bool:
+    if spec.get("completions") is None:  # a work queue: done when one succeeded and none runs
+        return succeeded > 0 and not active
+    return succeeded >= spec["completions"]
+
+
+def _wanted(spec: dict, succeeded: int) -> int:
+    if spec.get("completions") is None:
+        return spec["parallelism"] if not succeeded else 0
+    return min(spec["parallelism"], spec["completions"] - succeeded)
+
+
+def _stop_pods(client: Any, pods: list[dict], outcome: dict[str, str], why: str) -> bool:
+    for pod in pods:
+        outcome[pod["metadata"]["uid"]] = why  # not a failure of the Job's
+        client._delete_item("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], {}, {})
+    return bool(pods)
+
+
+def _make_pods(client: Any, job: dict, count: int) -> bool:
+    """Pods from the template, named <job>-<5 characters>, controlled by the Job; a refusal
+    (admission, quota) is a FailedCreate event on the Job, as the real controller's."""
+    from tests.clusters.fake_apiserver import ApiError
+
+    meta, template = job["metadata"], job["spec"]["template"]
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    for _ in range(max(0, count)):
+        pod_meta = copy.deepcopy(template.get("metadata") or {})
+        pod_meta.update(generateName=f"{meta['name']}-", ownerReferences=[owner])
+        body = {"metadata": pod_meta, "spec": copy.deepcopy(template.get("spec") or {})}
+        try:
+            client._create("pods", meta["namespace"], body)
+        except ApiError as err:
+            _job_event(client, job, "FailedCreate", f"Error creating: {err.body['message']}")
+            return False
+    return count > 0
+
+
+def _job_event(client: Any, job: dict, reason: str, message: str) -> None:
+    from tests.clusters.fake_apiserver import _now as now
+
+    meta = job["metadata"]
+    involved = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+    }
+    event = {
+        "metadata": {"generateName": f"{meta['name']}."},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": now(),
+        "lastTimestamp": now(),
+        "source": {"component": "job-controller"},
+    }
+    client._create("events", meta["namespace"], event)
+
+
+def _condition_true(status: dict, kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in status.get("conditions") or [])
+
+
+def _job_condition(status: dict, kind: str, value: str, reason: str, message: str) -> None:
+    from tests.clusters.fake_apiserver import set_condition
+
+    set_condition(status, kind, value, reason=reason, message=message)
+
+
+def _finish(status: dict, kinds: tuple[str, str], reason: str, message: str) -> None:
+    """Kubernetes 1.31+: the interim condition (SuccessCriteriaMet, FailureTarget), then the
+    final one, both with the same reason."""
+    for kind in kinds:
+        _job_condition(status, kind, "True", reason, message)
+
+
+def pod_ready(pod: dict) -> bool:
+    """Ready: its Ready condition, else (the fake's kubelet sets none) every container."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all(c.get("ready") for c in containers)
+    )
+
+
+def selects(selector: dict | None, labels: dict) -> bool:
+    """A metav1.LabelSelector: matchLabels and matchExpressions (In, NotIn, Exists,
+    DoesNotExist); an absent selector selects nothing, {} everything (policy/v1)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for term in selector.get("matchExpressions") or []:
+        key, op, values = term.get("key"), term.get("operator"), term.get("values") or []
+        present = key in labels
+        ok = {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+def budget_status(api: Any, budget: dict) -> dict:
+    """The disruption controller's arithmetic, now: expected pods are those selected;
+    healthy ones run ready and are not being deleted or just evicted; minAvailable (or
+    expected less maxUnavailable) is the desired, a percentage rounded up."""
+    ns, spec = budget["metadata"]["namespace"], budget["spec"]
+    status = budget.get("status") or {}
+    pods = [
+        p
+        for (pod_ns, _), p in api.objects["pods"].items()
+        if pod_ns == ns and selects(spec.get("selector"), p["metadata"].get("labels") or {})
+    ]
+    names = {p["metadata"]["name"] for p in pods}
+    disrupted = {k: v for k, v in (status.get("disruptedPods") or {}).items() if k in names}
+    healthy = sum(
+        1
+        for p in pods
+        if pod_ready(p)
+        and not p["metadata"].get("deletionTimestamp")
+        and p["metadata"]["name"] not in disrupted
+    )
+    expected = len(pods)
+    if "maxUnavailable" in spec:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    else:
+        desired = _scaled(spec.get("minAvailable", 1), expected)
+    return {
+        **status,
+        "observedGeneration": budget["metadata"].get("generation", 1),
+        "expectedPods": expected,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "disruptionsAllowed": max(0, healthy - desired),
+        "disruptedPods": disrupted,
+    }
+
+
+def _scaled(value: int | str, total: int) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * total // 100)  # rounded up, as GetScaledValueFromIntOrPercent
+    return int(value)
+
+
+def take_disruption(api: Any, pod: dict) -> tuple[int, dict] | None:
+    """The Eviction API's budget check for a running pod: None when it may go (the budget,
+    if any, records it among disruptedPods), else the answer: 500 for two budgets, 429
+    when none is left."""
+    from tests.clusters.fake_apiserver import _now as now
+    from tests.clusters.fake_apiserver import status_body
+
+    meta = pod["metadata"]
+    budgets = [
+        b
+        for (ns, _), b in sorted(api.objects.get(BUDGETS, {}).items())
+        if ns == meta["namespace"] and selects(b["spec"].get("selector"), meta.get("labels") or {})
+    ]
+    if len(budgets) > 1:
+        message = (
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+            "does not support."
+        )
+        return 500, status_body(500, "InternalError", message)
+    if not budgets:
+        return None
+    budget = budgets[0]
+    status = budget_status(api, budget)
+    if not pod_ready(pod) and status["currentHealthy"] >= status["desiredHealthy"] > 0:
+        return None  # an unready pod whose budget is met anyway: no disruption to count
+    if status["disruptionsAllowed"] == 0:
+        body = status_body(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+        cause = (
+            f"The disruption budget {budget['metadata']['name']} needs "
+            f"{status['desiredHealthy']} healthy pods and has {status['currentHealthy']} currently"
+        )
+        body["details"] = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+        return 429, body
+    status["disruptionsAllowed"] -= 1
+    status["disruptedPods"] = {**status["disruptedPods"], meta["name"]: now()}
+    budget["status"] = status
+    api._store(BUDGETS, meta["namespace"], budget, "MODIFIED")
+    return None

@@ -1,6 +1,6 @@
 """The fake API server does what native scheduling needs as a real one (Kubernetes 1.30+)
-does: bindings, pod status and its conditions, Events, field selectors and
-ownerReferences. Each test talks
+does: bindings, pod status and its conditions, Events, the Eviction API with
+PodDisruptionBudgets, a Job controller, field selectors and ownerReferences. Each test talks
 to it over HTTP with the official client and names the real code it pins (kubernetes/
 kubernetes unless said otherwise)."""
 
@@ -251,6 +251,25 @@ def test_events_are_created_read_listed_and_patched(api, fake):
     assert [e["count"] for e in fake.events(NS) if e["metadata"]["name"] == "p.1"] == [2]
 
 
+def test_events_are_listed_by_their_object_as_kubectl_describe_does(api):
+    """The event strategy's ToSelectableFields: involvedObject.*, reason, source, type."""
+    api.create_namespaced_event(NS, event("p.1"))
+    other = event("q.1")
+    other["involvedObject"]["name"] = "q"
+    api.create_namespaced_event(NS, {**other, "type": "Normal", "source": {"component": "x"}})
+
+    def names(selector: str) -> list[str]:
+        return [
+            e.metadata.name for e in api.list_namespaced_event(NS, field_selector=selector).items
+        ]
+
+    assert names("involvedObject.kind=Pod,involvedObject.name=p") == ["p.1"]
+    assert names("type!=Warning") == ["q.1"]
+    assert names("source=x,reason=Unschedulable") == ["q.1"]
+    status, message = refusal(api.list_namespaced_event, NS, field_selector="message=x")
+    assert (status, message) == (400, "field label not supported: message")
+
+
 def test_an_event_is_about_an_object_of_its_own_namespace(api):
     api.create_namespace({"metadata": {"name": "team-b"}})
     status, message = refusal(api.create_namespaced_event, NS, event("e", involved_ns="team-b"))
@@ -296,6 +315,231 @@ def test_only_an_event_with_event_time_has_bounded_reason_and_message(api):
     no_action = {**new, "action": ""}
     status, message = refusal(api.create_namespaced_event, NS, event("bare", **no_action))
     assert (status, message) == (422, "action: Required value")
+
+
+# --- the Eviction API: EvictionREST (pkg/registry/core/pod/storage/eviction.go) ---------------
+def eviction(name: str, grace: int | None = None) -> dict:
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    return body
+
+
+def budget(api_client, name: str, **spec) -> None:
+    body = {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": "t"}}, **spec}}
+    k8s.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(NS, body)
+
+
+def running(api, count: int) -> None:
+    for index in range(count):
+        api.create_namespaced_pod(NS, pod(f"t-{index}", labels={"app": "t"}, nodeName="gpu-a"))
+
+
+def test_an_eviction_without_a_budget_deletes_the_pod_with_its_grace_period():
+    with serve(deferred_delete=True) as fake:
+        api = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(fake.kubeconfig()))
+        api.create_namespace({"metadata": {"name": NS}})
+        running(api, 1)
+        answer = api.create_namespaced_pod_eviction(
+            "t-0", NS, eviction("t-0", grace=7), _preload_content=False
+        )
+        assert (answer.status, json.loads(answer.data)["status"]) == (201, "Success")
+        assert fake.pod(NS, "t-0")["metadata"]["deletionGracePeriodSeconds"] == 7
+
+
+def test_an_eviction_names_an_existing_pod(api):
+    status, _ = refusal(api.create_namespaced_pod_eviction, "gone", NS, eviction("gone"))
+    assert status == 404
+    running(api, 1)
+    status, message = refusal(api.create_namespaced_pod_eviction, "t-0", NS, eviction("t-1"))
+    assert (status, message) == (400, "name in URL does not match name in Eviction object")
+
+
+def test_an_eviction_that_would_break_a_budget_is_429(api, api_client, fake):
+    running(api, 3)
+    budget(api_client, "keep-two", minAvailable=2)
+    api.create_namespaced_pod_eviction("t-0", NS, eviction("t-0"))
+    assert fake.pod(NS, "t-0") is None
+    with pytest.raises(ApiException) as err:
+        api.create_namespaced_pod_eviction("t-1", NS, eviction("t-1"))
+    body = json.loads(err.value.body)
+    assert (err.value.status, body["reason"]) == (429, "TooManyRequests")
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget keep-two needs 2 healthy pods and has 2 currently",
+        }
+    ]
+    assert fake.pod(NS, "t-1") is not None
+
+
+def test_a_percentage_budget_rounds_up_and_counts_a_terminating_pod_as_gone():
+    """maxUnavailable 50% of 3 pods: 2 may be unavailable (rounded up); a pod being deleted
+    (here by kubectl, not evicted) is one of them, so one eviction is left."""
+    with serve(deferred_delete=True) as fake:
+        client = k8s_config.new_client_from_config_dict(fake.kubeconfig())
+        api = k8s.CoreV1Api(client)
+        api.create_namespace({"metadata": {"name": NS}})
+        running(api, 3)
+        budget(client, "half", maxUnavailable="50%")
+        api.delete_namespaced_pod("t-0", NS)
+        api.create_namespaced_pod_eviction("t-1", NS, eviction("t-1"))
+        status, _ = refusal(api.create_namespaced_pod_eviction, "t-2", NS, eviction("t-2"))
+        assert status == 429
+        read = k8s.PolicyV1Api(client).read_namespaced_pod_disruption_budget("half", NS)
+        assert list(read.status.disrupted_pods) == ["t-1"]
+        assert (read.status.expected_pods, read.status.desired_healthy) == (3, 1)
+
+
+def test_a_pending_pod_is_evicted_whatever_its_budget(api, api_client, fake):
+    api.create_namespaced_pod(NS, pod("waiting", labels={"app": "t"}))
+    budget(api_client, "all", minAvailable=5)
+    api.create_namespaced_pod_eviction("waiting", NS, eviction("waiting"))
+    assert fake.pod(NS, "waiting") is None
+
+
+def test_a_pod_under_two_budgets_cannot_be_evicted(api, api_client):
+    running(api, 1)
+    budget(api_client, "one", minAvailable=0)
+    budget(api_client, "two", maxUnavailable=1)
+    status, message = refusal(api.create_namespaced_pod_eviction, "t-0", NS, eviction("t-0"))
+    assert status == 500
+    assert message.startswith("This pod has more than one PodDisruptionBudget")
+
+
+# --- the Job controller (pkg/controller/job/job_controller.go, job strategy's selector) ------
+@pytest.fixture
+def jobs():
+    with serve(job_controller=True) as server:
+        client = k8s_config.new_client_from_config_dict(server.kubeconfig())
+        k8s.CoreV1Api(client).create_namespace({"metadata": {"name": NS}})
+        yield server, k8s.CoreV1Api(client), k8s.BatchV1Api(client)
+
+
+def job(name: str, **spec) -> dict:
+    template = {
+        "spec": {
+            "schedulerName": "gpupool",
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "x"}],
+        }
+    }
+    return {"metadata": {"name": name}, "spec": {"template": template, **spec}}
+
+
+def unbound(fake, name: str) -> str:
+    return next(p for p in job_pods(fake, name) if not p["spec"].get("nodeName"))["metadata"][
+        "name"
+    ]
+
+
+def job_pods(fake, name: str) -> list[dict]:
+    return [
+        p
+        for p in fake.pods()
+        if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_a_job_makes_its_pods_from_the_template_owned_by_it(jobs):
+    fake, api, batch = jobs
+    created = batch.create_namespaced_job(NS, job("train", parallelism=2, completions=3))
+    pods = job_pods(fake, "train")
+    assert len(pods) == 2
+    uid = created.metadata.uid
+    for made in pods:
+        assert made["metadata"]["name"].startswith("train-")
+        assert len(made["metadata"]["name"]) == len("train-") + 5
+        assert made["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train",
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        labels = made["metadata"]["labels"]
+        assert labels["batch.kubernetes.io/controller-uid"] == labels["controller-uid"] == uid
+        assert labels["job-name"] == "train"
+        assert made["spec"]["schedulerName"] == "gpupool"
+        assert "nodeName" not in made["spec"]  # the Job controller does not schedule
+    read = batch.read_namespaced_job("train", NS)
+    assert read.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    assert (read.status.active, read.spec.backoff_limit) == (2, 6)
+
+
+def test_a_job_replaces_its_pods_until_enough_succeed_then_completes(jobs):
+    fake, api, batch = jobs
+    batch.create_namespaced_job(NS, job("train", parallelism=2, completions=3))
+    for _ in range(3):
+        name = unbound(fake, "train")
+        bind(api, name)
+        fake.finish(NS, name, 0)
+    read = batch.read_namespaced_job("train", NS)
+    assert (read.status.succeeded, read.status.active) == (3, 0)
+    conditions = {c.type: (c.status, c.reason) for c in read.status.conditions}
+    assert conditions == {
+        "SuccessCriteriaMet": ("True", "CompletionsReached"),
+        "Complete": ("True", "CompletionsReached"),
+    }
+    assert read.status.completion_time is not None
+    assert len(job_pods(fake, "train")) == 3  # finished pods stay
+
+
+def test_a_deleted_pod_is_replaced_and_counted_as_failed(jobs):
+    """isPodFailed: a pod deleted before it succeeded counts against backoffLimit."""
+    fake, api, batch = jobs
+    batch.create_namespaced_job(NS, job("train", backoffLimit=1))
+    (first,) = job_pods(fake, "train")
+    api.delete_namespaced_pod(first["metadata"]["name"], NS)
+    (second,) = job_pods(fake, "train")
+    assert second["metadata"]["name"] != first["metadata"]["name"]
+    assert batch.read_namespaced_job("train", NS).status.failed == 1
+    bind(api, second["metadata"]["name"])
+    fake.finish(NS, second["metadata"]["name"], 1)
+    read = batch.read_namespaced_job("train", NS)
+    assert (read.status.failed, read.status.active) == (2, 0)
+    failed = [c for c in read.status.conditions if c.type == "Failed"]
+    assert [(c.status, c.reason) for c in failed] == [("True", "BackoffLimitExceeded")]
+    assert job_pods(fake, "train") == [] or all(
+        p["status"]["phase"] == "Failed" for p in job_pods(fake, "train")
+    )
+
+
+def test_a_suspended_job_deletes_its_pods_and_a_resumed_one_makes_them_again(jobs):
+    fake, api, batch = jobs
+    batch.create_namespaced_job(NS, job("train", parallelism=2, completions=2))
+    assert len(job_pods(fake, "train")) == 2
+    batch.patch_namespaced_job("train", NS, {"spec": {"suspend": True}})
+    read = batch.read_namespaced_job("train", NS)
+    assert job_pods(fake, "train") == []
+    assert (read.status.active, read.status.failed) == (0, 0)  # not failures of the Job's
+    suspended = [(c.status, c.reason) for c in read.status.conditions if c.type == "Suspended"]
+    assert suspended == [("True", "JobSuspended")]
+    batch.patch_namespaced_job("train", NS, {"spec": {"suspend": False}})
+    read = batch.read_namespaced_job("train", NS)
+    assert len(job_pods(fake, "train")) == 2
+    suspended = [(c.status, c.reason) for c in read.status.conditions if c.type == "Suspended"]
+    assert suspended == [("False", "JobResumed")]
+
+
+def test_a_jobs_template_is_immutable(jobs):
+    _, _, batch = jobs
+    batch.create_namespaced_job(NS, job("train"))
+    body = {"spec": {"template": {"spec": {"schedulerName": "other"}}}}
+    status, message = refusal(batch.patch_namespaced_job, "train", NS, body)
+    assert (status, message) == (422, "spec.template: Invalid value: field is immutable")
+
+
+def test_deleting_a_job_collects_its_pods(jobs):
+    fake, _, batch = jobs
+    batch.create_namespaced_job(NS, job("train", parallelism=2, completions=2))
+    batch.delete_namespaced_job("train", NS)
+    assert job_pods(fake, "train") == []
 
 
 # --- field selectors on pods (pkg/registry/core/pod/strategy.go ToSelectableFields) ----------
@@ -372,3 +616,33 @@ def test_a_pod_has_at_most_one_controller(api):
     assert message.endswith('Found "true" in references for Job/a and Job/b')
     body["metadata"]["ownerReferences"] = [owner("a", controller=True), owner("b")]
     api.create_namespaced_pod(NS, body)
+
+
+def test_a_job_whose_pods_are_refused_says_so_in_an_event(jobs):
+    """The real controller records FailedCreate on the Job with the server's refusal, at
+    each try (a try per sync here)."""
+    fake, api, batch = jobs
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    api.create_namespace({"metadata": {"name": "locked", "labels": labels}})
+    batch.create_namespaced_job("locked", job("train"))
+    assert job_pods(fake, "train") == []
+    refusals = fake.events("locked")
+    assert refusals
+    for refused in refusals:
+        assert (refused["type"], refused["reason"]) == ("Warning", "FailedCreate")
+        assert (refused["involvedObject"]["kind"], refused["involvedObject"]["name"]) == (
+            "Job",
+            "train",
+        )
+        assert refused["message"].startswith('Error creating: pods "train-')
+        assert 'is forbidden: violates PodSecurity "restricted:latest"' in refused["message"]
+
+
+def test_a_job_created_suspended_makes_no_pods_until_resumed(jobs):
+    fake, _, batch = jobs
+    batch.create_namespaced_job(NS, job("train", suspend=True))
+    assert job_pods(fake, "train") == []
+    conditions = batch.read_namespaced_job("train", NS).status.conditions
+    assert [(c.type, c.status) for c in conditions] == [("Suspended", "True")]
+    batch.patch_namespaced_job("train", NS, {"spec": {"suspend": False}})
+    assert len(job_pods(fake, "train")) == 1
