@@ -56,6 +56,9 @@ PREEMPTIBLE = "gpupool.io/preemptible"
 FRACTION = "gpupool.io/gpu-fraction"
 GPU_MEMORY = "gpupool.io/gpu-memory"
 SUBMITTER = "gpupool-kubernetes"
+# What a pod that requests no CPU or memory is counted as (kube-scheduler's non-zero
+# defaults for such pods: 100m and 200 MB).
+NONZERO_CPU, NONZERO_MEMORY_MIB = 0.1, 200
 # Where a submit field comes from on a pod, for the message that says what to change.
 FIELD_SOURCE = {
     "gpus": f"resources.limits[{GPU_RESOURCE}]",
@@ -123,6 +126,8 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
         except BackendError as exc:
             errors.append(str(exc))
     for key, workload in active.items():
+        if key not in groups:  # every pod gone: no slot holds one
+            _fill_slots(workload, Group(key, "", None, None))
         if key not in groups or not groups[key].live:
             try:
                 _gone(backend, workload, groups.get(key))
@@ -241,8 +246,9 @@ def _submit_spec(cluster: Cluster, group: Group, pod: NativePod) -> tuple[str, d
     spec: dict[str, Any] = {
         "image": _image(pod),
         "gpus": pod.gpus,
-        "cpu": round(pod.cpu, 2),
-        "memory_mib": max(pod.memory_mib, 1),
+        # A pod that asks for none (BestEffort) is counted as kube-scheduler scores it.
+        "cpu": round(pod.cpu, 2) or NONZERO_CPU,
+        "memory_mib": pod.memory_mib or NONZERO_MEMORY_MIB,
         "node_pools": _cluster_pools(cluster),
     }
     if not spec["node_pools"]:

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.timeout(60)
 def setup(kube, org):  # noqa: F811
     cluster = kube.cluster()
     kube.nodes(cluster)
+    if kube.fake is not None:
+        kube.fake.job_controller = True  # as kube-controller-manager runs beside a real one
     core = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(kube.kubeconfig))
     core.create_namespace({"metadata": {"name": NS}})  # as the team's admin made it
     return cluster, core
@@ -55,7 +57,7 @@ def pod_body(name: str, gpus: int = 1, *, scheduler: str = "gpupool", **meta) ->
     }
 
 
-def job_body(name: str, parallelism: int, gpus: int = 1, **meta) -> dict:
+def job_body(name: str, parallelism: int, gpus: int = 1, backoff: int = 0, **meta) -> dict:
     template = pod_body("unused", gpus)
     del template["metadata"]
     return {
@@ -65,7 +67,7 @@ def job_body(name: str, parallelism: int, gpus: int = 1, **meta) -> dict:
         "spec": {
             "parallelism": parallelism,
             "completions": parallelism,
-            "backoffLimit": 0,
+            "backoffLimit": backoff,
             "template": template,
         },
     }
@@ -114,6 +116,7 @@ def test_a_bare_pod_naming_gpupool_is_queued_bound_and_runs(kube, setup, org):  
     workload.refresh_from_db()
     assert workload.state == S.SUCCEEDED
     assert not workload.allocations.exists()
+    assert fake.pod(NS, "trainer") is not None  # a finished pod stays for `kubectl logs`
 
 
 def test_pods_of_other_schedulers_and_namespaces_are_left_alone(kube, setup, org):  # noqa: F811
@@ -232,7 +235,8 @@ def test_preemption_evicts_through_the_eviction_api_and_the_job_comes_back(kube,
     batch = k8s.BatchV1Api(core.api_client)
     # Over its quota of 4 on borrowed GPUs: 2 jobs of 8.
     for name in ("big-1", "big-2"):
-        batch.create_namespaced_job(NS, job_body(name, parallelism=1, gpus=8))
+        # An evicted pod counts as a failure of its Job (no podFailurePolicy): room for one.
+        batch.create_namespaced_job(NS, job_body(name, parallelism=1, gpus=8, backoff=1))
     fake.run_controllers()
     step(cluster)
     step(cluster)

@@ -19,6 +19,7 @@ from scheduling.lifecycle import workload_transition
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
+from tests.clusters.fake_apiserver import request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 
 S = WorkloadState
@@ -63,9 +64,28 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     workloads observed through the watch (the default), read logs, read back a pod and a
     rendezvous Service whose creates conflicted, bind pods, stop it all."""
     fake = kube.fake
-    KubernetesBackend(kube.cluster("setup")).api.create_namespace(
+    setup = KubernetesBackend(kube.cluster("setup"))
+    setup.api.create_namespace(
         {"metadata": {"name": org.project_a.namespace}}  # made by hand: adopted, patched
     )
+    # A Job made with kubectl (by a user the role does not bind) that names GPUPool's
+    # scheduler: queued (its parallelism read), told why it waits (its pod's status, an
+    # event), bound, then stopped (suspended).
+    batch = k8s.BatchV1Api(setup.api.api_client)
+    template = {
+        "spec": {
+            "schedulerName": "gpupool",
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        }
+    }
+    namespace = org.project_a.namespace
+    batch.create_namespaced_job(
+        namespace, {"metadata": {"name": "native"}, "spec": {"template": template}}
+    )
+    fake.run_controllers()  # kube-controller-manager makes its pod
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -122,22 +142,6 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     admit(pinned, Node.objects.get(cluster=bound, name="gpu-b"), pods=[{"gpu_indices": [0]}])
     admit(board, Node.objects.get(cluster=published, name="gpu-b"))
     admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
-    # A Job made with kubectl that names GPUPool's scheduler: queued (its parallelism read),
-    # told why it waits (its pod's status, an event), bound, then stopped (suspended).
-    batch = k8s.BatchV1Api(KubernetesBackend(cluster).api.api_client)
-    template = {
-        "spec": {
-            "schedulerName": "gpupool",
-            "restartPolicy": "Never",
-            "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ],
-        }
-    }
-    namespace = org.project_a.namespace
-    batch.create_namespaced_job(
-        namespace, {"metadata": {"name": "native"}, "spec": {"template": template}}
-    )
     fake.run_controllers()
     cluster_reconcile(cluster)
     native = Workload.objects.get(spec__native__owner__name="native")
@@ -207,3 +211,26 @@ def test_a_verb_missing_from_the_role_fails_and_is_retried_not_blamed_on_the_wor
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert workload.state == S.RUNNING
+
+
+def test_the_fake_authorizes_every_api_group_as_a_real_server_does(kube):  # noqa: F811
+    """Not only the groups GPUPool used first: a Job (batch) or an Eviction (core
+    subresource) that no rule allows is 403, as RBAC answers (once it was let through as a
+    non-resource URL, so a verb missing from the role went unseen)."""
+    fake = kube.require_fake()
+    assert request_attributes("GET", "/apis/batch/v1/namespaces/ns/jobs/j", {}) == (
+        "get", "batch", "jobs", "ns", "j",
+    )  # fmt: skip
+    assert request_attributes("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", {})[:3] == (
+        "patch", "apps", "deployments",
+    )  # fmt: skip
+    assert request_attributes("GET", "/version", {}) is None
+    fake.allow([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]}])
+    api = KubernetesBackend(kube.cluster()).api
+    api.create_namespace({"metadata": {"name": "team"}})
+    with pytest.raises(k8s.ApiException) as refused:
+        k8s.BatchV1Api(api.api_client).create_namespaced_job(
+            "team", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {}}}}
+        )
+    assert refused.value.status == 403
+    assert fake.denied == [("create", "jobs", "team")]

@@ -576,7 +576,10 @@ class KubernetesBackend(Backend):
         if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
         if status.native:  # not ours to delete: evicted, as its disruption budget allows
-            return native.evict(self, status, grace_period_s=grace_period_s)
+            # A finished one holds nothing and stays for its owner (`kubectl logs`).
+            return status.phase in TERMINAL_PHASES or native.evict(
+                self, status, grace_period_s=grace_period_s
+            )
         name = self.owner.object_name(status.name)
         self.delete_service(name, status.namespace)
         gone = self.delete_quietly(
