@@ -303,3 +303,30 @@ def test_a_pending_bare_pod_deleted_with_kubectl_stops_its_workload(kube, setup,
     later.refresh_from_db()
     assert later.state == S.STOPPED
     assert "deleted outside GPUPool" in later.events.order_by("pk").last().message
+
+
+def test_a_disruption_budget_holds_an_eviction_until_it_allows_it(kube, setup, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("guarded", gpus=8, labels={"app": "guarded"}))
+    step(cluster)
+    policy = k8s.PolicyV1Api(core.api_client)
+    budget = {
+        "metadata": {"name": "keep-one"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    policy.create_namespaced_pod_disruption_budget(NS, budget)
+    (workload,) = native_workloads()
+    workload_stop(actor=org.researcher, workload=workload)
+    result = cluster_reconcile(cluster)
+    assert any("disruption budget" in e for e in result.errors), result.errors
+    assert fake.pod(NS, "guarded") is not None
+    workload.refresh_from_db()
+    assert workload.state == S.STOPPED and workload.allocations.exists()  # GPUs still held
+    policy.delete_namespaced_pod_disruption_budget("keep-one", NS)
+    cluster_reconcile(cluster)
+    fake.complete_deletions()
+    cluster_reconcile(cluster)
+    assert fake.pod(NS, "guarded") is None
+    workload.refresh_from_db()
+    assert not workload.allocations.exists()
