@@ -330,3 +330,29 @@ def test_a_disruption_budget_holds_an_eviction_until_it_allows_it(kube, setup, o
     assert fake.pod(NS, "guarded") is None
     workload.refresh_from_db()
     assert not workload.allocations.exists()
+
+
+def test_a_native_workload_shows_its_owner_and_logs_on_the_page_and_api(
+    kube,  # noqa: F811
+    setup,
+    org,
+    client_as,
+):
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("shown", gpus=1))
+    step(cluster)
+    cluster_reconcile(cluster)
+    (workload,) = native_workloads()
+    fake.logs[(NS, "shown")] = "epoch 1 loss 0.42\n"
+    client = client_as(org.researcher)
+    body = client.get(f"/api/v1/workloads/{workload.pk}/").json()
+    assert body["origin"]["kind"] == "Pod"
+    assert body["origin"]["summary"].startswith(f"Pod {NS}/shown")
+    assert body["origin"]["pods"] == ["shown"]
+    logs = client.get(f"/api/v1/workloads/{workload.pk}/logs/").json()
+    assert "epoch 1 loss 0.42" in str(logs["pods"])
+    page = client.get(f"/workloads/{workload.pk}/").content.decode()
+    assert "From Kubernetes" in page and f"Pod {NS}/shown" in page
+    # Another project's researcher sees nothing of it.
+    assert client_as(org.outsider).get(f"/api/v1/workloads/{workload.pk}/").status_code == 404
