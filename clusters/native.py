@@ -38,10 +38,10 @@ from clusters.backends.kubernetes.manifests import GPU_RESOURCE
 from clusters.models import Cluster, Node
 from portal.errors import ValidationFailed
 from portal.models import Project
+from scheduling.intake import workload_submit_native
 from scheduling.lifecycle import workload_transition
 from scheduling.models import FINISHED_STATES, PriorityClass, Workload, WorkloadKind
 from scheduling.models import WorkloadState as S
-from scheduling.services import workload_submit_native
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend

@@ -50,22 +50,10 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
     if not can_submit_to_project(actor, project):
         raise PermissionDenied(f"You may not submit work to project {project.name}.")
     name = (name or "").strip()
-    return _validated_create(actor, project, kind, name, spec)
+    return workload_create_checked(actor, project, kind, name, spec)
 
 
-def workload_submit_native(
-    *, actor: Any, project: Project, kind: str, name: str, spec: dict, extra: dict, origin: str
-) -> Workload:
-    """Queue the pods someone made in the project's namespace with our scheduler's name
-    (clusters/native.py): checked as any submit (bounds, the project's policy, a name free
-    in the project); `extra` are fields the form has none for (the cluster its pods are
-    on, Workload.spec["native"]); `origin` says where it came from, in its first event.
-    The namespace is the project's, so there is no permission to check: who may create
-    pods there is the cluster's RBAC."""
-    return _validated_create(actor, project, kind, name, spec, extra=extra, origin=origin)
-
-
-def _validated_create(
+def workload_create_checked(
     actor: Any,
     project: Project,
     kind: str,
@@ -75,6 +63,8 @@ def _validated_create(
     extra: dict | None = None,
     origin: str = "",
 ) -> Workload:
+    """Create a workload after the checks every submit gets (bounds, the project's
+    policy, a name free in the project), whoever asked (permission is the caller's)."""
     fields, errors = clean_spec(kind, name, spec)
     if not errors:
         policy = effective_policy(project)
