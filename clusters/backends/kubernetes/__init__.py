@@ -137,7 +137,7 @@ class KubernetesBackend(Backend):
         # The highest resourceVersion of a pod / service this installation wrote, kept on
         # the Cluster row: a pass reads the watch cache only once it has seen them.
         state = getattr(cluster, "watch_state", None) or {}
-        self.written = {r: as_version(state.get(r)) or 0 for r in ("pods", "services")}
+        self.written = {r: as_version(state.get(r)) or 0 for r in ("pods", "services", "native")}
         self._written_saved = dict(self.written)
         self.observed_by = ""  # "watch" or "list": how the last pass saw the cluster
         self.requests = 0  # API requests this instance made (the bench counts them)
@@ -284,26 +284,30 @@ class KubernetesBackend(Backend):
         fingerprint = _fingerprint(self)
         watch = watch_get(self.cluster.pk, fingerprint) if self.watch else None
         if watch is not None:
-            pods = watch.pods.cache.fresh(self.written["pods"], self.resync_s, self.watch_wait_s)
-            services = watch.services.cache.fresh(
-                self.written["services"], self.resync_s, self.watch_wait_s
+            pods, services, natives = (
+                getattr(watch, r).cache.fresh(self.written[r], self.resync_s, self.watch_wait_s)
+                for r in ("pods", "services", "native")
             )
-            if pods is not None and services is not None:
+            if pods is not None and services is not None and natives is not None:
                 # A pass that reads the cache still asks the server one small thing: a
                 # cluster that stopped answering is marked unreachable, as the poll did,
                 # even while a half-open watch connection has not noticed yet.
                 self._alive()
                 self._listed, self._services, self.observed_by = pods, services, "watch"
+                self._native = native.native_pods(self, natives)
                 return
         pods = self._list(self.api.list_pod_for_all_namespaces, "pods")
         services = self._list(self.api.list_service_for_all_namespaces, "services")
+        natives = native.list_native(self)
         self._listed, self._services = pods["items"], services["items"]
+        self._native = native.native_pods(self, natives["items"])
         self.observed_by = "list"
         if not self.watch:
             return
         seeds = {
             "pods": (pods["items"], pods["metadata"].get("resourceVersion")),
             "services": (services["items"], services["metadata"].get("resourceVersion")),
+            "native": (natives["items"], natives["metadata"].get("resourceVersion")),
         }
         if watch is None:
             watch_start(self, fingerprint, seeds)
@@ -334,8 +338,10 @@ class KubernetesBackend(Backend):
         self._written_saved = dict(self.written)
 
     def pod_statuses(self) -> dict[str, PodStatus]:
-        # Kept for the reconcile that usually follows at once: one observation per pass.
-        self._observe()
+        # Kept for the reconcile that usually follows at once: one observation per pass
+        # (made already when the pass began with the pods that name our scheduler).
+        if self._listed is None:
+            self._observe()
         return self._statuses()
 
     def _statuses(self) -> dict[str, PodStatus]:
@@ -349,10 +355,11 @@ class KubernetesBackend(Backend):
         return statuses
 
     def native_pods(self) -> list[native.NativePod]:
-        """The pods that name our scheduler, listed once a pass (clusters/native.py)."""
+        """The pods that name our scheduler, observed with GPUPool's own, once a pass
+        (clusters/native.py)."""
         if self._native is None:
-            self._native = native.list_native(self)
-        return self._native
+            self._observe()
+        return self._native or []
 
     def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
         """A project's namespace belongs to one installation and Cluster record (its

@@ -18,6 +18,7 @@ The Django side (grouping into workloads, quotas) is `clusters/native.py`.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from clusters.backends.kubernetes.errors import said
 from clusters.backends.kubernetes.foreign import pod_requests
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
 from clusters.backends.kubernetes.ownership import BOUND_BY_ANNOTATION as BOUND_BY
+from clusters.backends.kubernetes.watch import as_version
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -98,21 +100,25 @@ def scheduler_name(backend: KubernetesBackend) -> str:
     return str((backend.cluster.config or {}).get("scheduler_name") or DEFAULT_SCHEDULER)
 
 
-def list_native(backend: KubernetesBackend) -> list[NativePod]:
-    """Every pod that names our scheduler, in every namespace (one request). The field
-    selector is the API server's; the same test is made here, so that a server that
-    ignored it would not hand us other schedulers' pods."""
+def list_native(backend: KubernetesBackend) -> dict:
+    """Every pod that names our scheduler, in every namespace (one request): the list's
+    answer, which may seed the watch of them (watch.py)."""
     name = scheduler_name(backend)
     try:
-        answer = backend._json(
+        return backend._json(
             backend.api.list_pod_for_all_namespaces, field_selector=f"spec.schedulerName={name}"
         )
     except ApiException as exc:  # as for GPUPool's own pods: the pass cannot go on blind
         raise BackendUnreachable(f"cannot list pods for scheduler {name}: {said(exc)}") from exc
+
+
+def native_pods(backend: KubernetesBackend, items: list[dict]) -> list[NativePod]:
+    """The listed or watched pods, read. The field selector is the API server's; the same
+    test is made here, so that a server that ignored it would not hand us other
+    schedulers' pods."""
+    name = scheduler_name(backend)
     return [
-        native_pod(item)
-        for item in answer.get("items") or []
-        if (item.get("spec") or {}).get("schedulerName") == name
+        native_pod(item) for item in items if (item.get("spec") or {}).get("schedulerName") == name
     ]
 
 
@@ -220,6 +226,7 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         if exc.status != 409:
             raise BackendError(f"bind {spec.namespace}/{spec.native_pod}: {said(exc)}") from exc
     pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
+    seen(backend, pod)
     found = native_pod(pod)
     if not found.bound_by(identity(backend)) or found.annotations.get(POD_NAME) != spec.name:
         raise BackendError(
@@ -233,6 +240,13 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         f"Successfully assigned {spec.namespace}/{spec.native_pod} to {spec.node_name}",
     )
     return native_status(found)
+
+
+def seen(backend: KubernetesBackend, pod: dict) -> None:
+    """A native pod as it is after our write: the next pass reads the watch of them only
+    once it has caught up with this (read-your-writes, as for GPUPool's own pods)."""
+    version = as_version((pod.get("metadata") or {}).get("resourceVersion")) or 0
+    backend.written["native"] = max(backend.written["native"], version)
 
 
 def native_status(pod: NativePod) -> PodStatus:
@@ -298,17 +312,21 @@ def tell_waiting(backend: KubernetesBackend, pod: NativePod, message: str) -> bo
         "lastTransitionTime": _now(),
     }
     try:
-        backend.call(
+        # Read here, not by backend._json: that counts a written Pod as one of GPUPool's
+        # own, whose watch never sees this one.
+        response = backend.call(
             backend.api.patch_namespaced_pod_status,
             pod.name,
             pod.namespace,
             {"status": {"conditions": [condition]}},
             _preload_content=False,
         )
+        answer = json.loads(response.data)
     except ApiException as exc:
         if exc.status == 404:
             return False
         raise BackendError(f"status of {pod.namespace}/{pod.name}: {said(exc)}") from exc
+    seen(backend, answer)
     pod.scheduled_message = message
     record_event(backend, pod, "Warning", "FailedScheduling", message)
     return True
