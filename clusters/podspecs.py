@@ -159,6 +159,8 @@ def pod_spec(
 ) -> PodSpec:
     workload = allocation.workload
     namespace = workload.project.namespace
+    if native_slot(workload, allocation.pod_index):
+        return _native_spec(allocation, graces)
     peers = peers or tuple(range(workload.pods))
     rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
     env = pod_env(allocation)
@@ -224,6 +226,40 @@ def pod_spec(
     )
 
 
+def is_native(workload: Any) -> bool:
+    return bool((workload.spec or {}).get("native"))
+
+
+def native_slot(workload: Any, pod_index: int) -> str:
+    """The name of the pod made outside GPUPool (clusters/native.py) that is pod
+    `pod_index` of `workload`: "" for GPUPool's own pods, and for a slot with no pod yet."""
+    slots = ((workload.spec or {}).get("native") or {}).get("pods") or []
+    slot = slots[pod_index] if pod_index < len(slots) else None
+    return slot[0] if slot else ""
+
+
+def _native_spec(allocation: PodAllocation, graces: dict[int, int] | None) -> PodSpec:
+    """A pod someone else made: bound where the cycle placed it, nothing else written."""
+    workload = allocation.workload
+    return PodSpec(
+        name=pod_name(workload.pk, allocation.pod_index),
+        namespace=workload.project.namespace,
+        workload_id=workload.pk,
+        pod_index=allocation.pod_index,
+        node_name=allocation.node.name,
+        project=workload.project.name,
+        project_id=workload.project_id,
+        workload_name=workload.name,
+        kind=workload.kind,
+        cpu=float(workload.cpu),
+        memory_mib=int(workload.memory_mib),
+        gpu_indices=tuple(int(i) for i in allocation.gpu_indices or ()),
+        termination_grace_s=(graces or {}).get(workload.pk),
+        backend_ref=allocation.backend_ref,
+        native_pod=native_slot(workload, allocation.pod_index),
+    )
+
+
 def pod_specs_for(
     allocations: list[PodAllocation], cluster: Cluster, graces: dict[int, int] | None = None
 ) -> list[PodSpec]:
@@ -239,6 +275,10 @@ def pod_specs_for(
     # A MIG pod starts once its node made its instance (reported its UUID): before that it
     # would see no GPU, or all of them.
     allocations = [a for a in allocations if mig_ready(a, mig_devices)]
+    # A pod made outside GPUPool is bound once it exists (its controller may make it later).
+    allocations = [
+        a for a in allocations if native_slot(a.workload, a.pod_index) or not is_native(a.workload)
+    ]
     owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
     peers: dict[int, list[int]] = {}
     for allocation in allocations:

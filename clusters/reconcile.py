@@ -141,6 +141,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
     full = full or not backend.partial_reconcile
     result = PassResult(full=full)
     try:
+        native_errors = _native_intake(cluster, backend)
         observed = backend.pod_statuses()
         if full:
             allocations, subset = _allocations(cluster), {}
@@ -167,7 +168,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         result.errors.append(str(exc))
         return result
     result.created, result.deleted = len(report.created), len(report.deleted)
-    result.errors += report.errors + mig_errors
+    result.errors += report.errors + mig_errors + native_errors
     _record_mps_devices(cluster, report)
     _name_gpu_oom(allocations, report, backend)
     # One transaction for what was observed: readers never see half a pass, and on
@@ -180,8 +181,18 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         _release_finished(by_workload, report, result)
         _apply_phases(by_workload, report, result)
         # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
-        cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors))
+        cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors + native_errors))
     return result
+
+
+def _native_intake(cluster: Cluster, backend: Backend) -> list[str]:
+    """Pods made outside GPUPool that name its scheduler become workloads (a backend that
+    can list them: Kubernetes), before the pass compares pods (clusters/native.py)."""
+    if not hasattr(backend, "native_pods"):
+        return []
+    from clusters.native import native_sync  # noqa: PLC0415 - Kubernetes clusters only
+
+    return native_sync(cluster, backend)  # type: ignore[arg-type]
 
 
 def _record_mps_devices(cluster: Cluster, report: ReconcileReport) -> None:

@@ -16,6 +16,7 @@ from clusters.backends.sshd import SSH_USER
 from clusters.metrics.models import GpuSample
 from clusters.mig import drawn_instances, mig_limits
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
+from clusters.podspecs import native_slot
 from clusters.sharing import allocation_mps, mps_enabled
 from clusters.templatetags.clusters_units import mib
 from portal.permissions import is_platform_admin, visible_projects
@@ -290,13 +291,18 @@ def workload_pod_logs(
     try:
         backend = get_backend(workload.cluster)
         namespace = workload.project.namespace
-        return [
-            (i, backend.pod_logs(pod_name(workload.pk, i), namespace, tail_lines=tail_lines))
-            for i in indices
-        ], ""
+        return [(i, _logs(backend, workload, i, namespace, tail_lines)) for i in indices], ""
     except Exception as exc:  # a cluster that is down must not break the page
         logger.warning("logs of workload %s unavailable: %s", workload.pk, exc)
         return [], f"Logs are unavailable: {exc}"
+
+
+def _logs(backend: Any, workload: Any, index: int, namespace: str, tail_lines: int) -> str:
+    """Pod `index`'s output: GPUPool's own pod, or the pod made outside it in that slot."""
+    native = native_slot(workload, index)
+    if native:
+        return backend.native_logs(native, namespace, tail_lines=tail_lines)
+    return backend.pod_logs(pod_name(workload.pk, index), namespace, tail_lines=tail_lines)
 
 
 def workload_gpu_utilization(workload_id: int, since: datetime) -> float | None:

@@ -123,6 +123,12 @@ class WorkloadSerializer(serializers.ModelSerializer):
         "the pools with real nodes."
     )
 
+    origin = serializers.SerializerMethodField(
+        help_text="For work made outside GPUPool (kubectl, Helm, an operator): its owner "
+        "object (api_version, kind, name, namespace), who made it (manager), its pods and a "
+        "summary; null for work submitted to GPUPool."
+    )
+
     class Meta:
         model = Workload
         fields = [
@@ -135,7 +141,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "message", "exit_code", "restart_count",
             "created_at", "queued_at", "admitted_at", "started_at", "finished_at",
             "allocations", "gpus_allocated", "gpus_requested", "links", "elastic",
-            "handles_resize", "resized_at", "size", "min_gpus", "runs", "why",
+            "handles_resize", "resized_at", "size", "min_gpus", "runs", "why", "origin",
         ]  # fmt: skip
 
     def get_gpus_allocated(self, wl: Workload) -> str:
@@ -152,6 +158,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def get_why(self, wl: Workload) -> str:
         return selectors.workload_why(wl)
+
+    def get_origin(self, wl: Workload) -> dict[str, Any] | None:
+        return selectors.workload_origin(wl)
 
     def get_runs(self, wl: Workload) -> dict[str, Any]:
         # Read once per answer: a list's items share the root serializer's context.

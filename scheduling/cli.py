@@ -560,6 +560,8 @@ def describe(ctx: click.Context, workload_id: int) -> None:
         click.echo(f"{key + ':':16}{amount(wl[key]) if key in AMOUNTS else wl[key]}")
     if (wl.get("runs") or {}).get("summary"):
         click.echo(f"{'runs:':16}{wl['runs']['summary']}")
+    if wl.get("origin"):
+        click.echo(f"{'from:':16}Kubernetes {wl['origin']['summary']}")
     if checkpoints := checkpoints_of(wl):
         click.echo(f"{'checkpoints:':16}{checkpoints}")
     if wl.get("elastic"):

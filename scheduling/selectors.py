@@ -259,6 +259,26 @@ def workload_why(wl: Workload) -> str:
     return text
 
 
+def workload_origin(wl: Workload) -> dict[str, Any] | None:
+    """Where a workload made outside GPUPool comes from (kubectl, Helm, an operator:
+    clusters/native.py): its owner object, who made it, its pods; None for portal work."""
+    native = (wl.spec or {}).get("native")
+    if not native:
+        return None
+    owner = native.get("owner") or {}
+    namespace, manager = native.get("namespace", ""), native.get("manager", "")
+    summary = f"{owner.get('kind', '')} {namespace}/{owner.get('name', '')}"
+    return {
+        "api_version": owner.get("apiVersion", ""),
+        "kind": owner.get("kind", ""),
+        "name": owner.get("name", ""),
+        "namespace": namespace,
+        "manager": manager,
+        "pods": [slot[0] for slot in native.get("pods") or [] if slot],
+        "summary": summary + (f" (made by {manager})" if manager else ""),
+    }
+
+
 def last_cycle() -> CycleRun | None:
     return CycleRun.objects.filter(ok=True).order_by("-started_at", "-id").first()
 

@@ -50,6 +50,21 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
     if not can_submit_to_project(actor, project):
         raise PermissionDenied(f"You may not submit work to project {project.name}.")
     name = (name or "").strip()
+    return workload_create_checked(actor, project, kind, name, spec)
+
+
+def workload_create_checked(
+    actor: Any,
+    project: Project,
+    kind: str,
+    name: str,
+    spec: dict,
+    *,
+    extra: dict | None = None,
+    origin: str = "",
+) -> Workload:
+    """Create a workload after the checks every submit gets (bounds, the project's
+    policy, a name free in the project), whoever asked (permission is the caller's)."""
     fields, errors = clean_spec(kind, name, spec)
     if not errors:
         policy = effective_policy(project)
@@ -59,9 +74,11 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
         _check_names_free(project, name, kind, fields, errors)
     if errors:
         raise ValidationFailed(errors)
+    extra = dict(extra or {})
+    fields["spec"] = {**fields.get("spec", {}), **extra.pop("spec", {})}
     try:
         with transaction.atomic():
-            workload = _create(actor, project, kind, name, fields)
+            workload = _create(actor, project, kind, name, {**fields, **extra}, origin=origin)
     except IntegrityError as exc:  # a concurrent submit took the name between check and insert
         raise ValidationFailed({"name": [f"{name} is already taken in {project.name}."]}) from exc
     return workload
@@ -91,7 +108,9 @@ def trial_name(sweep_name: str, index: int) -> str:
     return f"{sweep_name}-trial-{index}"
 
 
-def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) -> Workload:
+def _create(
+    actor: Any, project: Project, kind: str, name: str, fields: dict, *, origin: str = ""
+) -> Workload:
     workload = Workload.objects.create(
         project=project,
         submitted_by=actor,
@@ -100,7 +119,7 @@ def _create(actor: Any, project: Project, kind: str, name: str, fields: dict) ->
         queued_at=timezone.now(),
         **fields,
     )
-    workload_event(workload, type="pending", reason="Submitted", message=f"By {actor}.")
+    workload_event(workload, type="pending", reason="Submitted", message=origin or f"By {actor}.")
     if kind == WorkloadKind.HPO:
         _create_trials(workload)
     audit_log(

@@ -179,6 +179,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "clonable": workload.kind in FORM_KINDS,
         "links": selectors.workload_links(workload),
         "stale_tag": selectors.queued_banner_stale(workload),
+        "origin": selectors.workload_origin(workload),
     }
     return render(request, "scheduling/workload_detail.html", context)
 

@@ -19,6 +19,9 @@ CLUSTERS_MAY_USE = {
     "scheduling.policies",
     "scheduling.bounds",
     "scheduling.signals",
+    # Pods made in a cluster outside GPUPool that name its scheduler come in through this
+    # door, with the checks of any submit (clusters/native.py).
+    "scheduling.intake",
     # What a pod is told so that it can report its checkpoints (the address, its token).
     "scheduling.checkpoints",
     # The MIG profile table (data, and the lookups over it) is shared with the node side,
@@ -87,7 +90,8 @@ def test_only_the_app_config_imports_the_scheduling_tasks():
 
 
 @pytest.mark.parametrize(
-    "module", ["scheduling.lifecycle", "scheduling.signals", "scheduling.checkpoints"]
+    "module",
+    ["scheduling.lifecycle", "scheduling.signals", "scheduling.checkpoints", "scheduling.intake"],
 )
 def test_the_doors_import_nothing_of_clusters(module):
     path = ROOT / (module.replace(".", "/") + ".py")

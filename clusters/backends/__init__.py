@@ -173,6 +173,9 @@ class PodSpec:
     rendezvous: Rendezvous | None = None
     # Submitted by a platform admin: the only work a local machine that cannot sandbox runs.
     submitted_by_admin: bool = False
+    # A pod GPUPool did not make (kubectl, Helm, an operator: clusters/native.py): its name
+    # in the cluster. "Creating" it binds that pod to `node_name`; "" for GPUPool's own pods.
+    native_pod: str = ""
 
 
 @dataclass(slots=True)
@@ -198,6 +201,8 @@ class PodStatus:
     # Why a pod that should run does not yet, as kubectl shows it instead of the phase:
     # ContainerCreating, ImagePullBackOff, CreateContainerConfigError.
     reason: str = ""
+    # A pod GPUPool bound but did not make: its name in the cluster (deleting it evicts it).
+    native: str = ""
 
 
 @dataclass(slots=True)

@@ -1153,12 +1153,12 @@ MAX_USER_PRIORITY = 1_000_000_000
 def request_attributes(method: str, path: str, query: dict) -> tuple[str, ...] | None:
     """(verb, API group, resource[/subresource], namespace, name) as the authorizer sees a
     request; None for a non-resource URL (/version, readable by anyone)."""
-    if path.startswith(SCHEDULING):
-        group, rest = "scheduling.k8s.io", path[len(SCHEDULING) :]
-    elif path.startswith(NETWORKING):
-        group, rest = "networking.k8s.io", path[len(NETWORKING) :]
-    elif path.startswith(CORE):
+    if path.startswith(CORE + "/") or path == CORE:
         group, rest = "", path[len(CORE) :]
+    elif (named := re.match(r"^/apis/([^/]+)/([^/]+)(/.*)?$", path)) is not None:
+        # Every named group (batch, apps, policy, networking.k8s.io...) is a resource URL:
+        # the authorizer checks it as the real one does, whichever kind the fake serves.
+        group, rest = named.group(1), named.group(3) or ""
     else:
         return None
     parts = [p for p in rest.split("/") if p]

@@ -200,9 +200,11 @@ def test_every_selector_name_and_annotation_carries_both_identities(kube, org): 
     listed = {"/api/v1/pods", "/api/v1/services"}
     lists = [(path, q) for m, path, q in fake.queries if m == "GET" and path in listed]
     assert {path for path, q in lists} == listed
-    # Every list but the inventory's count of what others hold (read only, every bound pod).
+    # Every list but the inventory's count of what others hold (read only, every bound pod)
+    # and the pods that name our scheduler (made by others; bound, never deleted).
+    native = {"fieldSelector": "spec.schedulerName=gpupool"}
     assert all(
-        q.get("labelSelector") == owner.selector or q == {"fieldSelector": FIELD_SELECTOR}
+        q.get("labelSelector") == owner.selector or q in ({"fieldSelector": FIELD_SELECTOR}, native)
         for path, q in lists
     ), lists
     [pod] = fake.pods()

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
 from scheduling.lifecycle import workload_transition
-from scheduling.models import WorkloadState
+from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
+from tests.clusters.fake_apiserver import request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 
 S = WorkloadState
@@ -62,9 +64,28 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     workloads observed through the watch (the default), read logs, read back a pod and a
     rendezvous Service whose creates conflicted, bind pods, stop it all."""
     fake = kube.fake
-    KubernetesBackend(kube.cluster("setup")).api.create_namespace(
+    setup = KubernetesBackend(kube.cluster("setup"))
+    setup.api.create_namespace(
         {"metadata": {"name": org.project_a.namespace}}  # made by hand: adopted, patched
     )
+    # A Job made with kubectl (by a user the role does not bind) that names GPUPool's
+    # scheduler: queued (its parallelism read), told why it waits (its pod's status, an
+    # event), bound, then stopped (suspended).
+    batch = k8s.BatchV1Api(setup.api.api_client)
+    template = {
+        "spec": {
+            "schedulerName": "gpupool",
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        }
+    }
+    namespace = org.project_a.namespace
+    batch.create_namespaced_job(
+        namespace, {"metadata": {"name": "native"}, "spec": {"template": template}}
+    )
+    fake.run_controllers()  # kube-controller-manager makes its pod
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -121,6 +142,13 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     admit(pinned, Node.objects.get(cluster=bound, name="gpu-b"), pods=[{"gpu_indices": [0]}])
     admit(board, Node.objects.get(cluster=published, name="gpu-b"))
     admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
+    fake.run_controllers()
+    cluster_reconcile(cluster)
+    native = Workload.objects.get(spec__native__owner__name="native")
+    Workload.objects.filter(pk=native.pk).update(pending_reason="Needs 1 GPU; 0 are free.")
+    cluster_reconcile(cluster)
+    native.refresh_from_db()
+    admit(native, gpu_a, pods=[{"gpu_indices": [4]}])
     # Conflicts on create: the pod, and the headless Service, are read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
@@ -131,7 +159,7 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         cluster_reconcile(published)  # the pod, its Service and Ingress; its phase
     logs = KubernetesBackend(cluster).pod_logs(f"gp-{whole.pk}-0", org.project_a.namespace)
     assert logs.startswith("GPU-gpu-a-")  # the device plugin's device, as nvidia-smi names it
-    workloads = [whole, half, lab, pinned, ddp, board]
+    workloads = [whole, half, lab, pinned, ddp, board, native]
     for workload in workloads:
         workload.refresh_from_db()
     states = [w.state for w in workloads]
@@ -139,6 +167,8 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         workload_transition(workload, S.STOPPED, reason="Stopped")
     for _ in range(2):
         cluster_reconcile(cluster)
+        fake.complete_deletions()
+        fake.run_controllers()
     cluster_reconcile(bound)
     cluster_reconcile(published)
     return states
@@ -148,7 +178,7 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     fake = kube.require_fake()
     states = everything_gpupool_does(kube, org)
     assert fake.denied == []
-    assert states == [S.RUNNING] * 6
+    assert states == [S.RUNNING] * 7
     assert fake.pods() == [] and fake.services() == []
     assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
     assert (
@@ -181,3 +211,26 @@ def test_a_verb_missing_from_the_role_fails_and_is_retried_not_blamed_on_the_wor
     cluster_reconcile(cluster)
     workload.refresh_from_db()
     assert workload.state == S.RUNNING
+
+
+def test_the_fake_authorizes_every_api_group_as_a_real_server_does(kube):  # noqa: F811
+    """Not only the groups GPUPool used first: a Job (batch) or an Eviction (core
+    subresource) that no rule allows is 403, as RBAC answers (once it was let through as a
+    non-resource URL, so a verb missing from the role went unseen)."""
+    fake = kube.require_fake()
+    assert request_attributes("GET", "/apis/batch/v1/namespaces/ns/jobs/j", {}) == (
+        "get", "batch", "jobs", "ns", "j",
+    )  # fmt: skip
+    assert request_attributes("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", {})[:3] == (
+        "patch", "apps", "deployments",
+    )  # fmt: skip
+    assert request_attributes("GET", "/version", {}) is None
+    fake.allow([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]}])
+    api = KubernetesBackend(kube.cluster()).api
+    api.create_namespace({"metadata": {"name": "team"}})
+    with pytest.raises(k8s.ApiException) as refused:
+        k8s.BatchV1Api(api.api_client).create_namespaced_job(
+            "team", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {}}}}
+        )
+    assert refused.value.status == 403
+    assert fake.denied == [("create", "jobs", "team")]

@@ -65,6 +65,7 @@ from clusters.backends import (
     grace_for,
     never_runs,
 )
+from clusters.backends.kubernetes import native
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.foreign import FIELD_SELECTOR as FOREIGN_SELECTOR
@@ -110,6 +111,7 @@ class KubernetesBackend(Backend):
         self._namespaces: set[str] = set()
         self._rendezvous: set[tuple[str, str]] = set()
         self._listed: list[dict] | None = None
+        self._native: list[native.NativePod] | None = None
         self._services: list[dict] | None = None
         self.reservations = Reservations(self)
         config = cluster.config or {}
@@ -135,7 +137,7 @@ class KubernetesBackend(Backend):
         # The highest resourceVersion of a pod / service this installation wrote, kept on
         # the Cluster row: a pass reads the watch cache only once it has seen them.
         state = getattr(cluster, "watch_state", None) or {}
-        self.written = {r: as_version(state.get(r)) or 0 for r in ("pods", "services")}
+        self.written = {r: as_version(state.get(r)) or 0 for r in ("pods", "services", "native")}
         self._written_saved = dict(self.written)
         self.observed_by = ""  # "watch" or "list": how the last pass saw the cluster
         self.requests = 0  # API requests this instance made (the bench counts them)
@@ -282,26 +284,30 @@ class KubernetesBackend(Backend):
         fingerprint = _fingerprint(self)
         watch = watch_get(self.cluster.pk, fingerprint) if self.watch else None
         if watch is not None:
-            pods = watch.pods.cache.fresh(self.written["pods"], self.resync_s, self.watch_wait_s)
-            services = watch.services.cache.fresh(
-                self.written["services"], self.resync_s, self.watch_wait_s
+            pods, services, natives = (
+                getattr(watch, r).cache.fresh(self.written[r], self.resync_s, self.watch_wait_s)
+                for r in ("pods", "services", "native")
             )
-            if pods is not None and services is not None:
+            if pods is not None and services is not None and natives is not None:
                 # A pass that reads the cache still asks the server one small thing: a
                 # cluster that stopped answering is marked unreachable, as the poll did,
                 # even while a half-open watch connection has not noticed yet.
                 self._alive()
                 self._listed, self._services, self.observed_by = pods, services, "watch"
+                self._native = native.native_pods(self, natives)
                 return
         pods = self._list(self.api.list_pod_for_all_namespaces, "pods")
         services = self._list(self.api.list_service_for_all_namespaces, "services")
+        natives = native.list_native(self)
         self._listed, self._services = pods["items"], services["items"]
+        self._native = native.native_pods(self, natives["items"])
         self.observed_by = "list"
         if not self.watch:
             return
         seeds = {
             "pods": (pods["items"], pods["metadata"].get("resourceVersion")),
             "services": (services["items"], services["metadata"].get("resourceVersion")),
+            "native": (natives["items"], natives["metadata"].get("resourceVersion")),
         }
         if watch is None:
             watch_start(self, fingerprint, seeds)
@@ -332,9 +338,28 @@ class KubernetesBackend(Backend):
         self._written_saved = dict(self.written)
 
     def pod_statuses(self) -> dict[str, PodStatus]:
-        # Kept for the reconcile that usually follows at once: one observation per pass.
-        self._observe()
-        return _workload_statuses(self._listed or [])
+        # Kept for the reconcile that usually follows at once: one observation per pass
+        # (made already when the pass began with the pods that name our scheduler).
+        if self._listed is None:
+            self._observe()
+        return self._statuses()
+
+    def _statuses(self) -> dict[str, PodStatus]:
+        """GPUPool's pods: those it made, and those it bound (native pods)."""
+        ours = native.identity(self)
+        statuses = _workload_statuses(self._listed or [])
+        for pod in self.native_pods():
+            if pod.bound_by(ours) and pod.annotations.get(native.POD_NAME):
+                status = native.native_status(pod)
+                statuses[status.name] = status
+        return statuses
+
+    def native_pods(self) -> list[native.NativePod]:
+        """The pods that name our scheduler, observed with GPUPool's own, once a pass
+        (clusters/native.py)."""
+        if self._native is None:
+            self._observe()
+        return self._native or []
 
     def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
         """A project's namespace belongs to one installation and Cluster record (its
@@ -393,6 +418,8 @@ class KubernetesBackend(Backend):
             log.info("%s: adopted the existing namespace %s", self.cluster.name, name)
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
+        if spec.native_pod:
+            return native.bind(self, spec)
         spec = as_enforced(spec, self.cluster.config)
         self.ensure_namespace(spec.namespace, spec.project)
         self.ensure_rendezvous(spec)
@@ -555,6 +582,11 @@ class KubernetesBackend(Backend):
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         if status.terminating and not status.stuck:
             return False  # asked already; the kubelet is giving it its grace period
+        if status.native:  # not ours to delete: evicted, as its disruption budget allows
+            # A finished one holds nothing and stays for its owner (`kubectl logs`).
+            return status.phase in TERMINAL_PHASES or native.evict(
+                self, status, grace_period_s=grace_period_s
+            )
         name = self.owner.object_name(status.name)
         self.delete_service(name, status.namespace)
         gone = self.delete_quietly(
@@ -596,6 +628,15 @@ class KubernetesBackend(Backend):
         except (ApiException, BackendError) as exc:
             return f"(logs unavailable: {exc})"
 
+    def native_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
+        """The output of a pod made outside GPUPool (its first container's)."""
+        try:
+            pod = self._json(self.api.read_namespaced_pod, name, namespace)
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            return self.read_log(name, namespace, containers[0].get("name", ""), tail_lines)
+        except (ApiException, BackendError) as exc:
+            return f"(logs unavailable: {_said(exc) if isinstance(exc, ApiException) else exc})"
+
     def read_log(self, name: str, namespace: str, container: str, tail_lines: int) -> str:
         """The log of one container of a pod, by its Kubernetes name; raises ApiException
         (400 when the container is not the pod's, or has not started)."""
@@ -626,7 +667,7 @@ class KubernetesBackend(Backend):
         if self._listed is None:
             self._observe()
         pods = self._listed or []
-        report = ReconcileReport(statuses=_workload_statuses(pods))
+        report = ReconcileReport(statuses=self._statuses())
         wanted = {spec.name: spec for spec in desired}
         doomed = [s for n, s in report.statuses.items() if n not in wanted]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -652,7 +693,7 @@ class KubernetesBackend(Backend):
             missing = self._namespaces_into(report, missing)
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
-        self._listed = self._services = None  # the next pass observes afresh
+        self._listed = self._services = self._native = None  # the next pass observes afresh
         self.save_written()
         return report
 

@@ -120,12 +120,16 @@ class ResourceWatch(threading.Thread):
         resource: str,
         list_fn: Callable[..., Any],
         on_event: Callable[[str, dict, dict | None], None] | None = None,
+        *,
+        selector: dict[str, str] | None = None,
     ):
         super().__init__(name=f"gpupool-watch-{owner.name}-{resource}", daemon=True)
         self.owner = owner
         self.cache = ObjectCache(resource)
         self.list_fn = list_fn
         self.on_event = on_event
+        # Which objects: GPUPool's (its label selector), or a field selector's.
+        self.selector = selector or {"label_selector": owner.selector}
         self.response: Any = None
 
     def run(self) -> None:
@@ -152,14 +156,14 @@ class ResourceWatch(threading.Thread):
         self.cache.connected = False
 
     def relist(self) -> None:
-        answer = self.owner.backend._json(self.list_fn, label_selector=self.owner.selector)
+        answer = self.owner.backend._json(self.list_fn, **self.selector)
         self.cache.replace(answer["items"], answer["metadata"].get("resourceVersion"))
 
     def stream(self) -> None:
         """One watch request, until the server ends it (timeoutSeconds) or it fails."""
         backend = self.owner.backend
         self.response = self.list_fn(
-            label_selector=self.owner.selector,
+            **self.selector,
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=str(self.cache.version),
@@ -196,7 +200,8 @@ class ResourceWatch(threading.Thread):
 
 
 class ClusterWatch:
-    """The pods and services of one cluster, watched by two threads of this process."""
+    """The pods and services of one cluster, and the pods that name its scheduler, watched
+    by three threads of this process."""
 
     def __init__(self, backend: Any, *, fingerprint: str, on_change: Callable[[], None] | None):
         config = backend.cluster.config or {}
@@ -213,19 +218,36 @@ class ClusterWatch:
         api = backend.api
         self.pods = ResourceWatch(self, "pods", api.list_pod_for_all_namespaces, self._pod_event)
         self.services = ResourceWatch(self, "services", api.list_service_for_all_namespaces)
+        # Pods made outside GPUPool that name its scheduler (clusters/native.py).
+        self.native = ResourceWatch(
+            self,
+            "native",
+            api.list_pod_for_all_namespaces,
+            self._native_event,
+            selector=native_selector(backend),
+        )
+        self.threads = (self.pods, self.services, self.native)
 
     def start(self) -> None:
-        self.pods.start()
-        self.services.start()
+        for thread in self.threads:
+            thread.start()
 
     def stop(self) -> None:
         self.stopped.set()
-        self.pods.stop()
-        self.services.stop()
+        for thread in self.threads:
+            thread.stop()
 
     @property
     def alive(self) -> bool:
-        return not self.stopped.is_set() and self.pods.is_alive() and self.services.is_alive()
+        return not self.stopped.is_set() and all(t.is_alive() for t in self.threads)
+
+    def _native_event(self, kind: str, obj: dict, previous: dict | None) -> None:
+        """A new pod to queue asks for a reconcile at once (its intake); a change of one
+        as for GPUPool's own pods."""
+        if self.on_change is not None and kind == "ADDED":
+            self.on_change()
+        else:
+            self._pod_event(kind, obj, previous)
 
     def _pod_event(self, kind: str, obj: dict, previous: dict | None) -> None:
         """Ask for a reconcile when a pod changed in a way a pass acts on: its phase, a
@@ -234,6 +256,13 @@ class ClusterWatch:
             return
         if kind == "DELETED" or previous is None or _facts(obj) != _facts(previous):
             self.on_change()
+
+
+def native_selector(backend: Any) -> dict[str, str]:
+    """The pods that name the cluster's scheduler (clusters/backends/kubernetes/native.py)."""
+    from clusters.backends.kubernetes.native import scheduler_name  # noqa: PLC0415 - a cycle
+
+    return {"field_selector": f"spec.schedulerName={scheduler_name(backend)}"}
 
 
 def _facts(pod: dict) -> tuple:

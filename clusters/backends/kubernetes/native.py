@@ -1,0 +1,374 @@
+"""Pods GPUPool schedules but did not make: made with kubectl, Helm or an operator, with
+`spec.schedulerName` naming GPUPool's scheduler (the cluster's config `scheduler_name`,
+default `gpupool`).
+
+What the cluster shows of them (`NativePod`), and what a scheduler does to them:
+- bind through `pods/binding`; the Binding's annotations (the API server copies them onto
+  the pod) say which installation and Cluster record bound it (`gpupool.io/bound-by`) and
+  which pod of which workload it is, so the next pass reads it back as GPUPool's;
+- say why a pod waits: its `PodScheduled` condition (False, Unschedulable, the pending
+  reason) and a `FailedScheduling` event, as kube-scheduler does; `Scheduled` on binding;
+- evict through the Eviction API (a PodDisruptionBudget may refuse: 429, tried again);
+- suspend an owner that can be suspended (a Job) when the portal stops its workload, so
+  that its controller does not make the pods again.
+
+The Django side (grouping into workloads, quotas) is `clusters/native.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from clusters.backends import BackendError, BackendUnreachable, PodSpec, PodStatus
+from clusters.backends.kubernetes.errors import said
+from clusters.backends.kubernetes.foreign import pod_requests
+from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
+from clusters.backends.kubernetes.ownership import BOUND_BY_ANNOTATION as BOUND_BY
+from clusters.backends.kubernetes.watch import as_version
+
+if TYPE_CHECKING:
+    from clusters.backends.kubernetes import KubernetesBackend
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER = "gpupool"
+POD_NAME = "gpupool.io/pod"  # the pod's name in GPUPool: gp-<workload>-<index>
+WORKLOAD_ID = "gpupool.io/workload-id"
+POD_INDEX = "gpupool.io/pod-index"
+# An owner whose `spec.suspend` stops it without deleting it (its controller removes the
+# pods and makes them again when resumed).
+SUSPENDABLE = {("batch/v1", "Job"): k8s.BatchV1Api}
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(slots=True)
+class NativePod:
+    """A pod that names GPUPool's scheduler, as the cluster shows it."""
+
+    namespace: str
+    name: str
+    uid: str
+    owner: OwnerRef | None  # its controller (ownerReferences with controller: true)
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    created: str
+    phase: str
+    node_name: str
+    gated: bool  # spec.schedulingGates not empty: not to be bound yet
+    deleting: bool
+    priority_class: str
+    gpus: float  # nvidia.com/gpu, cpu cores, memory: as the scheduler sums a pod's requests
+    cpu: float
+    memory_mib: int
+    scheduled_message: str  # the message of its PodScheduled condition, if False
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    def bound_by(self, identity: str) -> bool:
+        return self.annotations.get(BOUND_BY) == identity
+
+
+def identity(backend: KubernetesBackend) -> str:
+    """`<installation uid>.<cluster uid>`: the value of `gpupool.io/bound-by`."""
+    return backend.owner.bound_by
+
+
+def scheduler_name(backend: KubernetesBackend) -> str:
+    return str((backend.cluster.config or {}).get("scheduler_name") or DEFAULT_SCHEDULER)
+
+
+def list_native(backend: KubernetesBackend) -> dict:
+    """Every pod that names our scheduler, in every namespace (one request): the list's
+    answer, which may seed the watch of them (watch.py)."""
+    name = scheduler_name(backend)
+    try:
+        return backend._json(
+            backend.api.list_pod_for_all_namespaces, field_selector=f"spec.schedulerName={name}"
+        )
+    except ApiException as exc:  # as for GPUPool's own pods: the pass cannot go on blind
+        raise BackendUnreachable(f"cannot list pods for scheduler {name}: {said(exc)}") from exc
+
+
+def native_pods(backend: KubernetesBackend, items: list[dict]) -> list[NativePod]:
+    """The listed or watched pods, read. The field selector is the API server's; the same
+    test is made here, so that a server that ignored it would not hand us other
+    schedulers' pods."""
+    name = scheduler_name(backend)
+    return [
+        native_pod(item) for item in items if (item.get("spec") or {}).get("schedulerName") == name
+    ]
+
+
+def native_pod(pod: dict) -> NativePod:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    controller = next(
+        (ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None
+    )
+    owner = (
+        OwnerRef(
+            controller["apiVersion"], controller["kind"], controller["name"], controller["uid"]
+        )
+        if controller
+        else None
+    )
+    scheduled = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
+    requests = pod_requests(spec, f"{meta['namespace']}/{meta['name']}")
+    return NativePod(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        owner=owner,
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        created=meta.get("creationTimestamp", ""),
+        phase=status.get("phase") or "Pending",
+        node_name=spec.get("nodeName") or "",
+        gated=bool(spec.get("schedulingGates")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        priority_class=spec.get("priorityClassName") or "",
+        gpus=float(requests[GPU_RESOURCE]),
+        cpu=float(requests["cpu"]),
+        memory_mib=math.ceil(requests["memory"] / 2**20),
+        scheduled_message=scheduled.get("message", "")
+        if scheduled.get("status") == "False"
+        else "",
+        raw=pod,
+    )
+
+
+def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> dict | None:
+    """The owner object when GPUPool reads that kind (a Job); None for other kinds, and
+    for one that is gone (404)."""
+    if (owner.api_version, owner.kind) not in SUSPENDABLE:
+        return None
+    api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
+    try:
+        return backend._json(api.read_namespaced_job, owner.name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise BackendError(f"{owner.kind} {namespace}/{owner.name}: {said(exc)}") from exc
+
+
+def suspend_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> bool:
+    """Suspend a Job (its controller deletes its pods and keeps the Job); False for a kind
+    that cannot be suspended, or an owner that is gone."""
+    if (owner.api_version, owner.kind) not in SUSPENDABLE:
+        return False
+    api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
+    try:
+        backend.call(
+            api.patch_namespaced_job,
+            owner.name,
+            namespace,
+            {"spec": {"suspend": True}},
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise BackendError(f"suspend {owner.kind} {namespace}/{owner.name}: {said(exc)}") from exc
+    return True
+
+
+def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
+    """Bind the existing pod `spec.native_pod` to the node the cycle chose. A 409 is a
+    pod bound already: by an earlier try of ours whose answer was lost (then it carries
+    our annotation), or by someone else (then the allocation is not ours to keep)."""
+    annotations = {
+        BOUND_BY: identity(backend),
+        POD_NAME: spec.name,
+        WORKLOAD_ID: str(spec.workload_id),
+        POD_INDEX: str(spec.pod_index),
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": spec.native_pod, "annotations": annotations},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
+    }
+    try:
+        backend.call(
+            backend.api.create_namespaced_pod_binding,
+            spec.native_pod,
+            spec.namespace,
+            body,
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            raise BackendError(f"pod {spec.namespace}/{spec.native_pod} is gone") from exc
+        if exc.status != 409:
+            raise BackendError(f"bind {spec.namespace}/{spec.native_pod}: {said(exc)}") from exc
+    pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
+    seen(backend, pod)
+    found = native_pod(pod)
+    if not found.bound_by(identity(backend)) or found.annotations.get(POD_NAME) != spec.name:
+        raise BackendError(
+            f"pod {spec.namespace}/{spec.native_pod} was bound to {found.node_name} by someone else"
+        )
+    record_event(
+        backend,
+        found,
+        "Normal",
+        "Scheduled",
+        f"Successfully assigned {spec.namespace}/{spec.native_pod} to {spec.node_name}",
+    )
+    return native_status(found)
+
+
+def seen(backend: KubernetesBackend, pod: dict) -> None:
+    """A native pod as it is after our write: the next pass reads the watch of them only
+    once it has caught up with this (read-your-writes, as for GPUPool's own pods)."""
+    version = as_version((pod.get("metadata") or {}).get("resourceVersion")) or 0
+    backend.written["native"] = max(backend.written["native"], version)
+
+
+def native_status(pod: NativePod) -> PodStatus:
+    """A pod we bound, as GPUPool names it (`gp-<workload>-<index>`, from the Binding's
+    annotations)."""
+    status = pod_status(pod.raw)
+    status.name = pod.annotations.get(POD_NAME, pod.name)
+    status.workload_id = int(pod.annotations.get(WORKLOAD_ID, 0) or 0)
+    status.pod_index = int(pod.annotations.get(POD_INDEX, 0) or 0)
+    status.native = pod.name
+    status.endpoint, status.ports = "", {}  # no Service of ours points at it
+    return status
+
+
+def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int) -> bool:
+    """Evict through the Eviction API (a PodDisruptionBudget is honoured: 429 leaves it
+    for the next pass). True when the pod is gone now."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": status.native, "namespace": status.namespace},
+        "deleteOptions": {"gracePeriodSeconds": grace_period_s},
+    }
+    try:
+        backend.call(
+            backend.api.create_namespaced_pod_eviction,
+            status.native,
+            status.namespace,
+            body,
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        if exc.status == 429:
+            raise BackendError(
+                f"evict {status.namespace}/{status.native}: refused by its disruption budget "
+                "(tried again next pass)"
+            ) from exc
+        raise BackendError(f"evict {status.namespace}/{status.native}: {said(exc)}") from exc
+    return False
+
+
+def delete(backend: KubernetesBackend, namespace: str, name: str) -> None:
+    """A bare pod whose workload was stopped: nothing makes it again."""
+    try:
+        backend.call(backend.api.delete_namespaced_pod, name, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise BackendError(f"delete {namespace}/{name}: {said(exc)}") from exc
+
+
+def tell_waiting(backend: KubernetesBackend, pod: NativePod, message: str) -> bool:
+    """Set the pod's PodScheduled condition to False with `message` and record a
+    FailedScheduling event, when the pod does not say so already. True when written."""
+    if pod.scheduled_message == message:
+        return False
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": _now(),
+    }
+    try:
+        # Read here, not by backend._json: that counts a written Pod as one of GPUPool's
+        # own, whose watch never sees this one.
+        response = backend.call(
+            backend.api.patch_namespaced_pod_status,
+            pod.name,
+            pod.namespace,
+            {"status": {"conditions": [condition]}},
+            _preload_content=False,
+        )
+        answer = json.loads(response.data)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise BackendError(f"status of {pod.namespace}/{pod.name}: {said(exc)}") from exc
+    seen(backend, answer)
+    pod.scheduled_message = message
+    record_event(backend, pod, "Warning", "FailedScheduling", message)
+    return True
+
+
+def record_event(
+    backend: KubernetesBackend, pod: NativePod, type_: str, reason: str, message: str
+) -> None:
+    """An Event about the pod, as `kubectl describe pod` lists them. Named after what it
+    says, so that saying it again is a 409 and no second event (best effort: an event
+    that cannot be written never stops a pass)."""
+    digest = hashlib.sha256(f"{pod.uid}/{reason}/{message}".encode()).hexdigest()[:12]
+    now = _now()
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod.name}.{digest}", "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": scheduler_name(backend)},
+        "reportingComponent": scheduler_name(backend),
+        "reportingInstance": identity(backend)[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        backend.call(
+            backend.api.create_namespaced_event, pod.namespace, body, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            log.warning("event on %s/%s not written: %s", pod.namespace, pod.name, said(exc))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
