@@ -1,0 +1,38 @@
+"""One intake pass queues many groups with what it read once for all (clusters/native.py
+`Intake`): names taken, Jobs read in parallel, and each group still gets its own answer."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+
+from clusters.reconcile import cluster_reconcile
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_kubernetes_native import (  # noqa: F401 - the fixture
+    NS,
+    job_body,
+    native_workloads,
+    pod_body,
+    setup,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_groups_of_one_name_queued_in_one_pass_get_names_of_their_own(kube, setup, org):  # noqa: F811
+    kube.require_fake()
+    cluster, core = setup
+
+    k8s.BatchV1Api(core.api_client).create_namespaced_job(NS, job_body("train", 2))
+    core.create_namespaced_pod(NS, pod_body("train"))
+    core.create_namespaced_pod(NS, pod_body("solo"))
+    cluster_reconcile(cluster)
+    by_owner = {w.spec["native"]["owner"]["kind"]: w for w in native_workloads()}
+    assert set(by_owner) == {"Job", "Pod"}
+    job, pod = by_owner["Job"], by_owner["Pod"]
+    assert job.pods == 2  # the Job's parallelism, read for the pass
+    names = sorted(w.name for w in native_workloads())
+    # The older one keeps the name; the other has a piece of its uid added.
+    assert names[0] == "solo" and "train" in names[1:]
+    other = job if job.name != "train" else pod
+    assert other.name.startswith("train-") and len(other.name) == len("train-") + 6
