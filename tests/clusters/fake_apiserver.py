@@ -724,6 +724,8 @@ class FakeApiServer:
         self.job_controller = job_controller
         self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
         self.touched_jobs: set[str] = set()  # uids of Jobs (or pods' controllers) written since
+        self.controlled: dict[str, set[tuple[str, str]]] = {}  # controller uid -> its pods
+        self._controller_of: dict[tuple[str, str], str] = {}
         self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -969,14 +971,24 @@ class FakeApiServer:
         self._selected[key] = _selectable(resource, obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
-        self._touch(resource, obj)
+        self._touch(resource, ns, obj, present=True)
         return obj
 
-    def _touch(self, resource: str, obj: dict) -> None:
-        """The Job this write concerns, for the Job controller (`after_change`)."""
+    def _touch(self, resource: str, ns: str, obj: dict, *, present: bool) -> None:
+        """The Job this write concerns, for the Job controller (`after_change`), and the
+        pods each controller has (`controlled`): its informers' index, so that a sync reads
+        a Job's pods without scanning every pod."""
         if resource == JOBS:
             self.touched_jobs.add(obj["metadata"].get("uid", ""))
-        elif resource == "pods" and (uid := controller_uid(obj)):
+        if resource != "pods":
+            return
+        key = (ns, obj["metadata"]["name"])
+        if was := self._controller_of.pop(key, None):
+            self.controlled[was].discard(key)
+            self.touched_jobs.add(was)
+        if (uid := controller_uid(obj)) and present:
+            self._controller_of[key] = uid
+            self.controlled.setdefault(uid, set()).add(key)
             self.touched_jobs.add(uid)
 
     def _delete(self, resource: str, ns: str, name: str) -> dict:
@@ -987,7 +999,7 @@ class FakeApiServer:
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         self._event(rv, resource, "DELETED", obj)
-        self._touch(resource, obj)
+        self._touch(resource, ns, obj, present=False)
         self._collect_garbage(obj["metadata"].get("uid"))
         return obj
 

@@ -453,10 +453,8 @@ def _sync_job(api: Any, client: Any, job: dict) -> bool:
 
 
 def _count_pods(api: Any, uid: str, ns: str) -> tuple[dict[str, str], list[dict]]:
-    mine = [
-        (k, p) for k, p in api.objects["pods"].items() if k[0] == ns and controller_uid(p) == uid
-    ]
-    pods = [p for _, p in sorted(mine, key=lambda item: item[0])]
+    mine = sorted(key for key in api.controlled.get(uid, ()) if key[0] == ns)
+    pods = [api.objects["pods"][key] for key in mine]
     outcome = api.job_pods.setdefault(uid, {})
     present = {p["metadata"]["uid"]: p for p in pods}
     for pod_uid in present:

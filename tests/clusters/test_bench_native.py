@@ -30,7 +30,8 @@ def test_bench_native_binds_every_pod_reports_json_and_leaves_no_rows():
     assert 1 <= result["rounds"] == len(result["passes"])
     assert set(result["phases"]) == {"intake", "cycle", "bind"}
     for phase in result["phases"].values():
-        assert set(phase) == {"seconds", "cpu_s", "db_cpu_s", "sql"}
+        assert set(phase) == {"seconds", "cpu_s", "db_cpu_s", "api_server_cpu_s", "sql"}
+        assert phase["api_server_cpu_s"] is not None
         assert phase["sql"] > 0
     assert set(result["passes"][0]) == {
         "api_requests",

@@ -7,6 +7,8 @@ import pytest
 from kubernetes import client as k8s
 
 from clusters.reconcile import cluster_reconcile
+from scheduling.cycle import cycle_run
+from scheduling.models import WorkloadState as S
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import (  # noqa: F401 - the fixture
     NS,
@@ -36,3 +38,24 @@ def test_groups_of_one_name_queued_in_one_pass_get_names_of_their_own(kube, setu
     assert names[0] == "solo" and "train" in names[1:]
     other = job if job.name != "train" else pod
     assert other.name.startswith("train-") and len(other.name) == len("train-") + 6
+
+
+def test_a_pod_bound_by_our_binding_is_not_read_again(kube, setup, org):  # noqa: F811
+    """201 to our Binding: the pod was unbound and is ours now; the pass knows what the
+    server made of it (node, annotations) from its own list, without a GET per pod."""
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("trainer"))
+    cluster_reconcile(cluster)
+    cycle_run()
+    fake.requests.clear()
+    cluster_reconcile(cluster)
+    path = f"/api/v1/namespaces/{NS}/pods/trainer"
+    assert ("POST", f"{path}/binding") in fake.requests
+    assert ("GET", path) not in fake.requests
+    (workload,) = native_workloads()
+    pod = fake.pod(NS, "trainer")
+    assert workload.allocations.get().node.name == pod["spec"]["nodeName"]
+    assert workload.state in (S.ADMITTED, S.RUNNING)
+    reasons = [e["reason"] for e in fake.events(NS) if e["involvedObject"]["name"] == "trainer"]
+    assert reasons.count("Scheduled") == 1

@@ -206,6 +206,7 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         "metadata": {"name": spec.native_pod, "annotations": annotations},
         "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
     }
+    found: NativePod | None = None
     try:
         backend.call(
             backend.api.create_namespaced_pod_binding,
@@ -214,13 +215,15 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
             body,
             _preload_content=False,
         )
+        found = _as_bound(backend, spec, annotations)
     except ApiException as exc:
         if exc.status == 404:
             raise BackendError(f"pod {spec.namespace}/{spec.native_pod} is gone") from exc
         if exc.status != 409:
             raise BackendError(f"bind {spec.namespace}/{spec.native_pod}: {said(exc)}") from exc
-    pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
-    found = native_pod(pod)
+    if found is None:  # bound already (or not listed this pass): whose Binding, it says
+        pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
+        found = native_pod(pod)
     if not found.bound_by(identity(backend)) or found.annotations.get(POD_NAME) != spec.name:
         raise BackendError(
             f"pod {spec.namespace}/{spec.native_pod} was bound to {found.node_name} by someone else"
@@ -233,6 +236,28 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         f"Successfully assigned {spec.namespace}/{spec.native_pod} to {spec.node_name}",
     )
     return native_status(found)
+
+
+def _as_bound(backend: KubernetesBackend, spec: PodSpec, annotations: dict) -> NativePod | None:
+    """The pod as our Binding (201: it was unbound, and now is ours) made it, from this
+    pass's list: what the API server does to a pod it binds (the node, the Binding's
+    annotations, PodScheduled True), without reading it again. None when not listed."""
+    key = (spec.namespace, spec.native_pod)
+    listed = next((p for p in backend.native_pods() if p.key == key), None)
+    if listed is None:
+        return None
+    meta, pod_spec = listed.raw["metadata"], listed.raw.get("spec") or {}
+    status = listed.raw.get("status") or {}
+    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    return native_pod(
+        {
+            **listed.raw,
+            "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **annotations}},
+            "spec": {**pod_spec, "nodeName": spec.node_name},
+            "status": {**status, "conditions": [*conditions, scheduled]},
+        }
+    )
 
 
 def native_status(pod: NativePod) -> PodStatus:

@@ -16,13 +16,16 @@ against it (as bench_controlplane does), reporting the database's CPU too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -38,7 +41,7 @@ from clusters.metrics import bench
 from clusters.models import Backend, Cluster, NodePool
 from clusters.reconcile import cluster_reconcile
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
-from scheduling.bench_controlplane.probe import Cost, measured
+from scheduling.bench_controlplane.probe import Cost, backend_cpu_s, measured
 from scheduling.cycle import cycle_run
 
 GPUS_PER_NODE = 8
@@ -114,20 +117,16 @@ def _bench(kubeconfig: dict, nodes: int, options: dict) -> dict[str, Any]:
     finally:
         watches_stop(cluster.pk)
     bound = _bound(api, namespaces)
-    total = Cost()
-    for cost in phases.values():
-        _add(total, cost)
+    total = {key: _sum(phases, key) for key in ("seconds", "cpu_s", "db_cpu_s", "api_server_cpu_s")}
     return {
         "pods": options["pods"],
         "bound": bound,
         "mix": kinds,
         "rounds": len(rounds),
-        "seconds": round(total.wall_s, 3),
-        "cpu_s": round(total.cpu_s, 3),
-        "db_cpu_s": None if total.db_cpu_s is None else round(total.db_cpu_s, 3),
-        "pods_per_s": round(bound / total.wall_s, 1) if total.wall_s else None,
+        **total,
+        "pods_per_s": round(bound / total["seconds"], 1) if total["seconds"] else None,
         "api_requests": sum(r["api_requests"] for r in rounds),
-        "phases": {name: _figures(cost) for name, cost in phases.items()},
+        "phases": phases,
         "passes": rounds,
         "create_seconds": round(created_s, 3),
         "database": connection.vendor,
@@ -240,29 +239,34 @@ def _operator(name: str) -> dict:
 
 def _rounds(
     cluster: Cluster, kubeconfig: dict, api: k8s.ApiClient, namespaces: list[str], pods: int
-) -> tuple[list[dict], dict[str, Cost]]:
+) -> tuple[list[dict], dict[str, dict]]:
     """What the beat runs, each step measured, until every pod is bound: a reconcile pass
     (intake), a cycle, a reconcile pass (binding). A fresh backend per pass, as each of
     the beat's tasks makes one."""
     phases = {name: Cost() for name in PHASES}
     rounds: list[dict] = []
+    server = _server_pid()
+    server_cpu = dict.fromkeys(PHASES, 0.0)
     while len(rounds) < MAX_ROUNDS:
         row: dict[str, Any] = {"api_requests": 0}
         for name in PHASES:
             backend = KubernetesBackend(cluster, kubeconfig=kubeconfig)
+            served = backend_cpu_s(server)
             with measured() as cost:
                 if name == "cycle":
                     cycle_run()
                 else:
                     cluster_reconcile(cluster, backend=backend)
             _add(phases[name], cost)
+            if served is not None and (now := backend_cpu_s(server)) is not None:
+                server_cpu[name] += now - served
             row[f"{name}_sql"] = cost.sql
             row[f"{name}_s"] = round(cost.wall_s, 3)
             row["api_requests"] += backend.requests
         rounds.append(row)
         if _bound(api, namespaces) >= pods:
             break
-    return rounds, phases
+    return rounds, {name: _figures(cost, server_cpu[name]) for name, cost in phases.items()}
 
 
 def _bound(api: k8s.ApiClient, namespaces: list[str]) -> int:
@@ -278,6 +282,21 @@ def _bound(api: k8s.ApiClient, namespaces: list[str]) -> int:
     )
 
 
+def _server_pid() -> int | None:
+    """The fake API server: this process's only child (serve_in_process)."""
+    children = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += (task / "children").read_text().split()
+    return int(children[0]) if len(children) == 1 else None
+
+
+def _sum(phases: dict[str, dict], key: str) -> float | None:
+    """A figure over the phases; None when a phase could not measure it."""
+    values = [phase[key] for phase in phases.values()]
+    return None if None in values else round(sum(values), 3)
+
+
 def _add(total: Cost, cost: Cost) -> None:
     total.wall_s += cost.wall_s
     total.cpu_s += cost.cpu_s
@@ -286,10 +305,11 @@ def _add(total: Cost, cost: Cost) -> None:
         total.db_cpu_s = (total.db_cpu_s or 0.0) + cost.db_cpu_s
 
 
-def _figures(cost: Cost) -> dict[str, Any]:
+def _figures(cost: Cost, server_cpu_s: float | None) -> dict[str, Any]:
     return {
         "seconds": round(cost.wall_s, 3),
         "cpu_s": round(cost.cpu_s, 3),
         "db_cpu_s": None if cost.db_cpu_s is None else round(cost.db_cpu_s, 3),
+        "api_server_cpu_s": None if server_cpu_s is None else round(server_cpu_s, 3),
         "sql": cost.sql,
     }
