@@ -268,7 +268,10 @@ def _queue(
             kind=kind,
             name=name,
             spec=spec,
-            extra={"cluster": cluster, "spec": {"native": _native_record(group, first)}},
+            extra={
+                "cluster": cluster,
+                "spec": {"native": _native_record(group, first, slots=True)},
+            },
             origin=f"From Kubernetes: {_described(group, first)}.",
         )
     except ValidationFailed as exc:
@@ -362,7 +365,9 @@ def _free_name(project: Project, group: Group, taken: set[tuple[int, str]]) -> s
     return name
 
 
-def _native_record(group: Group, pod: NativePod) -> dict[str, Any]:
+def _native_record(group: Group, pod: NativePod, *, slots: bool = False) -> dict[str, Any]:
+    """`slots`: pod i of a new workload is its i-th waiting pod, written with the row (what
+    `_fill_slots` would write at once after it)."""
     owner = group.owner
     managers = [m.get("manager", "") for m in pod.raw["metadata"].get("managedFields") or []]
     return {
@@ -379,7 +384,7 @@ def _native_record(group: Group, pod: NativePod) -> dict[str, Any]:
             else {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
         ),
         "manager": next((m for m in managers if m), "")[:100],
-        "pods": [],
+        "pods": [[p.name, p.uid] for p in group.waiting[: group.size or 1]] if slots else [],
     }
 
 
