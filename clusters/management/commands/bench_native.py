@@ -109,6 +109,7 @@ def _bench(kubeconfig: dict, nodes: int, options: dict) -> dict[str, Any]:
     inventory_sync(cluster, backend=KubernetesBackend(cluster, kubeconfig=kubeconfig))
     namespaces = _projects(tag, options["projects"], options["pods"], nodes)
     api = k8s_config.new_client_from_config_dict(kubeconfig)
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = options["workers"]
     try:
         started = time.perf_counter()
         kinds = _create(api, namespaces, options["pods"], options["workers"])
