@@ -1113,6 +1113,9 @@ def request_attributes(method: str, path: str, query: dict) -> tuple[str, ...] |
 def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as Go's net package sets on every connection of the real server:
+        # else a keep-alive client waits out its delayed ACK (40 ms) for each answer's body.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass
