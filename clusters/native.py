@@ -26,6 +26,7 @@ Binding, eviction and the phases read back are the reconcile's, as for GPUPool's
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from clusters.backends.kubernetes.manifests import GPU_RESOURCE
 from clusters.models import Cluster, Node
 from portal.errors import ValidationFailed
 from portal.models import Project
-from scheduling.intake import workload_submit_native
+from scheduling.intake import intake_pass, workload_submit_native
 from scheduling.lifecycle import workload_transition
 from scheduling.models import FINISHED_STATES, PriorityClass, Workload, WorkloadKind
 from scheduling.models import WorkloadState as S
@@ -97,6 +98,28 @@ class Group:
     def live(self) -> list[NativePod]:
         return [p for p in self.pods if not p.terminal and not p.deleting]
 
+    @property
+    def reads_job(self) -> bool:
+        """Its size is its owner's (a Job's), read when it is queued."""
+        owner = self.owner
+        return (
+            self.size is None
+            and owner is not None
+            and (owner.api_version, owner.kind) in kube.SUSPENDABLE
+        )
+
+
+@dataclass(slots=True)
+class Intake:
+    """What the groups queued in one pass need, read once for all of them (a pass may
+    queue a thousand): the cluster's pools, the submitter, the names taken in their
+    projects, their Jobs (read on the backend's thread pool)."""
+
+    pools: list[str]
+    submitter: Any
+    taken: set[tuple[int, str]]  # (project pk, workload name)
+    jobs: dict[str, dict | BackendError | None]  # owner uid -> the Job, or why it is not read
+
 
 def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     """One intake pass over the pods that name our scheduler; the errors to show on the
@@ -114,17 +137,24 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     last: dict[str, Workload] = {}
     for workload in native.filter(spec__native__key__in=fresh).order_by("pk"):
         last[workload.spec["native"]["key"]] = workload
-    for key, group in groups.items():
-        try:
-            if key in active:
-                _fill_slots(active[key], group)
-                _tell_pending(backend, active[key], group)
-            elif _stopped_before(last.get(key), group):
-                _enforce_stop(backend, group)
-            elif group.waiting:
-                _queue(backend, cluster, projects[group.namespace], group)
-        except BackendError as exc:
-            errors.append(str(exc))
+    new = {
+        key
+        for key in fresh
+        if groups[key].waiting and not _stopped_before(last.get(key), groups[key])
+    }
+    intake = _intake(backend, cluster, projects, [groups[key] for key in new]) if new else None
+    with intake_pass():  # the nodes' sizes, read once for every submit of the pass
+        for key, group in groups.items():
+            try:
+                if key in active:
+                    _fill_slots(active[key], group)
+                    _tell_pending(backend, active[key], group)
+                elif key in new and intake is not None:
+                    _queue(backend, cluster, projects[group.namespace], group, intake)
+                elif _stopped_before(last.get(key), group):
+                    _enforce_stop(backend, group)
+            except BackendError as exc:
+                errors.append(str(exc))
     for key, workload in active.items():
         if key not in groups:  # every pod gone: no slot holds one
             _fill_slots(workload, Group(key, "", None, None))
@@ -134,6 +164,30 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
             except BackendError as exc:
                 errors.append(str(exc))
     return errors
+
+
+def _intake(
+    backend: KubernetesBackend, cluster: Cluster, projects: dict[str, Project], new: list[Group]
+) -> Intake:
+    """What the new groups of this pass need, in a few statements and parallel reads."""
+    names = {_owner_name(g) for g in new}
+    project_ids = {projects[g.namespace].pk for g in new}
+    taken = set(
+        Workload.objects.filter(project_id__in=project_ids, name__in=names).values_list(
+            "project_id", "name"
+        )
+    )
+    owners = {g.owner.uid: (g.namespace, g.owner) for g in new if g.reads_job and g.owner}
+
+    def read(item: tuple[str, OwnerRef]) -> dict | BackendError | None:
+        try:
+            return kube.read_owner(backend, *item)
+        except BackendError as exc:  # that group's error, in its turn
+            return exc
+
+    with ThreadPoolExecutor(max_workers=backend.workers) as pool:
+        jobs = dict(zip(owners, pool.map(read, owners.values()), strict=True))
+    return Intake(_cluster_pools(cluster), _submitter(), taken, jobs)
 
 
 def _projects(
@@ -186,16 +240,16 @@ def _job_gang(job: dict | None) -> int:
     return max(1, min(parallelism, int(completions)) if completions else parallelism)
 
 
-def _queue(backend: KubernetesBackend, cluster: Cluster, project: Project, group: Group) -> None:
+def _queue(
+    backend: KubernetesBackend, cluster: Cluster, project: Project, group: Group, intake: Intake
+) -> None:
     """A workload for a new group, or the reason it cannot be one on each of its pods."""
     first = group.waiting[0]
-    owner = group.owner
-    if (
-        group.size is None
-        and owner is not None
-        and (owner.api_version, owner.kind) in kube.SUSPENDABLE
-    ):
-        group.size = _job_gang(kube.read_owner(backend, group.namespace, owner))
+    if group.reads_job and group.owner is not None:
+        job = intake.jobs.get(group.owner.uid)
+        if isinstance(job, BackendError):
+            raise job
+        group.size = _job_gang(job)
     if group.size is not None and 0 < len(group.waiting) < group.size:
         # Queued once the whole gang exists: GPUs held for pods not made yet help nobody.
         have, want = len(group.waiting), group.size
@@ -205,14 +259,18 @@ def _queue(backend: KubernetesBackend, cluster: Cluster, project: Project, group
             )
         return
     try:
-        kind, spec = _submit_spec(cluster, group, first)
+        kind, spec = _submit_spec(cluster, group, first, intake.pools)
+        name = _free_name(project, group, intake.taken)
         workload = workload_submit_native(
-            actor=_submitter(),
+            actor=intake.submitter,
             project=project,
             kind=kind,
-            name=_free_name(project, group, first),
+            name=name,
             spec=spec,
-            extra={"cluster": cluster, "spec": {"native": _native_record(group, first)}},
+            extra={
+                "cluster": cluster,
+                "spec": {"native": _native_record(group, first, slots=True)},
+            },
             origin=f"From Kubernetes: {_described(group, first)}.",
         )
     except ValidationFailed as exc:
@@ -223,11 +281,14 @@ def _queue(backend: KubernetesBackend, cluster: Cluster, project: Project, group
         for pod in group.waiting:
             kube.tell_waiting(backend, pod, message)
         return
+    intake.taken.add((project.pk, name))
     _fill_slots(workload, group)
     log.info("%s: queued %s as workload %s", cluster.name, _described(group, first), workload.pk)
 
 
-def _submit_spec(cluster: Cluster, group: Group, pod: NativePod) -> tuple[str, dict[str, Any]]:
+def _submit_spec(
+    cluster: Cluster, group: Group, pod: NativePod, pools: list[str]
+) -> tuple[str, dict[str, Any]]:
     """The submit fields the pod's shape says; raises ValidationFailed for what no submit
     field can carry."""
     errors: dict[str, list[str]] = {}
@@ -249,7 +310,7 @@ def _submit_spec(cluster: Cluster, group: Group, pod: NativePod) -> tuple[str, d
         # A pod that asks for none (BestEffort) is counted as kube-scheduler scores it.
         "cpu": round(pod.cpu, 2) or NONZERO_CPU,
         "memory_mib": pod.memory_mib or NONZERO_MEMORY_MIB,
-        "node_pools": _cluster_pools(cluster),
+        "node_pools": pools,
     }
     if not spec["node_pools"]:
         errors["node_pools"] = [f"Cluster {cluster.name} has no node pool of its own."]
@@ -290,16 +351,22 @@ def _cluster_pools(cluster: Cluster) -> list[str]:
     return sorted(here - elsewhere)
 
 
-def _free_name(project: Project, group: Group, pod: NativePod) -> str:
+def _owner_name(group: Group) -> str:
+    return (group.owner.name if group.owner else group.waiting[0].name)[:57].rstrip("-")
+
+
+def _free_name(project: Project, group: Group, taken: set[tuple[int, str]]) -> str:
     """The owner's (or the pod's) name, with a piece of its uid when the project has a
-    workload of that name already."""
-    name = (group.owner.name if group.owner else pod.name)[:57].rstrip("-")
-    if Workload.objects.filter(project=project, name=name).exists():
+    workload of that name already (`taken`: read for the pass, and grown as it queues)."""
+    name = _owner_name(group)
+    if (project.pk, name) in taken:
         name = f"{name[:50].rstrip('-')}-{group.key.replace('-', '')[:6]}"
     return name
 
 
-def _native_record(group: Group, pod: NativePod) -> dict[str, Any]:
+def _native_record(group: Group, pod: NativePod, *, slots: bool = False) -> dict[str, Any]:
+    """`slots`: pod i of a new workload is its i-th waiting pod, written with the row (what
+    `_fill_slots` would write at once after it)."""
     owner = group.owner
     managers = [m.get("manager", "") for m in pod.raw["metadata"].get("managedFields") or []]
     return {
@@ -316,7 +383,7 @@ def _native_record(group: Group, pod: NativePod) -> dict[str, Any]:
             else {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
         ),
         "manager": next((m for m in managers if m), "")[:100],
-        "pods": [],
+        "pods": [[p.name, p.uid] for p in group.waiting[: group.size or 1]] if slots else [],
     }
 
 

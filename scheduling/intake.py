@@ -7,8 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from portal.models import Project
+from scheduling.fits import node_rooms_kept as intake_pass
 from scheduling.models import Workload
 from scheduling.services import workload_create_checked
+
+# `with intake_pass():` the submits of one intake pass read the nodes' sizes once.
+__all__ = ["intake_pass", "workload_submit_native"]
 
 
 def workload_submit_native(

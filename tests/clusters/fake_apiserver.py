@@ -48,6 +48,7 @@ import itertools
 import json
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -62,7 +63,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
-from tests.clusters.fake_generic import generic_route, sync_jobs, take_disruption
+from tests.clusters.fake_generic import (
+    JOBS,
+    controller_uid,
+    generic_route,
+    sync_jobs,
+    take_disruption,
+)
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -808,6 +815,10 @@ def _seen_as(kind: str, obj: dict, before: dict | None, visible: Any) -> str | N
 
 
 class _Server(ThreadingHTTPServer):
+    # The listen backlog the real server's (Go's net.Listen) gets: the system's somaxconn,
+    # not socketserver's 5, which resets connections a client's pool opens at once.
+    request_queue_size = socket.SOMAXCONN
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (a timed-out request, a "down" server) are expected."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -825,6 +836,9 @@ class FakeApiServer:
         # The Job controller (fake_generic.sync_jobs): after every write, and on run_controllers().
         self.job_controller = job_controller
         self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
+        self.touched_jobs: set[str] = set()  # uids of Jobs (or pods' controllers) written since
+        self.controlled: dict[str, set[tuple[str, str]]] = {}  # controller uid -> its pods
+        self._controller_of: dict[tuple[str, str], str] = {}
         self.random = random.Random(0)  # generated names: the same in every run
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -1028,14 +1042,24 @@ class FakeApiServer:
     def run_controllers(self) -> None:
         """What kube-controller-manager would do now: the Job controller (when enabled)
         syncs every Job until nothing changes. Synchronous, so tests need not wait."""
-        with self.lock:
-            for _ in range(10):  # a pass may make work for the next (a pod made, then counted)
-                if not sync_jobs(self, self.client()):
-                    return
+        self._sync_jobs(None)
 
     def after_change(self) -> None:
-        if self.job_controller:
-            self.run_controllers()
+        """The Job controller syncs the Jobs that a write touched (the Job, or one of its
+        pods), as the real one is driven by its informers' events: not every Job on every
+        write, which grew with Jobs x pods."""
+        if self.job_controller and self.touched_jobs:
+            self._sync_jobs(self.touched_jobs)
+
+    def _sync_jobs(self, uids: set[str] | None) -> None:
+        """`uids` None: every Job. Until a pass writes nothing (a pass may make work for the
+        next: a pod made, then counted), the Jobs that the last pass touched."""
+        with self.lock:
+            for _ in range(10):
+                self.touched_jobs = set()
+                if not sync_jobs(self, self.client(), uids) or not self.touched_jobs:
+                    return
+                uids = self.touched_jobs
 
     def client(self) -> Any:
         """The request handler's operations without a request: how the fake's controllers
@@ -1061,7 +1085,25 @@ class FakeApiServer:
         self._selected[key] = _selectable(resource, obj)
         self.objects[resource][(ns, obj["metadata"]["name"])] = obj
         self._event(rv, resource, event, obj)
+        self._touch(resource, ns, obj, present=True)
         return obj
+
+    def _touch(self, resource: str, ns: str, obj: dict, *, present: bool) -> None:
+        """The Job this write concerns, for the Job controller (`after_change`), and the
+        pods each controller has (`controlled`): its informers' index, so that a sync reads
+        a Job's pods without scanning every pod."""
+        if resource == JOBS:
+            self.touched_jobs.add(obj["metadata"].get("uid", ""))
+        if resource != "pods":
+            return
+        key = (ns, obj["metadata"]["name"])
+        if was := self._controller_of.pop(key, None):
+            self.controlled[was].discard(key)
+            self.touched_jobs.add(was)
+        if (uid := controller_uid(obj)) and present:
+            self._controller_of[key] = uid
+            self.controlled.setdefault(uid, set()).add(key)
+            self.touched_jobs.add(uid)
 
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
@@ -1071,6 +1113,7 @@ class FakeApiServer:
         self.last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         self._event(rv, resource, "DELETED", obj)
+        self._touch(resource, ns, obj, present=False)
         self._collect_garbage(obj["metadata"].get("uid"))
         return obj
 
@@ -1184,6 +1227,9 @@ def request_attributes(method: str, path: str, query: dict) -> tuple[str, ...] |
 def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as Go's net package sets on every connection of the real server:
+        # else a keep-alive client waits out its delayed ACK (40 ms) for each answer's body.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass
@@ -1847,12 +1893,16 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve_in_process(stack: Any, nodes: int, gpus: int, window: int | None = None) -> dict:
+def serve_in_process(
+    stack: Any, nodes: int, gpus: int, window: int | None = None, *, job_controller: bool = False
+) -> dict:
     """Start `main()` in a child process (closed when `stack`, an ExitStack, unwinds) and
     return a kubeconfig for it: what the `bench_*` commands measure against."""
     args = [sys.executable, "-m", "tests.clusters.fake_apiserver", str(nodes), str(gpus)]
     if window is not None:
         args.append(str(window))
+    if job_controller:
+        args.append("--job-controller")
     server = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     stack.callback(server.wait, 30)
     stack.callback(server.stdin.close)
@@ -1860,12 +1910,14 @@ def serve_in_process(stack: Any, nodes: int, gpus: int, window: int | None = Non
 
 
 def main() -> None:
-    """`python -m tests.clusters.fake_apiserver NODES GPUS [WINDOW]`: serve in its own process (so
-    a benchmark's client does not share a GIL with it), print the URL, stop at EOF."""
-    nodes, gpus = int(sys.argv[1]), int(sys.argv[2])
-    with FakeApiServer() as api:
-        if len(sys.argv) > 3:  # events kept for watches (a real server keeps minutes' worth)
-            api.event_window = int(sys.argv[3])
+    """`python -m tests.clusters.fake_apiserver NODES GPUS [WINDOW] [--job-controller]`: serve
+    in its own process (so a benchmark's client does not share a GIL with it), print the URL,
+    stop at EOF."""
+    argv = [a for a in sys.argv[1:] if a != "--job-controller"]
+    nodes, gpus = int(argv[0]), int(argv[1])
+    with FakeApiServer(job_controller="--job-controller" in sys.argv) as api:
+        if len(argv) > 2:  # events kept for watches (a real server keeps minutes' worth)
+            api.event_window = int(argv[2])
         for i in range(nodes):
             api.add_node(f"bench-{i}", gpus=gpus, labels={"gpupool.io/node-pool": "bench"})
         print(api.url, flush=True)

@@ -389,11 +389,13 @@ CHECKS = {
 JOBS, BUDGETS = "batch/v1/jobs", "policy/v1/poddisruptionbudgets"
 
 
-def sync_jobs(api: Any, client: Any) -> bool:
-    """One pass of the Job controller over every Job; True when it wrote anything."""
+def sync_jobs(api: Any, client: Any, uids: set[str] | None = None) -> bool:
+    """One pass of the Job controller over every Job (or those with these uids); True
+    when it wrote anything."""
     changed = False
     for job in [j for _, j in sorted(api.objects.get(JOBS, {}).items())]:
-        changed = _sync_job(api, client, job) or changed
+        if uids is None or job["metadata"].get("uid") in uids:
+            changed = _sync_job(api, client, job) or changed
     return changed
 
 
@@ -451,11 +453,8 @@ def _sync_job(api: Any, client: Any, job: dict) -> bool:
 
 
 def _count_pods(api: Any, uid: str, ns: str) -> tuple[dict[str, str], list[dict]]:
-    pods = [
-        p
-        for (pod_ns, _), p in sorted(api.objects["pods"].items())
-        if pod_ns == ns and _controller_uid(p) == uid
-    ]
+    mine = sorted(key for key in api.controlled.get(uid, ()) if key[0] == ns)
+    pods = [api.objects["pods"][key] for key in mine]
     outcome = api.job_pods.setdefault(uid, {})
     present = {p["metadata"]["uid"]: p for p in pods}
     for pod_uid in present:
@@ -490,7 +489,7 @@ def _tallies(outcome: dict[str, str], pods: list[dict]) -> dict:
     }
 
 
-def _controller_uid(pod: dict) -> str | None:
+def controller_uid(pod: dict) -> str | None:
     owners = pod["metadata"].get("ownerReferences") or []
     return next((o.get("uid") for o in owners if o.get("controller")), None)
 

@@ -182,7 +182,13 @@ class KubernetesBackend(Backend):
         self.requests += 1
         for attempt in range(self.attempts):
             try:
-                return fn(*args, **kwargs)
+                answer = fn(*args, **kwargs)
+                if kwargs.get("_preload_content") is False:
+                    # Read to the end, kept on the answer: only then does its connection go
+                    # back to the pool (unread, the next request opens another: on a real
+                    # cluster, a TLS handshake per request).
+                    self.bytes_read += len(answer.data)
+                return answer
             except ApiException as exc:
                 if exc.status not in RETRYABLE or attempt == self.attempts - 1:
                     raise
@@ -204,7 +210,6 @@ class KubernetesBackend(Backend):
 
     def _json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
         response = self.call(fn, *args, _preload_content=False, **kwargs)
-        self.bytes_read += len(response.data)
         answer = json.loads(response.data)
         resource = WRITTEN_KINDS.get(answer.get("kind", "")) if isinstance(answer, dict) else None
         if resource and fn.__name__.startswith(("create_", "delete_", "patch_", "replace_")):

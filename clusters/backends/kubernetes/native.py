@@ -225,6 +225,9 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
             raise BackendError(f"pod {spec.namespace}/{spec.native_pod} is gone") from exc
         if exc.status != 409:
             raise BackendError(f"bind {spec.namespace}/{spec.native_pod}: {said(exc)}") from exc
+    # Read back, though a 201 says it is ours: the pod's new version is what the next
+    # pass's watch must have caught up with (a Binding's answer carries none), or that
+    # pass could see it unbound and take it for lost.
     pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
     seen(backend, pod)
     found = native_pod(pod)

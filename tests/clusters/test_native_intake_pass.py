@@ -1,0 +1,62 @@
+"""One intake pass queues many groups with what it read once for all (clusters/native.py
+`Intake`): names taken, Jobs read in parallel, and each group still gets its own answer."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+
+from clusters.reconcile import cluster_reconcile
+from scheduling.cycle import cycle_run
+from scheduling.models import WorkloadState as S
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_kubernetes_native import (  # noqa: F401 - the fixture
+    NS,
+    job_body,
+    native_workloads,
+    pod_body,
+    setup,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_groups_of_one_name_queued_in_one_pass_get_names_of_their_own(kube, setup, org):  # noqa: F811
+    kube.require_fake()
+    cluster, core = setup
+
+    k8s.BatchV1Api(core.api_client).create_namespaced_job(NS, job_body("train", 2))
+    core.create_namespaced_pod(NS, pod_body("train"))
+    core.create_namespaced_pod(NS, pod_body("solo"))
+    cluster_reconcile(cluster)
+    by_owner = {w.spec["native"]["owner"]["kind"]: w for w in native_workloads()}
+    assert set(by_owner) == {"Job", "Pod"}
+    job, pod = by_owner["Job"], by_owner["Pod"]
+    assert job.pods == 2  # the Job's parallelism, read for the pass
+    names = sorted(w.name for w in native_workloads())
+    # The older one keeps the name; the other has a piece of its uid added.
+    assert names[0] == "solo" and "train" in names[1:]
+    other = job if job.name != "train" else pod
+    assert other.name.startswith("train-") and len(other.name) == len("train-") + 6
+
+
+def test_a_pod_bound_by_our_binding_is_read_back_once(kube, setup, org):  # noqa: F811
+    """201 to our Binding: the pod is read back once (its new version is what the next
+    pass's watch must have seen: a Binding's answer carries none), and one Scheduled
+    event is written."""
+    fake = kube.require_fake()
+    cluster, core = setup
+    core.create_namespaced_pod(NS, pod_body("trainer"))
+    cluster_reconcile(cluster)
+    cycle_run()
+    fake.requests.clear()
+    cluster_reconcile(cluster)
+    path = f"/api/v1/namespaces/{NS}/pods/trainer"
+    assert ("POST", f"{path}/binding") in fake.requests
+    assert fake.requests.count(("GET", path)) == 1
+    (workload,) = native_workloads()
+    pod = fake.pod(NS, "trainer")
+    assert workload.allocations.get().node.name == pod["spec"]["nodeName"]
+    assert workload.state in (S.ADMITTED, S.RUNNING)
+    reasons = [e["reason"] for e in fake.events(NS) if e["involvedObject"]["name"] == "trainer"]
+    assert reasons.count("Scheduled") == 1
