@@ -18,6 +18,7 @@ The Django side (grouping into workloads, quotas) is `clusters/native.py`.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -354,3 +355,42 @@ def record_event(
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The kinds `gpupool submit -f` may create (clusters/manifest_submit.py), and the client
+# call that creates each.
+CREATABLE = {
+    ("v1", "Pod"): (k8s.CoreV1Api, "create_namespaced_pod"),
+    ("batch/v1", "Job"): (k8s.BatchV1Api, "create_namespaced_job"),
+}
+
+
+class ManifestRefused(BackendError):
+    """The API server refused a submitted object for what it is (validation, admission,
+    a name taken): asking again will not help; its message is for the submitter."""
+
+
+def create(backend: KubernetesBackend, body: dict) -> dict:
+    """Create a submitted object in its namespace, as the cluster's user; the object as
+    the API server answers it (its name made from `generateName`, its uid)."""
+    api_class, method = CREATABLE[(body["apiVersion"], body["kind"])]
+    namespace = body["metadata"]["namespace"]
+    api = api_class(backend.api.api_client)
+    try:
+        response = backend.call(getattr(api, method), namespace, body, _preload_content=False)
+    except ApiException as exc:
+        if exc.status in (400, 403, 404, 409, 422):
+            raise ManifestRefused(said(exc)) from exc
+        raise BackendError(f"create {body['kind']} in {namespace}: {said(exc)}") from exc
+    return json.loads(response.data)
+
+
+def namespace_labels(backend: KubernetesBackend, namespace: str) -> dict[str, str]:
+    """The namespace's labels (its Pod Security level); none for one that is not there."""
+    try:
+        found = backend.call(backend.api.read_namespace, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise BackendError(f"namespace {namespace}: {said(exc)}") from exc
+    return dict((json.loads(found.data).get("metadata") or {}).get("labels") or {})

@@ -1,0 +1,202 @@
+"""A manifest submitted as YAML (`gpupool submit -f`, the form, the API) is created in the
+project's namespace with GPUPool's scheduler named, then queued and bound by the intake like
+an object made with kubectl; every refusal names its field (issue 26)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from django.core.exceptions import PermissionDenied
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from clusters.manifest_submit import manifest_submit
+from clusters.models import Cluster, NodePool
+from portal.errors import ValidationFailed
+from portal.models import AuditLog
+from scheduling.bounds import MANIFEST_MAX_BYTES
+from scheduling.models import Workload, WorkloadState
+from tests import factories as f
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_kubernetes_native import job_body, pod_body, step
+
+S = WorkloadState
+ENFORCE = "pod-security.kubernetes.io/enforce"
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def cluster(kube, org):  # noqa: F811
+    cluster = kube.cluster()
+    kube.nodes(cluster)  # the org's pool a100 is adopted: the project has quota on it
+    if kube.fake is not None:
+        kube.fake.job_controller = True
+    return cluster
+
+
+def core(kube) -> k8s.CoreV1Api:  # noqa: F811
+    return k8s.CoreV1Api(k8s_config.new_client_from_config_dict(kube.kubeconfig))
+
+
+@pytest.fixture
+def restricted(kube, org, cluster):  # noqa: F811
+    """The project's namespace, made by its team's admin to enforce `restricted`."""
+    ns = org.project_a.namespace
+    core(kube).create_namespace({"metadata": {"name": ns, "labels": {ENFORCE: "restricted"}}})
+    return ns
+
+
+def job_yaml(name: str = "sweep", parallelism: int = 2, **meta) -> str:
+    body = job_body(name, parallelism, **meta)
+    del body["spec"]["template"]["spec"]["schedulerName"]  # GPUPool sets it
+    return yaml.safe_dump(body)
+
+
+def pod_yaml(name: str = "lone", **spec) -> str:
+    body = {"apiVersion": "v1", "kind": "Pod", **pod_body(name)}
+    body["spec"].update(spec)
+    return yaml.safe_dump(body)
+
+
+def refusal(org, text: str, **kwargs) -> dict:
+    with pytest.raises(ValidationFailed) as caught:
+        manifest_submit(actor=org.researcher, project=org.project_a, text=text, **kwargs)
+    return caught.value.errors
+
+
+def test_a_job_submitted_as_yaml_is_created_in_the_project_namespace_then_queued_and_bound(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    fake = kube.require_fake()
+    ns = org.project_a.namespace
+    made = manifest_submit(actor=org.researcher, project=org.project_a, text=job_yaml())
+    assert (made.kind, made.name, made.namespace, made.cluster) == ("Job", "sweep", ns, "kube")
+    job = fake.objects["batch/v1/jobs"][(ns, "sweep")]
+    assert job["spec"]["template"]["spec"]["schedulerName"] == "gpupool"
+    assert job["metadata"]["annotations"]["gpupool.io/submitted-by"] == "rita"
+    assert made.uid == job["metadata"]["uid"]
+    step(cluster)
+    (workload,) = Workload.objects.filter(spec__native__owner__name="sweep")
+    assert (workload.project, workload.kind, workload.pods) == (org.project_a, "distributed", 2)
+    cluster_pods = [p for p in fake.pods() if p["metadata"]["namespace"] == ns]
+    assert len(cluster_pods) == 2
+    assert all(p["spec"].get("nodeName") for p in cluster_pods)
+    workload.refresh_from_db()
+    assert workload.state in (S.ADMITTED, S.RUNNING)
+    audit = AuditLog.objects.get(action="manifest.submit")
+    assert (audit.actor, audit.after["name"], audit.after["namespace"]) == (
+        org.researcher,
+        "sweep",
+        ns,
+    )
+
+
+def test_a_pod_given_the_project_namespace_is_created_and_one_naming_another_is_refused(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    ns = org.project_a.namespace
+    made = manifest_submit(
+        actor=org.researcher, project=org.project_a, text=pod_yaml(), cluster=cluster
+    )
+    pod = core(kube).read_namespaced_pod("lone", ns)
+    assert (made.kind, pod.spec.scheduler_name) == ("Pod", "gpupool")
+    elsewhere = yaml.safe_load(pod_yaml("away"))
+    elsewhere["metadata"]["namespace"] = "kube-system"
+    errors = refusal(org, yaml.safe_dump(elsewhere))
+    assert "metadata.namespace: this project's namespace is " + ns in errors["manifest"][0]
+    assert "kube-system" in errors["manifest"][0]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("kind: [unclosed", "Not valid YAML"),
+        ("apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\n", "Not valid YAML"),
+        ("- a list", "Give one Kubernetes object"),
+        ("a: &x [1]\nb: *x\n", "anchors and aliases"),
+        (yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}),
+         "apps/v1 Deployment may not be submitted here; allowed: v1 Pod, batch/v1 Job"),
+        ("x: " + "y" * MANIFEST_MAX_BYTES, "At most 128 KiB"),
+    ],
+)  # fmt: skip
+def test_bad_text_is_refused_on_the_manifest_field_before_the_cluster_is_asked(
+    kube,  # noqa: F811
+    org,
+    cluster,
+    text,
+    says,
+):
+    errors = refusal(org, text)
+    assert says in errors["manifest"][0]
+    assert list(errors) == ["manifest"]
+
+
+def test_a_kind_the_admin_does_not_allow_is_refused(kube, org, cluster, settings):  # noqa: F811
+    settings.GPUPOOL_MANIFEST_KINDS = ["v1 Pod"]
+    errors = refusal(org, job_yaml())
+    assert "batch/v1 Job may not be submitted here; allowed: v1 Pod." in errors["manifest"][0]
+
+
+def test_a_privileged_pod_in_a_restricted_project_is_refused_before_the_server(
+    kube,  # noqa: F811
+    org,
+    restricted,
+):
+    ns = restricted
+    body = yaml.safe_load(job_yaml("priv", 1))
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"] = {"privileged": True}
+    body["spec"]["template"]["spec"]["hostNetwork"] = True
+    errors = refusal(org, yaml.safe_dump(body))
+    assert errors["manifest"] == [
+        f"spec.template.spec: namespace {ns} enforces the restricted Pod Security level, which "
+        "forbids hostNetwork: true; privileged container 'main'."
+    ]
+    assert k8s.BatchV1Api(core(kube).api_client).list_namespaced_job(ns).items == []
+
+
+def test_a_pod_security_refusal_of_the_api_server_is_the_manifest_field_error(org, restricted):
+    errors = refusal(org, pod_yaml())  # runs as root, may escalate: restricted says no
+    (message,) = errors["manifest"]
+    assert message.startswith("The cluster refused it: 403 Forbidden")
+    assert 'violates PodSecurity "restricted:latest"' in message
+
+
+def test_gpu_fractions_and_another_scheduler_are_refused(kube, org, cluster):  # noqa: F811
+    body = yaml.safe_load(pod_yaml())
+    body["metadata"]["annotations"] = {"gpupool.io/gpu-fraction": "0.5"}
+    assert "not supported yet" in refusal(org, yaml.safe_dump(body))["manifest"][0]
+    other = pod_yaml(schedulerName="default-scheduler")
+    assert (
+        "spec.schedulerName: pods submitted here are scheduled by gpupool"
+        in (refusal(org, other)["manifest"][0])
+    )
+
+
+def test_the_cluster_must_be_chosen_among_several_and_hold_the_project_quota(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    second = kube.cluster("second")
+    NodePool.objects.create(name="h100", cluster=second)
+    assert (
+        "no quota on second; one of kube" in refusal(org, pod_yaml(), cluster=second)["cluster"][0]
+    )
+    f.make_project_quota(org.project_a, NodePool.objects.get(name="h100"), gpus=1)
+    assert refusal(org, pod_yaml())["cluster"] == ["Choose the cluster: kube, second."]
+    Cluster.objects.filter(pk=second.pk).update(enabled=False)
+    assert (
+        manifest_submit(actor=org.researcher, project=org.project_a, text=pod_yaml()).cluster
+        == "kube"
+    )
+
+
+def test_an_outsider_may_not_submit_to_the_project(kube, org, cluster):  # noqa: F811
+    with pytest.raises(PermissionDenied):
+        manifest_submit(actor=org.outsider, project=org.project_a, text=pod_yaml())
+    assert not AuditLog.objects.filter(action="manifest.submit").exists()
