@@ -40,6 +40,7 @@ from scheduling.bounds import MANIFEST_MAX_BYTES
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 SUBMITTED_BY = "gpupool.io/submitted-by"
+MAX_DEPTH = 32  # a Pod or Job is about 10 levels deep
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,15 @@ def manifest_submit(
     return submitted
 
 
+def submitted_message(made: Submitted, project: Project) -> str:
+    """What was made and where to see it, for the API, the CLI and the form."""
+    return (
+        f"Created {made.kind} {made.namespace}/{made.name} on cluster {made.cluster}. The "
+        f"next reconcile pass (a few seconds) queues it as a workload of {project.name}: "
+        f"`gpupool list --project {project.name}`, or `kubectl describe` it."
+    )
+
+
 def allowed_kinds() -> list[tuple[str, str]]:
     """(apiVersion, kind) pairs the platform admin allows that GPUPool can create."""
     pairs = [tuple(item.split(None, 1)) for item in settings.GPUPOOL_MANIFEST_KINDS]
@@ -105,10 +115,7 @@ def manifest_parse(text: str) -> dict[str, Any]:
     if len(text.encode()) > MANIFEST_MAX_BYTES:
         _refuse(f"At most {MANIFEST_MAX_BYTES // 1024} KiB of YAML (one object).")
     try:
-        # Anchors and aliases could make a small text a huge object: refused, as one line
-        # of JSON cannot carry them either.
-        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader)):
-            _refuse("YAML anchors and aliases (*name) are not accepted: write the values out.")
+        _check_events(text)
         body = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         _refuse(f"Not valid YAML (one document): {str(exc)[:300]}")
@@ -127,8 +134,35 @@ def manifest_parse(text: str) -> dict[str, Any]:
     return body
 
 
+def _check_events(text: str) -> None:
+    """Refuse what a small text could still blow up: aliases (a few lines can stand for a
+    huge object) and deep nesting (PyYAML builds objects recursively: 20,000 brackets
+    would exhaust Python's stack). One pass over the parser's events, no object built."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            _refuse("YAML anchors and aliases (*name) are not accepted: write the values out.")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                _refuse(f"Nested more than {MAX_DEPTH} levels deep.")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def _refuse(message: str) -> Any:
     raise ValidationFailed({"manifest": [message]})
+
+
+def manifest_cluster(value: str) -> Cluster:
+    """An enabled Kubernetes cluster by name (or id); ValidationFailed on `cluster`."""
+    clusters = Cluster.objects.filter(backend=Backend.KUBERNETES, enabled=True)
+    found = clusters.filter(name=value).first()
+    if found is None and value.isdigit() and len(value) < 19:
+        found = clusters.filter(pk=int(value)).first()
+    if found is None:
+        raise ValidationFailed({"cluster": [f"No enabled Kubernetes cluster {value[:63]}."]})
+    return found
 
 
 def _cluster_for(project: Project, chosen: Cluster | None) -> Cluster:

@@ -9,6 +9,7 @@ import yaml
 from django.core.exceptions import PermissionDenied
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from rest_framework.test import APIClient
 
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, NodePool
@@ -118,10 +119,12 @@ def test_a_pod_given_the_project_namespace_is_created_and_one_naming_another_is_
         ("apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\n", "Not valid YAML"),
         ("- a list", "Give one Kubernetes object"),
         ("a: &x [1]\nb: *x\n", "anchors and aliases"),
+        ("[" * 20_000 + "]" * 20_000, "Nested more than 32 levels deep"),
         (yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}),
          "apps/v1 Deployment may not be submitted here; allowed: v1 Pod, batch/v1 Job"),
         ("x: " + "y" * MANIFEST_MAX_BYTES, "At most 128 KiB"),
     ],
+    ids=["malformed", "two-documents", "a-list", "aliases", "too-deep", "deployment", "too-large"],
 )  # fmt: skip
 def test_bad_text_is_refused_on_the_manifest_field_before_the_cluster_is_asked(
     kube,  # noqa: F811
@@ -200,3 +203,53 @@ def test_an_outsider_may_not_submit_to_the_project(kube, org, cluster):  # noqa:
     with pytest.raises(PermissionDenied):
         manifest_submit(actor=org.outsider, project=org.project_a, text=pod_yaml())
     assert not AuditLog.objects.filter(action="manifest.submit").exists()
+
+
+def api_as(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_the_api_creates_it_and_says_what_and_where(kube, org, cluster):  # noqa: F811
+    answer = api_as(org.researcher).post(
+        "/api/v1/manifests/",
+        {"project": "ml-vision", "cluster": "kube", "manifest": job_yaml("by-api", 1)},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    ns = org.project_a.namespace
+    assert {k: body[k] for k in ("api_version", "kind", "name", "namespace", "cluster")} == {
+        "api_version": "batch/v1", "kind": "Job", "name": "by-api", "namespace": ns,
+        "cluster": "kube",
+    }  # fmt: skip
+    assert "gpupool list --project ml-vision" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "says"),
+    [
+        ({"manifest": "kind: [x"}, "manifest", "Not valid YAML"),
+        ({"cluster": "nowhere"}, "cluster", "No enabled Kubernetes cluster nowhere."),
+        ({"project": "nlp"}, "project", "No project nlp that you can see."),
+        ({"manifest": ""}, "manifest", "may not be blank"),
+    ],
+)
+def test_the_api_names_the_field_of_each_refusal(kube, org, cluster, data, field, says):  # noqa: F811
+    data = {"project": "ml-vision", "manifest": pod_yaml(), **data}
+    answer = api_as(org.researcher).post("/api/v1/manifests/", data, format="json")
+    assert answer.status_code == 400
+    assert list(answer.json()) == [field]
+    assert says in answer.json()[field][0]
+
+
+def test_the_api_refuses_who_may_not_submit_to_the_project(kube, org, cluster):  # noqa: F811
+    viewer = f.make_user("vic")
+    f.make_membership(viewer, role=f.Role.VIEWER, project=org.project_a)
+    data = {"project": "ml-vision", "manifest": pod_yaml()}
+    assert api_as(viewer).post("/api/v1/manifests/", data, format="json").status_code == 403
+    outsider = api_as(org.outsider).post("/api/v1/manifests/", data, format="json")
+    assert outsider.status_code == 400  # a project one cannot see is not named to them
+    assert APIClient().post("/api/v1/manifests/", data, format="json").status_code in (401, 403)
+    assert core(kube).list_namespaced_pod(org.project_a.namespace).items == []
