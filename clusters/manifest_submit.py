@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from uuid import uuid4
 
 import yaml
 from django.conf import settings
@@ -68,7 +69,8 @@ def manifest_submit(
         backend.ensure_namespace(project.namespace, project.name)
         labels = kube.namespace_labels(backend, project.namespace)
         _prepare(body, project.namespace, kube.scheduler_name(backend), labels.get(ENFORCE, ""))
-        body["metadata"].setdefault("annotations", {})[SUBMITTED_BY] = actor.get_username()
+        annotations = body["metadata"].setdefault("annotations", {})
+        annotations.update({SUBMITTED_BY: actor.get_username(), kube.SUBMISSION: uuid4().hex})
         created = backend.create_manifest(body)
     except kube.ManifestRefused as exc:
         raise ValidationFailed({"manifest": [f"The cluster refused it: {exc}"]}) from exc
@@ -131,6 +133,8 @@ def manifest_parse(text: str) -> dict[str, Any]:
     if not isinstance(body.get("metadata") or {}, dict) or not isinstance(body.get("spec"), dict):
         _refuse("metadata and spec must be mappings.")
     body["metadata"] = dict(body.get("metadata") or {})
+    if not isinstance(body["metadata"].get("annotations") or {}, dict):
+        _refuse("metadata.annotations must be a mapping.")
     return body
 
 
@@ -211,6 +215,9 @@ def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
         if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
             _refuse("spec.template.spec: a Job needs a pod template.")
     pod_meta = pod.get("metadata") or {}
+    if not isinstance(pod_meta, dict) or not isinstance(pod_meta.get("annotations") or {}, dict):
+        where = "spec.template.metadata" if body["kind"] == "Job" else "metadata"
+        _refuse(f"{where}: must be a mapping, its annotations too.")
     spec = pod["spec"]
     if spec.get("schedulerName") not in (None, "", scheduler):
         _refuse(
@@ -236,16 +243,23 @@ def baseline_violations(spec: dict) -> list[str]:
     found = [f"{k}: true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k) is True]
     found += [
         f"hostPath volume {v.get('name')!r}"
-        for v in spec.get("volumes") or []
+        for v in _items(spec.get("volumes"))
         if isinstance(v, dict) and v.get("hostPath") is not None
     ]
     for key in ("initContainers", "containers", "ephemeralContainers"):
-        for container in spec.get(key) or []:
+        for container in _items(spec.get(key)):
             if not isinstance(container, dict):
                 continue
             name = container.get("name")
             if (container.get("securityContext") or {}).get("privileged") is True:
                 found.append(f"privileged container {name!r}")
-            if any(isinstance(p, dict) and p.get("hostPort") for p in container.get("ports") or []):
+            if any(
+                isinstance(p, dict) and p.get("hostPort") for p in _items(container.get("ports"))
+            ):
                 found.append(f"hostPort in container {name!r}")
     return found
+
+
+def _items(value: Any) -> list:
+    """A list field as given; anything else (the API server refuses it) as empty."""
+    return value if isinstance(value, list) else []

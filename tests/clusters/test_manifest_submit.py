@@ -4,6 +4,8 @@ an object made with kubectl; every refusal names its field (issue 26)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import yaml
 from django.core.exceptions import PermissionDenied
@@ -11,6 +13,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from rest_framework.test import APIClient
 
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.native import SUBMISSION, ManifestRefused
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, NodePool
 from portal.errors import ValidationFailed
@@ -20,6 +24,7 @@ from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import job_body, pod_body, step
+from tests.scheduling.test_cli import gp, logged_in  # noqa: F401 - the fixtures
 
 S = WorkloadState
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -169,6 +174,27 @@ def test_a_pod_security_refusal_of_the_api_server_is_the_manifest_field_error(or
     assert 'violates PodSecurity "restricted:latest"' in message
 
 
+def test_a_create_whose_answer_was_lost_finds_its_own_object_and_a_name_taken_is_refused(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    """A retried create (its first answer lost to a timeout, the object made) meets its
+    own object: 409, read back, taken as made when it carries this submission's id."""
+    ns = org.project_a.namespace
+    backend = KubernetesBackend(cluster)
+    backend.ensure_namespace(ns)
+    body = yaml.safe_load(job_yaml("slow", 1))
+    body["metadata"].update(namespace=ns, annotations={SUBMISSION: "first-try"})
+    made = backend.create_manifest(copy.deepcopy(body))  # the try whose answer was lost
+    assert (
+        backend.create_manifest(copy.deepcopy(body))["metadata"]["uid"] == made["metadata"]["uid"]
+    )
+    body["metadata"]["annotations"][SUBMISSION] = "another-submission"
+    with pytest.raises(ManifestRefused, match='409 Conflict: .*"slow" already exists'):
+        backend.create_manifest(body)
+
+
 def test_gpu_fractions_and_another_scheduler_are_refused(kube, org, cluster):  # noqa: F811
     body = yaml.safe_load(pod_yaml())
     body["metadata"]["annotations"] = {"gpupool.io/gpu-fraction": "0.5"}
@@ -253,3 +279,25 @@ def test_the_api_refuses_who_may_not_submit_to_the_project(kube, org, cluster): 
     assert outsider.status_code == 400  # a project one cannot see is not named to them
     assert APIClient().post("/api/v1/manifests/", data, format="json").status_code in (401, 403)
     assert core(kube).list_namespaced_pod(org.project_a.namespace).items == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gpupool_submit_f_creates_it_and_prints_where_refusals_exit_non_zero(
+    kube,  # noqa: F811
+    org,
+    cluster,
+    logged_in,  # noqa: F811
+    tmp_path,
+):
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(job_yaml("by-cli", 1))
+    out = logged_in("submit", "-f", str(manifest), "--project", "ml-vision")
+    ns = org.project_a.namespace
+    assert f"Created Job {ns}/by-cli on cluster kube." in out
+    job = k8s.BatchV1Api(core(kube).api_client).read_namespaced_job("by-cli", ns)
+    assert job.spec.template.spec.scheduler_name == "gpupool"
+    manifest.write_text(job_yaml("again", 1, namespace="default"))
+    out = logged_in("submit", "-f", str(manifest), "--project", "ml-vision", ok=False)
+    assert f"manifest: metadata.namespace: this project's namespace is {ns}" in out
+    out = logged_in("submit", "-f", str(manifest), "training", "x", ok=False)
+    assert "Give either -f MANIFEST or a kind to submit, not both." in out

@@ -358,11 +358,14 @@ def _now() -> str:
 
 
 # The kinds `gpupool submit -f` may create (clusters/manifest_submit.py), and the client
-# call that creates each.
+# calls that create and read each.
 CREATABLE = {
-    ("v1", "Pod"): (k8s.CoreV1Api, "create_namespaced_pod"),
-    ("batch/v1", "Job"): (k8s.BatchV1Api, "create_namespaced_job"),
+    ("v1", "Pod"): (k8s.CoreV1Api, "create_namespaced_pod", "read_namespaced_pod"),
+    ("batch/v1", "Job"): (k8s.BatchV1Api, "create_namespaced_job", "read_namespaced_job"),
 }
+# A submission's own id, on the object: a create retried after a lost answer (a timeout)
+# meets its own object (409) and takes it as made.
+SUBMISSION = "gpupool.io/submission"
 
 
 class ManifestRefused(BackendError):
@@ -373,16 +376,33 @@ class ManifestRefused(BackendError):
 def create(backend: KubernetesBackend, body: dict) -> dict:
     """Create a submitted object in its namespace, as the cluster's user; the object as
     the API server answers it (its name made from `generateName`, its uid)."""
-    api_class, method = CREATABLE[(body["apiVersion"], body["kind"])]
-    namespace = body["metadata"]["namespace"]
+    api_class, create_, read = CREATABLE[(body["apiVersion"], body["kind"])]
+    meta = body["metadata"]
     api = api_class(backend.api.api_client)
     try:
-        response = backend.call(getattr(api, method), namespace, body, _preload_content=False)
+        response = backend.call(
+            getattr(api, create_), meta["namespace"], body, _preload_content=False
+        )
     except ApiException as exc:
+        if exc.status == 409 and meta.get("name"):
+            found = _read_quietly(backend, getattr(api, read), meta)
+            mine = (meta.get("annotations") or {}).get(SUBMISSION)
+            if (
+                mine
+                and (found.get("metadata", {}).get("annotations") or {}).get(SUBMISSION) == mine
+            ):
+                return found  # made by an earlier try of this create, whose answer was lost
         if exc.status in (400, 403, 404, 409, 422):
             raise ManifestRefused(said(exc)) from exc
-        raise BackendError(f"create {body['kind']} in {namespace}: {said(exc)}") from exc
+        raise BackendError(f"create {body['kind']} in {meta['namespace']}: {said(exc)}") from exc
     return json.loads(response.data)
+
+
+def _read_quietly(backend: KubernetesBackend, read: Any, meta: dict) -> dict:
+    try:
+        return backend._json(read, meta["name"], meta["namespace"])
+    except ApiException:
+        return {}
 
 
 def namespace_labels(backend: KubernetesBackend, namespace: str) -> dict[str, str]:
