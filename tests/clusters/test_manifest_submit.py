@@ -301,3 +301,43 @@ def test_gpupool_submit_f_creates_it_and_prints_where_refusals_exit_non_zero(
     assert f"manifest: metadata.namespace: this project's namespace is {ns}" in out
     out = logged_in("submit", "-f", str(manifest), "training", "x", ok=False)
     assert "Give either -f MANIFEST or a kind to submit, not both." in out
+
+
+def test_the_from_yaml_form_creates_it_and_shows_refusals_beside_the_text(
+    kube,  # noqa: F811
+    org,
+    cluster,
+    client_as,
+):
+    page = client_as(org.researcher)
+    assert page.get("/workloads/new-yaml/").status_code == 200
+    assert b'href="/workloads/new-yaml/"' in page.get("/workloads/new/training/").content
+    ns = org.project_a.namespace
+    form = {"project": org.project_a.pk, "cluster": "", "manifest": job_yaml("by-form", 1)}
+    answer = page.post("/workloads/new-yaml/", form, follow=True)
+    assert answer.redirect_chain == [("/workloads/?project=ml-vision", 302)]
+    assert f"Created Job {ns}/by-form on cluster kube." in answer.content.decode()
+    assert k8s.BatchV1Api(core(kube).api_client).read_namespaced_job("by-form", ns)
+    form["manifest"] = job_yaml("elsewhere", 1, namespace="default")
+    answer = page.post("/workloads/new-yaml/", form)
+    assert answer.status_code == 200
+    errors = answer.context["form"].errors
+    assert list(errors) == ["manifest"]
+    assert "metadata.namespace: this project&#x27;s namespace is" in _row(answer, "manifest")
+
+
+def _row(answer, field: str) -> str:
+    """The form row of `field`: its input, help and errors (no nested div for a textarea)."""
+    html = answer.content.decode()
+    start = html.index(f'id="row-{field}"')
+    return html[start : html.index("</div>", start)]
+
+
+def test_the_from_yaml_form_offers_only_projects_one_may_submit_to(kube, org, cluster, client_as):  # noqa: F811
+    page = client_as(org.outsider)
+    form = {"project": org.project_a.pk, "manifest": pod_yaml()}
+    answer = page.post("/workloads/new-yaml/", form)
+    assert "project" in answer.context["form"].errors
+    assert core(kube).list_namespaced_pod(org.project_a.namespace).items == []
+    anonymous = client_as(None).get("/workloads/new-yaml/")
+    assert anonymous.status_code == 302 and "/login" in anonymous["Location"]
