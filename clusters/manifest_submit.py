@@ -11,9 +11,9 @@ with kubectl (clusters/native.py, docs/kubernetes-native.md).
    picks when there are several);
 4. the object: its namespace is the project's (set when left out, refused when another),
    its pods name the cluster's scheduler, ask for no GPU fraction, and break none of the
-   `baseline` Pod Security checks when the namespace enforces baseline or restricted (a
-   Job's template is not checked by the API server, only its pods later); the rest is the
-   API server's to refuse, its message the error;
+   `baseline` Pod Security checks when the namespace enforces baseline or restricted; the
+   rest is the API server's to refuse, its message the error (a Job's template is first
+   created as a dry-run pod: the server admits any Job and refuses its pods only later);
 5. created by the cluster's backend, and the audit log says who made what where.
 """
 

@@ -195,6 +195,22 @@ def test_a_create_whose_answer_was_lost_finds_its_own_object_and_a_name_taken_is
         backend.create_manifest(body)
 
 
+def test_a_job_whose_pods_the_namespace_would_refuse_is_refused_before_it_is_made(
+    kube,  # noqa: F811
+    org,
+    restricted,
+):
+    """The API server admits any Job; its pods are refused later. A dry run of one asks now."""
+    (message,) = refusal(org, job_yaml("rooted", 1))["manifest"]
+    assert message.startswith(
+        "The cluster refused it: spec.template: its pods would be refused: 403 Forbidden: "
+    )
+    assert 'violates PodSecurity "restricted:latest"' in message
+    batch = k8s.BatchV1Api(core(kube).api_client)
+    assert batch.list_namespaced_job(restricted).items == []
+    assert core(kube).list_namespaced_pod(restricted).items == []
+
+
 def test_gpu_fractions_and_another_scheduler_are_refused(kube, org, cluster):  # noqa: F811
     body = yaml.safe_load(pod_yaml())
     body["metadata"]["annotations"] = {"gpupool.io/gpu-fraction": "0.5"}

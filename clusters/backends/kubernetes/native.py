@@ -378,6 +378,8 @@ def create(backend: KubernetesBackend, body: dict) -> dict:
     the API server answers it (its name made from `generateName`, its uid)."""
     api_class, create_, read = CREATABLE[(body["apiVersion"], body["kind"])]
     meta = body["metadata"]
+    if body["kind"] == "Job":
+        _admit_template(backend, body)
     api = api_class(backend.api.api_client)
     try:
         response = backend.call(
@@ -396,6 +398,38 @@ def create(backend: KubernetesBackend, body: dict) -> dict:
             raise ManifestRefused(said(exc)) from exc
         raise BackendError(f"create {body['kind']} in {meta['namespace']}: {said(exc)}") from exc
     return json.loads(response.data)
+
+
+def _admit_template(backend: KubernetesBackend, job: dict) -> None:
+    """The API server admits a Job whatever its template (Pod Security only warns about
+    it), and refuses its pods later, one FailedCreate event at a time. A dry-run create
+    of a pod from the template (dryRun=All: validated and admitted, not stored) asks
+    its admission now."""
+    template = job["spec"]["template"]
+    meta = template.get("metadata") or {}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{str(job['metadata'].get('name') or 'job')[:50]}-",
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        },
+        "spec": template["spec"],
+    }
+    namespace = job["metadata"]["namespace"]
+    try:
+        backend.call(
+            backend.api.create_namespaced_pod,
+            namespace,
+            pod,
+            dry_run="All",
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        if exc.status in (400, 403, 422):
+            raise ManifestRefused(f"spec.template: its pods would be refused: {said(exc)}") from exc
+        raise BackendError(f"check the Job's pods in {namespace}: {said(exc)}") from exc
 
 
 def _read_quietly(backend: KubernetesBackend, read: Any, meta: dict) -> dict:
