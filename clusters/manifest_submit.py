@@ -108,8 +108,8 @@ def submitted_message(made: Submitted, project: Project) -> str:
 
 def allowed_kinds() -> list[tuple[str, str]]:
     """(apiVersion, kind) pairs the platform admin allows that GPUPool can create."""
-    pairs = [tuple(item.split(None, 1)) for item in settings.GPUPOOL_MANIFEST_KINDS]
-    return [p for p in pairs if len(p) == 2 and p in kube.CREATABLE]  # type: ignore[misc]
+    pairs = [item.split(None, 1) for item in settings.GPUPOOL_MANIFEST_KINDS]
+    return [(p[0], p[1]) for p in pairs if len(p) == 2 and (p[0], p[1]) in kube.CREATABLE]
 
 
 def manifest_parse(text: str) -> dict[str, Any]:

@@ -431,9 +431,9 @@ class ManifestForm(forms.Form):
     """ "From YAML": a Kubernetes Pod or Job for the project's namespace
     (clusters/manifest_submit.py judges the text; its refusals land on these fields)."""
 
-    project = forms.ModelChoiceField(queryset=None)  # type: ignore[arg-type]
+    project = forms.ModelChoiceField(queryset=None, empty_label=None)
     cluster = forms.ModelChoiceField(
-        queryset=None,  # type: ignore[arg-type]
+        queryset=None,
         required=False,
         empty_label="The project's (only) Kubernetes cluster",
         help_text="Needed when the project has quota on several Kubernetes clusters.",
