@@ -28,11 +28,11 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from clusters.backends import BackendError
+from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes import native as kube
 from clusters.models import Backend, Cluster
-from clusters.native import FRACTION, GPU_MEMORY
+from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
 from portal.audit import audit_log
 from portal.errors import ValidationFailed
 from portal.models import Project
@@ -42,6 +42,10 @@ from scheduling.bounds import MANIFEST_MAX_BYTES
 ENFORCE = "pod-security.kubernetes.io/enforce"
 SUBMITTED_BY = "gpupool.io/submitted-by"
 MAX_DEPTH = 32  # a Pod or Job is about 10 levels deep
+GPUPOOL_PREFIX = "gpupool.io/"
+# The labels and annotations users set on their pods (docs/kubernetes-native.md); the
+# fractions are refused on their own, with their own message.
+USER_KEYS = {KIND, PRIORITY, PREEMPTIBLE, GANG, FRACTION, GPU_MEMORY}
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +213,7 @@ def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
             f"give that one (not {given!r})."
         )
     meta["namespace"] = namespace
+    _check_keys("metadata", meta)
     path, pod = "spec", body
     if body["kind"] == "Job":
         path, pod = "spec.template.spec", body["spec"].get("template")
@@ -218,6 +223,8 @@ def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
     if not isinstance(pod_meta, dict) or not isinstance(pod_meta.get("annotations") or {}, dict):
         where = "spec.template.metadata" if body["kind"] == "Job" else "metadata"
         _refuse(f"{where}: must be a mapping, its annotations too.")
+    if body["kind"] == "Job":
+        _check_keys("spec.template.metadata", pod_meta)
     spec = pod["spec"]
     if spec.get("schedulerName") not in (None, "", scheduler):
         _refuse(
@@ -235,6 +242,19 @@ def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
             f"{path}: namespace {namespace} enforces the {level} Pod Security level, which "
             f"forbids {'; '.join(broken)}."
         )
+
+
+def _check_keys(where: str, meta: dict) -> None:
+    """GPUPool's own labels and annotations (its identity, `bound-by`, a slot's workload)
+    make an object look like one GPUPool made or bound: only those a user may set pass."""
+    for field in ("labels", "annotations"):
+        for key, value in (meta.get(field) or {}).items():
+            ours = str(key).startswith(GPUPOOL_PREFIX) and key not in USER_KEYS
+            if ours or (key == MANAGED_BY_LABEL and value == MANAGED_BY):
+                _refuse(
+                    f"{where}.{field}[{key}]: GPUPool's own; of its keys only "
+                    f"{', '.join(sorted(USER_KEYS))} may be set."
+                )
 
 
 def baseline_violations(spec: dict) -> list[str]:

@@ -222,6 +222,31 @@ def test_gpu_fractions_and_another_scheduler_are_refused(kube, org, cluster):  #
     )
 
 
+def test_gpupools_own_labels_and_annotations_are_refused_its_user_ones_pass(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    """Its identity or `bound-by` would make the object look like one GPUPool made or bound."""
+    body = yaml.safe_load(pod_yaml())
+    body["metadata"]["labels"] = {"gpupool.io/installation": "x", "gpupool.io/kind": "training"}
+    assert refusal(org, yaml.safe_dump(body))["manifest"][0].startswith(
+        "metadata.labels[gpupool.io/installation]: GPUPool's own; of its keys only "
+    )
+    body["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "gpupool"}
+    assert (
+        "metadata.labels[app.kubernetes.io/managed-by]"
+        in refusal(org, yaml.safe_dump(body))["manifest"][0]
+    )
+    job = yaml.safe_load(job_yaml("bound", 1))
+    job["spec"]["template"]["metadata"] = {"annotations": {"gpupool.io/bound-by": "a.b"}}
+    assert refusal(org, yaml.safe_dump(job))["manifest"][0].startswith(
+        "spec.template.metadata.annotations[gpupool.io/bound-by]: GPUPool's own"
+    )
+    job["spec"]["template"]["metadata"] = {"labels": {"gpupool.io/priority-class": "build"}}
+    assert manifest_submit(actor=org.researcher, project=org.project_a, text=yaml.safe_dump(job))
+
+
 def test_the_cluster_must_be_chosen_among_several_and_hold_the_project_quota(
     kube,  # noqa: F811
     org,
