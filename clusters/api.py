@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -14,12 +15,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters import selectors, services
+from clusters.manifest_submit import manifest_cluster, manifest_submit, submitted_message
 from clusters.metrics.api import AgentView
 from clusters.mig import mig_report_store
 from clusters.models import Backend, Cluster
 from portal.api import call, valid
 from portal.errors import ValidationFailed
-from portal.permissions import is_platform_admin
+from portal.permissions import is_platform_admin, visible_projects
+from portal.selectors import project_named
+from scheduling.bounds import MANIFEST_MAX_BYTES
 
 
 class ClusterSerializer(serializers.Serializer):
@@ -165,3 +169,56 @@ class NodeMigReportView(AgentView):
         except ValidationFailed as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response({"node": node.name, "layout": stored["layout"]})
+
+
+class ManifestSerializer(serializers.Serializer):
+    project = serializers.CharField(max_length=63, help_text="Project name or id.")
+    cluster = serializers.CharField(
+        max_length=63,
+        required=False,
+        allow_blank=True,
+        help_text="Kubernetes cluster name or id; needed when the project has quota on several.",
+    )
+    manifest = serializers.CharField(
+        trim_whitespace=False,
+        help_text=f"One object as YAML (or JSON), at most {MANIFEST_MAX_BYTES // 1024} KiB: "
+        "a kind the platform allows (Pod, batch/v1 Job by default).",
+    )
+
+
+SUBMITTED = inline_serializer(
+    "SubmittedManifest",
+    {
+        "api_version": serializers.CharField(),
+        "kind": serializers.CharField(),
+        "name": serializers.CharField(),
+        "namespace": serializers.CharField(),
+        "cluster": serializers.CharField(),
+        "uid": serializers.CharField(),
+        "message": serializers.CharField(),
+    },
+)
+
+
+class ManifestSubmitView(APIView):
+    @extend_schema(request=ManifestSerializer, responses={201: SUBMITTED})
+    def post(self, request: Request) -> Response:
+        """Create a Kubernetes object (a Pod, a Job) from its YAML in the project's
+        namespace, with GPUPool's scheduler named; the next reconcile pass queues it as a
+        workload. Every refusal is a 400 naming its field (project, cluster, manifest)."""
+        data = valid(ManifestSerializer, request.data)
+        project = project_named(visible_projects(request.user), data["project"]).first()
+        if project is None:
+            raise serializers.ValidationError(
+                {"project": [f"No project {data['project']} that you can see."]}
+            )
+        chosen = call(manifest_cluster, value=data["cluster"]) if data.get("cluster") else None
+        made = call(
+            manifest_submit,
+            actor=request.user,
+            project=project,
+            text=data["manifest"],
+            cluster=chosen,
+        )
+        body = {**asdict(made), "message": submitted_message(made, project)}
+        return Response(body, status=status.HTTP_201_CREATED)

@@ -226,6 +226,9 @@ GPUPOOL_RECONCILE_FULL_EVERY_S = env_int("GPUPOOL_RECONCILE_FULL_EVERY_S", 600, 
 GPUPOOL_KUBECONFIG_KEY = env_secret("GPUPOOL_KUBECONFIG_KEY")
 GPUPOOL_METRICS_TOKEN = env_secret("GPUPOOL_METRICS_TOKEN")
 GPUPOOL_NODE_POOL_LABEL = env_str("GPUPOOL_NODE_POOL_LABEL", "gpupool.io/node-pool")
+# What `gpupool submit -f` and the "From YAML" form may create, as "apiVersion kind" (the
+# platform admin's choice; clusters/manifest_submit.py knows Pod and batch/v1 Job).
+GPUPOOL_MANIFEST_KINDS = env_list("GPUPOOL_MANIFEST_KINDS", ["v1 Pod", "batch/v1 Job"])
 
 # --- Auth, e-mail ----------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -195,3 +195,8 @@ def date_error(value: dt.date | None) -> str | None:
     if value is not None and not FIRST_DATE <= value <= LAST_DATE:
         return f"Give a date from {FIRST_DATE:%Y-%m-%d} to {LAST_DATE:%Y-%m-%d}."
     return None
+
+
+# A manifest submitted as YAML (`gpupool submit -f`, the "From YAML" form): one object, a
+# Pod or a Job, is a few KiB; the API server takes at most about 1.5 MiB per object.
+MANIFEST_MAX_BYTES = 128 * 1024

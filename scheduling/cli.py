@@ -3,6 +3,7 @@
     gpupool login --url http://gpupool.example --username rita
     gpupool project list | gpupool project set ml-vision
     gpupool submit training resnet --image pytorch/pytorch:2.3 --gpus 2 -- python train.py
+    gpupool submit -f job.yaml [--project P] [--cluster C]   (a Kubernetes Pod or Job)
     gpupool list | describe ID | logs ID | stop ID | delete ID | queue
     gpupool ssh-key add ~/.ssh/id_ed25519.pub; gpupool ssh ID [-- CMD] | ssh-config ID
 
@@ -363,9 +364,34 @@ def submit_and_report(ctx: click.Context, kind: str, options: dict[str, Any]) ->
         click.echo(f"Note: {workload['notice']}", err=True)
 
 
-@main.group()
-def submit() -> None:
-    """Submit work: training, distributed, workspace or inference."""
+@main.group(invoke_without_command=True)
+@click.option(
+    "-f",
+    "--file",
+    "manifest",
+    type=click.File("r"),
+    help="A Kubernetes manifest (a Pod, a batch/v1 Job) to create in the project's "
+    "namespace with GPUPool's scheduler; '-' reads it from standard input.",
+)
+@click.option("--project", help="With -f: the project (default: `gpupool project set`).")
+@click.option("--cluster", help="With -f: the Kubernetes cluster, when the project has several.")
+@click.pass_context
+def submit(ctx: click.Context, manifest: Any, project: str | None, cluster: str | None) -> None:
+    """Submit work: training, distributed, workspace or inference; or a Kubernetes
+    manifest: `gpupool submit -f job.yaml`."""
+    if manifest is None:
+        if ctx.invoked_subcommand is None:
+            click.echo(ctx.get_help())
+        elif project or cluster:
+            raise click.UsageError("--project and --cluster here go with -f; give them after "
+                                   f"`{ctx.invoked_subcommand}`.")  # fmt: skip
+        return
+    if ctx.invoked_subcommand is not None:
+        raise click.UsageError("Give either -f MANIFEST or a kind to submit, not both.")
+    text = manifest.read(bounds.MANIFEST_MAX_BYTES + 1)  # the server says what is too large
+    body = {"project": project_of(ctx, project), "manifest": text, "cluster": cluster or ""}
+    made = api_of(ctx).call("POST", "/api/v1/manifests/", json=body)
+    click.echo(made["message"])
 
 
 ELASTIC_OPTIONS = [

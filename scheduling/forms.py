@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 
-from clusters.models import Backend
+from clusters.models import Backend, Cluster
 from clusters.selectors import gpu_models, pool_backends, topology_levels
 from portal.errors import ValidationFailed
 from portal.parsers import MAX_DEPTH, depth
@@ -425,3 +425,29 @@ class PolicyForm(forms.Form):
         for key in ("allowed_kinds", "preemptible_classes"):
             data[key] = data[key] or None
         return data
+
+
+class ManifestForm(forms.Form):
+    """ "From YAML": a Kubernetes Pod or Job for the project's namespace
+    (clusters/manifest_submit.py judges the text; its refusals land on these fields)."""
+
+    project = forms.ModelChoiceField(queryset=None, empty_label=None)
+    cluster = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        empty_label="The project's (only) Kubernetes cluster",
+        help_text="Needed when the project has quota on several Kubernetes clusters.",
+    )
+    manifest = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false", "class": "mono"}),
+        strip=False,
+        help_text=f"One Pod or batch/v1 Job, at most {bounds.MANIFEST_MAX_BYTES // 1024} KiB. "
+        "Its namespace is the project's and its scheduler GPUPool's: both may be left out.",
+    )
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = submittable_projects(user)
+        self.fields["cluster"].queryset = Cluster.objects.filter(
+            backend=Backend.KUBERNETES, enabled=True
+        ).order_by("name")

@@ -6,6 +6,7 @@ from scheduling import views
 
 urlpatterns = [
     path("", views.workload_list, name="workload_list"),
+    path("new-yaml/", views.workload_from_yaml, name="workload_from_yaml"),
     path("new/<str:kind>/", views.workload_new, name="workload_new"),
     path("queue/", views.queue, name="workload_queue"),
     path("cycles/", views.cycles, name="workload_cycles"),

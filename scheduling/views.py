@@ -10,8 +10,10 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from clusters.manifest_submit import manifest_submit, submitted_message
 from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
@@ -27,6 +29,7 @@ from portal.queueing import deferrals, deferred_notice
 from scheduling import bounds, form_layout, selectors, services
 from scheduling.forms import (
     FORM_KINDS,
+    ManifestForm,
     PolicyForm,
     WorkloadForm,
     initial_from,
@@ -118,6 +121,28 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
                 messages.warning(request, notice)
             return redirect("workload_detail", pk=workload.pk)
     return render(request, "scheduling/workload_form.html", _form_context(form, kind))
+
+
+@login_required
+def workload_from_yaml(request: HttpRequest) -> HttpResponse:
+    """ "From YAML": create a Kubernetes Pod or Job in the project's namespace; the intake
+    queues it on the cluster's next pass (clusters/manifest_submit.py)."""
+    form = ManifestForm(_posted(request), user=request.user)
+    if request.method == "POST" and form.is_valid():
+        project = form.cleaned_data["project"]
+        try:
+            made = manifest_submit(
+                actor=request.user,
+                project=project,
+                text=form.cleaned_data["manifest"],
+                cluster=form.cleaned_data["cluster"],
+            )
+        except ValidationFailed as exc:
+            show_errors(form, exc)
+        else:
+            messages.success(request, submitted_message(made, project))
+            return redirect(f"{reverse('workload_list')}?project={project.name}")
+    return render(request, "scheduling/manifest_form.html", {"form": form})
 
 
 @login_required

@@ -1361,8 +1361,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             raise ApiError(405, "MethodNotAllowed", method)
 
         def _ns_collection(self, method: str, ns: str, resource: str, *, query: dict, body: Any):
-            if method == "POST":
-                return self._create(resource, ns, body)
+            if method == "POST":  # dryRun=All: checked and admitted as a create, not stored
+                return self._create(resource, ns, body, dry_run=query.get("dryRun") == "All")
             return self._list(resource, ns, query)
 
         def _ns_item(
@@ -1601,7 +1601,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     "the object has been modified; please apply your changes to the latest version",
                 )
 
-        def _create(self, resource: str, ns: str, body: dict):
+        def _create(self, resource: str, ns: str, body: dict, *, dry_run: bool = False):
             with api.lock:
                 body = {**body, "metadata": dict(body.get("metadata") or {})}
                 name = body["metadata"].get("name") or api.generate_name(body["metadata"])
@@ -1628,7 +1628,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     _validate_event(obj, ns)
                 if resource == "pods":
                     self._admit_pod(obj, ns)
-                    if obj["spec"].get("nodeName"):
+                    if obj["spec"].get("nodeName") and not dry_run:
                         self._kubelet_start(obj)
                 if resource == "namespaces":
                     meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: name}
@@ -1647,7 +1647,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if resource == "services" and obj["spec"].get("clusterIP") != "None":
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
-                return 201, copy.deepcopy(api._store(resource, ns, obj, "ADDED"))
+                stored = obj if dry_run else api._store(resource, ns, obj, "ADDED")
+                return 201, copy.deepcopy(stored)
 
         def _admit_pod(self, pod: dict, ns: str) -> None:
             """Priority (the class must exist), validation, then Pod Security."""

@@ -116,6 +116,18 @@ def test_a_new_node_is_tainted_not_ready_until_it_reports_ready(api, fake):
     assert kinds == ["ADDED", "MODIFIED"]
 
 
+def test_a_dry_run_create_is_admitted_and_answered_but_not_stored(api, fake):
+    """dryRun=All runs validation and admission (Pod Security too) and answers the object,
+    storing nothing; GPUPool checks a submitted Job's pod template so."""
+    namespace(api, "locked", "restricted")
+    status, message = refusal(api.create_namespaced_pod, "locked", pod("bare"), dry_run="All")
+    assert status == 403
+    assert message.startswith('pods "bare" is forbidden: violates PodSecurity "restricted:latest"')
+    fine = pod("fine", pod_sc=RESTRICTED, container_sc=LOCKED_DOWN)
+    assert api.create_namespaced_pod("locked", fine, dry_run="All").metadata.name == "fine"
+    assert fake.pods() == []
+
+
 def test_a_restricted_namespace_refuses_a_pod_with_the_plugins_message(api):
     namespace(api, "locked", "restricted")
     status, message = refusal(api.create_namespaced_pod, "locked", pod("bare"))

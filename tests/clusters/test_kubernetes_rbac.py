@@ -12,6 +12,7 @@ import yaml
 from kubernetes import client as k8s
 
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
@@ -171,6 +172,12 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
         fake.run_controllers()
     cluster_reconcile(bound)
     cluster_reconcile(published)
+    # A Job submitted as YAML is created by GPUPool's user (clusters/manifest_submit.py).
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "submitted"},
+           "spec": {"suspend": True, "template": template}}  # fmt: skip
+    manifest_submit(
+        actor=org.researcher, project=org.project_a, text=yaml.safe_dump(job), cluster=cluster
+    )
     return states
 
 

@@ -439,6 +439,8 @@ SITE_MATRIX = {
         full(200, 403, 403, 403, 401),
     ),
     "api-nodes": (GET, lambda o: "/api/v1/nodes/", full(200, 200, 200, 200, 401)),
+    # POST only (who may submit: tests/clusters/test_manifest_submit.py).
+    "api-manifests": (GET, lambda o: "/api/v1/manifests/", full(405, 405, 405, 405, 401)),
     # Node agents only, with their own token: a signed-in person is not an agent.
     "metrics-ingest": (POST, lambda o: "/api/v1/metrics", same(401)),
     "metrics-agent-pods": (GET, lambda o: "/api/v1/metrics/pods", same(401)),
@@ -464,6 +466,7 @@ SITE_MATRIX = {
     # Workload pages.
     "workload_list": (GET, lambda o: "/workloads/", row(200, 200, 200, 200)),
     "workload_new": (GET, lambda o: "/workloads/new/training/", row(200, 200, 200, 200)),
+    "workload_from_yaml": (GET, lambda o: "/workloads/new-yaml/", row(200, 200, 200, 200)),
     "workload_queue": (GET, lambda o: "/workloads/queue/", row(200, 200, 200, 200)),
     "workload_cycles": (GET, lambda o: "/workloads/cycles/", row(200, 403, 403, 403)),
     "workload_policies": (GET, lambda o: "/workloads/policies/", row(200, 200, 403, 403)),
@@ -649,6 +652,7 @@ MORE_MATRIX = {
     "api-cluster": (403, 403, 403),
     "api-cluster-test": (403, 403, 403),
     "api-nodes": (200, 200, 200),
+    "api-manifests": (405, 405, 405),
     "metrics-ingest": (401, 401, 401),
     "metrics-agent-pods": (401, 401, 401),
     "api-node-mig-report": (401, 401, 401),
@@ -659,6 +663,7 @@ MORE_MATRIX = {
     "api-workspace-keep-running": (403, 404, 404),
     "workload_list": (200, 200, 200),
     "workload_new": (200, 200, 200),
+    "workload_from_yaml": (200, 200, 200),
     "workload_queue": (200, 200, 200),
     "workload_cycles": (403, 403, 403),
     "workload_policies": (403, 403, 403),

@@ -375,3 +375,96 @@ def record_event(
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The kinds `gpupool submit -f` may create (clusters/manifest_submit.py), and the client
+# calls that create and read each.
+CREATABLE = {
+    ("v1", "Pod"): (k8s.CoreV1Api, "create_namespaced_pod", "read_namespaced_pod"),
+    ("batch/v1", "Job"): (k8s.BatchV1Api, "create_namespaced_job", "read_namespaced_job"),
+}
+# A submission's own id, on the object: a create retried after a lost answer (a timeout)
+# meets its own object (409) and takes it as made.
+SUBMISSION = "gpupool.io/submission"
+
+
+class ManifestRefused(BackendError):
+    """The API server refused a submitted object for what it is (validation, admission,
+    a name taken): asking again will not help; its message is for the submitter."""
+
+
+def create(backend: KubernetesBackend, body: dict) -> dict:
+    """Create a submitted object in its namespace, as the cluster's user; the object as
+    the API server answers it (its name made from `generateName`, its uid)."""
+    api_class, create_, read = CREATABLE[(body["apiVersion"], body["kind"])]
+    meta = body["metadata"]
+    if body["kind"] == "Job":
+        _admit_template(backend, body)
+    api = api_class(backend.api.api_client)
+    try:
+        response = backend.call(
+            getattr(api, create_), meta["namespace"], body, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status == 409 and meta.get("name"):
+            found = _read_quietly(backend, getattr(api, read), meta)
+            mine = (meta.get("annotations") or {}).get(SUBMISSION)
+            if (
+                mine
+                and (found.get("metadata", {}).get("annotations") or {}).get(SUBMISSION) == mine
+            ):
+                return found  # made by an earlier try of this create, whose answer was lost
+        if exc.status in (400, 403, 404, 409, 422):
+            raise ManifestRefused(said(exc)) from exc
+        raise BackendError(f"create {body['kind']} in {meta['namespace']}: {said(exc)}") from exc
+    return json.loads(response.data)
+
+
+def _admit_template(backend: KubernetesBackend, job: dict) -> None:
+    """The API server admits a Job whatever its template (Pod Security only warns about
+    it), and refuses its pods later, one FailedCreate event at a time. A dry-run create
+    of a pod from the template (dryRun=All: validated and admitted, not stored) asks
+    its admission now."""
+    template = job["spec"]["template"]
+    meta = template.get("metadata") or {}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{str(job['metadata'].get('name') or 'job')[:50]}-",
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        },
+        "spec": template["spec"],
+    }
+    namespace = job["metadata"]["namespace"]
+    try:
+        backend.call(
+            backend.api.create_namespaced_pod,
+            namespace,
+            pod,
+            dry_run="All",
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        if exc.status in (400, 403, 422):
+            raise ManifestRefused(f"spec.template: its pods would be refused: {said(exc)}") from exc
+        raise BackendError(f"check the Job's pods in {namespace}: {said(exc)}") from exc
+
+
+def _read_quietly(backend: KubernetesBackend, read: Any, meta: dict) -> dict:
+    try:
+        return backend._json(read, meta["name"], meta["namespace"])
+    except ApiException:
+        return {}
+
+
+def namespace_labels(backend: KubernetesBackend, namespace: str) -> dict[str, str]:
+    """The namespace's labels (its Pod Security level); none for one that is not there."""
+    try:
+        found = backend.call(backend.api.read_namespace, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise BackendError(f"namespace {namespace}: {said(exc)}") from exc
+    return dict((json.loads(found.data).get("metadata") or {}).get("labels") or {})

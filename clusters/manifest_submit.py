@@ -1,0 +1,285 @@
+"""Submit a Kubernetes manifest (`gpupool submit -f job.yaml`, the "From YAML" form, `POST
+/api/v1/manifests/`): the object is created in the project's namespace with GPUPool's
+scheduler named, and the intake queues it on the next reconcile pass like any object made
+with kubectl (clusters/native.py, docs/kubernetes-native.md).
+
+`manifest_submit` checks, in order, each refusal a field error (`manifest`, `cluster`):
+1. who may submit to the project may submit a manifest;
+2. the text: at most MANIFEST_MAX_BYTES, one YAML document, no anchors or aliases, a
+   mapping, of a kind the platform admin allows (GPUPOOL_MANIFEST_KINDS);
+3. the cluster: the Kubernetes one whose pools the project has quota in (the submitter
+   picks when there are several);
+4. the object: its namespace is the project's (set when left out, refused when another),
+   its pods name the cluster's scheduler, ask for no GPU fraction, and break none of the
+   `baseline` Pod Security checks when the namespace enforces baseline or restricted; the
+   rest is the API server's to refuse, its message the error (a Job's template is first
+   created as a dry-run pod: the server admits any Job and refuses its pods only later);
+5. created by the cluster's backend, and the audit log says who made what where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+import yaml
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes import native as kube
+from clusters.models import Backend, Cluster
+from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
+from portal.audit import audit_log
+from portal.errors import ValidationFailed
+from portal.models import Project
+from portal.permissions import can_submit_to_project
+from scheduling.bounds import MANIFEST_MAX_BYTES
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+SUBMITTED_BY = "gpupool.io/submitted-by"
+MAX_DEPTH = 32  # a Pod or Job is about 10 levels deep
+GPUPOOL_PREFIX = "gpupool.io/"
+# The labels and annotations users set on their pods (docs/kubernetes-native.md); the
+# fractions are refused on their own, with their own message.
+USER_KEYS = {KIND, PRIORITY, PREEMPTIBLE, GANG, FRACTION, GPU_MEMORY}
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What was created, and where to see it."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    cluster: str
+    uid: str
+
+
+def manifest_submit(
+    *, actor: Any, project: Project, text: str, cluster: Cluster | None = None
+) -> Submitted:
+    """Create the manifest's object in the project's namespace (see the module's steps)."""
+    if not can_submit_to_project(actor, project):
+        raise PermissionDenied(f"You may not submit work to project {project.name}.")
+    body = manifest_parse(text)
+    target = _cluster_for(project, cluster)
+    backend = KubernetesBackend(target)
+    try:
+        backend.ensure_namespace(project.namespace, project.name)
+        labels = kube.namespace_labels(backend, project.namespace)
+        _prepare(body, project.namespace, kube.scheduler_name(backend), labels.get(ENFORCE, ""))
+        annotations = body["metadata"].setdefault("annotations", {})
+        annotations.update({SUBMITTED_BY: actor.get_username(), kube.SUBMISSION: uuid4().hex})
+        created = backend.create_manifest(body)
+    except kube.ManifestRefused as exc:
+        raise ValidationFailed({"manifest": [f"The cluster refused it: {exc}"]}) from exc
+    except BackendError as exc:
+        raise ValidationFailed({"cluster": [f"Cluster {target.name}: {exc}"]}) from exc
+    meta = created.get("metadata") or {}
+    submitted = Submitted(
+        body["apiVersion"], body["kind"], meta.get("name", ""), project.namespace,
+        target.name, meta.get("uid", ""),
+    )  # fmt: skip
+    with transaction.atomic():
+        audit_log(
+            actor=actor,
+            action="manifest.submit",
+            obj=project,
+            after={
+                "kind": f"{submitted.api_version} {submitted.kind}",
+                "name": submitted.name,
+                "namespace": submitted.namespace,
+                "cluster": submitted.cluster,
+            },
+            department=project.department,
+        )
+    return submitted
+
+
+def submitted_message(made: Submitted, project: Project) -> str:
+    """What was made and where to see it, for the API, the CLI and the form."""
+    return (
+        f"Created {made.kind} {made.namespace}/{made.name} on cluster {made.cluster}. The "
+        f"next reconcile pass (a few seconds) queues it as a workload of {project.name}: "
+        f"`gpupool list --project {project.name}`, or `kubectl describe` it."
+    )
+
+
+def allowed_kinds() -> list[tuple[str, str]]:
+    """(apiVersion, kind) pairs the platform admin allows that GPUPool can create."""
+    pairs = [item.split(None, 1) for item in settings.GPUPOOL_MANIFEST_KINDS]
+    return [(p[0], p[1]) for p in pairs if len(p) == 2 and (p[0], p[1]) in kube.CREATABLE]
+
+
+def manifest_parse(text: str) -> dict[str, Any]:
+    """The manifest as a mapping of an allowed kind; ValidationFailed on `manifest`."""
+    if len(text.encode()) > MANIFEST_MAX_BYTES:
+        _refuse(f"At most {MANIFEST_MAX_BYTES // 1024} KiB of YAML (one object).")
+    try:
+        _check_events(text)
+        body = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        _refuse(f"Not valid YAML (one document): {str(exc)[:300]}")
+    if not isinstance(body, dict):
+        _refuse("Give one Kubernetes object: a mapping with apiVersion, kind and metadata.")
+    kinds = allowed_kinds()
+    if (body.get("apiVersion"), body.get("kind")) not in kinds:
+        allowed = ", ".join(f"{v} {k}" for v, k in kinds) or "none"
+        _refuse(
+            f"apiVersion/kind: {body.get('apiVersion')} {body.get('kind')} may not be "
+            f"submitted here; allowed: {allowed}."
+        )
+    if not isinstance(body.get("metadata") or {}, dict) or not isinstance(body.get("spec"), dict):
+        _refuse("metadata and spec must be mappings.")
+    body["metadata"] = dict(body.get("metadata") or {})
+    if not isinstance(body["metadata"].get("annotations") or {}, dict):
+        _refuse("metadata.annotations must be a mapping.")
+    return body
+
+
+def _check_events(text: str) -> None:
+    """Refuse what a small text could still blow up: aliases (a few lines can stand for a
+    huge object) and deep nesting (PyYAML builds objects recursively: 20,000 brackets
+    would exhaust Python's stack). One pass over the parser's events, no object built."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            _refuse("YAML anchors and aliases (*name) are not accepted: write the values out.")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                _refuse(f"Nested more than {MAX_DEPTH} levels deep.")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _refuse(message: str) -> Any:
+    raise ValidationFailed({"manifest": [message]})
+
+
+def manifest_cluster(value: str) -> Cluster:
+    """An enabled Kubernetes cluster by name (or id); ValidationFailed on `cluster`."""
+    clusters = Cluster.objects.filter(backend=Backend.KUBERNETES, enabled=True)
+    found = clusters.filter(name=value).first()
+    if found is None and value.isdigit() and len(value) < 19:
+        found = clusters.filter(pk=int(value)).first()
+    if found is None:
+        raise ValidationFailed({"cluster": [f"No enabled Kubernetes cluster {value[:63]}."]})
+    return found
+
+
+def _cluster_for(project: Project, chosen: Cluster | None) -> Cluster:
+    """The Kubernetes cluster whose pools the project has quota in; the chosen one must
+    be one of them, and one must be chosen when there are several."""
+    candidates = list(
+        Cluster.objects.filter(
+            backend=Backend.KUBERNETES,
+            enabled=True,
+            node_pools__in=project.quotas.values("node_pool"),
+        )
+        .distinct()
+        .order_by("name")
+    )
+    names = ", ".join(c.name for c in candidates)
+    if chosen is not None and chosen not in candidates:
+        where = f"one of {names}" if candidates else "none: ask an admin for quota"
+        raise ValidationFailed(
+            {"cluster": [f"Project {project.name} has no quota on {chosen.name}; {where}."]}
+        )
+    if chosen is not None:
+        return chosen
+    if not candidates:
+        raise ValidationFailed(
+            {"cluster": [f"Project {project.name} has no quota on a Kubernetes cluster."]}
+        )
+    if len(candidates) > 1:
+        raise ValidationFailed({"cluster": [f"Choose the cluster: {names}."]})
+    return candidates[0]
+
+
+def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
+    """Force the namespace and the scheduler; refuse fractions and, where the namespace
+    enforces baseline or restricted, what the baseline level forbids."""
+    meta = body["metadata"]
+    given = meta.get("namespace")
+    if given not in (None, "", namespace):
+        _refuse(
+            f"metadata.namespace: this project's namespace is {namespace}; leave it out or "
+            f"give that one (not {given!r})."
+        )
+    meta["namespace"] = namespace
+    _check_keys("metadata", meta)
+    path, pod = "spec", body
+    if body["kind"] == "Job":
+        path, pod = "spec.template.spec", body["spec"].get("template")
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            _refuse("spec.template.spec: a Job needs a pod template.")
+    pod_meta = pod.get("metadata") or {}
+    if not isinstance(pod_meta, dict) or not isinstance(pod_meta.get("annotations") or {}, dict):
+        where = "spec.template.metadata" if body["kind"] == "Job" else "metadata"
+        _refuse(f"{where}: must be a mapping, its annotations too.")
+    if body["kind"] == "Job":
+        _check_keys("spec.template.metadata", pod_meta)
+    spec = pod["spec"]
+    if spec.get("schedulerName") not in (None, "", scheduler):
+        _refuse(
+            f"{path}.schedulerName: pods submitted here are scheduled by {scheduler} "
+            f"(not {spec['schedulerName']!r}); leave it out."
+        )
+    spec["schedulerName"] = scheduler
+    if {FRACTION, GPU_MEMORY} & set(pod_meta.get("annotations") or {}):
+        _refuse(
+            f"{FRACTION}, {GPU_MEMORY}: GPU fractions of submitted pods are not supported yet; "
+            "ask for whole GPUs (nvidia.com/gpu), or submit through the workload form."
+        )
+    if level in ("baseline", "restricted") and (broken := baseline_violations(spec)):
+        _refuse(
+            f"{path}: namespace {namespace} enforces the {level} Pod Security level, which "
+            f"forbids {'; '.join(broken)}."
+        )
+
+
+def _check_keys(where: str, meta: dict) -> None:
+    """GPUPool's own labels and annotations (its identity, `bound-by`, a slot's workload)
+    make an object look like one GPUPool made or bound: only those a user may set pass."""
+    for field in ("labels", "annotations"):
+        for key, value in (meta.get(field) or {}).items():
+            ours = str(key).startswith(GPUPOOL_PREFIX) and key not in USER_KEYS
+            if ours or (key == MANAGED_BY_LABEL and value == MANAGED_BY):
+                _refuse(
+                    f"{where}.{field}[{key}]: GPUPool's own; of its keys only "
+                    f"{', '.join(sorted(USER_KEYS))} may be set."
+                )
+
+
+def baseline_violations(spec: dict) -> list[str]:
+    """What the `baseline` Pod Security level refuses that is cheap to see: host
+    namespaces, hostPath volumes, privileged containers, host ports."""
+    found = [f"{k}: true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k) is True]
+    found += [
+        f"hostPath volume {v.get('name')!r}"
+        for v in _items(spec.get("volumes"))
+        if isinstance(v, dict) and v.get("hostPath") is not None
+    ]
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in _items(spec.get(key)):
+            if not isinstance(container, dict):
+                continue
+            name = container.get("name")
+            if (container.get("securityContext") or {}).get("privileged") is True:
+                found.append(f"privileged container {name!r}")
+            if any(
+                isinstance(p, dict) and p.get("hostPort") for p in _items(container.get("ports"))
+            ):
+                found.append(f"hostPort in container {name!r}")
+    return found
+
+
+def _items(value: Any) -> list:
+    """A list field as given; anything else (the API server refuses it) as empty."""
+    return value if isinstance(value, list) else []
