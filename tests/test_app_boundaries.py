@@ -10,7 +10,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # What scheduling (outside its pure engine) may use of clusters: the inventory and reads.
-SCHEDULING_MAY_USE = {"clusters.models", "clusters.selectors"}
+SCHEDULING_MAY_USE = {
+    "clusters.models",
+    "clusters.selectors",
+    # A manifest a user submits ("From YAML") is an object for the cluster, created as it is
+    # (checked there); the cluster's intake then queues it like one made with kubectl.
+    "clusters.manifest_submit",
+}
 # What clusters may use of scheduling: its tables, the lifecycle (the one entry that takes
 # pod facts back), policies and bounds (to read decisions and limits), and its signals.
 CLUSTERS_MAY_USE = {
