@@ -80,6 +80,16 @@ def step(cluster) -> None:
     cluster_reconcile(cluster)
 
 
+def second_waits(cluster, core, first: str, second: str) -> Workload:
+    """Two pods of non-preemptible work, 4 GPUs each: it stays within the project's quota
+    (4), so the second one's workload waits. Returns that workload."""
+    build = {"gpupool.io/priority-class": "build"}
+    for name in (first, second):
+        core.create_namespaced_pod(NS, pod_body(name, gpus=4, labels=build))
+        step(cluster)
+    return Workload.objects.get(name=second)
+
+
 def native_workloads() -> list[Workload]:
     return list(Workload.objects.filter(spec__has_key="native").order_by("pk"))
 
@@ -134,13 +144,7 @@ def test_pods_of_other_schedulers_and_namespaces_are_left_alone(kube, setup, org
 def test_a_waiting_pod_says_why_in_its_condition_and_one_event(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, core = setup
-    # Non-preemptible work stays within the project's quota (4): the second pod waits.
-    build = {"gpupool.io/priority-class": "build"}
-    core.create_namespaced_pod(NS, pod_body("runs", gpus=4, labels=build))
-    step(cluster)
-    core.create_namespaced_pod(NS, pod_body("waits", gpus=4, labels=build))
-    step(cluster)
-    workload = Workload.objects.get(name="waits")
+    workload = second_waits(cluster, core, "runs", "waits")
     assert workload.state == S.PENDING and workload.pending_reason
     cluster_reconcile(cluster)
     pod = fake.pod(NS, "waits")
@@ -291,12 +295,7 @@ def test_stop_in_the_portal_suspends_the_job(kube, setup, org):  # noqa: F811
 def test_a_pending_bare_pod_deleted_with_kubectl_stops_its_workload(kube, setup, org):  # noqa: F811
     kube.require_fake()
     cluster, core = setup
-    build = {"gpupool.io/priority-class": "build"}
-    core.create_namespaced_pod(NS, pod_body("first", gpus=4, labels=build))
-    step(cluster)
-    core.create_namespaced_pod(NS, pod_body("later", gpus=4, labels=build))
-    step(cluster)
-    later = Workload.objects.get(name="later")
+    later = second_waits(cluster, core, "first", "later")
     assert later.state == S.PENDING
     core.delete_namespaced_pod("later", NS)
     cluster_reconcile(cluster)

@@ -213,13 +213,7 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
     }
     try:
-        backend.call(
-            backend.api.create_namespaced_pod_binding,
-            spec.native_pod,
-            spec.namespace,
-            body,
-            _preload_content=False,
-        )
+        _post(backend, backend.api.create_namespaced_pod_binding, spec.namespace, body)
     except ApiException as exc:
         if exc.status == 404:
             raise BackendError(f"pod {spec.namespace}/{spec.native_pod} is gone") from exc
@@ -264,6 +258,11 @@ def native_status(pod: NativePod) -> PodStatus:
     return status
 
 
+def _post(backend: KubernetesBackend, create: Any, namespace: str, body: dict) -> None:
+    """Create a pod's subresource object (a Binding, an Eviction) named as its pod."""
+    backend.call(create, body["metadata"]["name"], namespace, body, _preload_content=False)
+
+
 def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int) -> bool:
     """Evict through the Eviction API (a PodDisruptionBudget is honoured: 429 leaves it
     for the next pass). True when the pod is gone now."""
@@ -274,13 +273,7 @@ def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int)
         "deleteOptions": {"gracePeriodSeconds": grace_period_s},
     }
     try:
-        backend.call(
-            backend.api.create_namespaced_pod_eviction,
-            status.native,
-            status.namespace,
-            body,
-            _preload_content=False,
-        )
+        _post(backend, backend.api.create_namespaced_pod_eviction, status.namespace, body)
     except ApiException as exc:
         if exc.status == 404:
             return True
