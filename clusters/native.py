@@ -101,12 +101,7 @@ class Group:
     @property
     def reads_job(self) -> bool:
         """Its size is its owner's (a Job's), read when it is queued."""
-        owner = self.owner
-        return (
-            self.size is None
-            and owner is not None
-            and (owner.api_version, owner.kind) in kube.SUSPENDABLE
-        )
+        return self.size is None and self.owner is not None and self.owner.suspendable
 
 
 @dataclass(slots=True)
@@ -137,11 +132,8 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     last: dict[str, Workload] = {}
     for workload in native.filter(spec__native__key__in=fresh).order_by("pk"):
         last[workload.spec["native"]["key"]] = workload
-    new = {
-        key
-        for key in fresh
-        if groups[key].waiting and not _stopped_before(last.get(key), groups[key])
-    }
+    stopped = {key for key in fresh if _stopped_before(last.get(key), groups[key])}
+    new = {key for key in fresh if groups[key].waiting and key not in stopped}
     intake = _intake(backend, cluster, projects, [groups[key] for key in new]) if new else None
     with intake_pass():  # the nodes' sizes, read once for every submit of the pass
         for key, group in groups.items():
@@ -151,7 +143,7 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
                     _tell_pending(backend, active[key], group)
                 elif key in new and intake is not None:
                     _queue(backend, cluster, projects[group.namespace], group, intake)
-                elif _stopped_before(last.get(key), group):
+                elif key in stopped:
                     _enforce_stop(backend, group)
             except BackendError as exc:
                 errors.append(str(exc))
@@ -216,7 +208,7 @@ def _groups(pods: list[NativePod]) -> dict[str, Group]:
         owner = pod.owner
         if owner is not None and GANG in pod.annotations:
             key, size = owner.uid, _gang_size(pod.annotations[GANG])
-        elif owner is not None and (owner.api_version, owner.kind) in kube.SUSPENDABLE:
+        elif owner is not None and owner.suspendable:
             key = owner.uid
         group = groups.setdefault(key, Group(key, pod.namespace, owner, size))
         group.pods.append(pod)
@@ -368,7 +360,6 @@ def _native_record(group: Group, pod: NativePod, *, slots: bool = False) -> dict
     """`slots`: pod i of a new workload is its i-th waiting pod, written with the row (what
     `_fill_slots` would write at once after it)."""
     owner = group.owner
-    managers = [m.get("manager", "") for m in pod.raw["metadata"].get("managedFields") or []]
     return {
         "key": group.key,
         "namespace": group.namespace,
@@ -382,7 +373,7 @@ def _native_record(group: Group, pod: NativePod, *, slots: bool = False) -> dict
             if owner
             else {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
         ),
-        "manager": next((m for m in managers if m), "")[:100],
+        "manager": _manager(pod),
         "pods": [[p.name, p.uid] for p in group.waiting[: group.size or 1]] if slots else [],
     }
 
@@ -394,8 +385,14 @@ def _described(group: Group, pod: NativePod) -> str:
         if owner
         else f"Pod {group.namespace}/{pod.name}"
     )
-    manager = _native_record(group, pod)["manager"]
-    return f"{what}" + (f" (made by {manager})" if manager else "")
+    manager = _manager(pod)
+    return what + (f" (made by {manager})" if manager else "")
+
+
+def _manager(pod: NativePod) -> str:
+    """Who made the pod, as its first field manager says (kubectl-create, a controller)."""
+    managers = (m.get("manager", "") for m in pod.raw["metadata"].get("managedFields") or [])
+    return next((m for m in managers if m), "")[:100]
 
 
 def _submitter() -> Any:
@@ -478,12 +475,9 @@ def _gone(backend: KubernetesBackend, workload: Workload, group: Group | None) -
     if workload.state != S.PENDING:
         return
     owner = workload.spec["native"]["owner"]
-    if (owner["apiVersion"], owner["kind"]) in kube.SUSPENDABLE:
-        job = kube.read_owner(
-            backend,
-            workload.spec["native"]["namespace"],
-            kube.OwnerRef(owner["apiVersion"], owner["kind"], owner["name"], owner["uid"]),
-        )
+    ref = kube.OwnerRef(owner["apiVersion"], owner["kind"], owner["name"], owner["uid"])
+    if ref.suspendable:
+        job = kube.read_owner(backend, workload.spec["native"]["namespace"], ref)
         conditions = {
             c.get("type"): c.get("status")
             for c in ((job or {}).get("status") or {}).get("conditions") or []

@@ -73,6 +73,19 @@ def job_body(name: str, parallelism: int, gpus: int = 1, backoff: int = 0, **met
     }
 
 
+def kubectl_jobs(fake, core, *jobs: dict) -> k8s.BatchV1Api:
+    """Create the Jobs as a user would, and let the Job controller make their pods."""
+    batch = k8s.BatchV1Api(core.api_client)
+    for job in jobs:
+        batch.create_namespaced_job(NS, job)
+    fake.run_controllers()
+    return batch
+
+
+def pod_scheduled(pod: dict) -> dict:
+    return next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+
+
 def step(cluster) -> None:
     """What the beat does: a reconcile (intake), a cycle, a reconcile (binding)."""
     cluster_reconcile(cluster)
@@ -148,7 +161,7 @@ def test_a_waiting_pod_says_why_in_its_condition_and_one_event(kube, setup, org)
     assert workload.state == S.PENDING and workload.pending_reason
     cluster_reconcile(cluster)
     pod = fake.pod(NS, "waits")
-    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    condition = pod_scheduled(pod)
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
     workload.refresh_from_db()
     assert condition["message"] == workload.pending_reason
@@ -170,7 +183,7 @@ def test_a_pod_that_cannot_be_queued_says_which_field_and_others_still_run(kube,
     assert fake.pod(NS, "fine")["spec"].get("nodeName")
     for name, field in (("too-big", "nvidia.com/gpu"), ("bad-kind", "gpupool.io/kind")):
         pod = fake.pod(NS, name)
-        condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        condition = pod_scheduled(pod)
         assert condition["status"] == "False"
         assert field in condition["message"], condition["message"]
         assert not pod["spec"].get("nodeName")
@@ -179,9 +192,7 @@ def test_a_pod_that_cannot_be_queued_says_which_field_and_others_still_run(kube,
 def test_a_job_is_one_gang_bound_together_and_succeeds(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, core = setup
-    batch = k8s.BatchV1Api(core.api_client)
-    batch.create_namespaced_job(NS, job_body("sweep", parallelism=3))
-    fake.run_controllers()
+    kubectl_jobs(fake, core, job_body("sweep", parallelism=3))
     cluster_reconcile(cluster)
     (workload,) = native_workloads()
     assert (workload.kind, workload.pods, workload.min_pods) == ("distributed", 3, 3)
@@ -221,7 +232,7 @@ def test_a_gang_annotation_groups_an_operators_pods(kube, setup, org):  # noqa: 
     step(cluster)
     assert native_workloads() == []  # queued once the gang is whole
     pod = fake.pod(NS, "bert-worker-0")
-    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    condition = pod_scheduled(pod)
     assert "2 of 3 pods exist" in condition["message"]
     core.create_namespaced_pod(NS, pod_body("bert-worker-2", gpus=4, **meta))
     step(cluster)
@@ -236,12 +247,11 @@ def test_a_gang_annotation_groups_an_operators_pods(kube, setup, org):  # noqa: 
 def test_preemption_evicts_through_the_eviction_api_and_the_job_comes_back(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, core = setup
-    batch = k8s.BatchV1Api(core.api_client)
-    # Over its quota of 4 on borrowed GPUs: 2 jobs of 8.
-    for name in ("big-1", "big-2"):
-        # An evicted pod counts as a failure of its Job (no podFailurePolicy): room for one.
-        batch.create_namespaced_job(NS, job_body(name, parallelism=1, gpus=8, backoff=1))
-    fake.run_controllers()
+    # Over its quota of 4 on borrowed GPUs: 2 jobs of 8. An evicted pod counts as a
+    # failure of its Job (no podFailurePolicy): room for one.
+    kubectl_jobs(
+        fake, core, *(job_body(n, parallelism=1, gpus=8, backoff=1) for n in ("big-1", "big-2"))
+    )
     step(cluster)
     step(cluster)
     assert {w.state for w in native_workloads()} == {S.RUNNING}
@@ -273,9 +283,7 @@ def test_preemption_evicts_through_the_eviction_api_and_the_job_comes_back(kube,
 def test_stop_in_the_portal_suspends_the_job(kube, setup, org):  # noqa: F811
     fake = kube.require_fake()
     cluster, core = setup
-    batch = k8s.BatchV1Api(core.api_client)
-    batch.create_namespaced_job(NS, job_body("long", parallelism=1))
-    fake.run_controllers()
+    batch = kubectl_jobs(fake, core, job_body("long", parallelism=1))
     step(cluster)
     (workload,) = native_workloads()
     workload_stop(actor=org.researcher, workload=workload)

@@ -56,6 +56,11 @@ class OwnerRef:
     name: str
     uid: str
 
+    @property
+    def suspendable(self) -> bool:
+        """A kind GPUPool reads (its gang size) and suspends (on stop): a Job."""
+        return (self.api_version, self.kind) in SUSPENDABLE
+
 
 @dataclass(slots=True)
 class NativePod:
@@ -164,7 +169,7 @@ def native_pod(pod: dict) -> NativePod:
 def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> dict | None:
     """The owner object when GPUPool reads that kind (a Job); None for other kinds, and
     for one that is gone (404)."""
-    if (owner.api_version, owner.kind) not in SUSPENDABLE:
+    if not owner.suspendable:
         return None
     api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
     try:
@@ -178,7 +183,7 @@ def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> d
 def suspend_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> bool:
     """Suspend a Job (its controller deletes its pods and keeps the Job); False for a kind
     that cannot be suspended, or an owner that is gone."""
-    if (owner.api_version, owner.kind) not in SUSPENDABLE:
+    if not owner.suspendable:
         return False
     api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
     try:
