@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 import yaml
@@ -90,7 +91,7 @@ from clusters.backends.kubernetes.mig import mig_publish
 from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
-from clusters.backends.kubernetes.watch import as_version, watch_get, watch_start
+from clusters.backends.kubernetes.watch import ClusterWatch, as_version, watch_get, watch_start
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class KubernetesBackend(Backend):
         self._rendezvous: set[tuple[str, str]] = set()
         self._listed: list[dict] | None = None
         self._native: list[native.NativePod] | None = None
+        self._native_index: dict[tuple[str, str], native.NativePod] | None = None
+        # Pods bound this pass on a 201, not read back: (namespace, name) -> (uid, node).
+        self.bound_native: dict[tuple[str, str], tuple[str, str]] = {}
         self._services: list[dict] | None = None
         self.reservations = Reservations(self)
         config = cluster.config or {}
@@ -208,6 +212,32 @@ class KubernetesBackend(Backend):
             time.sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def post(self, body: dict, *path: str) -> None:
+        """POST a JSON body to /api/v1/<path...> (each piece quoted) and read nothing
+        back but its status: the writes a pass makes by the thousand (Bindings, Evictions,
+        Events) go through the client's REST layer alone, with the client's credentials,
+        TLS, timeouts, retries and ApiException, without the generated API's per-call work
+        (about 0.4 ms of CPU each, half of such a request's)."""
+        self.call(self._post_raw, body, path, _preload_content=False)
+
+    def _post_raw(
+        self, body: dict, path: tuple[str, ...], *, _preload_content: bool, _request_timeout: Any
+    ) -> Any:
+        client = self.api.api_client
+        headers = {
+            **client.default_headers,
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+        }
+        client.update_params_for_auth(headers, [], ["BearerToken"])
+        return client.rest_client.POST(
+            client.configuration.host + "/api/v1/" + "/".join(quote(p, safe="") for p in path),
+            headers=headers,
+            body=body,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout,
+        )
+
     def _json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
         response = self.call(fn, *args, _preload_content=False, **kwargs)
         answer = json.loads(response.data)
@@ -286,8 +316,8 @@ class KubernetesBackend(Backend):
         """GPUPool's pods and services now: from this process's watch cache when it has
         caught up with our own writes and is not due a resync, else from a full list
         (which also starts the watch, or refreshes its cache)."""
-        fingerprint = _fingerprint(self)
-        watch = watch_get(self.cluster.pk, fingerprint) if self.watch else None
+        native.caught_up(self, self._watch())  # binds made outside a reconcile, if any
+        watch = self._watch()
         if watch is not None:
             pods, services, natives = (
                 getattr(watch, r).cache.fresh(self.written[r], self.resync_s, self.watch_wait_s)
@@ -315,7 +345,7 @@ class KubernetesBackend(Backend):
             "native": (natives["items"], natives["metadata"].get("resourceVersion")),
         }
         if watch is None:
-            watch_start(self, fingerprint, seeds)
+            watch_start(self, _fingerprint(self), seeds)
         else:  # the periodic resync, or the watch fell behind: the cache takes the list
             for resource, (items, version) in seeds.items():
                 getattr(watch, resource).cache.replace(items, version)
@@ -332,9 +362,22 @@ class KubernetesBackend(Backend):
             self._observe()
         return list(self._services or [])
 
+    def _watch(self) -> ClusterWatch | None:
+        """This process's watch of the cluster, when it runs one."""
+        return watch_get(self.cluster.pk, _fingerprint(self)) if self.watch else None
+
+    def native_listed(self, namespace: str, name: str) -> native.NativePod | None:
+        """The native pod of that name as this pass observed it (None: not observed)."""
+        if self._native is None:
+            return None
+        if self._native_index is None:
+            self._native_index = {p.key: p for p in self._native}
+        return self._native_index.get((namespace, name))
+
     def save_written(self) -> None:
         """Keep the versions this pass wrote on the Cluster row, for the next pass in
         whichever worker process runs it (read-your-writes through the watch cache)."""
+        native.caught_up(self, self._watch())
         if self.written == self._written_saved or not getattr(self.cluster, "pk", None):
             return
         state = {r: str(v) for r, v in self.written.items()}
@@ -462,12 +505,8 @@ class KubernetesBackend(Backend):
             "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
         }
         try:
-            self.call(
-                self.api.create_namespaced_pod_binding,
-                self.owner.object_name(spec.name),
-                spec.namespace,
-                body,
-                _preload_content=False,
+            self.post(
+                body, "namespaces", spec.namespace, "pods", body["metadata"]["name"], "binding"
             )
         except ApiException as exc:
             if exc.status != 409:  # 409: bound already, by a try whose answer was lost
@@ -703,8 +742,9 @@ class KubernetesBackend(Backend):
             missing = self._namespaces_into(report, missing)
             list(pool.map(lambda s: self._create_into(report, s), missing))
             repair(self, report, pool, existing)
-        self._listed = self._services = self._native = None  # the next pass observes afresh
         self.save_written()
+        self._listed = self._services = self._native = None  # the next pass observes afresh
+        self._native_index = None
         return report
 
     def _namespaces_into(self, report: ReconcileReport, missing: list[PodSpec]) -> list[PodSpec]:
