@@ -58,6 +58,7 @@ from clusters.backends import (
     MigKey,
     MigLayout,
     NodeInfo,
+    PodPhase,
     PodSpec,
     PodSpecInvalid,
     PodStatus,
@@ -74,6 +75,7 @@ from clusters.backends.kubernetes.foreign import foreign_use
 from clusters.backends.kubernetes.manifests import (
     DEFAULT_UID,
     MPS_ROOT,
+    POD_LABEL,
     PROJECT_LABEL,
     ROLE,
     WORKLOAD_CONTAINER,
@@ -101,6 +103,10 @@ TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
 class KubernetesBackend(Backend):
+    # The targeted pass (clusters.reconcile): a kept pod that lacks its Binding or a Service
+    # says so in its status and is handed over with its workload instead.
+    partial_reconcile = True
+
     def __init__(
         self, cluster: Any, *, kubeconfig: dict | None = None, installation: str | None = None
     ):
@@ -396,11 +402,31 @@ class KubernetesBackend(Backend):
         """GPUPool's pods: those it made, and those it bound (native pods)."""
         ours = native.identity(self)
         statuses = _workload_statuses(self._listed or [])
+        self._mark_incomplete(statuses)
         for pod in self.native_pods():
             if pod.bound_by(ours) and pod.annotations.get(native.POD_NAME):
                 status = native.native_status(pod)
                 statuses[status.name] = status
         return statuses
+
+    def _mark_incomplete(self, statuses: dict[str, PodStatus]) -> None:
+        """What a pod of ours lacks that the pass that made it made beside it: its Binding
+        (`pin: binding`), its own Service (a pod with ports), its gang's headless Service.
+        A full pass repairs these for every pod; a targeted one, for the pods marked."""
+        services = {
+            (s["metadata"]["namespace"], s["metadata"]["name"]) for s in self._services or []
+        }
+        for pod in self._listed or []:
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            status = statuses.get(meta["labels"].get(POD_LABEL, ""))
+            if status is None or status.terminating or meta.get("deletionTimestamp"):
+                continue
+            unbound = (
+                self.pin == "binding" and status.phase == PodPhase.PENDING and not status.node_name
+            )
+            own = bool(status.ports) and (status.namespace, meta["name"]) not in services
+            gang = spec.get("subdomain") and (status.namespace, spec["subdomain"]) not in services
+            status.incomplete = "binding" if unbound else "service" if own or gang else ""
 
     def native_pods(self) -> list[native.NativePod]:
         """The pods that name our scheduler, observed with GPUPool's own, once a pass
@@ -706,19 +732,25 @@ class KubernetesBackend(Backend):
         *,
         grace_period_s: int,
         grace_periods: Mapping[int, int] | None = None,
+        keep: frozenset[str] = frozenset(),
+        observed: Mapping[str, PodStatus] | None = None,
     ) -> ReconcileReport:
         """1. list managed pods; 2. delete those nobody wants, each with its workload's
         grace period (deleteOptions gracePeriodSeconds); 3. reservation pods for the shared
         GPUs in use; 4. create what is missing (shared pods once their device is known),
         in namespaces that exist; 5. repair what an earlier pass left half done (a pod
         whose Binding failed, a Service missing or left over).
+        A targeted pass hands the pods to `keep` as they are by name: they stay, their
+        shared GPUs keep their reservations (observed sharers), their Services stay (their
+        pods are there); one that lacked something was not kept (`_mark_incomplete`).
+        `observed`: this pass's statuses, read a moment ago from the same observation.
         Deletes and creates run on a thread pool: reconcile is latency-bound."""
         if self._listed is None:
             self._observe()
         pods = self._listed or []
-        report = ReconcileReport(statuses=self._statuses())
+        report = ReconcileReport(statuses=dict(observed) if observed else self._statuses())
         wanted = {spec.name: spec for spec in desired}
-        doomed = [s for n, s in report.statuses.items() if n not in wanted]
+        doomed = [s for n, s in report.statuses.items() if n not in wanted and n not in keep]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(
                 pool.map(
