@@ -135,7 +135,7 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     stopped = {key for key in fresh if _stopped_before(last.get(key), groups[key])}
     new = {key for key in fresh if groups[key].waiting and key not in stopped}
     intake = _intake(backend, cluster, projects, [groups[key] for key in new]) if new else None
-    with intake_pass():  # the nodes' sizes, read once for every submit of the pass
+    with intake_pass():  # what the submits share (nodes, pools, policies), read once
         for key, group in groups.items():
             try:
                 if key in active:

@@ -316,6 +316,8 @@ def _needs_work(rows: list[tuple], statuses: list[PodStatus | None]) -> bool:
     ):
         if releasing or status is None or status.lost or status.stuck or status.terminating:
             return True  # given back, to create, lost, or going
+        if status.incomplete:
+            return True  # its Binding or Service to make again
         if _observed_fields(status, endpoint, ports) != (phase, endpoint, ref, ports):
             return True  # a phase, endpoint or port to record
     return _next_state(state, statuses, len(rows)) is not None  # type: ignore[arg-type]

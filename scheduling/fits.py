@@ -9,9 +9,7 @@ nodes to compare with, and only the static bounds (scheduling.bounds) apply.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -22,6 +20,7 @@ from clusters.models import Gpu, Node
 from scheduling.bounds import fmt
 from scheduling.engine.mig import AUTO, profile_for, profiles_for
 from scheduling.engine.types import PodRequest
+from scheduling.kept import kept
 from scheduling.models import GpuRequestKind
 
 
@@ -40,7 +39,6 @@ class NodeRoom:
 # field, what one node offers of it, words for the message, and whether 0 means "not
 # reported" (the scheduler then does not hold cpu or memory against a pod either).
 Measure = tuple[str, Callable[[NodeRoom], Any], str, bool]
-_KEPT: ContextVar[dict[tuple, list[NodeRoom]] | None] = ContextVar("node_rooms", default=None)
 MEASURES: list[Measure] = [
     ("gpus", lambda room: room.gpus, "GPUs", False),
     ("gpu_memory_mib", lambda room: room.gpu_memory_mib, "MiB of memory on one GPU", False),
@@ -108,28 +106,11 @@ def mig_errors(fields: dict[str, Any]) -> dict[str, list[str]]:
                             f"{', '.join(sorted(offered)) or 'none'}."]}  # fmt: skip
 
 
-@contextlib.contextmanager
-def node_rooms_kept() -> Iterator[None]:
-    """Inside the block, `node_rooms` reads each (pools, models) once: for a caller that
-    checks many submits at once (a native intake pass queues up to thousands), the
-    inventory as it was when the block began."""
-    token = _KEPT.set({})
-    try:
-        yield
-    finally:
-        _KEPT.reset(token)
-
-
 def node_rooms(pools: list[str], gpu_model: str) -> list[NodeRoom]:
     """The nodes the scheduler could use for these pools (all pools when none is named),
-    with only the GPUs of the wanted models counted: one query, whatever the inventory."""
-    kept = _KEPT.get()
-    if kept is None:
-        return _node_rooms(pools, gpu_model)
-    key = (tuple(pools), gpu_model)
-    if key not in kept:
-        kept[key] = _node_rooms(pools, gpu_model)
-    return kept[key]
+    with only the GPUs of the wanted models counted: one query, whatever the inventory
+    (read once inside a `scheduling.kept.reads_kept` block)."""
+    return kept(("node_rooms", tuple(pools), gpu_model), lambda: _node_rooms(pools, gpu_model))
 
 
 def _node_rooms(pools: list[str], gpu_model: str) -> list[NodeRoom]:

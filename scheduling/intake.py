@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from portal.models import Project
-from scheduling.fits import node_rooms_kept as intake_pass
+from scheduling.kept import reads_kept as intake_pass
 from scheduling.models import Workload
 from scheduling.services import workload_create_checked
 
-# `with intake_pass():` the submits of one intake pass read the nodes' sizes once.
+# `with intake_pass():` the submits of one intake pass read what they share once (the
+# nodes' sizes, the pools' names, each project's policy).
 __all__ = ["intake_pass", "workload_submit_native"]
 
 
@@ -23,5 +24,8 @@ def workload_submit_native(
     `extra` are fields the form has none for (the cluster its pods are on,
     Workload.spec["native"]); `origin` says where it came from, in its first event. The
     namespace is the project's, so there is no permission to check: who may create pods
-    there is the cluster's RBAC. Raises ValidationFailed as a submit does."""
-    return workload_create_checked(actor, project, kind, name, spec, extra=extra, origin=origin)
+    there is the cluster's RBAC. The caller chose a name it read free in the project.
+    Raises ValidationFailed as a submit does."""
+    return workload_create_checked(
+        actor, project, kind, name, spec, extra=extra, origin=origin, name_free=True
+    )

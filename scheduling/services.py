@@ -17,6 +17,7 @@ from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import can_admin_department, can_admin_project, can_submit_to_project
 from scheduling import bounds, sweeps
+from scheduling.kept import kept
 from scheduling.lifecycle import workload_event, workload_transition
 from scheduling.models import (
     FINISHED_STATES,
@@ -62,15 +63,19 @@ def workload_create_checked(
     *,
     extra: dict | None = None,
     origin: str = "",
+    name_free: bool = False,
 ) -> Workload:
     """Create a workload after the checks every submit gets (bounds, the project's
-    policy, a name free in the project), whoever asked (permission is the caller's)."""
+    policy, a name free in the project), whoever asked (permission is the caller's).
+    `name_free`: the caller chose a name it read free (a native intake pass reads the
+    names of all its groups at once); a name taken meanwhile is still refused, by the
+    table's unique constraint."""
     fields, errors = clean_spec(kind, name, spec)
     if not errors:
-        policy = effective_policy(project)
+        policy = kept(("policy", project.pk), lambda: effective_policy(project))
         apply_defaults(policy, fields)
         errors = policy_errors(policy, kind, fields)
-    if "name" not in errors:
+    if "name" not in errors and not (name_free and kind != WorkloadKind.HPO):
         _check_names_free(project, name, kind, fields, errors)
     if errors:
         raise ValidationFailed(errors)

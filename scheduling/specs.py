@@ -18,6 +18,7 @@ from scheduling import bounds
 from scheduling.bounds import Bound
 from scheduling.engine.mig import AUTO
 from scheduling.fits import fit_errors, mig_errors
+from scheduling.kept import kept
 from scheduling.models import GpuRequestKind, PriorityClass, WorkloadKind
 from scheduling.sweeps import clean_search
 
@@ -409,7 +410,7 @@ def _clean_placement(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
     if not isinstance(pools, list) or not all(isinstance(p, str) for p in pools):
         _add(errors, "node_pools", "Give node pool names in order of preference.")
         pools = []
-    known = set(NodePool.objects.filter(name__in=pools).values_list("name", flat=True))
+    known = kept(("pool_names",), lambda: set(NodePool.objects.values_list("name", flat=True)))
     missing = [p for p in pools if p not in known]
     if missing:
         _add(errors, "node_pools", f"No such node pool: {', '.join(missing)}.")

@@ -53,7 +53,7 @@ def imports(path: Path) -> set[str]:
 # and reconcile tasks, inventory sync, the simulated backend), to measure them end to end:
 # a harness, like the tests, not a way for one app to reach into the other.
 # Benchmarks of the whole path (they drive the cycle and the reconcile as the beat does).
-HARNESSES = {"bench_controlplane", "bench_native"}
+HARNESSES = {"bench_controlplane", "bench_native", "bench_reconcile"}
 
 
 def modules(app: str, *, skip: str = "") -> list[Path]:

@@ -203,6 +203,9 @@ class PodStatus:
     reason: str = ""
     # A pod GPUPool bound but did not make: its name in the cluster (deleting it evicts it).
     native: str = ""
+    # What the backend made beside the pod and no longer finds (its Binding, its Service):
+    # a targeted reconcile hands its workload over, to be made again (clusters.reconcile).
+    incomplete: str = ""
 
 
 @dataclass(slots=True)
@@ -245,8 +248,9 @@ class Backend(abc.ABC):
 
     # Whether `reconcile` may be handed part of the desired set: the pods of the workloads
     # that need work, with the names of the others to `keep` as they are (clusters.reconcile's
-    # targeted pass). Backends whose reconcile does more with every desired spec (Kubernetes:
-    # reservation pods, Services, repairs; local: MPS daemons) always get the whole set.
+    # targeted pass). Backends whose reconcile does more with every desired spec (local: MPS
+    # daemons) always get the whole set; Kubernetes says what a kept pod lacks instead
+    # (`PodStatus.incomplete`).
     partial_reconcile = False
 
     def __init__(self, cluster: Cluster):

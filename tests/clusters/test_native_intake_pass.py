@@ -40,10 +40,8 @@ def test_groups_of_one_name_queued_in_one_pass_get_names_of_their_own(kube, setu
     assert other.name.startswith("train-") and len(other.name) == len("train-") + 6
 
 
-def test_a_pod_bound_by_our_binding_is_read_back_once(kube, setup, org):  # noqa: F811
-    """201 to our Binding: the pod is read back once (its new version is what the next
-    pass's watch must have seen: a Binding's answer carries none), and one Scheduled
-    event is written."""
+def _bind_one(kube, setup):  # noqa: F811
+    """A pod queued and given GPUs; the API requests of the pass that binds it."""
     fake = kube.require_fake()
     cluster, core = setup
     core.create_namespaced_pod(NS, pod_body("trainer"))
@@ -51,12 +49,34 @@ def test_a_pod_bound_by_our_binding_is_read_back_once(kube, setup, org):  # noqa
     cycle_run()
     fake.requests.clear()
     cluster_reconcile(cluster)
-    path = f"/api/v1/namespaces/{NS}/pods/trainer"
-    assert ("POST", f"{path}/binding") in fake.requests
-    assert fake.requests.count(("GET", path)) == 1
     (workload,) = native_workloads()
     pod = fake.pod(NS, "trainer")
     assert workload.allocations.get().node.name == pod["spec"]["nodeName"]
     assert workload.state in (S.ADMITTED, S.RUNNING)
     reasons = [e["reason"] for e in fake.events(NS) if e["involvedObject"]["name"] == "trainer"]
-    assert reasons.count("Scheduled") == 1
+    assert reasons.count("Scheduled") == 1  # one event, as kube-scheduler writes
+    assert ("POST", f"/api/v1/namespaces/{NS}/pods/trainer/binding") in fake.requests
+    return fake, cluster, pod
+
+
+def test_without_a_watch_a_pod_bound_by_our_binding_is_read_back_once(kube, setup, org):  # noqa: F811
+    """201 to our Binding, no watch in this process: the pod is read back once, as its new
+    version is what the next pass's watch (in another process) must have seen: a
+    Binding's answer carries none."""
+    fake, cluster, pod = _bind_one(kube, setup)
+    assert fake.requests.count(("GET", f"/api/v1/namespaces/{NS}/pods/trainer")) == 1
+    cluster.refresh_from_db()
+    assert int(cluster.watch_state["native"]) >= int(pod["metadata"]["resourceVersion"])
+
+
+def test_with_a_watch_the_pass_waits_for_it_to_show_the_binding_instead(kube, setup, org):  # noqa: F811
+    """With this process's watch running, the pass reads nothing back: it ends once the
+    watch shows the pod on its node, and what it requires of the next pass's watch is
+    at least the binding's version."""
+    cluster, _ = setup
+    cluster.config["watch"] = True
+    cluster.save()
+    fake, cluster, pod = _bind_one(kube, setup)
+    assert ("GET", f"/api/v1/namespaces/{NS}/pods/trainer") not in fake.requests
+    cluster.refresh_from_db()
+    assert int(cluster.watch_state["native"]) >= int(pod["metadata"]["resourceVersion"])

@@ -217,18 +217,26 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         "metadata": {"name": spec.native_pod, "annotations": annotations},
         "target": {"apiVersion": "v1", "kind": "Node", "name": spec.node_name},
     }
+    taken = False
     try:
-        _post(backend, backend.api.create_namespaced_pod_binding, spec.namespace, body)
+        backend.post(body, "namespaces", spec.namespace, "pods", spec.native_pod, "binding")
     except ApiException as exc:
         if exc.status == 404:
             raise BackendError(f"pod {spec.namespace}/{spec.native_pod} is gone") from exc
         if exc.status != 409:
             raise BackendError(f"bind {spec.namespace}/{spec.native_pod}: {said(exc)}") from exc
-    # Read back, though a 201 says it is ours: the pod's new version is what the next
-    # pass's watch must have caught up with (a Binding's answer carries none), or that
-    # pass could see it unbound and take it for lost.
-    pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
-    seen(backend, pod)
+        taken = True
+    listed = backend.native_listed(spec.namespace, spec.native_pod)
+    if taken or listed is None:
+        # Whose binding it is, read back: ours from a try whose answer was lost, or not.
+        pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
+        seen(backend, pod)
+    else:
+        # A 201 is ours: the pod is now what the server made of it (BindingREST: the node,
+        # the Binding's annotations, PodScheduled True). No read-back: the pass waits for
+        # its watch to show every pod it bound before it ends (`caught_up`).
+        pod = bound_copy(listed.raw, spec.node_name, annotations)
+        backend.bound_native[(spec.namespace, spec.native_pod)] = (listed.uid, spec.node_name)
     found = native_pod(pod)
     if not found.bound_by(identity(backend)) or found.annotations.get(POD_NAME) != spec.name:
         raise BackendError(
@@ -242,6 +250,59 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         f"Successfully assigned {spec.namespace}/{spec.native_pod} to {spec.node_name}",
     )
     return native_status(found)
+
+
+def bound_copy(pod: dict, node: str, annotations: dict[str, str]) -> dict:
+    """The pod as a Binding's 201 leaves it (the API server's BindingREST): on `node`, the
+    Binding's annotations added, its PodScheduled condition True."""
+    meta, status = pod["metadata"], dict(pod.get("status") or {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    status["conditions"] = [*conditions, {"type": "PodScheduled", "status": "True"}]
+    status.pop("nominatedNodeName", None)
+    return {
+        **pod,
+        "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **annotations}},
+        "spec": {**(pod.get("spec") or {}), "nodeName": node},
+        "status": status,
+    }
+
+
+def caught_up(backend: KubernetesBackend, watch: Any) -> None:
+    """The pods this pass bound, as the next pass must find them (read-your-writes): once
+    this process's watch shows each on its node (or gone), everything up to the watch's
+    version is ours to require; without a watch, or if it lags past its wait, each is
+    read back."""
+    bound, backend.bound_native = backend.bound_native, {}
+    if not bound:
+        return
+
+    waiting = dict(bound)
+
+    def shown(items: dict) -> bool:
+        """Each bound pod on its node in the cache, or gone (checked once each: a pod the
+        watch showed bound stays so)."""
+        for key, (uid, node) in list(waiting.items()):
+            pod = items.get(key)
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or (pod.get("spec") or {}).get("nodeName") == node
+            ):
+                del waiting[key]
+            else:
+                return False
+        return True
+
+    version = None if watch is None else watch.native.cache.wait_for(shown, backend.watch_wait_s)
+    if version is not None:
+        backend.written["native"] = max(backend.written["native"], version)
+        return
+    for namespace, name in bound:
+        try:
+            seen(backend, backend._json(backend.api.read_namespaced_pod, name, namespace))
+        except ApiException as exc:
+            if exc.status != 404:  # gone since: nothing of it to wait for
+                raise BackendError(f"read {namespace}/{name}: {said(exc)}") from exc
 
 
 def seen(backend: KubernetesBackend, pod: dict) -> None:
@@ -263,11 +324,6 @@ def native_status(pod: NativePod) -> PodStatus:
     return status
 
 
-def _post(backend: KubernetesBackend, create: Any, namespace: str, body: dict) -> None:
-    """Create a pod's subresource object (a Binding, an Eviction) named as its pod."""
-    backend.call(create, body["metadata"]["name"], namespace, body, _preload_content=False)
-
-
 def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int) -> bool:
     """Evict through the Eviction API (a PodDisruptionBudget is honoured: 429 leaves it
     for the next pass). True when the pod is gone now."""
@@ -278,7 +334,7 @@ def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int)
         "deleteOptions": {"gracePeriodSeconds": grace_period_s},
     }
     try:
-        _post(backend, backend.api.create_namespaced_pod_eviction, status.namespace, body)
+        backend.post(body, "namespaces", status.namespace, "pods", status.native, "eviction")
     except ApiException as exc:
         if exc.status == 404:
             return True
@@ -363,9 +419,7 @@ def record_event(
         "count": 1,
     }
     try:
-        backend.call(
-            backend.api.create_namespaced_event, pod.namespace, body, _preload_content=False
-        )
+        backend.post(body, "namespaces", pod.namespace, "events")
     except ApiException as exc:
         if exc.status != 409:
             log.warning("event on %s/%s not written: %s", pod.namespace, pod.name, said(exc))

@@ -105,6 +105,20 @@ class ObjectCache:
                     return None
                 self.changed.wait(left)
 
+    def wait_for(self, check: Callable[[dict[Key, dict]], bool], wait_s: float) -> int | None:
+        """The cache's version once `check(items)` holds (waiting up to `wait_s` for the
+        watch to deliver it); None when it does not in time, or the cache cannot be trusted."""
+        deadline = time.monotonic() + wait_s
+        with self.changed:
+            while self.version is not None and self.connected:
+                if check(self.items):
+                    return self.version
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.changed.wait(left)
+            return None
+
 
 def _key(obj: dict) -> Key:
     meta = obj["metadata"]

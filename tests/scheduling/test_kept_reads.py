@@ -1,0 +1,66 @@
+"""reads_kept: a caller checking many submits at once (a native intake pass) reads what they
+share once: the nodes' sizes, the pools' names, each project's policy."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from portal.errors import ValidationFailed
+from scheduling.fits import node_rooms
+from scheduling.kept import reads_kept
+from scheduling.models import Workload
+from scheduling.services import workload_create_checked
+from tests.scheduling.conftest import make_nodes
+
+
+def test_inside_the_block_each_pool_is_read_once_and_after_it_afresh(
+    pool, django_assert_num_queries
+):
+    make_nodes(pool, 2, 4)
+    with reads_kept():
+        with django_assert_num_queries(1):
+            first = node_rooms(["a100"], "")
+            assert node_rooms(["a100"], "") == first
+        make_nodes(pool, 1, 8)  # kept as the block began
+        assert len(node_rooms(["a100"], "")) == 2
+        with django_assert_num_queries(1):  # another request: read once too
+            node_rooms([], "")
+    rooms = node_rooms(["a100"], "")
+    assert sorted(room.gpus for room in rooms) == [4, 4, 8]
+
+
+def _tables(queries) -> list[str]:
+    return [
+        q["sql"].split(" FROM ")[1].split()[0].strip('"') for q in queries if " FROM " in q["sql"]
+    ]
+
+
+def test_submits_in_a_block_read_the_pools_and_each_projects_policy_once(org, cluster):
+    """An intake pass's submits share the pools' names and a project's policy; a policy
+    is read per project (two projects: two reads)."""
+    spec = {"image": "pytorch/pytorch:2.3", "gpus": 1, "node_pools": ["a100"]}
+    with reads_kept(), CaptureQueriesContext(connection) as seen:
+        for index, project in enumerate([org.project_a, org.project_a, org.project_b]):
+            workload_create_checked(
+                org.platform_admin, project, "training", f"w{index}", dict(spec)
+            )
+    tables = _tables(seen.captured_queries)
+    assert tables.count("clusters_nodepool") == 1
+    assert tables.count("scheduling_workloadpolicy") == 2
+    assert Workload.objects.filter(name__in=["w0", "w1", "w2"]).count() == 3
+
+
+def test_a_name_read_free_but_taken_meanwhile_is_still_refused(org, cluster):
+    """`name_free`: the caller read the name free (the intake reads all its names at
+    once); one taken since is refused on the name by the table's constraint, and nothing
+    is written."""
+    spec = {"image": "pytorch/pytorch:2.3", "gpus": 1}
+    workload_create_checked(org.platform_admin, org.project_a, "training", "dup", dict(spec))
+    with pytest.raises(ValidationFailed) as refused:
+        workload_create_checked(
+            org.platform_admin, org.project_a, "training", "dup", dict(spec), name_free=True
+        )
+    assert "name" in refused.value.errors
+    assert Workload.objects.filter(name="dup").count() == 1
