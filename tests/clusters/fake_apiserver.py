@@ -64,6 +64,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
 from tests.clusters.fake_generic import (
+    CUSTOM_KINDS,
     JOBS,
     controller_uid,
     generic_route,
@@ -865,6 +866,9 @@ class FakeApiServer:
         self.rbac_user = "system:serviceaccount:gpupool:gpupool"
         # Validating admission webhooks on pod create: name -> why it denies (or None).
         self.webhooks: dict[str, Callable[[dict], str | None]] = {}
+        # Custom resources served, (apiVersion, plural): their CRDs are installed
+        # (`install_crds`; the kinds are fake_generic.CUSTOM_KINDS).
+        self.crds: set[tuple[str, str]] = set()
         self.denied: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
         self.allowed: set[tuple[str, str, str]] = set()  # (verb, group, resource) used
         self.down = False
@@ -952,6 +956,12 @@ class FakeApiServer:
             if ready:
                 self.set_ready(name, True)
         return copy.deepcopy(self.objects["nodes"][("", name)])
+
+    def install_crds(self, *resources: tuple[str, str]) -> None:
+        """Serve these custom resources ((apiVersion, plural), of fake_generic.CUSTOM_KINDS;
+        none: every one), as a cluster where their operators' CRDs are installed."""
+        with self.lock:
+            self.crds |= set(resources or CUSTOM_KINDS)
 
     def set_ready(self, name: str, ready: bool) -> None:
         with self.lock:
