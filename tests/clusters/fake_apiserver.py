@@ -5,7 +5,8 @@ namespaces; pods (create, get, list across namespaces with label and field selec
 with a grace period, binding, status, eviction, log); services; core/v1 events;
 priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
 `Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
-compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+compacted resourceVersion (more kinds, and the custom resources of the CRDs a test installs
+with `install_crds`: fake_generic.py). Faults can be injected: 500s, slow answers (client timeouts),
 409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/

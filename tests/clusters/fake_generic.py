@@ -1,18 +1,18 @@
 """More kinds for the fake API server: what GPUPool's own manifests (deploy/) create.
 
-ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets (apps/v1); Jobs
-(batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings (rbac/v1); PriorityClasses
-(scheduling/v1); NetworkPolicies and Ingresses (networking/v1); PodDisruptionBudgets
-(policy/v1): create,
-get, list (label selectors), delete, over the real REST paths. Like the real API server it
-refuses a kind or namespace that does not match the URL, a missing or badly formed name or
-label, an unknown namespace, a duplicate, a workload whose selector does not match its pod
-template, a pod template the server would refuse, a restart policy its controller cannot
-run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
-adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
-initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
-Job's defaults, pod labels and selector on its uid. PATCH (merge or strategic merge) keeps a
-Job's selector and template immutable.
+ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets, ReplicaSets
+(apps/v1); Jobs, CronJobs (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings
+(rbac/v1); PriorityClasses (scheduling/v1); NetworkPolicies and Ingresses (networking/v1);
+PodDisruptionBudgets (policy/v1): create, get, list (label selectors), delete, over the real
+REST paths. Like the real API server it refuses a kind or namespace that does not match the
+URL, a missing or badly formed name or label, an unknown namespace, a duplicate, a workload
+whose selector does not match its pod template, a pod template the server would refuse, a
+restart policy its controller cannot run, an invalid ConfigMap or Secret key, a
+ServiceAccount subject without a namespace; and it adds what the real one adds: uid,
+creationTimestamp, resourceVersion, the generation and initial status of workloads and
+budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod labels and
+selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and template
+immutable.
 
 Controllers: the Job controller (`sync_jobs`, when the server's `job_controller` is on) makes
 a Job's pods from its template, replaces those deleted or failed, suspends and resumes,
@@ -20,6 +20,13 @@ and keeps status and conditions (Complete, Failed with BackoffLimitExceeded, Sus
 the real one; the disruption arithmetic of PodDisruptionBudgets (`budget_status`,
 `take_disruption`) answers the Eviction API. No other controller runs: a Deployment makes
 no pods.
+
+Custom resources (`CUSTOM_KINDS`: JobSets, Kubeflow's training jobs, RayClusters, RayJobs,
+LeaderWorkerSets) are served once a test installs their CRDs (`api.install_crds`), as the
+apiextensions server does: 404 without details before; the kind named in the body (400),
+the schema's required fields and types (422, on create and patch), a generation, no status
+from a create, merge patches only (a strategic merge is 415). No operator runs: tests make
+the objects their controllers would.
 """
 
 from __future__ import annotations
