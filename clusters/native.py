@@ -256,6 +256,8 @@ def _origins(
        backend's pool, each object once a pass however many pods it has;
     2. each read object's controller is the next link; again, up to OWNER_DEPTH;
     3. the origin is worked out from each chain (`_origin`)."""
+    if not starts:
+        return {}
     read: dict[str, dict | BackendError | None] = {}
     chains = {uid: [ref] for uid, (_, ref) in starts.items()}
 
@@ -357,7 +359,8 @@ def _place(
         return Group(pod.uid, ns, origin.shown, None)
     size = annotated if annotated is not None else origin.size
     group = Group(gang.uid, ns, origin.shown, size, target=gang, links={owner.uid})
-    group.note, group.error = origin.note, origin.error
+    # With the annotation, grouping by the pod's controller is what was asked: no note.
+    group.note, group.error = origin.note if annotated is None else "", origin.error
     return group
 
 
@@ -413,7 +416,7 @@ def _queue(
     _fill_slots(workload, group)
     log.info("%s: queued %s as workload %s", cluster.name, _described(group, first), workload.pk)
     if group.note:  # grouped by the pod's own controller: say so where its owner looks
-        log.warning("%s: %s %s", cluster.name, _described(group, first), group.note)
+        log.warning("%s: grouped by the pods' controller: %s", cluster.name, group.note)
         for pod in group.waiting:
             kube.record_event(
                 backend, pod, "Warning", "OwnerNotRead", f"Grouped by its controller: {group.note}"

@@ -146,15 +146,20 @@ def test_a_jobsets_jobs_are_one_gang_read_once_and_stopping_suspends_the_jobset(
     assert read_custom(core, JOBSET, "jobsets", "llm")["spec"]["suspend"] is True
 
 
-def test_a_pytorchjob_is_a_gang_of_its_replicas_and_waits_for_all_of_them(operators, org):
-    fake, cluster, core = operators
+def pytorch_job(core, name: str, workers: int) -> dict:
+    """A PyTorchJob of a Master and `workers` Workers, as its user applies it."""
     replica = {"template": job_template(1)["spec"]["template"]}
-    job = custom(core, KUBEFLOW, "pytorchjobs", {
-        "apiVersion": KUBEFLOW, "kind": "PyTorchJob", "metadata": {"name": "bert"},
+    return custom(core, KUBEFLOW, "pytorchjobs", {
+        "apiVersion": KUBEFLOW, "kind": "PyTorchJob", "metadata": {"name": name},
         "spec": {"pytorchReplicaSpecs": {
-            "Master": {"replicas": 1, **replica}, "Worker": {"replicas": 3, **replica},
+            "Master": {"replicas": 1, **replica}, "Worker": {"replicas": workers, **replica},
         }},
     })  # fmt: skip
+
+
+def test_a_pytorchjob_is_a_gang_of_its_replicas_and_waits_for_all_of_them(operators, org):
+    fake, cluster, core = operators
+    job = pytorch_job(core, "bert", workers=3)
     owned_pods(core, job, ["bert-master-0", "bert-worker-0"])
     step(cluster)
     assert native_workloads() == []  # queued once the gang is whole
@@ -168,6 +173,28 @@ def test_a_pytorchjob_is_a_gang_of_its_replicas_and_waits_for_all_of_them(operat
     stop_and_reconcile(cluster, org, workload)
     spec = read_custom(core, KUBEFLOW, "pytorchjobs", "bert")["spec"]
     assert spec["runPolicy"] == {"suspend": True}
+
+
+def test_a_pending_gangs_pods_deleted_wait_for_its_owner_until_it_says_it_failed(operators, org):
+    fake, cluster, core = operators
+    job = pytorch_job(core, "huge", workers=2)
+    names = ["huge-master-0", "huge-worker-0", "huge-worker-1"]
+    owned_pods(core, job, names, gpus=8)  # 24 GPUs: more than the cluster has
+    step(cluster)
+    (workload,) = native_workloads()
+    assert workload.state == S.PENDING
+    for name in names:  # its operator restarts the job (makes its pods again later)
+        core.delete_namespaced_pod(name, NS)
+    fake.complete_deletions()
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert workload.state == S.PENDING
+    with fake.lock:  # the operator's status: the job failed
+        stored = fake.objects["kubeflow.org/v1/pytorchjobs"][(NS, "huge")]
+        stored["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.message) == (S.STOPPED, "PyTorchJob huge failed.")
 
 
 def test_a_rayjobs_cluster_is_one_gang_owned_by_the_rayjob_which_is_suspended(operators, org):
@@ -276,28 +303,28 @@ def test_an_owner_whose_crd_is_missing_groups_by_the_pods_controller_and_says_so
     org,
 ):
     """No MPIJob CRD (the operator was uninstalled, its pods remain): the pass goes on;
-    the pods are grouped by their controller, with an event saying why."""
+    the pods are grouped by their controller, with an event saying why (not where the
+    gang annotation asked for just that)."""
     fake = kube.require_fake()
     cluster, core = setup
-    uid = "0b6f3f8e-2f7a-4d37-9a59-6d3c1f5e2a10"
-    ghost = {
-        "apiVersion": KUBEFLOW,
-        "kind": "MPIJob",
-        "metadata": {"name": "allreduce", "uid": uid},
-    }
-    owned_pods(core, ghost, ["allreduce-launcher", "allreduce-worker-0"])
+    for name, uid, annotated in (
+        ("allreduce", "0b6f3f8e-2f7a-4d37-9a59-6d3c1f5e2a10", {}),
+        ("sized", "5d0c1f7e-8a47-4a3e-b1a4-0f9e2c6d7b21", {"gpupool.io/min-available": "1"}),
+    ):
+        ghost = {"apiVersion": KUBEFLOW, "kind": "MPIJob", "metadata": {"name": name, "uid": uid}}
+        workers = [f"{name}-launcher", f"{name}-worker-0"][: 1 if annotated else 2]
+        owned_pods(core, ghost, workers, annotations=annotated)
     core.create_namespaced_pod(NS, pod_body("alone"))
     result = cluster_reconcile(cluster)
     assert result.errors == []
-    gang, alone = native_workloads()
-    assert (gang.name, gang.pods, gang.spec["native"]["owner"]["kind"]) == (
-        "allreduce",
-        2,
-        "MPIJob",
-    )
-    assert (alone.name, alone.pods) == ("alone", 1)
-    said = [e["message"] for e in fake.events(NS) if e["reason"] == "OwnerNotRead"]
-    assert len(said) == 2 and "does not serve mpijobs" in said[0]
+    gangs = sorted((w.name, w.pods, w.spec["native"]["owner"]["kind"]) for w in native_workloads())
+    assert gangs == [("allreduce", 2, "MPIJob"), ("alone", 1, "Pod"), ("sized", 1, "MPIJob")]
+    said = [e for e in fake.events(NS) if e["reason"] == "OwnerNotRead"]
+    assert sorted(e["involvedObject"]["name"] for e in said) == [
+        "allreduce-launcher",
+        "allreduce-worker-0",
+    ]
+    assert "does not serve mpijobs" in said[0]["message"]
 
 
 def test_a_second_pass_does_not_check_the_projects_namespace_again(kube, setup, org):  # noqa: F811
