@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
+from clusters.backends.kubernetes.owners import OWNER_KINDS
 from clusters.reconcile import cluster_reconcile
 from scheduling.models import Workload, WorkloadState
 from scheduling.services import workload_stop
@@ -396,3 +397,34 @@ def operators_remove_suspended(fake) -> None:
             for ns, name in list(fake.objects.get(store, {})):
                 if (ns, name) in fake.objects[store]:
                     fake._delete(store, ns, name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "size"),
+    [
+        (("batch/v1", "Job"), {}, 1),
+        (("batch/v1", "Job"), {"parallelism": 4, "completions": 2}, 2),
+        (("batch/v1", "Job"), {"parallelism": 3}, 3),  # a work queue: no completions
+        (
+            (JOBSET, "JobSet"),
+            {"replicatedJobs": [
+                {"name": "a", "template": {"spec": {"parallelism": 2, "completions": 2}}},
+                {"name": "b", "replicas": 3, "template": {"spec": {}}},
+            ]},
+            5,  # replicas default 1; a Job template's parallelism default 1
+        ),
+        ((KUBEFLOW, "MPIJob"), {"mpiReplicaSpecs": {"Launcher": {}, "Worker": {"replicas": 4}}}, 5),
+        ((KUBEFLOW, "JAXJob"), {"jaxReplicaSpecs": {"Worker": {"replicas": 2}}}, 2),
+        ((RAY, "RayCluster"), {"headGroupSpec": {}}, 1),
+        (
+            (RAY, "RayCluster"),
+            {"headGroupSpec": {}, "workerGroupSpecs": [
+                {"groupName": "a", "minReplicas": 2, "replicas": 4}, {"groupName": "b"}]},
+            3,  # the head and the minimum of each group (default 0)
+        ),
+    ],
+)  # fmt: skip
+def test_each_owner_kinds_gang_size_comes_from_its_spec_with_the_operators_defaults(
+    kind, spec, size
+):
+    assert OWNER_KINDS[kind].size({"spec": spec}) == size
