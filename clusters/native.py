@@ -45,7 +45,16 @@ from clusters.backends.kubernetes import owners
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE
 from clusters.backends.kubernetes.owners import KindNotServed, OwnerRef
 from clusters.models import Cluster, Node
-from clusters.native_owners import LWS, LWS_GROUP, LWS_NAME, LWS_SIZE, Origin, origins, to_walk
+from clusters.native_owners import (
+    LWS,
+    LWS_GROUP,
+    LWS_INDEX,
+    LWS_NAME,
+    LWS_SIZE,
+    Origin,
+    origins,
+    to_walk,
+)
 from portal.errors import ValidationFailed
 from portal.models import Project
 from scheduling.intake import intake_pass, workload_submit_native
@@ -382,9 +391,12 @@ def _cluster_pools(cluster: Cluster) -> list[str]:
 
 
 def _owner_name(group: Group) -> str:
-    """A gang's owner's name (a CronJob's run: its Job's), a pod's own when alone."""
+    """A gang's owner's name (a CronJob's run: its Job's; a LeaderWorkerSet's group: the
+    set's and the group's index), a pod's own when alone."""
     if group.target is not None:
         name = group.target.name
+    elif LWS_GROUP in group.waiting[0].labels and group.owner is not None:  # <lws>-<group>
+        name = f"{group.owner.name[:50]}-{group.waiting[0].labels.get(LWS_INDEX, '')[:6]}"
     elif group.alone or group.owner is None:
         name = group.waiting[0].name
     else:

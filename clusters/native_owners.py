@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-key"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS = "leaderworkerset.x-k8s.io/v1"
 OWNER_DEPTH = 4  # controllers walked up at most (RayJob > RayCluster > pod is 2)
 

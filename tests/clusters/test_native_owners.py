@@ -280,13 +280,10 @@ def test_a_leaderworkersets_group_is_one_gang_of_its_size(operators, org):
     leaders = apps.create_namespaced_stateful_set(NS, {"metadata": {"name": "vllm"}, "spec": {
         "selector": {"matchLabels": {"app": "lws"}}, "template": template, "serviceName": "vllm",
     }})  # fmt: skip
-    owner = apps.api_client.sanitize_for_serialization(leaders) | {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-    }
-    labels = {"leaderworkerset.sigs.k8s.io/name": "vllm",
-              "leaderworkerset.sigs.k8s.io/group-key": "3e2387793"}  # fmt: skip
-    annotations = {"leaderworkerset.sigs.k8s.io/size": "3"}
+    owner = as_dict(core, leaders, "apps/v1", "StatefulSet")
+    lws = "leaderworkerset.sigs.k8s.io"
+    labels = {f"{lws}/name": "vllm", f"{lws}/group-index": "0", f"{lws}/group-key": "3e2387793"}
+    annotations = {f"{lws}/size": "3"}
     owned_pods(core, owner, ["vllm-0", "vllm-0-1"], labels=labels, annotations=annotations)
     step(cluster)
     assert native_workloads() == []
@@ -294,7 +291,9 @@ def test_a_leaderworkersets_group_is_one_gang_of_its_size(operators, org):
     owned_pods(core, owner, ["vllm-0-2"], labels=labels, annotations=annotations)
     step(cluster)
     (workload,) = native_workloads()
-    assert (workload.pods, workload.spec["native"]["owner"]["kind"]) == (3, "LeaderWorkerSet")
+    native = workload.spec["native"]
+    assert (workload.name, workload.pods) == ("vllm-0", 3)
+    assert (native["owner"]["kind"], native["owner"]["name"]) == ("LeaderWorkerSet", "vllm")
     assert len(bound_pods(fake)) == 3
 
 
