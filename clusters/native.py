@@ -2,11 +2,17 @@
 
 A pod in a project's namespace whose `spec.schedulerName` is GPUPool's (the cluster's
 config `scheduler_name`, default `gpupool`) is queued like portal work, under the
-project's quota, priority and policy. Pods are grouped into one workload per owner:
-- a pod with the annotation `gpupool.io/min-available: N` is one of a gang of N pods of
-  its controller (a JobSet's, a PyTorchJob's, any operator's);
-- a Job's pods are one gang of min(parallelism, completions) pods;
-- any other pod (bare, or a ReplicaSet's) is a workload of its own.
+project's quota, priority and policy. Pods are grouped into one workload per top owner,
+found by walking their controllers (ownerReferences, controller: true) up
+(docs/kubernetes-native.md has the table):
+- a Job's pods are one gang of min(parallelism, completions); a CronJob's Jobs are each a
+  run of their own (the CronJob is shown as the owner);
+- a JobSet's Jobs are one gang (over its replicatedJobs, replicas x the Job's gang);
+- a Kubeflow training job's (PyTorchJob, MPIJob, TFJob, XGBoostJob, JAXJob) replicas are
+  one gang; a RayCluster's head and minimum workers are one, owned by its RayJob if any;
+- a LeaderWorkerSet's group (a leader and its workers) is one gang of its size;
+- any other pod (bare, a Deployment's, a StatefulSet's) is a workload of its own;
+- the annotation `gpupool.io/min-available: N` sets the gang's size (any owner's pods).
 Labels may set `gpupool.io/kind` (training, inference, workspace...), `gpupool.io/priority-
 class` (build, train, inference; also taken from the pod's priorityClassName when it is one
 of those) and `gpupool.io/preemptible` ("true"/"false").
@@ -17,16 +23,16 @@ Each pass of the cluster's reconcile (`native_sync`, before the pods are compare
 2. a workload's pods fill its slots (`Workload.spec["native"]["pods"]`: pod i's name and
    uid), so that the cycle's allocation of pod i binds that pod (clusters/podspecs.py);
 3. a pending workload's pods carry its pending reason, as kube-scheduler's would;
-4. a workload stopped in the portal suspends its Job (or deletes its bare pod), so that
-   nothing makes the pods again; a pending workload whose pods are gone (deleted, or its
-   owner is) stops.
+4. a workload stopped in the portal suspends its owner where it can be suspended (a Job,
+   a JobSet, a Kubeflow job, a RayJob or RayCluster), else deletes its pods; a pending
+   workload whose pods are gone (deleted, or its owner is) stops.
 Binding, eviction and the phases read back are the reconcile's, as for GPUPool's own pods.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +41,20 @@ from django.utils.dateparse import parse_datetime
 
 from clusters.backends import BackendError
 from clusters.backends.kubernetes import native as kube
+from clusters.backends.kubernetes import owners
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE
+from clusters.backends.kubernetes.owners import KindNotServed, OwnerRef
 from clusters.models import Cluster, Node
+from clusters.native_owners import (
+    LWS,
+    LWS_GROUP,
+    LWS_INDEX,
+    LWS_NAME,
+    LWS_SIZE,
+    Origin,
+    origins,
+    to_walk,
+)
 from portal.errors import ValidationFailed
 from portal.models import Project
 from scheduling.intake import intake_pass, workload_submit_native
@@ -46,7 +64,7 @@ from scheduling.models import WorkloadState as S
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
-    from clusters.backends.kubernetes.native import NativePod, OwnerRef
+    from clusters.backends.kubernetes.native import NativePod
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +74,7 @@ PRIORITY = "gpupool.io/priority-class"
 PREEMPTIBLE = "gpupool.io/preemptible"
 FRACTION = "gpupool.io/gpu-fraction"
 GPU_MEMORY = "gpupool.io/gpu-memory"
+NAMESPACE_RECHECK_S = 300.0
 SUBMITTER = "gpupool-kubernetes"
 # What a pod that requests no CPU or memory is counted as (kube-scheduler's non-zero
 # defaults for such pods: 100m and 200 MB).
@@ -81,9 +100,13 @@ class Group:
 
     key: str
     namespace: str
-    owner: OwnerRef | None
+    owner: OwnerRef | None  # the top owner, as pages show it
     size: int | None  # from the annotation or the owner; None: one pod
     pods: list[NativePod] = field(default_factory=list)
+    target: OwnerRef | None = None  # the gang's owner: suspended on stop, read when gone
+    links: set[str] = field(default_factory=set)  # the pods' own controllers (uids)
+    note: str = ""
+    error: BackendError | None = None
 
     @property
     def waiting(self) -> list[NativePod]:
@@ -99,21 +122,20 @@ class Group:
         return [p for p in self.pods if not p.terminal and not p.deleting]
 
     @property
-    def reads_job(self) -> bool:
-        """Its size is its owner's (a Job's), read when it is queued."""
-        return self.size is None and self.owner is not None and self.owner.suspendable
+    def alone(self) -> bool:
+        """A pod that is a workload of its own (bare, a Deployment's, a StatefulSet's)."""
+        return bool(self.pods) and self.key == self.pods[0].uid
 
 
 @dataclass(slots=True)
 class Intake:
     """What the groups queued in one pass need, read once for all of them (a pass may
     queue a thousand): the cluster's pools, the submitter, the names taken in their
-    projects, their Jobs (read on the backend's thread pool)."""
+    projects."""
 
     pools: list[str]
     submitter: Any
     taken: set[tuple[int, str]]  # (project pk, workload name)
-    jobs: dict[str, dict | BackendError | None]  # owner uid -> the Job, or why it is not read
 
 
 def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
@@ -122,19 +144,21 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     errors: list[str] = []
     pods = backend.native_pods()
     projects = _projects(backend, {p.namespace for p in pods}, errors)
-    groups = _groups([p for p in pods if p.namespace in projects])
+    pods = [p for p in pods if p.namespace in projects]
     native = Workload.objects.filter(cluster=cluster, spec__has_key="native")
     active = {
         w.spec["native"]["key"]: w
         for w in native.exclude(state__in=FINISHED_STATES).select_related("project")
     }
+    links = {link: key for key, w in active.items() for link in w.spec["native"].get("links") or []}
+    groups = _groups(pods, active, links, origins(backend, to_walk(pods, active, links)))
     fresh = [key for key in groups if key not in active]
     last: dict[str, Workload] = {}
     for workload in native.filter(spec__native__key__in=fresh).order_by("pk"):
         last[workload.spec["native"]["key"]] = workload
     stopped = {key for key in fresh if _stopped_before(last.get(key), groups[key])}
     new = {key for key in fresh if groups[key].waiting and key not in stopped}
-    intake = _intake(backend, cluster, projects, [groups[key] for key in new]) if new else None
+    intake = _intake(cluster, projects, [groups[key] for key in new]) if new else None
     with intake_pass():  # what the submits share (nodes, pools, policies), read once
         for key, group in groups.items():
             try:
@@ -158,10 +182,8 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
     return errors
 
 
-def _intake(
-    backend: KubernetesBackend, cluster: Cluster, projects: dict[str, Project], new: list[Group]
-) -> Intake:
-    """What the new groups of this pass need, in a few statements and parallel reads."""
+def _intake(cluster: Cluster, projects: dict[str, Project], new: list[Group]) -> Intake:
+    """What the new groups of this pass need, in a few statements."""
     names = {_owner_name(g) for g in new}
     project_ids = {projects[g.namespace].pk for g in new}
     taken = set(
@@ -169,17 +191,13 @@ def _intake(
             "project_id", "name"
         )
     )
-    owners = {g.owner.uid: (g.namespace, g.owner) for g in new if g.reads_job and g.owner}
+    return Intake(_cluster_pools(cluster), _submitter(), taken)
 
-    def read(item: tuple[str, OwnerRef]) -> dict | BackendError | None:
-        try:
-            return kube.read_owner(backend, *item)
-        except BackendError as exc:  # that group's error, in its turn
-            return exc
 
-    with ThreadPoolExecutor(max_workers=backend.workers) as pool:
-        jobs = dict(zip(owners, pool.map(read, owners.values()), strict=True))
-    return Intake(_cluster_pools(cluster), _submitter(), taken, jobs)
+# Namespaces checked as ours (made or adopted) by this process: (API server, identity,
+# namespace) -> when. Checked again after a few minutes (someone may have taken its labels
+# off), and at once after an error; like the watch, state kept per process.
+_NAMESPACES_CHECKED: dict[tuple[str, str, str], float] = {}
 
 
 def _projects(
@@ -188,31 +206,64 @@ def _projects(
     """The projects whose namespaces hold such pods, where the namespace is ours (made or
     adopted by this installation: another GPUPool's is refused, and its pods left alone)."""
     found = {}
+    now, server = time.monotonic(), backend.api.api_client.configuration.host
     for project in Project.objects.filter(namespace__in=namespaces).select_related("department"):
-        try:
-            backend.ensure_namespace(project.namespace, project.name)
-        except BackendError as exc:
-            errors.append(str(exc))
-            continue
+        checked = (server, kube.identity(backend), project.namespace)
+        if now - _NAMESPACES_CHECKED.get(checked, -NAMESPACE_RECHECK_S) >= NAMESPACE_RECHECK_S:
+            try:
+                backend.ensure_namespace(project.namespace, project.name)
+            except BackendError as exc:
+                _NAMESPACES_CHECKED.pop(checked, None)
+                errors.append(str(exc))
+                continue
+            _NAMESPACES_CHECKED[checked] = now
         found[project.namespace] = project
     return found
 
 
-def _groups(pods: list[NativePod]) -> dict[str, Group]:
-    """The pods by workload-to-be: a gang's by its controller, any other pod alone. A
-    Job's gang size is read when it is queued (`_queue`), not on every pass."""
+def _groups(
+    pods: list[NativePod],
+    active: dict[str, Workload],
+    links: dict[str, str],
+    origins: dict[str, Origin],
+) -> dict[str, Group]:
+    """The pods by workload-to-be: a gang's by its owner, any other pod alone. A pod of a
+    queued group goes to it by its record (its key, or a link to its own controller);
+    others by their owner's origin, read this pass (clusters/native_owners.py)."""
     groups: dict[str, Group] = {}
     for pod in sorted(pods, key=lambda p: (p.created, p.name)):
-        size: int | None = None
-        key = pod.uid
-        owner = pod.owner
-        if owner is not None and GANG in pod.annotations:
-            key, size = owner.uid, _gang_size(pod.annotations[GANG])
-        elif owner is not None and owner.suspendable:
-            key = owner.uid
-        group = groups.setdefault(key, Group(key, pod.namespace, owner, size))
-        group.pods.append(pod)
+        group = _place(pod, active, links, origins)
+        found = groups.setdefault(group.key, group)
+        found.links |= group.links
+        found.pods.append(pod)
     return groups
+
+
+def _place(
+    pod: NativePod, active: dict[str, Workload], links: dict[str, str], origins: dict[str, Origin]
+) -> Group:
+    """The (empty) group the pod belongs to."""
+    annotated = _gang_size(pod.annotations[GANG]) if GANG in pod.annotations else None
+    owner, ns = pod.owner, pod.namespace
+    if LWS_GROUP in pod.labels:
+        shown = OwnerRef(LWS, "LeaderWorkerSet", pod.labels.get(LWS_NAME, ""), "")
+        size = (
+            annotated if annotated is not None else _gang_size(pod.annotations.get(LWS_SIZE, "1"))
+        )
+        return Group(f"lws-{pod.labels[LWS_GROUP][:40]}", ns, shown, size)
+    if owner is None or pod.uid in active:
+        return Group(pod.uid, ns, owner, annotated)
+    if owner.uid in links or owner.uid in active:
+        return Group(links.get(owner.uid, owner.uid), ns, owner, annotated, links={owner.uid})
+    origin = origins.get(owner.uid) or Origin(owner)  # not read: a pod that is done
+    gang = origin.gang or (owner if annotated is not None else None)
+    if gang is None:
+        return Group(pod.uid, ns, origin.shown, None)
+    size = annotated if annotated is not None else origin.size
+    group = Group(gang.uid, ns, origin.shown, size, target=gang, links={owner.uid})
+    # With the annotation, grouping by the pod's controller is what was asked: no note.
+    group.note, group.error = origin.note if annotated is None else "", origin.error
+    return group
 
 
 def _gang_size(value: str) -> int:
@@ -223,25 +274,15 @@ def _gang_size(value: str) -> int:
         return 0
 
 
-def _job_gang(job: dict | None) -> int:
-    """A Job runs min(parallelism, completions) pods at once (parallelism 1 by default)."""
-    spec = (job or {}).get("spec") or {}
-    parallelism = spec.get("parallelism")
-    parallelism = 1 if parallelism is None else int(parallelism)
-    completions = spec.get("completions")
-    return max(1, min(parallelism, int(completions)) if completions else parallelism)
-
-
 def _queue(
     backend: KubernetesBackend, cluster: Cluster, project: Project, group: Group, intake: Intake
 ) -> None:
     """A workload for a new group, or the reason it cannot be one on each of its pods."""
     first = group.waiting[0]
-    if group.reads_job and group.owner is not None:
-        job = intake.jobs.get(group.owner.uid)
-        if isinstance(job, BackendError):
-            raise job
-        group.size = _job_gang(job)
+    if group.error is not None:
+        raise group.error
+    if group.size is None and group.target is not None:  # its owner's size is not known
+        group.size = len(group.waiting)
     if group.size is not None and 0 < len(group.waiting) < group.size:
         # Queued once the whole gang exists: GPUs held for pods not made yet help nobody.
         have, want = len(group.waiting), group.size
@@ -276,6 +317,12 @@ def _queue(
     intake.taken.add((project.pk, name))
     _fill_slots(workload, group)
     log.info("%s: queued %s as workload %s", cluster.name, _described(group, first), workload.pk)
+    if group.note:  # grouped by the pod's own controller: say so where its owner looks
+        log.warning("%s: grouped by the pods' controller: %s", cluster.name, group.note)
+        for pod in group.waiting:
+            kube.record_event(
+                backend, pod, "Warning", "OwnerNotRead", f"Grouped by its controller: {group.note}"
+            )
 
 
 def _submit_spec(
@@ -344,7 +391,17 @@ def _cluster_pools(cluster: Cluster) -> list[str]:
 
 
 def _owner_name(group: Group) -> str:
-    return (group.owner.name if group.owner else group.waiting[0].name)[:57].rstrip("-")
+    """A gang's owner's name (a CronJob's run: its Job's; a LeaderWorkerSet's group: the
+    set's and the group's index), a pod's own when alone."""
+    if group.target is not None:
+        name = group.target.name
+    elif LWS_GROUP in group.waiting[0].labels and group.owner is not None:  # <lws>-<group>
+        name = f"{group.owner.name[:50]}-{group.waiting[0].labels.get(LWS_INDEX, '')[:6]}"
+    elif group.alone or group.owner is None:
+        name = group.waiting[0].name
+    else:
+        name = group.owner.name
+    return name[:57].rstrip("-")
 
 
 def _free_name(project: Project, group: Group, taken: set[tuple[int, str]]) -> str:
@@ -363,28 +420,26 @@ def _native_record(group: Group, pod: NativePod, *, slots: bool = False) -> dict
     return {
         "key": group.key,
         "namespace": group.namespace,
-        "owner": (
-            {
-                "apiVersion": owner.api_version,
-                "kind": owner.kind,
-                "name": owner.name,
-                "uid": owner.uid,
-            }
-            if owner
-            else {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
-        ),
+        "owner": owner.as_dict
+        if owner
+        else {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid},
+        "target": group.target.as_dict if group.target else None,
+        "links": sorted(group.links),
         "manager": _manager(pod),
         "pods": [[p.name, p.uid] for p in group.waiting[: group.size or 1]] if slots else [],
     }
 
 
 def _described(group: Group, pod: NativePod) -> str:
-    owner = group.owner
-    what = (
-        f"{owner.kind} {group.namespace}/{owner.name}"
-        if owner
-        else f"Pod {group.namespace}/{pod.name}"
-    )
+    """`CronJob ns/nightly`, `Job ns/nightly-123 of CronJob ns/nightly`, `Pod ns/web-1 of
+    Deployment ns/web`, with who made the pod."""
+    owner, ns = group.owner, group.namespace
+    what = f"{owner.kind} {ns}/{owner.name}" if owner else f"Pod {ns}/{pod.name}"
+    run = group.target if group.target != owner else None
+    if group.alone and owner is not None:
+        what = f"Pod {ns}/{pod.name} of {what}"
+    elif run is not None:
+        what = f"{run.kind} {ns}/{run.name} of {what}"
     manager = _manager(pod)
     return what + (f" (made by {manager})" if manager else "")
 
@@ -433,8 +488,10 @@ def _fill_slots(workload: Workload, group: Group) -> None:
             continue
         slots[slots.index(None)] = [pod.name, pod.uid]
         placed.add(pod.uid)
-    if slots != record.get("pods"):
-        workload.spec = {**workload.spec, "native": {**record, "pods": slots}}
+    # A new controller of its pods (a JobSet's Job made again) is linked to it once.
+    links = sorted(set(record.get("links") or []) | group.links)
+    if slots != record.get("pods") or links != sorted(record.get("links") or []):
+        workload.spec = {**workload.spec, "native": {**record, "pods": slots, "links": links}}
         workload.save(update_fields=["spec"])
 
 
@@ -456,12 +513,12 @@ def _stopped_before(last: Workload | None, group: Group) -> bool:
 
 
 def _enforce_stop(backend: KubernetesBackend, group: Group) -> None:
-    """Stopped in the portal: its Job is suspended (its controller removes the pods and
-    keeps the Job); a bare pod is deleted; pods of other owners are deleted (their
-    controller may make new ones: a new run, queued again)."""
+    """Stopped in the portal: its owner is suspended where it can be (its controller
+    removes the pods and keeps it); a bare pod is deleted; pods of other owners are
+    deleted (their controller may make new ones: a new run, queued again)."""
     if not group.live:
         return
-    if group.owner is not None and kube.suspend_owner(backend, group.namespace, group.owner):
+    if group.target is not None and owners.suspend_owner(backend, group.namespace, group.target):
         return
     for pod in group.live:
         if not pod.node_name:  # a bound one is evicted by the reconcile, with its grace
@@ -471,27 +528,45 @@ def _enforce_stop(backend: KubernetesBackend, group: Group) -> None:
 def _gone(backend: KubernetesBackend, workload: Workload, group: Group | None) -> None:
     """A workload with no live pod. Admitted or running: the reconcile finds its pods
     gone (requeued as lost, or finished by their phases). Pending: stopped, unless its
-    Job is still there to make its pods again. Stopped in the portal meanwhile: nothing."""
+    gang's owner is still there to make its pods again. Stopped in the portal meanwhile:
+    nothing."""
     if workload.state != S.PENDING:
         return
-    owner = workload.spec["native"]["owner"]
-    ref = kube.OwnerRef(owner["apiVersion"], owner["kind"], owner["name"], owner["uid"])
-    if ref.suspendable:
-        job = kube.read_owner(backend, workload.spec["native"]["namespace"], ref)
-        conditions = {
-            c.get("type"): c.get("status")
-            for c in ((job or {}).get("status") or {}).get("conditions") or []
-        }
-        if job is not None and job["metadata"].get("uid") == owner["uid"]:
-            for condition, said in (("Complete", "completed"), ("Failed", "failed")):
-                if conditions.get(condition) == "True":
-                    _stop(workload, "OwnerFinished", f"Job {owner['name']} {said}.")
-                    break
+    record = workload.spec["native"]
+    owner = record["owner"]
+    # Records made before owners were walked name a Job as their owner, and no target.
+    target = record.get("target", owner if owner["kind"] == "Job" else None)
+    if target is not None:
+        ref = OwnerRef.of(target)
+        try:
+            found = owners.read_owner(backend, record["namespace"], ref)
+        except KindNotServed:
+            found = None
+        if found is not None and found["metadata"].get("uid") == ref.uid:
+            if finished := _finished(found):
+                _stop(workload, "OwnerFinished", f"{ref.kind} {ref.name} {finished}.")
             return  # its controller makes the pods again (after an eviction, say)
     _stop(
         workload,
         "PodsDeleted",
         f"Its pods were deleted outside GPUPool ({owner['kind']} {owner['name']}).",
+    )
+
+
+FINISHED = {"Complete": "completed", "Completed": "completed", "Succeeded": "succeeded"}
+
+
+def _finished(owner: dict) -> str:
+    """ "completed" or "failed" when the owner says it is done (a Job's, a JobSet's or a
+    Kubeflow job's conditions; a RayJob's deployment status); "" while it runs."""
+    status = owner.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in FINISHED:
+            return FINISHED[condition["type"]]
+        if condition.get("status") == "True" and condition.get("type") == "Failed":
+            return "failed"
+    return {"Complete": "completed", "Failed": "failed"}.get(
+        str(status.get("jobDeploymentStatus")), ""
     )
 
 

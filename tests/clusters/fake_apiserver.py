@@ -5,7 +5,8 @@ namespaces; pods (create, get, list across namespaces with label and field selec
 with a grace period, binding, status, eviction, log); services; core/v1 events;
 priorityclasses (scheduling.k8s.io/v1); list + watch with resourceVersions. Errors are real
 `Status` objects: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone for a watch from a
-compacted resourceVersion. Faults can be injected: 500s, slow answers (client timeouts),
+compacted resourceVersion (more kinds, and the custom resources of the CRDs a test installs
+with `install_crds`: fake_generic.py). Faults can be injected: 500s, slow answers (client timeouts),
 409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/
@@ -64,6 +65,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
 from tests.clusters.fake_generic import (
+    CUSTOM_KINDS,
     JOBS,
     controller_uid,
     generic_route,
@@ -865,6 +867,9 @@ class FakeApiServer:
         self.rbac_user = "system:serviceaccount:gpupool:gpupool"
         # Validating admission webhooks on pod create: name -> why it denies (or None).
         self.webhooks: dict[str, Callable[[dict], str | None]] = {}
+        # Custom resources served, (apiVersion, plural): their CRDs are installed
+        # (`install_crds`; the kinds are fake_generic.CUSTOM_KINDS).
+        self.crds: set[tuple[str, str]] = set()
         self.denied: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
         self.allowed: set[tuple[str, str, str]] = set()  # (verb, group, resource) used
         self.down = False
@@ -952,6 +957,12 @@ class FakeApiServer:
             if ready:
                 self.set_ready(name, True)
         return copy.deepcopy(self.objects["nodes"][("", name)])
+
+    def install_crds(self, *resources: tuple[str, str]) -> None:
+        """Serve these custom resources ((apiVersion, plural), of fake_generic.CUSTOM_KINDS;
+        none: every one), as a cluster where their operators' CRDs are installed."""
+        with self.lock:
+            self.crds |= set(resources or CUSTOM_KINDS)
 
     def set_ready(self, name: str, ready: bool) -> None:
         with self.lock:

@@ -1,18 +1,18 @@
 """More kinds for the fake API server: what GPUPool's own manifests (deploy/) create.
 
-ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets (apps/v1); Jobs
-(batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings (rbac/v1); PriorityClasses
-(scheduling/v1); NetworkPolicies and Ingresses (networking/v1); PodDisruptionBudgets
-(policy/v1): create,
-get, list (label selectors), delete, over the real REST paths. Like the real API server it
-refuses a kind or namespace that does not match the URL, a missing or badly formed name or
-label, an unknown namespace, a duplicate, a workload whose selector does not match its pod
-template, a pod template the server would refuse, a restart policy its controller cannot
-run, an invalid ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it
-adds what the real one adds: uid, creationTimestamp, resourceVersion, the generation and
-initial status of workloads and budgets, a Secret's stringData folded into base64 data, a
-Job's defaults, pod labels and selector on its uid. PATCH (merge or strategic merge) keeps a
-Job's selector and template immutable.
+ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets, ReplicaSets
+(apps/v1); Jobs, CronJobs (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings
+(rbac/v1); PriorityClasses (scheduling/v1); NetworkPolicies and Ingresses (networking/v1);
+PodDisruptionBudgets (policy/v1): create, get, list (label selectors), delete, over the real
+REST paths. Like the real API server it refuses a kind or namespace that does not match the
+URL, a missing or badly formed name or label, an unknown namespace, a duplicate, a workload
+whose selector does not match its pod template, a pod template the server would refuse, a
+restart policy its controller cannot run, an invalid ConfigMap or Secret key, a
+ServiceAccount subject without a namespace; and it adds what the real one adds: uid,
+creationTimestamp, resourceVersion, the generation and initial status of workloads and
+budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod labels and
+selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and template
+immutable.
 
 Controllers: the Job controller (`sync_jobs`, when the server's `job_controller` is on) makes
 a Job's pods from its template, replaces those deleted or failed, suspends and resumes,
@@ -20,12 +20,20 @@ and keeps status and conditions (Complete, Failed with BackoffLimitExceeded, Sus
 the real one; the disruption arithmetic of PodDisruptionBudgets (`budget_status`,
 `take_disruption`) answers the Eviction API. No other controller runs: a Deployment makes
 no pods.
+
+Custom resources (`CUSTOM_KINDS`: JobSets, Kubeflow's training jobs, RayClusters, RayJobs,
+LeaderWorkerSets) are served once a test installs their CRDs (`api.install_crds`), as the
+apiextensions server does: 404 without details before; the kind named in the body (400),
+the schema's required fields and types (422, on create and patch), a generation, no status
+from a create, merge patches only (a strategic merge is 415). No operator runs: tests make
+the objects their controllers would.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
 import uuid
 from collections import Counter
@@ -40,7 +48,9 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "deployments"): ("Deployment", True),
     ("apps/v1", "daemonsets"): ("DaemonSet", True),
     ("apps/v1", "statefulsets"): ("StatefulSet", True),
+    ("apps/v1", "replicasets"): ("ReplicaSet", True),
     ("batch/v1", "jobs"): ("Job", True),
+    ("batch/v1", "cronjobs"): ("CronJob", True),
     (RBAC, "roles"): ("Role", True),
     (RBAC, "rolebindings"): ("RoleBinding", True),
     (RBAC, "clusterroles"): ("ClusterRole", False),
@@ -60,7 +70,9 @@ INITIAL_STATUS = {
         "numberReady": 0,
     },
     "StatefulSet": {"replicas": 0, "availableReplicas": 0},
+    "ReplicaSet": {"replicas": 0},
     "Job": {},
+    "CronJob": {},
     "PodDisruptionBudget": {
         "currentHealthy": 0,
         "desiredHealthy": 0,
@@ -86,7 +98,10 @@ def generic_route(
     match = PATH.match(path)
     parts = match.groupdict() if match else {}
     api_version = "v1" if parts.get("core") else f"{parts.get('group')}/{parts.get('version')}"
-    kind, namespaced = KINDS.get((api_version, parts.get("resource", "")), ("", False))
+    resource = (api_version, parts.get("resource", ""))
+    kind, namespaced = KINDS.get(resource, ("", False))
+    if resource in api.crds:  # a custom resource of a CRD the cluster has installed
+        kind, namespaced = CUSTOM_KINDS[resource][0], True
     ns, name = parts.get("ns") or "", parts.get("name")
     if not kind or (ns and not namespaced):  # unknown, or a cluster-scoped kind in a namespace
         return None
@@ -94,6 +109,7 @@ def generic_route(
     with api.lock:
         api.objects.setdefault(store, {})
         if (method, name is None) == ("POST", True):
+            _check_custom(resource, body or {}, api_version, kind, creating=True)
             return _create(api, store, api_version, kind, namespaced, ns, body or {})
         if (method, name is None) == ("GET", True):
             return _list(api, store, api_version, kind, ns, query)
@@ -101,23 +117,33 @@ def generic_route(
         item_methods = {
             "GET": lambda: (200, copy.deepcopy(obj)),
             "DELETE": lambda: (200, copy.deepcopy(api._delete(store, ns, obj["metadata"]["name"]))),
-            "PATCH": lambda: _patch(api, store, obj, body, content_type),
+            "PATCH": lambda: _patch(api, store, obj, body, content_type, resource),
         }
         if method in item_methods:
             return item_methods[method]()
     return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
 
+UNKNOWN_PATCH = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
 IMMUTABLE = {"Job": ("selector", "template", "completions", "completionMode")}
 
 
-def _patch(api: Any, store: str, obj: dict, body: Any, content_type: str | None):
+def _patch(api: Any, store: str, obj: dict, body: Any, content_type: str | None, resource: tuple):
     """A merge or strategic-merge patch of labels, annotations and spec (a Job's suspend,
     parallelism); status is the status subresource's. A kind's immutable fields stay, or
-    422; a changed spec is a new generation."""
+    422; a changed spec is a new generation. A custom resource takes no strategic merge
+    (415, as the real server: it has no patch strategy for unknown types) and is checked
+    against its schema again."""
     from tests.clusters.fake_apiserver import patched
 
+    if resource in CUSTOM_KINDS and "strategic-merge-patch" in (content_type or ""):
+        _error(415, "UnsupportedMediaType", UNKNOWN_PATCH)
     new = patched(obj, body, content_type)
+    if resource in CUSTOM_KINDS:
+        _check_custom(resource, new, obj["apiVersion"], obj["kind"], creating=False)
     meta = new.get("metadata") or {}
     _check_labels(meta.get("labels") or {})
     kind = obj["kind"]
@@ -126,7 +152,9 @@ def _patch(api: Any, store: str, obj: dict, body: Any, content_type: str | None)
             _error(422, "Invalid", f"spec.{field}: Invalid value: field is immutable")
     keep = ("name", "namespace", "uid", "creationTimestamp", "generation")
     new["metadata"] = {**meta, **{k: obj["metadata"][k] for k in keep if k in obj["metadata"]}}
-    new["status"] = obj.get("status")
+    new.pop("status", None)
+    if "status" in obj:
+        new["status"] = obj["status"]
     if new.get("spec") != obj.get("spec") and "generation" in obj["metadata"]:
         new["metadata"]["generation"] = obj["metadata"]["generation"] + 1
     ns = obj["metadata"].get("namespace", "")
@@ -140,9 +168,16 @@ def _error(code: int, reason: str, message: str) -> NoReturn:
 
 
 def _get(api: Any, store: str, ns: str, name: str, resource: str) -> dict:
+    """The object; else 404 whose details name it, its group and resource, as the real
+    server's (a resource the server does not have is a 404 without details)."""
+    from tests.clusters.fake_apiserver import ApiError
+
     obj = api.objects[store].get((ns, name))
     if obj is None:
-        _error(404, "NotFound", f'{resource} "{name}" not found')
+        group = store.rpartition("/")[0].rpartition("/")[0] if store.count("/") > 1 else ""
+        err = ApiError(404, "NotFound", f'{resource} "{name}" not found')
+        err.body["details"] = {"name": name, "group": group, "kind": resource}
+        raise err
     return obj
 
 
@@ -187,8 +222,14 @@ def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool,
     if kind in INITIAL_STATUS:
         meta["generation"] = 1
         obj["status"] = dict(INITIAL_STATUS[kind])
+    if (api_version, store.rpartition("/")[2]) in CUSTOM_KINDS:
+        meta["generation"] = 1
+        obj.pop("status", None)  # the status subresource's, not the create's
     if kind == "Job":
         _job_defaults(obj)
+    if kind == "CronJob":
+        for field, value in CRONJOB_DEFAULTS.items():
+            obj["spec"].setdefault(field, value)
     return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
 
 
@@ -369,13 +410,38 @@ def _ingress(obj: dict) -> None:
                 )
 
 
+CRONJOB_DEFAULTS = {
+    "concurrencyPolicy": "Allow",
+    "suspend": False,
+    "successfulJobsHistoryLimit": 3,
+    "failedJobsHistoryLimit": 1,
+}
+
+
+def _cron_job(obj: dict) -> None:
+    """batch/v1 CronJob: a schedule, and a job template whose pods the server would take."""
+    spec = obj.get("spec") or {}
+    if not spec.get("schedule"):
+        _error(422, "Invalid", "spec.schedule: Required value")
+    job = {"kind": "Job", "spec": (spec.get("jobTemplate") or {}).get("spec") or {}}
+    try:
+        _workload(job)
+    except Exception as err:  # the Job's message, under the CronJob's path
+        body = getattr(err, "body", None)
+        if body is None:
+            raise
+        _error(422, "Invalid", f"spec.jobTemplate.{body['message']}")
+
+
 CHECKS = {
     "ConfigMap": _check_data_keys,
     "Secret": _secret,
     "Deployment": _workload,
     "DaemonSet": _workload,
     "StatefulSet": _workload,
+    "ReplicaSet": _workload,
     "Job": _workload,
+    "CronJob": _cron_job,
     "Role": _rules,
     "ClusterRole": _rules,
     "RoleBinding": _binding,
@@ -700,3 +766,115 @@ def take_disruption(api: Any, pod: dict) -> tuple[int, dict] | None:
     budget["status"] = status
     api._store(BUDGETS, meta["namespace"], budget, "MODIFIED")
     return None
+
+
+# --- custom resources: the kinds of the operators whose pods GPUPool schedules ------------
+# Served only once a test installs their CRDs (`FakeApiServer.install_crds`): a cluster
+# without one answers 404 without details, as a real one does. Each kind's check is what
+# its CRD's structural schema refuses that GPUPool's code or tests could send: required
+# fields and the types of the fields GPUPool reads or writes.
+KUBEFLOW = "kubeflow.org/v1"
+TYPE_NAMES = {bool: "boolean", int: "integer", str: "string", dict: "object", list: "array"}
+
+
+def _schema_error(path: str, value: Any, wanted: type) -> NoReturn:
+    got = TYPE_NAMES.get(type(value), "null")
+    message = f'{path}: Invalid value: "{got}": {path} in body must be of type '
+    _error(422, "Invalid", message + f'{TYPE_NAMES[wanted]}: "{got}"')
+
+
+def _typed(obj: dict, field: str, wanted: type, path: str, *, required: bool = False) -> Any:
+    """obj[field], which the schema types (bool is not an integer in JSON)."""
+    if field not in obj:
+        if required:
+            _error(422, "Invalid", f"{path}: Required value")
+        return None
+    value = obj[field]
+    if type(value) is not wanted:
+        _schema_error(path, value, wanted)
+    return value
+
+
+def _replica_specs(field: str):
+    """kubeflow.org/v1 training jobs: a map of replica type to spec; runPolicy.suspend."""
+
+    def check(spec: dict) -> None:
+        specs = _typed(spec, field, dict, f"spec.{field}", required=True)
+        for role, replica in specs.items():
+            _typed(replica or {}, "replicas", int, f"spec.{field}.{role}.replicas")
+        run_policy = _typed(spec, "runPolicy", dict, "spec.runPolicy") or {}
+        _typed(run_policy, "suspend", bool, "spec.runPolicy.suspend")
+
+    return check
+
+
+def _jobset(spec: dict) -> None:
+    """jobset.x-k8s.io/v1alpha2: each replicated Job has a name and a Job template."""
+    _typed(spec, "suspend", bool, "spec.suspend")
+    jobs = _typed(spec, "replicatedJobs", list, "spec.replicatedJobs") or []
+    for index, replicated in enumerate(jobs):
+        path = f"spec.replicatedJobs[{index}]"
+        _typed(replicated, "name", str, f"{path}.name", required=True)
+        _typed(replicated, "template", dict, f"{path}.template", required=True)
+        _typed(replicated, "replicas", int, f"{path}.replicas")
+
+
+def _ray_cluster(spec: dict, path: str = "spec") -> None:
+    """ray.io/v1 RayCluster: a head group; worker groups named, with whole replicas."""
+    _typed(spec, "suspend", bool, f"{path}.suspend")
+    _typed(spec, "headGroupSpec", dict, f"{path}.headGroupSpec", required=True)
+    groups = _typed(spec, "workerGroupSpecs", list, f"{path}.workerGroupSpecs") or []
+    for index, group in enumerate(groups):
+        where = f"{path}.workerGroupSpecs[{index}]"
+        _typed(group, "groupName", str, f"{where}.groupName", required=True)
+        for field in ("replicas", "minReplicas", "maxReplicas"):
+            _typed(group, field, int, f"{where}.{field}")
+
+
+def _ray_job(spec: dict) -> None:
+    """ray.io/v1 RayJob: the RayCluster it makes, if it makes one, is checked as one."""
+    _typed(spec, "suspend", bool, "spec.suspend")
+    if _typed(spec, "rayClusterSpec", dict, "spec.rayClusterSpec") is not None:
+        _ray_cluster(spec["rayClusterSpec"], "spec.rayClusterSpec")
+
+
+def _leader_worker_set(spec: dict) -> None:
+    """leaderworkerset.x-k8s.io/v1: a template of a group's size (default 1)."""
+    template = _typed(
+        spec, "leaderWorkerTemplate", dict, "spec.leaderWorkerTemplate", required=True
+    )
+    _typed(template, "size", int, "spec.leaderWorkerTemplate.size")
+    _typed(
+        template, "workerTemplate", dict, "spec.leaderWorkerTemplate.workerTemplate", required=True
+    )
+
+
+CUSTOM_KINDS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("jobset.x-k8s.io/v1alpha2", "jobsets"): ("JobSet", _jobset),
+    (KUBEFLOW, "pytorchjobs"): ("PyTorchJob", _replica_specs("pytorchReplicaSpecs")),
+    (KUBEFLOW, "mpijobs"): ("MPIJob", _replica_specs("mpiReplicaSpecs")),
+    (KUBEFLOW, "tfjobs"): ("TFJob", _replica_specs("tfReplicaSpecs")),
+    (KUBEFLOW, "xgboostjobs"): ("XGBoostJob", _replica_specs("xgbReplicaSpecs")),
+    (KUBEFLOW, "jaxjobs"): ("JAXJob", _replica_specs("jaxReplicaSpecs")),
+    ("ray.io/v1", "rayclusters"): ("RayCluster", _ray_cluster),
+    ("ray.io/v1", "rayjobs"): ("RayJob", _ray_job),
+    ("leaderworkerset.x-k8s.io/v1", "leaderworkersets"): ("LeaderWorkerSet", _leader_worker_set),
+}
+
+
+def _check_custom(resource: tuple, body: dict, api_version: str, kind: str, *, creating: bool):
+    """A custom resource names its apiVersion and kind (the server decodes it unstructured:
+    400 without them) and passes its schema (422)."""
+    if resource not in CUSTOM_KINDS:
+        return
+    if creating and not (body.get("apiVersion") and body.get("kind")):
+        missing = "Kind" if body.get("apiVersion") else "apiVersion"
+        _error(400, "BadRequest", f"Object '{missing}' is missing in '{_short(body)}'")
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        _schema_error("spec", spec, dict)
+    CUSTOM_KINDS[resource][1](spec)
+
+
+def _short(body: dict) -> str:
+    return json.dumps(body, separators=(",", ":"))[:200]

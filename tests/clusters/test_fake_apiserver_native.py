@@ -740,3 +740,133 @@ def test_a_job_created_suspended_makes_no_pods_until_resumed(jobs):
     assert [(c.type, c.status) for c in conditions] == [("Suspended", "True")]
     batch.patch_namespaced_job("train", NS, {"spec": {"suspend": False}})
     assert len(job_pods(fake, "train")) == 1
+
+
+# --- custom resources (the operators' kinds: fake_generic.CUSTOM_KINDS) ----------------------
+# apiextensions-apiserver: a CR is stored unstructured, checked against its CRD's structural
+# schema (pkg/apiserver/schema, validation), its status left to the status subresource
+# (pkg/registry/customresource/strategy.go), merge and JSON patches only (no strategic merge).
+PYTORCH = ("kubeflow.org", "v1", NS, "pytorchjobs")
+
+
+def pytorch_job(name: str = "bert", **spec) -> dict:
+    replica = {"replicas": 2, "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {"pytorchReplicaSpecs": {"Worker": replica}, **spec},
+    }
+
+
+@pytest.fixture
+def objects(fake, api_client):
+    return k8s.CustomObjectsApi(api_client)
+
+
+def test_a_custom_kind_without_its_crd_is_not_found_without_details(fake, objects):
+    """A server without the CRD has no such resource: 404, "could not find the requested
+    resource", no details; with it, a missing object's 404 names it (details.name)."""
+    with pytest.raises(ApiException) as err:
+        objects.get_namespaced_custom_object(*PYTORCH, "bert")
+    body = json.loads(err.value.body)
+    assert (err.value.status, body.get("details")) == (404, None)
+    assert "could not find the requested resource" in body["message"]
+    fake.install_crds(("kubeflow.org/v1", "pytorchjobs"))
+    with pytest.raises(ApiException) as err:
+        objects.get_namespaced_custom_object(*PYTORCH, "bert")
+    details = json.loads(err.value.body)["details"]
+    assert details == {"name": "bert", "group": "kubeflow.org", "kind": "pytorchjobs"}
+
+
+def test_a_custom_resource_gets_metadata_and_a_generation_and_no_status_from_its_create(
+    fake, objects
+):
+    fake.install_crds()
+    made = objects.create_namespaced_custom_object(
+        *PYTORCH, {**pytorch_job(), "status": {"conditions": [{"type": "Succeeded"}]}}
+    )
+    meta = made["metadata"]
+    assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"]
+    assert (meta["generation"], meta["namespace"]) == (1, NS)
+    assert "status" not in made
+
+
+def test_a_custom_resource_must_name_its_kind(fake, objects):
+    fake.install_crds()
+    body = pytorch_job()
+    del body["kind"]
+    status, message = refusal(objects.create_namespaced_custom_object, *PYTORCH, body)
+    assert status == 400 and message.startswith("Object 'Kind' is missing in")
+
+
+def test_a_custom_resource_is_checked_against_its_schema(fake, objects):
+    fake.install_crds()
+    body = pytorch_job()
+    body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "2"
+    status, message = refusal(objects.create_namespaced_custom_object, *PYTORCH, body)
+    assert status == 422
+    assert "spec.pytorchReplicaSpecs.Worker.replicas in body must be of type integer" in message
+    body = pytorch_job()
+    del body["spec"]["pytorchReplicaSpecs"]
+    status, message = refusal(objects.create_namespaced_custom_object, *PYTORCH, body)
+    assert (status, message) == (422, "spec.pytorchReplicaSpecs: Required value")
+    ray = ("ray.io", "v1", NS, "rayclusters")
+    body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+            "spec": {"workerGroupSpecs": []}}  # fmt: skip
+    assert refusal(objects.create_namespaced_custom_object, *ray, body)[0] == 422
+
+
+def test_a_custom_resources_spec_patch_is_a_new_generation_and_keeps_its_schema(fake, objects):
+    fake.install_crds()
+    objects.create_namespaced_custom_object(*PYTORCH, pytorch_job())
+    labelled = objects.patch_namespaced_custom_object(
+        *PYTORCH, "bert", {"metadata": {"labels": {"team": "a"}}}
+    )
+    assert labelled["metadata"]["generation"] == 1
+    suspended = objects.patch_namespaced_custom_object(
+        *PYTORCH, "bert", {"spec": {"runPolicy": {"suspend": True}}}
+    )
+    assert suspended["metadata"]["generation"] == 2
+    assert suspended["spec"]["runPolicy"] == {"suspend": True}
+    status, message = refusal(
+        objects.patch_namespaced_custom_object,
+        *PYTORCH,
+        "bert",
+        {"spec": {"runPolicy": {"suspend": "yes"}}},
+    )
+    assert status == 422 and "must be of type boolean" in message
+
+
+def test_a_custom_resource_takes_no_strategic_merge_patch(fake, objects, api_client):
+    fake.install_crds()
+    objects.create_namespaced_custom_object(*PYTORCH, pytorch_job())
+    with pytest.raises(ApiException) as err:
+        api_client.call_api(
+            f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/bert",
+            "PATCH",
+            header_params={"Content-Type": "application/strategic-merge-patch+json"},
+            body={"spec": {"runPolicy": {"suspend": True}}},
+            _preload_content=False,
+        )
+    assert err.value.status == 415
+
+
+def test_a_cronjob_needs_a_schedule_and_gets_the_real_defaults(api_client):
+    batch = k8s.BatchV1Api(api_client)
+    template = {"spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}}}  # fmt: skip
+    body = {"metadata": {"name": "nightly"}, "spec": {"jobTemplate": template}}
+    status, message = refusal(batch.create_namespaced_cron_job, NS, body)
+    assert (status, message) == (422, "spec.schedule: Required value")
+    body["spec"]["schedule"] = "0 3 * * *"
+    spec = batch.create_namespaced_cron_job(NS, body).spec
+    assert (spec.concurrency_policy, spec.suspend, spec.successful_jobs_history_limit) == (
+        "Allow",
+        False,
+        3,
+    )
+    template["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    body["metadata"]["name"] = "always"
+    status, message = refusal(batch.create_namespaced_cron_job, NS, body)
+    assert status == 422 and message.startswith("spec.jobTemplate.spec.template.spec.restartPolicy")

@@ -22,6 +22,7 @@ from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.fake_apiserver import request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_native_owners import every_owner_kind, operators_remove_suspended
 
 S = WorkloadState
 pytestmark = pytest.mark.timeout(90)
@@ -86,7 +87,10 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     batch.create_namespaced_job(
         namespace, {"metadata": {"name": "native"}, "spec": {"template": template}}
     )
-    fake.run_controllers()  # kube-controller-manager makes its pod
+    # Operators' owners of each kind GPUPool walks up to (read) and suspends (on stop).
+    fake.install_crds()
+    every_owner_kind(setup.api)
+    fake.run_controllers()  # kube-controller-manager makes the Jobs' pods
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -164,12 +168,15 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     for workload in workloads:
         workload.refresh_from_db()
     states = [w.state for w in workloads]
-    for workload in workloads:
+    operators = Workload.objects.filter(spec__has_key="native").exclude(pk=native.pk)
+    assert operators.count() == 9  # every_owner_kind's owners, each queued
+    for workload in [*workloads, *operators]:
         workload_transition(workload, S.STOPPED, reason="Stopped")
     for _ in range(2):
         cluster_reconcile(cluster)
         fake.complete_deletions()
         fake.run_controllers()
+    operators_remove_suspended(fake)
     cluster_reconcile(bound)
     cluster_reconcile(published)
     # A Job submitted as YAML is created by GPUPool's user (clusters/manifest_submit.py).

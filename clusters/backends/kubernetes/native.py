@@ -9,8 +9,10 @@ What the cluster shows of them (`NativePod`), and what a scheduler does to them:
 - say why a pod waits: its `PodScheduled` condition (False, Unschedulable, the pending
   reason) and a `FailedScheduling` event, as kube-scheduler does; `Scheduled` on binding;
 - evict through the Eviction API (a PodDisruptionBudget may refuse: 429, tried again);
-- suspend an owner that can be suspended (a Job) when the portal stops its workload, so
-  that its controller does not make the pods again.
+- read the owners a pod's workload is made of (`OWNER_KINDS`: a Job, a JobSet, Kubeflow's
+  training jobs, a RayCluster or RayJob; a ReplicaSet for its Deployment), and suspend one
+  that can be suspended when the portal stops its workload, so that its controller does
+  not make the pods again.
 
 The Django side (grouping into workloads, quotas) is `clusters/native.py`.
 """
@@ -32,6 +34,7 @@ from clusters.backends import BackendError, BackendUnreachable, PodSpec, PodStat
 from clusters.backends.kubernetes.errors import said
 from clusters.backends.kubernetes.foreign import pod_requests
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
+from clusters.backends.kubernetes.owners import OwnerRef, controller_of
 from clusters.backends.kubernetes.ownership import BOUND_BY_ANNOTATION as BOUND_BY
 from clusters.backends.kubernetes.watch import as_version
 
@@ -44,22 +47,6 @@ DEFAULT_SCHEDULER = "gpupool"
 POD_NAME = "gpupool.io/pod"  # the pod's name in GPUPool: gp-<workload>-<index>
 WORKLOAD_ID = "gpupool.io/workload-id"
 POD_INDEX = "gpupool.io/pod-index"
-# An owner whose `spec.suspend` stops it without deleting it (its controller removes the
-# pods and makes them again when resumed).
-SUSPENDABLE = {("batch/v1", "Job"): k8s.BatchV1Api}
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
-    api_version: str
-    kind: str
-    name: str
-    uid: str
-
-    @property
-    def suspendable(self) -> bool:
-        """A kind GPUPool reads (its gang size) and suspends (on stop): a Job."""
-        return (self.api_version, self.kind) in SUSPENDABLE
 
 
 @dataclass(slots=True)
@@ -129,16 +116,6 @@ def native_pods(backend: KubernetesBackend, items: list[dict]) -> list[NativePod
 
 def native_pod(pod: dict) -> NativePod:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    controller = next(
-        (ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None
-    )
-    owner = (
-        OwnerRef(
-            controller["apiVersion"], controller["kind"], controller["name"], controller["uid"]
-        )
-        if controller
-        else None
-    )
     scheduled = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
@@ -147,7 +124,7 @@ def native_pod(pod: dict) -> NativePod:
         namespace=meta["namespace"],
         name=meta["name"],
         uid=meta.get("uid", ""),
-        owner=owner,
+        owner=controller_of(pod),
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         created=meta.get("creationTimestamp", ""),
@@ -164,41 +141,6 @@ def native_pod(pod: dict) -> NativePod:
         else "",
         raw=pod,
     )
-
-
-def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> dict | None:
-    """The owner object when GPUPool reads that kind (a Job); None for other kinds, and
-    for one that is gone (404)."""
-    if not owner.suspendable:
-        return None
-    api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
-    try:
-        return backend._json(api.read_namespaced_job, owner.name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise BackendError(f"{owner.kind} {namespace}/{owner.name}: {said(exc)}") from exc
-
-
-def suspend_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> bool:
-    """Suspend a Job (its controller deletes its pods and keeps the Job); False for a kind
-    that cannot be suspended, or an owner that is gone."""
-    if not owner.suspendable:
-        return False
-    api = SUSPENDABLE[(owner.api_version, owner.kind)](backend.api.api_client)
-    try:
-        backend.call(
-            api.patch_namespaced_job,
-            owner.name,
-            namespace,
-            {"spec": {"suspend": True}},
-            _preload_content=False,
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise BackendError(f"suspend {owner.kind} {namespace}/{owner.name}: {said(exc)}") from exc
-    return True
 
 
 def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
