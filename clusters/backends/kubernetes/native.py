@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from clusters.backends import BackendError, BackendUnreachable, PodSpec, PodStatus
+from clusters import native_sharing
+from clusters.backends import (
+    BackendError,
+    BackendUnreachable,
+    PodSpec,
+    PodStatus,
+    as_enforced,
+    mps_device,
+)
 from clusters.backends.kubernetes.errors import said
 from clusters.backends.kubernetes.foreign import pod_requests
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
@@ -205,6 +213,8 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
     """Bind the existing pod `spec.native_pod` to the node the cycle chose. A 409 is a
     pod bound already: by an earlier try of ours whose answer was lost (then it carries
     our annotation), or by someone else (then the allocation is not ours to keep)."""
+    if spec.shared_gpu_index is not None:
+        write_gpu_config(backend, spec)
     annotations = {
         BOUND_BY: identity(backend),
         POD_NAME: spec.name,
@@ -244,6 +254,51 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
     return native_status(found)
 
 
+def write_gpu_config(backend: KubernetesBackend, spec: PodSpec) -> None:
+    """A sharer's GPU environment (its GPU's UUID, its MPS limits: `native_sharing.gpu_env`)
+    into the ConfigMap its spec names, owned by the pod, before it is bound: the kubelet
+    reads it when it starts the container. One in the way is taken only when it is what
+    an earlier try of this write made; another is the cluster's error, and the pod waits."""
+    pod = _raw_pod(backend, spec.namespace, spec.native_pod)
+    name = native_sharing.gpu_config_of(pod)
+    if not name:  # checked when it was queued, and a pod's spec does not change
+        raise BackendError(f"pod {spec.namespace}/{spec.native_pod} names no GPU ConfigMap")
+    env = native_sharing.gpu_env(mps_device(spec), as_enforced(spec, backend.cluster.config).mps)
+    body = native_sharing.gpu_config_map(name, pod, env, backend.owner.labels)
+    where = f"ConfigMap {spec.namespace}/{name}"
+    try:
+        _post(backend, backend.api.create_namespaced_config_map, spec.namespace, body, named=False)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise BackendError(f"{where}: {said(exc)}") from exc
+        try:
+            found = backend._json(backend.api.read_namespaced_config_map, name, spec.namespace)
+        except ApiException as again:
+            raise BackendError(f"{where}: {said(again)}") from again
+        if not native_sharing.written_for(found, pod, env):
+            raise BackendError(
+                f"{where} exists and is not the GPU environment GPUPool wrote for pod "
+                f"{spec.native_pod}: delete it, and the pod is bound on the next pass"
+            ) from exc
+
+
+def _raw_pod(backend: KubernetesBackend, namespace: str, name: str) -> dict:
+    """The pod as this pass listed it, else as the cluster has it now."""
+    for pod in backend.native_pods():
+        if pod.key == (namespace, name):
+            return pod.raw
+    try:
+        return json.loads(
+            backend.call(
+                backend.api.read_namespaced_pod, name, namespace, _preload_content=False
+            ).data
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            raise BackendError(f"pod {namespace}/{name} is gone") from exc
+        raise BackendError(f"pod {namespace}/{name}: {said(exc)}") from exc
+
+
 def seen(backend: KubernetesBackend, pod: dict) -> None:
     """A native pod as it is after our write: the next pass reads the watch of them only
     once it has caught up with this (read-your-writes, as for GPUPool's own pods)."""
@@ -263,9 +318,13 @@ def native_status(pod: NativePod) -> PodStatus:
     return status
 
 
-def _post(backend: KubernetesBackend, create: Any, namespace: str, body: dict) -> None:
-    """Create a pod's subresource object (a Binding, an Eviction) named as its pod."""
-    backend.call(create, body["metadata"]["name"], namespace, body, _preload_content=False)
+def _post(
+    backend: KubernetesBackend, create: Any, namespace: str, body: dict, *, named: bool = True
+) -> None:
+    """Create a pod's subresource object (a Binding, an Eviction) named as its pod; with
+    `named=False`, an object of the namespace (a ConfigMap)."""
+    name = (body["metadata"]["name"],) if named else ()
+    backend.call(create, *name, namespace, body, _preload_content=False)
 
 
 def evict(backend: KubernetesBackend, status: PodStatus, *, grace_period_s: int) -> bool:
