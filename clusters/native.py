@@ -9,7 +9,8 @@ project's quota, priority and policy. Pods are grouped into one workload per own
 - any other pod (bare, or a ReplicaSet's) is a workload of its own.
 Labels may set `gpupool.io/kind` (training, inference, workspace...), `gpupool.io/priority-
 class` (build, train, inference; also taken from the pod's priorityClassName when it is one
-of those) and `gpupool.io/preemptible` ("true"/"false").
+of those) and `gpupool.io/preemptible` ("true"/"false"). Annotations may ask for part of a
+GPU (`gpupool.io/gpu-fraction`, `gpupool.io/gpu-memory`: clusters/native_sharing.py).
 
 Each pass of the cluster's reconcile (`native_sync`, before the pods are compared):
 1. new pods get a workload, checked as any submit is (bounds, policy, fit); a pod that
@@ -349,7 +350,7 @@ def _share_fields(
                 f"Pod {member.name} needs {'; '.join(missing)} to share a GPU."
             )
             break
-    names = [sharing.gpu_config_of(p.raw) for p in group.waiting]
+    names = [n for p in group.waiting if (n := sharing.gpu_config_of(p.raw))]
     if len(set(names)) < len(names):
         errors.setdefault(key, []).append(
             "Each pod needs a ConfigMap of its own in envFrom (pods of one template share "

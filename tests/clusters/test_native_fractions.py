@@ -28,6 +28,7 @@ from tests.clusters.fake_apiserver import json_patch
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import (
     NS,
+    kubectl_jobs,
     native_workloads,
     pod_body,
     pod_scheduled,
@@ -169,6 +170,29 @@ def test_a_share_that_cannot_be_given_says_which_field_and_queues_nothing(
     events = [e["message"] for e in fake.events(NS) if e["reason"] == "FailedScheduling"]
     assert events == [condition["message"]]
     assert fake.objects["configmaps"] == {}
+
+
+def test_pods_of_one_template_naming_one_config_map_are_refused_as_a_gang(native):
+    fake, cluster, core = native
+    template = share_pod("sweep", {FRACTION: "0.5"})  # every pod names sweep-gpupool-gpu
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {
+            "metadata": {"annotations": template["metadata"]["annotations"]},
+            "spec": template["spec"],
+        }},
+    }  # fmt: skip
+    kubectl_jobs(fake, core, job)
+    bind_all(cluster, rounds=1)
+    assert native_workloads() == []
+    pods = [p for p in fake.pods() if p["metadata"]["name"].startswith("sweep-")]
+    assert len(pods) == 2
+    for pod in pods:
+        message = pod_scheduled(pod)["message"]
+        assert f"the annotation {FRACTION}" in message and "a ConfigMap of its own" in message
+        assert not pod["spec"].get("nodeName")
 
 
 def test_a_config_map_in_the_way_holds_the_binding_until_it_is_gone(native):
