@@ -87,6 +87,11 @@ def test_sharing_patch_gives_a_bare_pod_what_a_share_needs_and_is_idempotent():
         {"configMapRef": {"name": "bare-gpupool-gpu"}}
     ]
     assert sharing_patch(patched, config_map="bare-gpupool-gpu", mps_root=MPS_ROOT) == []
+    only_env = json_patch(bare, [{"op": "replace", "path": "/spec/containers/0/env/0/name",
+                                  "value": "OTHER"}])  # fmt: skip
+    only_env["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "x-gpupool-gpu"}}]
+    assert missing_parts(only_env, mps_root=MPS_ROOT, mps=False) == []  # `mps: false`
+    assert len(missing_parts(only_env, mps_root=MPS_ROOT)) == 2
     whole = pod_body("whole")  # asks for no share: nothing to add
     assert sharing_patch(whole, config_map="x-gpupool-gpu", mps_root=MPS_ROOT) == []
 
