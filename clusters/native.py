@@ -15,7 +15,8 @@ found by walking their controllers (ownerReferences, controller: true) up
 - the annotation `gpupool.io/min-available: N` sets the gang's size (any owner's pods).
 Labels may set `gpupool.io/kind` (training, inference, workspace...), `gpupool.io/priority-
 class` (build, train, inference; also taken from the pod's priorityClassName when it is one
-of those) and `gpupool.io/preemptible` ("true"/"false").
+of those) and `gpupool.io/preemptible` ("true"/"false"). Annotations may ask for part of a
+GPU (`gpupool.io/gpu-fraction`, `gpupool.io/gpu-memory`: clusters/native_sharing.py).
 
 Each pass of the cluster's reconcile (`native_sync`, before the pods are compared):
 1. new pods get a workload, checked as any submit is (bounds, policy, fit); a pod that
@@ -39,10 +40,11 @@ from typing import TYPE_CHECKING, Any
 from django.contrib.auth import get_user_model
 from django.utils.dateparse import parse_datetime
 
+from clusters import native_sharing as sharing
 from clusters.backends import BackendError
 from clusters.backends.kubernetes import native as kube
 from clusters.backends.kubernetes import owners
-from clusters.backends.kubernetes.manifests import GPU_RESOURCE
+from clusters.backends.kubernetes.manifests import GPU_RESOURCE, MPS_ROOT
 from clusters.backends.kubernetes.owners import KindNotServed, OwnerRef
 from clusters.models import Cluster, Node
 from clusters.native_owners import (
@@ -55,6 +57,7 @@ from clusters.native_owners import (
     origins,
     to_walk,
 )
+from clusters.sharing import mps_enabled
 from portal.errors import ValidationFailed
 from portal.models import Project
 from scheduling.intake import intake_pass, workload_submit_native
@@ -72,8 +75,7 @@ GANG = "gpupool.io/min-available"
 KIND = "gpupool.io/kind"
 PRIORITY = "gpupool.io/priority-class"
 PREEMPTIBLE = "gpupool.io/preemptible"
-FRACTION = "gpupool.io/gpu-fraction"
-GPU_MEMORY = "gpupool.io/gpu-memory"
+FRACTION, GPU_MEMORY = sharing.FRACTION, sharing.GPU_MEMORY
 NAMESPACE_RECHECK_S = 300.0
 SUBMITTER = "gpupool-kubernetes"
 # What a pod that requests no CPU or memory is counted as (kube-scheduler's non-zero
@@ -308,7 +310,7 @@ def _queue(
         )
     except ValidationFailed as exc:
         message = "GPUPool cannot queue this pod: " + "; ".join(
-            f"{FIELD_SOURCE.get(name, name)}: {' '.join(texts)}"
+            f"{_field_source(name, first)}: {' '.join(texts)}"
             for name, texts in sorted(exc.errors.items())
         )
         for pod in group.waiting:
@@ -325,6 +327,13 @@ def _queue(
             )
 
 
+def _field_source(name: str, pod: NativePod) -> str:
+    """Where a submit field comes from on the pod: a share's GPU fields from its annotation."""
+    if name in ("gpus", "gpu_memory_mib", "gpu_request") and sharing.asks_share(pod.annotations):
+        return f"the annotation {FRACTION if FRACTION in pod.annotations else GPU_MEMORY}"
+    return FIELD_SOURCE.get(name, name)
+
+
 def _submit_spec(
     cluster: Cluster, group: Group, pod: NativePod, pools: list[str]
 ) -> tuple[str, dict[str, Any]]:
@@ -338,11 +347,6 @@ def _submit_spec(
         errors["workers"] = [
             f"Give a whole number of pods, at least 1 (not {pod.annotations[GANG]!r})."
         ]
-    if FRACTION in pod.annotations or GPU_MEMORY in pod.annotations:
-        errors["gpus"] = [
-            "GPU fractions of pods made outside GPUPool are not supported yet: ask for whole "
-            f"GPUs ({GPU_RESOURCE}), or submit through GPUPool."
-        ]
     spec: dict[str, Any] = {
         "image": _image(pod),
         "gpus": pod.gpus,
@@ -351,6 +355,8 @@ def _submit_spec(
         "memory_mib": pod.memory_mib or NONZERO_MEMORY_MIB,
         "node_pools": pools,
     }
+    if sharing.asks_share(pod.annotations):
+        spec.update(_share_fields(cluster, group, pod, errors))
     if not spec["node_pools"]:
         errors["node_pools"] = [f"Cluster {cluster.name} has no node pool of its own."]
     if size > 1 and kind == WorkloadKind.INFERENCE:
@@ -368,6 +374,36 @@ def _submit_spec(
     if errors:
         raise ValidationFailed(errors)
     return kind, spec
+
+
+def _share_fields(
+    cluster: Cluster, group: Group, pod: NativePod, errors: dict[str, list[str]]
+) -> dict[str, Any]:
+    """The submit fields of a GPU share (as the portal's form sends one); what is wrong
+    with it goes into `errors`, keyed by the annotation or field to change. Every pod of a
+    gang must be able to take its GPU environment (docs/kubernetes-native.md)."""
+    fields, problems = sharing.share_request(pod.annotations)
+    errors.update(problems)
+    key = _field_source("gpus", pod)
+    if any(sharing.requests_whole_gpus(p.raw) for p in group.waiting):
+        errors.setdefault(key, []).append(
+            f"A pod asking for part of a GPU asks for no {GPU_RESOURCE}: "
+            f"remove resources.limits[{GPU_RESOURCE}]."
+        )
+    root, mps = str((cluster.config or {}).get("mps_root") or MPS_ROOT), mps_enabled(cluster.config)
+    for member in group.waiting:
+        if missing := sharing.missing_parts(member.raw, mps_root=root, mps=mps):
+            errors.setdefault(key, []).append(
+                f"Pod {member.name} needs {'; '.join(missing)} to share a GPU."
+            )
+            break
+    names = [n for p in group.waiting if (n := sharing.gpu_config_of(p.raw))]
+    if len(set(names)) < len(names):
+        errors.setdefault(key, []).append(
+            "Each pod needs a ConfigMap of its own in envFrom (pods of one template share "
+            "one name: let GPUPool's admission webhook name them)."
+        )
+    return fields
 
 
 def _image(pod: NativePod) -> str:

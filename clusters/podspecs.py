@@ -160,7 +160,7 @@ def pod_spec(
     workload = allocation.workload
     namespace = workload.project.namespace
     if native_slot(workload, allocation.pod_index):
-        return _native_spec(allocation, graces)
+        return _native_spec(allocation, graces, shared_gpu(allocation, uuids, memories))
     peers = peers or tuple(range(workload.pods))
     rendezvous = rendezvous_for(workload, namespace, peers, owner=owner)
     env = pod_env(allocation)
@@ -178,7 +178,6 @@ def pod_spec(
         env.update(rendezvous_env(rendezvous, peers.index(allocation.pod_index)))
     uuids = uuids or {}
     node_id = allocation.node_id
-    shared = allocation.shared_gpu_index
     ports = tuple(
         PortSpec(
             name=str(p.get("name") or f"port{i}"),
@@ -207,11 +206,7 @@ def pod_spec(
         memory_mib=int(workload.memory_mib),
         gpu_indices=tuple(int(i) for i in allocation.gpu_indices or ()),
         gpu_uuids=tuple(uuids.get((node_id, int(i)), "") for i in allocation.gpu_indices or ()),
-        shared_gpu_index=shared,
-        shared_gpu_uuid=uuids.get((node_id, shared), "") if shared is not None else "",
-        gpu_share=float(allocation.gpu_share) if allocation.gpu_share is not None else None,
-        gpu_memory_mib=allocation.gpu_memory_mib,
-        mps=allocation_mps(allocation, (memories or {}).get((node_id, shared or 0), 0)),
+        **shared_gpu(allocation, uuids, memories),
         mig_device=mig_device,
         ports=ports,
         checkpoint_dir=workload.checkpoint_dir,
@@ -226,6 +221,22 @@ def pod_spec(
     )
 
 
+def shared_gpu(
+    allocation: PodAllocation,
+    uuids: dict[tuple[int, int], str] | None,
+    memories: dict[tuple[int, int], int] | None,
+) -> dict[str, Any]:
+    """The PodSpec fields of a share of a GPU: which GPU, how much, its MPS limits."""
+    node_id, shared = allocation.node_id, allocation.shared_gpu_index
+    return {
+        "shared_gpu_index": shared,
+        "shared_gpu_uuid": (uuids or {}).get((node_id, shared), "") if shared is not None else "",
+        "gpu_share": float(allocation.gpu_share) if allocation.gpu_share is not None else None,
+        "gpu_memory_mib": allocation.gpu_memory_mib,
+        "mps": allocation_mps(allocation, (memories or {}).get((node_id, shared or 0), 0)),
+    }
+
+
 def is_native(workload: Any) -> bool:
     return bool((workload.spec or {}).get("native"))
 
@@ -238,8 +249,12 @@ def native_slot(workload: Any, pod_index: int) -> str:
     return slot[0] if slot else ""
 
 
-def _native_spec(allocation: PodAllocation, graces: dict[int, int] | None) -> PodSpec:
-    """A pod someone else made: bound where the cycle placed it, nothing else written."""
+def _native_spec(
+    allocation: PodAllocation, graces: dict[int, int] | None, shared: dict[str, Any]
+) -> PodSpec:
+    """A pod someone else made: bound where the cycle placed it. Nothing is written into
+    it; a share of a GPU (`shared`) is written into the ConfigMap its spec names, before
+    the Binding (clusters/native_sharing.py)."""
     workload = allocation.workload
     return PodSpec(
         name=pod_name(workload.pk, allocation.pod_index),
@@ -254,6 +269,7 @@ def _native_spec(allocation: PodAllocation, graces: dict[int, int] | None) -> Po
         cpu=float(workload.cpu),
         memory_mib=int(workload.memory_mib),
         gpu_indices=tuple(int(i) for i in allocation.gpu_indices or ()),
+        **shared,
         termination_grace_s=(graces or {}).get(workload.pk),
         backend_ref=allocation.backend_ref,
         native_pod=native_slot(workload, allocation.pod_index),

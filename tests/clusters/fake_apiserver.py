@@ -320,6 +320,7 @@ def _validate_pod(pod: dict) -> None:
                 message = f'spec.containers[0].ports.name: Invalid value: "{name}"'
                 raise ApiError(422, "Invalid", message)
         _validate_env(container)
+        _validate_env_from(container)
         _validate_resources(container)
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") not in volumes:
@@ -338,6 +339,31 @@ def _validate_env(container: dict) -> None:
         if not ENV_NAME.fullmatch(name):
             message = f'{field}: Invalid value: "{name}": {ENV_NAME_MESSAGE}'
             raise ApiError(422, "Invalid", message)
+
+
+def _validate_env_from(container: dict) -> None:
+    """As ValidateEnvFrom: one source per item (a ConfigMap or a Secret) with a name, a
+    prefix that is an env name. The ConfigMap need not exist: only the kubelet looks."""
+    for index, source in enumerate(container.get("envFrom") or []):
+        field = f"spec.containers[0].envFrom[{index}]"
+        prefix = source.get("prefix") or ""
+        if prefix and not ENV_NAME.fullmatch(prefix):
+            raise ApiError(422, "Invalid", f'{field}.prefix: Invalid value: "{prefix}"')
+        refs = [k for k in ("configMapRef", "secretRef") if source.get(k) is not None]
+        if len(refs) != 1:
+            message = (
+                "must specify one of: `configMapRef` or `secretRef`"
+                if not refs
+                else "may not have more than one field specified at a time"
+            )
+            raise ApiError(
+                422, "Invalid", f'spec.containers[0].envFrom: Invalid value: "": {message}'
+            )
+        name = str(source[refs[0]].get("name") or "")
+        if not name:
+            raise ApiError(422, "Invalid", f"{field}.{refs[0]}.name: Required value")
+        if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+            raise ApiError(422, "Invalid", f'{field}.{refs[0]}.name: Invalid value: "{name}"')
 
 
 def _validate_resources(container: dict) -> None:
@@ -730,12 +756,30 @@ CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
 def _validate_config_map(config_map: dict) -> None:
+    name = config_map["metadata"]["name"]
+    if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        raise ApiError(422, "Invalid", f'metadata.name: Invalid value: "{name}"')
     data = config_map.get("data") or {}
     for key in data:
         if not CONFIG_KEY.fullmatch(key):
             raise ApiError(422, "Invalid", f'data[{key}]: Invalid value: "{key}"')
     if sum(len(k) + len(str(v)) for k, v in data.items()) > 1024 * 1024:
         raise ApiError(422, "Invalid", "data: Too long: must have at most 1048576 bytes")
+
+
+def _missing_env_from(pod: dict, config_maps: dict) -> list[str]:
+    """The ConfigMaps a container takes its environment from (envFrom, not optional) that
+    do not exist: the kubelet cannot make the container (CreateContainerConfigError) and
+    tries again later."""
+    namespace = pod["metadata"]["namespace"]
+    return [
+        ref["name"]
+        for container in pod["spec"]["containers"]
+        for source in container.get("envFrom") or []
+        if (ref := source.get("configMapRef"))
+        and not ref.get("optional")
+        and (namespace, ref["name"]) not in config_maps
+    ]
 
 
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
@@ -1658,8 +1702,32 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if resource == "services" and obj["spec"].get("clusterIP") != "None":
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
-                stored = obj if dry_run else api._store(resource, ns, obj, "ADDED")
+                stored = obj if dry_run else self._stored(resource, ns, obj)
                 return 201, copy.deepcopy(stored)
+
+        def _stored(self, resource: str, ns: str, obj: dict) -> dict:
+            stored = api._store(resource, ns, obj, "ADDED")
+            if resource == "configmaps":
+                self._kubelet_retry(ns)
+            return stored
+
+        def _kubelet_retry(self, ns: str) -> None:
+            """The kubelet tries again to make the containers it could not make for want
+            of a ConfigMap (its volume, or its envFrom): one made since, they start."""
+            for (pod_ns, _), pod in list(api.objects["pods"].items()):
+                statuses = (pod.get("status") or {}).get("containerStatuses") or []
+                waits = [(c.get("state") or {}).get("waiting") or {} for c in statuses]
+                for_config = any(str(w.get("message", "")).startswith("configmap ") for w in waits)
+                if (
+                    pod_ns != ns
+                    or not pod["spec"].get("nodeName")
+                    or pod["metadata"].get("deletionTimestamp")
+                ):
+                    continue
+                if for_config:
+                    self._kubelet_start(pod)
+                    if pod["status"].get("phase") != "Pending":
+                        api._store("pods", ns, pod, "MODIFIED")
 
         def _admit_pod(self, pod: dict, ns: str) -> None:
             """Priority (the class must exist), validation, then Pod Security."""
@@ -1698,10 +1766,11 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 and (pod["metadata"]["namespace"], v["configMap"]["name"])
                 not in api.objects["configmaps"]
             ]
-            if missing:  # the kubelet cannot mount the volume: the pod waits
+            unset = _missing_env_from(pod, api.objects["configmaps"])
+            if missing or unset:  # no volume to mount, or no environment: the pod waits
                 waiting = {
-                    "reason": "ContainerCreating",
-                    "message": f'configmap "{missing[0]}" not found',
+                    "reason": "ContainerCreating" if missing else "CreateContainerConfigError",
+                    "message": f'configmap "{(missing or unset)[0]}" not found',
                 }
                 pod["status"]["containerStatuses"] = [
                     {

@@ -12,15 +12,17 @@ import yaml
 from kubernetes import client as k8s
 
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, Gpu, MigInstance, Node
+from clusters.native_sharing import FRACTION, config_map_name, sharing_patch
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
 from scheduling.lifecycle import workload_transition
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
-from tests.clusters.fake_apiserver import request_attributes
+from tests.clusters.fake_apiserver import json_patch, request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_native_owners import every_owner_kind, operators_remove_suspended
 
@@ -91,6 +93,14 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     fake.install_crds()
     every_owner_kind(setup.api)
     fake.run_controllers()  # kube-controller-manager makes the Jobs' pods
+    # A bare pod asking for half a GPU, made ready for it (clusters/native_sharing.py): its
+    # GPU environment is a ConfigMap GPUPool writes before it binds the pod.
+    main = {"name": "main", "image": "x"}
+    shared = {"metadata": {"name": "native-half", "annotations": {FRACTION: "0.5"}},
+              "spec": {**template["spec"], "containers": [main]}}  # fmt: skip
+    ops = sharing_patch(shared, config_map=config_map_name("native-half"), mps_root=MPS_ROOT)
+    setup.api.create_namespace({"metadata": {"name": org.project_b.namespace}})
+    setup.api.create_namespaced_pod(org.project_b.namespace, json_patch(shared, ops))
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -154,21 +164,27 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     cluster_reconcile(cluster)
     native.refresh_from_db()
     admit(native, gpu_a, pods=[{"gpu_indices": [4]}])
+    half_native = Workload.objects.get(spec__native__owner__name="native-half")
+    admit(half_native, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
+    # A conflict on its ConfigMap's create: read to see whose (here: nobody's yet, 404).
+    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_b.namespace}/configmaps")
     # Conflicts on create: the pod, and the headless Service, are read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
-    for _ in range(3):  # reservation; its device; the shared pod
+    for _ in range(5):  # reservation; its device; the shared pods; the native one again
         cluster_reconcile(cluster)
     for _ in range(2):  # the pod, bound after its create; its phase
         cluster_reconcile(bound)
         cluster_reconcile(published)  # the pod, its Service and Ingress; its phase
     logs = KubernetesBackend(cluster).pod_logs(f"gp-{whole.pk}-0", org.project_a.namespace)
     assert logs.startswith("GPU-gpu-a-")  # the device plugin's device, as nvidia-smi names it
-    workloads = [whole, half, lab, pinned, ddp, board, native]
+    workloads = [whole, half, lab, pinned, ddp, board, native, half_native]
     for workload in workloads:
         workload.refresh_from_db()
     states = [w.state for w in workloads]
-    operators = Workload.objects.filter(spec__has_key="native").exclude(pk=native.pk)
+    operators = Workload.objects.filter(spec__has_key="native").exclude(
+        pk__in=[native.pk, half_native.pk]
+    )
     assert operators.count() == 9  # every_owner_kind's owners, each queued
     for workload in [*workloads, *operators]:
         workload_transition(workload, S.STOPPED, reason="Stopped")
@@ -192,7 +208,7 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     fake = kube.require_fake()
     states = everything_gpupool_does(kube, org)
     assert fake.denied == []
-    assert states == [S.RUNNING] * 7
+    assert states == [S.RUNNING] * 8
     assert fake.pods() == [] and fake.services() == []
     assert fake.objects["configmaps"] == {}  # the hostfile went with its Service
     assert (

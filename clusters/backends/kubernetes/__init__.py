@@ -763,7 +763,9 @@ class KubernetesBackend(Backend):
             # Pods that were there before this pass and stay: checked for a missing Binding
             # or Service below.
             existing = [wanted[n] for n in report.statuses if n in wanted]
-            devices = self.reservations.sync(pods, desired, report)
+            # The sharers there: GPUPool's own pods, and the native pods it bound.
+            bound = [p.raw for p in self.native_pods() if p.annotations.get(native.POD_NAME)]
+            devices = self.reservations.sync(pods + bound, desired, report)
             report.mps_devices.update(devices)  # the node agents run these GPUs' daemons
             missing = [
                 ready

@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from clusters.backends import BackendError, BackendUnreachable, PodSpec, PodStatus
+from clusters import native_sharing
+from clusters.backends import (
+    BackendError,
+    BackendUnreachable,
+    PodSpec,
+    PodStatus,
+    as_enforced,
+    mps_device,
+)
 from clusters.backends.kubernetes.errors import said
 from clusters.backends.kubernetes.foreign import pod_requests
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
@@ -147,12 +155,19 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
     """Bind the existing pod `spec.native_pod` to the node the cycle chose. A 409 is a
     pod bound already: by an earlier try of ours whose answer was lost (then it carries
     our annotation), or by someone else (then the allocation is not ours to keep)."""
+    if spec.shared_gpu_index is not None:
+        write_gpu_config(backend, spec)
     annotations = {
         BOUND_BY: identity(backend),
         POD_NAME: spec.name,
         WORKLOAD_ID: str(spec.workload_id),
         POD_INDEX: str(spec.pod_index),
     }
+    if spec.shared_gpu_index is not None:
+        # Which GPU it shares, as GPUPool's own sharers say: while the pod is there (kept
+        # by a targeted pass, or shutting down) its GPU keeps its reservation pod.
+        annotations["gpupool.io/node"] = spec.node_name
+        annotations["gpupool.io/shared-gpu"] = f"{spec.shared_gpu_index}:{spec.gpu_share}"
     body = {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -245,6 +260,47 @@ def caught_up(backend: KubernetesBackend, watch: Any) -> None:
         except ApiException as exc:
             if exc.status != 404:  # gone since: nothing of it to wait for
                 raise BackendError(f"read {namespace}/{name}: {said(exc)}") from exc
+
+
+def write_gpu_config(backend: KubernetesBackend, spec: PodSpec) -> None:
+    """A sharer's GPU environment (its GPU's UUID, its MPS limits: `native_sharing.gpu_env`)
+    into the ConfigMap its spec names, owned by the pod, before it is bound: the kubelet
+    reads it when it starts the container. One in the way is taken only when it is what
+    an earlier try of this write made; another is the cluster's error, and the pod waits."""
+    pod = _raw_pod(backend, spec.namespace, spec.native_pod)
+    name = native_sharing.gpu_config_of(pod)
+    if not name:  # checked when it was queued, and a pod's spec does not change
+        raise BackendError(f"pod {spec.namespace}/{spec.native_pod} names no GPU ConfigMap")
+    env = native_sharing.gpu_env(mps_device(spec), as_enforced(spec, backend.cluster.config).mps)
+    body = native_sharing.gpu_config_map(name, pod, env, backend.owner.labels)
+    where = f"ConfigMap {spec.namespace}/{name}"
+    try:
+        backend.post(body, "namespaces", spec.namespace, "configmaps")
+    except ApiException as exc:
+        if exc.status != 409:
+            raise BackendError(f"{where}: {said(exc)}") from exc
+        try:
+            found = backend._json(backend.api.read_namespaced_config_map, name, spec.namespace)
+        except ApiException as again:
+            raise BackendError(f"{where}: {said(again)}") from again
+        if not native_sharing.written_for(found, pod, env):
+            raise BackendError(
+                f"{where} exists and is not the GPU environment GPUPool wrote for pod "
+                f"{spec.native_pod}: delete it, and the pod is bound on the next pass"
+            ) from exc
+
+
+def _raw_pod(backend: KubernetesBackend, namespace: str, name: str) -> dict:
+    """The pod as this pass listed it, else as the cluster has it now."""
+    listed = backend.native_listed(namespace, name)
+    if listed is not None:
+        return listed.raw
+    try:
+        return backend._json(backend.api.read_namespaced_pod, name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise BackendError(f"pod {namespace}/{name} is gone") from exc
+        raise BackendError(f"pod {namespace}/{name}: {said(exc)}") from exc
 
 
 def seen(backend: KubernetesBackend, pod: dict) -> None:

@@ -29,6 +29,7 @@ from clusters.backends.kubernetes.manifests import (
     priority_class_manifest,
     reservation_manifest,
 )
+from clusters.backends.kubernetes.native import POD_NAME
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes import KubernetesBackend
@@ -49,7 +50,11 @@ def _sharers_left(pods: list[dict], report: ReconcileReport) -> set[Key]:
     for pod in pods:
         meta = pod["metadata"]
         shared = (meta.get("annotations") or {}).get("gpupool.io/shared-gpu")
-        if shared and (meta.get("labels") or {}).get(POD_LABEL) in report.statuses:
+        # GPUPool's name of the pod: a label on its own pods, an annotation on those it bound.
+        name = (meta.get("labels") or {}).get(POD_LABEL) or (meta.get("annotations") or {}).get(
+            POD_NAME
+        )
+        if shared and name in report.statuses:
             # The node GPUPool chose: a pod whose Binding failed has no nodeName yet.
             keys.add((meta["annotations"]["gpupool.io/node"], int(shared.split(":")[0])))
     return keys
@@ -68,7 +73,11 @@ class Reservations:
         """1. create a reservation for each shared GPU in use; 2. read the device each one
         holds; 3. delete reservations of GPUs no pod shares any more.
         Returns {(node, index): GPU UUID} for the reservations whose device is known."""
-        held = {_key(p): p for p in pods if p["metadata"]["labels"].get(ROLE) == "reservation"}
+        held = {
+            _key(p): p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(ROLE) == "reservation"
+        }
         in_use = {
             (s.node_name, s.shared_gpu_index) for s in desired if s.shared_gpu_index is not None
         } | _sharers_left(pods, report)

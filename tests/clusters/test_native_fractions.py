@@ -1,0 +1,236 @@
+"""GPU fractions of pods made outside GPUPool (issue 26): a native pod asks for part of a GPU
+with `gpupool.io/gpu-fraction` or `gpupool.io/gpu-memory`, shares a GPU as portal work does
+(a reservation pod holds it), and takes its GPU environment (the GPU's UUID, its MPS limits)
+from a ConfigMap GPUPool writes before it binds the pod (clusters/native_sharing.py).
+
+Against the in-suite API server, whose kubelet starts no container whose envFrom ConfigMap
+is missing (CreateContainerConfigError), as a real kubelet does."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.backends.kubernetes.manifests import MPS_ROOT
+from clusters.backends.kubernetes.reservations import UUID_ANNOTATION
+from clusters.native_sharing import (
+    FRACTION,
+    GPU_MEMORY,
+    config_map_name,
+    gpu_env,
+    missing_parts,
+    sharing_patch,
+)
+from clusters.reconcile import cluster_reconcile
+from clusters.sharing import MpsLimits
+from scheduling.cycle import cycle_run
+from scheduling.models import PodAllocation, Workload
+from tests.clusters.fake_apiserver import json_patch
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_kubernetes_native import (
+    NS,
+    kubectl_jobs,
+    native_workloads,
+    pod_body,
+    pod_scheduled,
+    setup,  # noqa: F401 - the fixture
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def native(kube, setup, org):  # noqa: F811
+    """(the fake API server, the cluster, a client): the in-suite server's kubelet and
+    reservation pods' logs are what these tests watch."""
+    return kube.require_fake(), *setup
+
+
+def share_pod(name: str, annotations: dict[str, str], *, patch: bool = True) -> dict:
+    """A pod asking for a share, made ready to take one as the admission webhook would
+    (`sharing_patch`): no nvidia.com/gpu, hostIPC, the MPS root, the envFrom ConfigMap."""
+    body = pod_body(name, gpus=0, annotations=annotations)
+    del body["spec"]["containers"][0]["resources"]["limits"]
+    body["apiVersion"], body["kind"] = "v1", "Pod"
+    if patch:
+        ops = sharing_patch(body, config_map=config_map_name(name), mps_root=MPS_ROOT)
+        body = json_patch(body, ops)
+    return body
+
+
+def bind_all(cluster, rounds: int = 4) -> None:
+    """A reconcile (intake), a cycle, then passes: the reservation pod, its device, the
+    Bindings."""
+    cluster_reconcile(cluster)
+    cycle_run()
+    for _ in range(rounds):
+        cluster_reconcile(cluster)
+
+
+def test_sharing_patch_gives_a_bare_pod_what_a_share_needs_and_is_idempotent():
+    bare = share_pod("bare", {FRACTION: "0.5"}, patch=False)
+    bare["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},  # would escape its GPU
+        {"name": "KEEP", "value": "1"},
+    ]
+    assert missing_parts(bare, mps_root=MPS_ROOT) == [
+        "spec.hostIPC: true",
+        f"spec.volumes hostPath {MPS_ROOT} (type Directory)",
+        "containers[main].envFrom configMapRef bare-gpupool-gpu (not optional, no prefix)",
+        "no containers[main].env NVIDIA_VISIBLE_DEVICES (GPUPool sets it)",
+    ]
+    patched = json_patch(
+        bare, sharing_patch(bare, config_map="bare-gpupool-gpu", mps_root=MPS_ROOT)
+    )
+    assert missing_parts(patched, mps_root=MPS_ROOT) == []
+    assert patched["spec"]["containers"][0]["env"] == [{"name": "KEEP", "value": "1"}]
+    assert patched["spec"]["containers"][0]["envFrom"] == [
+        {"configMapRef": {"name": "bare-gpupool-gpu"}}
+    ]
+    assert sharing_patch(patched, config_map="bare-gpupool-gpu", mps_root=MPS_ROOT) == []
+    only_env = json_patch(bare, [{"op": "replace", "path": "/spec/containers/0/env/0/name",
+                                  "value": "OTHER"}])  # fmt: skip
+    only_env["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "x-gpupool-gpu"}}]
+    assert missing_parts(only_env, mps_root=MPS_ROOT, mps=False) == []  # `mps: false`
+    assert len(missing_parts(only_env, mps_root=MPS_ROOT)) == 2
+    whole = pod_body("whole")  # asks for no share: nothing to add
+    assert sharing_patch(whole, config_map="x-gpupool-gpu", mps_root=MPS_ROOT) == []
+
+
+def test_a_config_map_name_stays_a_dns_subdomain_however_long_the_pod_name():
+    name = config_map_name("p" * 253)
+    assert len(name) == 253 and name.endswith("-gpupool-gpu")
+    assert config_map_name("p" * 253) == name != config_map_name("p" * 252 + "q")
+    assert config_map_name("sweep-", salt="a1b2c3") == "sweep-a1b2c3-gpupool-gpu"
+
+
+def test_two_native_halves_share_one_gpu_each_with_its_config_map_before_binding(native):
+    fake, cluster, core = native
+    for name in ("left", "right"):
+        core.create_namespaced_pod(NS, share_pod(name, {FRACTION: "0.5"}))
+    bind_all(cluster)
+    workloads = native_workloads()
+    assert [(w.name, w.gpu_request, float(w.gpus)) for w in workloads] == [
+        ("left", "fraction", 0.5),
+        ("right", "fraction", 0.5),
+    ]
+    places = {
+        (a.node.name, a.shared_gpu_index, float(a.gpu_share))
+        for a in PodAllocation.objects.filter(workload__in=workloads)
+    }
+    assert len(places) == 1  # one GPU, half each
+    ((node, index, _),) = places
+    reservation = next(
+        p
+        for p in fake.pods()
+        if (p["metadata"].get("labels") or {}).get("gpupool.io/role") == "reservation"
+    )
+    device = reservation["metadata"]["annotations"][UUID_ANNOTATION]
+    for name in ("left", "right"):
+        pod = fake.pod(NS, name)
+        assert pod["spec"]["nodeName"] == node
+        config = fake.objects["configmaps"][(NS, f"{name}-gpupool-gpu")]
+        assert config["data"] == gpu_env(device, MpsLimits(40960, 50))
+        assert config["data"]["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/gpupool/mps/{device}/pipe"
+        assert config["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"]}
+        ]
+        # The kubelet started it at its Binding: the ConfigMap was there before.
+        assert pod["status"]["phase"] == "Running", pod["status"]
+    core.delete_namespaced_pod("left", NS, grace_period_seconds=0)
+    assert (NS, "left-gpupool-gpu") not in fake.objects["configmaps"]  # collected with it
+
+
+@pytest.mark.parametrize(
+    ("annotations", "gpus", "change", "field"),
+    [
+        ({FRACTION: "1.5"}, 0, None, FRACTION),
+        ({FRACTION: "abc"}, 0, None, FRACTION),
+        ({FRACTION: "0.0001"}, 0, None, FRACTION),
+        ({GPU_MEMORY: "10GB"}, 0, None, GPU_MEMORY),
+        ({FRACTION: "0.5", GPU_MEMORY: "10Gi"}, 0, None, GPU_MEMORY),
+        ({FRACTION: "0.5"}, 1, None, "nvidia.com/gpu"),
+        ({FRACTION: "0.5"}, 0, "hostIPC", "spec.hostIPC"),
+        ({GPU_MEMORY: "10Gi"}, 0, "envFrom", "envFrom configMapRef"),
+    ],
+)
+def test_a_share_that_cannot_be_given_says_which_field_and_queues_nothing(
+    native, annotations, gpus, change, field
+):
+    fake, cluster, core = native
+    body = share_pod("asks", annotations)
+    spec = body["spec"]
+    if gpus:
+        spec["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+    if change == "hostIPC":
+        del spec["hostIPC"]
+    if change == "envFrom":
+        del spec["containers"][0]["envFrom"]
+    core.create_namespaced_pod(NS, body)
+    bind_all(cluster, rounds=1)
+    assert native_workloads() == []
+    pod = fake.pod(NS, "asks")
+    condition = pod_scheduled(pod)
+    assert condition["status"] == "False" and field in condition["message"], condition
+    assert not pod["spec"].get("nodeName")
+    events = [e["message"] for e in fake.events(NS) if e["reason"] == "FailedScheduling"]
+    assert events == [condition["message"]]
+    assert fake.objects["configmaps"] == {}
+
+
+def test_pods_of_one_template_naming_one_config_map_are_refused_as_a_gang(native):
+    fake, cluster, core = native
+    template = share_pod("sweep", {FRACTION: "0.5"})  # every pod names sweep-gpupool-gpu
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {
+            "metadata": {"annotations": template["metadata"]["annotations"]},
+            "spec": template["spec"],
+        }},
+    }  # fmt: skip
+    kubectl_jobs(fake, core, job)
+    bind_all(cluster, rounds=1)
+    assert native_workloads() == []
+    pods = [p for p in fake.pods() if p["metadata"]["name"].startswith("sweep-")]
+    assert len(pods) == 2
+    for pod in pods:
+        message = pod_scheduled(pod)["message"]
+        assert f"the annotation {FRACTION}" in message and "a ConfigMap of its own" in message
+        assert not pod["spec"].get("nodeName")
+
+
+def test_a_config_map_in_the_way_holds_the_binding_until_it_is_gone(native):
+    fake, cluster, core = native
+    core.create_namespaced_config_map(
+        NS, {"metadata": {"name": "taken-gpupool-gpu"}, "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}
+    )
+    core.create_namespaced_pod(NS, share_pod("taken", {GPU_MEMORY: "20Gi"}))
+    bind_all(cluster)
+    assert not fake.pod(NS, "taken")["spec"].get("nodeName")  # never on a GPU it cannot limit
+    taken = fake.objects["configmaps"][(NS, "taken-gpupool-gpu")]
+    assert taken["data"] == {"NVIDIA_VISIBLE_DEVICES": "all"}
+    cluster.refresh_from_db()
+    assert "taken-gpupool-gpu exists and is not the GPU environment" in cluster.last_error
+    assert Workload.objects.get(name="taken").state == "admitted"
+    core.delete_namespaced_config_map("taken-gpupool-gpu", NS)
+    cluster_reconcile(cluster)
+    assert fake.pod(NS, "taken")["status"]["phase"] == "Running"
+    data = fake.objects["configmaps"][(NS, "taken-gpupool-gpu")]["data"]
+    assert data["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+
+
+def test_a_config_map_whose_create_answer_was_lost_is_taken_as_written(native):
+    fake, cluster, core = native
+    core.create_namespaced_pod(NS, share_pod("lost", {FRACTION: "0.25"}))
+    # The create is answered too late: the client tries again once the server made it,
+    # and meets its own ConfigMap (409).
+    cluster.config["backoff_s"] = fake.timeout_s
+    cluster.save(update_fields=["config"])
+    fake.inject("timeout", 1, method="POST", path=f"/namespaces/{NS}/configmaps")
+    bind_all(cluster)
+    assert fake.pod(NS, "lost")["status"]["phase"] == "Running"
+    posts = [r for r in fake.requests if r == ("POST", f"/api/v1/namespaces/{NS}/configmaps")]
+    assert len(posts) == 2
+    cluster.refresh_from_db()
+    assert not cluster.last_error
