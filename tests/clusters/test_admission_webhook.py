@@ -8,14 +8,32 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime as dt
+import io
 import json
 import uuid
+from pathlib import Path
 
+import kubernetes_validate
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils import timezone
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import create_from_dict
 
 from clusters import admission
 from clusters.models import Backend, Cluster
+from clusters.webhook_cert import Target, webhook_cert_ensure
+from portal.services import organisation as org_services
+from scheduling.models import Workload, WorkloadState
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_deploy_manifests import SCHEMA_VERSIONS, render
+from tests.clusters.test_kubernetes_native import pod_body, step
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -241,3 +259,194 @@ def test_the_edit_form_saves_the_choice(client_as, org):
     assert answer.status_code == 302, answer.content.decode()[:2000]
     org.project_a.refresh_from_db()
     assert org.project_a.enforce_scheduler is True
+
+
+# --- end to end: the fake API server calls the webhook of deploy/webhook/ --------------------
+WEBHOOK = Path(__file__).resolve().parents[2] / "deploy" / "webhook"
+SERVICE = ("gpupool", "gpupool-webhook")
+
+
+def install_webhook(api_client, kinds: tuple[str, ...] = ()) -> None:
+    """What `kubectl apply -k deploy/webhook` makes (on top of deploy/: the namespace), but
+    the CronJob, which the fake does not serve (its schema is checked below); only `kinds`
+    when given."""
+    core = k8s.CoreV1Api(api_client)
+    if not any(n.metadata.name == "gpupool" for n in core.list_namespace().items):
+        core.create_namespace({"metadata": {"name": "gpupool"}})
+    for obj in render(WEBHOOK):
+        if obj["kind"] != "CronJob" and obj["kind"] in (kinds or (obj["kind"],)):
+            create_from_dict(api_client, copy.deepcopy(obj), namespace="gpupool")
+
+
+@pytest.fixture
+def webhooked(kube, org, live_server, settings):  # noqa: F811
+    """A cluster with the webhook installed, its certificate made, served by the portal."""
+    fake = kube.require_fake()
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "localhost"]
+    cluster = kube.cluster()
+    kube.nodes(cluster)  # the org's pool a100 is adopted: the projects have quota on it
+    api_client = k8s_config.new_client_from_config_dict(kube.kubeconfig)
+    install_webhook(api_client)
+    fake.webhook_backends[SERVICE] = live_server.url
+    webhook_cert_ensure(cluster, Target(), now=timezone.now())
+    return cluster, k8s.CoreV1Api(api_client)
+
+
+def opt_in(org, project) -> None:
+    """As an admin does on the project's page: the namespace is labelled on commit."""
+    org_services.project_update(
+        actor=org.dept_admin, project=project, name=project.name,
+        namespace=project.namespace, enforce_scheduler=True,
+    )  # fmt: skip
+
+
+def kubectl_pod(name: str) -> dict:
+    """A pod as `kubectl run` makes it: no schedulerName."""
+    body = pod_body(name, gpus=1)
+    del body["spec"]["schedulerName"]
+    return body
+
+
+def test_an_opted_in_projects_pod_gets_gpupools_scheduler_and_is_bound(webhooked, org):
+    cluster, core = webhooked
+    opt_in(org, org.project_a)
+    ns = org.project_a.namespace
+    labels = core.read_namespace(ns).metadata.labels
+    assert labels[admission.ENFORCE_LABEL] == "true"
+    core.create_namespaced_pod(ns, kubectl_pod("trainer"))
+    assert core.read_namespaced_pod("trainer", ns).spec.scheduler_name == "gpupool"
+    step(cluster)
+    workload = Workload.objects.get(spec__native__namespace=ns)
+    assert (workload.project, workload.state) == (org.project_a, WorkloadState.RUNNING)
+    assert core.read_namespaced_pod("trainer", ns).spec.node_name in ("gpu-a", "gpu-b")
+
+
+def test_a_pod_of_a_project_that_did_not_opt_in_is_left_to_the_default_scheduler(webhooked, org):
+    cluster, core = webhooked
+    opt_in(org, org.project_a)
+    ns = org.project_b.namespace
+    core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_pod(ns, kubectl_pod("web"))
+    assert core.read_namespaced_pod("web", ns).spec.scheduler_name == "default-scheduler"
+    step(cluster)
+    assert not Workload.objects.filter(spec__native__namespace=ns).exists()
+    assert core.read_namespaced_pod("web", ns).spec.node_name is None
+
+
+def test_opting_out_removes_the_label_so_the_api_server_stops_calling(webhooked, org, kube):  # noqa: F811
+    cluster, core = webhooked
+    opt_in(org, org.project_a)
+    project = org.project_a
+    org_services.project_update(
+        actor=org.dept_admin, project=project, name=project.name,
+        namespace=project.namespace, enforce_scheduler=False,
+    )  # fmt: skip
+    assert admission.ENFORCE_LABEL not in core.read_namespace(project.namespace).metadata.labels
+    calls = len(kube.fake.requests)
+    core.create_namespaced_pod(project.namespace, kubectl_pod("after"))
+    pod_ = core.read_namespaced_pod("after", project.namespace)
+    assert pod_.spec.scheduler_name == "default-scheduler"
+    assert len(kube.fake.requests) == calls + 2  # the create and the read: no webhook failure
+    assert kube.fake.webhook_failures == []
+
+
+def test_with_failure_policy_fail_a_pod_is_refused_while_the_portal_is_down(
+    webhooked,
+    org,
+    kube,  # noqa: F811
+    settings,
+):
+    cluster, core = webhooked
+    opt_in(org, org.project_a)
+    settings.GPUPOOL_WEBHOOK_FAILURE_POLICY = "Fail"
+    webhook_cert_ensure(cluster, Target(), now=timezone.now())
+    kube.fake.webhook_backends[SERVICE] = "http://127.0.0.1:9"  # the portal is down
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(org.project_a.namespace, kubectl_pod("refused"))
+    assert err.value.status == 500
+    message = json.loads(err.value.body)["message"]
+    assert message.startswith('Internal error occurred: failed calling webhook "pods.scheduler')
+
+
+def test_with_failure_policy_ignore_a_pod_is_created_unchanged_while_the_portal_is_down(
+    webhooked,
+    org,
+    kube,  # noqa: F811
+):
+    cluster, core = webhooked
+    opt_in(org, org.project_a)
+    kube.fake.webhook_backends[SERVICE] = "http://127.0.0.1:9"
+    core.create_namespaced_pod(org.project_a.namespace, kubectl_pod("unchanged"))
+    pod_ = core.read_namespaced_pod("unchanged", org.project_a.namespace)
+    assert pod_.spec.scheduler_name == "default-scheduler"
+    assert len(kube.fake.webhook_failures) == 1
+
+
+# --- the certificate -------------------------------------------------------------------------
+def stored_tls(core) -> dict[str, bytes]:
+    data = core.read_namespaced_secret("gpupool-webhook-tls", "gpupool").data
+    return {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def test_the_cert_command_makes_a_cert_for_the_service_and_sets_the_ca_bundle(kube, org):  # noqa: F811
+    kube.require_fake()
+    cluster = kube.cluster()
+    api_client = k8s_config.new_client_from_config_dict(kube.kubeconfig)
+    install_webhook(api_client)
+    out = io.StringIO()
+    call_command("webhook_cert", stdout=out)
+    assert "a new certificate for gpupool-webhook.gpupool.svc" in out.getvalue()
+    tls = stored_tls(k8s.CoreV1Api(api_client))
+    cert = x509.load_pem_x509_certificate(tls["tls.crt"])
+    ca = x509.load_pem_x509_certificate(tls["ca.crt"])
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gpupool-webhook.gpupool.svc" in names.get_values_for_type(x509.DNSName)
+    key = serialization.load_pem_private_key(tls["tls.key"], None)
+    assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+    [hook] = (
+        k8s.AdmissionregistrationV1Api(api_client)
+        .read_mutating_webhook_configuration("gpupool")
+        .webhooks
+    )
+    assert base64.b64decode(hook.client_config.ca_bundle) == tls["ca.crt"]
+    assert hook.client_config.service.path == f"/k8s/admission/{cluster.uid}/pods/"
+    assert hook.failure_policy == "Ignore"
+
+
+def test_the_cert_command_keeps_a_good_cert_and_renews_one_near_its_end(kube, org):  # noqa: F811
+    kube.require_fake()
+    cluster = kube.cluster()
+    api_client = k8s_config.new_client_from_config_dict(kube.kubeconfig)
+    install_webhook(api_client)
+    core = k8s.CoreV1Api(api_client)
+    now = timezone.now()
+    webhook_cert_ensure(cluster, Target(), now=now, days=365)
+    first = stored_tls(core)
+    webhook_cert_ensure(cluster, Target(), now=now + dt.timedelta(days=300))
+    assert stored_tls(core) == first
+    webhook_cert_ensure(cluster, Target(), now=now + dt.timedelta(days=340))
+    renewed = stored_tls(core)
+    assert renewed["tls.crt"] != first["tls.crt"] and renewed["ca.crt"] != first["ca.crt"]
+
+
+def test_the_cert_command_needs_the_cluster_named_when_there_are_several(kube, org):  # noqa: F811
+    kube.cluster("one")
+    kube.cluster("two")
+    with pytest.raises(CommandError, match="--cluster"):
+        call_command("webhook_cert")
+
+
+def test_deploy_webhook_is_valid_against_the_kubernetes_schemas():
+    objects = render(WEBHOOK)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == [
+        "CronJob", "Deployment", "MutatingWebhookConfiguration", "Secret", "Service"
+    ]  # fmt: skip
+    for obj in objects:
+        for version in SCHEMA_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+    [config] = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
+    [hook] = config["webhooks"]
+    assert hook["namespaceSelector"] == {"matchLabels": {admission.ENFORCE_LABEL: "true"}}
+    assert (hook["sideEffects"], hook["timeoutSeconds"]) == ("None", 5)
