@@ -7,10 +7,14 @@ server calling the webhook of its MutatingWebhookConfiguration."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import datetime as dt
 import io
 import json
+import socket
+import ssl
+import threading
 import uuid
 from pathlib import Path
 
@@ -412,6 +416,43 @@ def test_the_cert_command_makes_a_cert_for_the_service_and_sets_the_ca_bundle(ku
     assert base64.b64decode(hook.client_config.ca_bundle) == tls["ca.crt"]
     assert hook.client_config.service.path == f"/k8s/admission/{cluster.uid}/pods/"
     assert hook.failure_policy == "Ignore"
+
+
+def test_a_tls_client_trusting_only_the_ca_bundle_accepts_the_served_cert(kube, org, tmp_path):  # noqa: F811
+    """What kube-apiserver checks: the chain to the caBundle and the Service's DNS name,
+    through a real TLS handshake with the files uvicorn is given (--ssl-certfile/keyfile)."""
+    kube.require_fake()
+    cluster = kube.cluster()
+    api_client = k8s_config.new_client_from_config_dict(kube.kubeconfig)
+    install_webhook(api_client)
+    webhook_cert_ensure(cluster, Target(), now=timezone.now())
+    tls = stored_tls(k8s.CoreV1Api(api_client))
+    (tmp_path / "tls.crt").write_bytes(tls["tls.crt"])
+    (tmp_path / "tls.key").write_bytes(tls["tls.key"])
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def accept() -> None:
+        connection, _ = listener.accept()
+        with contextlib.suppress(ssl.SSLError, OSError):
+            served.wrap_socket(connection, server_side=True).close()
+
+    def handshake(name: str) -> None:
+        caller = ssl.create_default_context(cadata=tls["ca.crt"].decode())
+        thread = threading.Thread(target=accept)
+        thread.start()
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                caller.wrap_socket(raw, server_hostname=name).close()
+        finally:
+            thread.join()
+
+    handshake("gpupool-webhook.gpupool.svc")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake("gpupool-portal.gpupool.svc")
+    listener.close()
 
 
 def test_the_cert_command_keeps_a_good_cert_and_renews_one_near_its_end(kube, org):  # noqa: F811
