@@ -9,13 +9,18 @@ reads it and answers an AdmissionReview with the same `response.uid`, always `al
 (this webhook never refuses a pod: whether a failure to answer refuses it is the
 configuration's failurePolicy, the admin's choice), and a JSONPatch made by MUTATIONS.
 
-Each mutation is a small function `(pod, context) -> list of JSONPatch operations`; each
+Each mutation is a small function `(pod, context) -> list of JSONPatch operations`, called
+for pods of any project's namespace the configuration selects (a namespace that is no
+project's is answered unchanged); each decides from the context whether it applies, and
 sees the pod as submitted (the API server's defaults applied), so they must not touch the
-same fields. Add one to MUTATIONS to make another change to every pod of such a namespace.
+same fields. Add one to MUTATIONS to make another change (and widen the configuration's
+namespaceSelector if it must reach namespaces that do not enforce the scheduler).
 
 What `set_scheduler` leaves alone (and why):
-- a namespace that is not an opted-in project's (the selector's label may be stale or set
-  by hand): only the database says which projects opted in;
+- a namespace whose project did not opt in (the selector's label may be stale or set by
+  hand): only the database says which projects opted in;
+- a pod labelled `gpupool.io/enforce-scheduler: "false"` (the configuration's
+  objectSelector leaves it out already);
 - a pod that names GPUPool's scheduler already, or another scheduler than the default one
   (a user who names Volcano or a custom scheduler chose it; like Run:ai, only the default
   scheduler is replaced; what such a pod holds counts as foreign use);
@@ -56,7 +61,8 @@ class Context:
 
     namespace: str
     scheduler_name: str
-    project: str
+    project: str  # the project whose namespace it is
+    enforce_scheduler: bool  # the project's choice
 
 
 Mutation = Callable[[dict, Context], list[dict]]
@@ -66,7 +72,13 @@ def set_scheduler(pod: dict, context: Context) -> list[dict]:
     """`spec.schedulerName` = GPUPool's for a pod the default scheduler would place (see the
     module's list of what is left alone)."""
     spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-    if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
+    if not context.enforce_scheduler or spec.get("schedulerName") not in (
+        None,
+        "",
+        DEFAULT_SCHEDULER,
+    ):
+        return []
+    if (meta.get("labels") or {}).get(ENFORCE_LABEL) == "false":  # as the objectSelector
         return []
     if MIRROR in (meta.get("annotations") or {}) or spec.get("nodeName"):
         return []
@@ -133,8 +145,8 @@ def review_answer(uid: str, operations: list[dict], warnings: list[str]) -> dict
 
 
 def changed_warning(operations: list[dict], context: Context) -> list[str]:
-    """What `kubectl` shows its user ("Warning: ..."), when the pod was changed."""
-    if not operations:
+    """What `kubectl` shows its user ("Warning: ..."), when the scheduler was set."""
+    if not any(op.get("path") == "/spec/schedulerName" for op in operations):
         return []
     return [
         f"GPUPool: project {context.project} schedules every pod in {context.namespace}: "

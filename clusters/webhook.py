@@ -50,10 +50,10 @@ def pods_admission(request: HttpRequest, cluster_uid: UUID) -> JsonResponse:
 
 
 def _context(cluster: Cluster, namespace: str) -> admission.Context | None:
-    """The context of a namespace whose project enforces GPUPool's scheduler; None for any
-    other (its pods are answered unchanged)."""
-    project = Project.objects.filter(namespace=namespace, enforce_scheduler=True).first()
+    """The context of a project's namespace; None for any other (its pods are answered
+    unchanged)."""
+    project = Project.objects.filter(namespace=namespace).first()
     if project is None:
         return None
     scheduler = str((cluster.config or {}).get("scheduler_name") or DEFAULT_SCHEDULER)
-    return admission.Context(namespace, scheduler, project.name)
+    return admission.Context(namespace, scheduler, project.name, project.enforce_scheduler)

@@ -134,6 +134,7 @@ def test_a_namespace_whose_project_does_not_enforce_is_answered_unchanged(client
         {"spec": {"schedulerName": "volcano"}},  # a user's explicit choice
         {"spec": {"nodeName": "gpu-a"}},  # bound already
         {"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}},  # static pod
+        {"metadata": {"labels": {"gpupool.io/enforce-scheduler": "false"}}},
         {
             "metadata": {
                 "ownerReferences": [
@@ -148,7 +149,7 @@ def test_a_namespace_whose_project_does_not_enforce_is_answered_unchanged(client
             }
         },
     ],
-    ids=["ours", "another-scheduler", "bound", "mirror", "daemonset"],
+    ids=["ours", "another-scheduler", "bound", "mirror", "opted-out", "daemonset"],
 )
 def test_pods_the_rule_leaves_alone_are_answered_unchanged(client, hook, changed):
     url, ns = hook
@@ -223,7 +224,7 @@ def test_the_endpoint_needs_no_session_and_no_csrf_token(hook):
 
 
 def test_mutations_are_a_list_of_small_functions_each_adding_its_operations():
-    context = admission.Context("ns", "gpupool", "p")
+    context = admission.Context("ns", "gpupool", "p", enforce_scheduler=True)
     extra = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
     ops = admission.mutations_for(pod(), context, [admission.set_scheduler, lambda p, c: extra])
     assert ops == [SET[0] | {"value": "gpupool"}, *extra]
