@@ -31,8 +31,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import create_from_dict
 
 from clusters import admission
+from clusters.enforcement import enforcement_sync
 from clusters.models import Backend, Cluster
+from clusters.tasks import sync_inventory
 from clusters.webhook_cert import Target, webhook_cert_ensure
+from portal.models import Project
 from portal.services import organisation as org_services
 from scheduling.models import Workload, WorkloadState
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
@@ -492,3 +495,34 @@ def test_deploy_webhook_is_valid_against_the_kubernetes_schemas():
     [hook] = config["webhooks"]
     assert hook["namespaceSelector"] == {"matchLabels": {admission.ENFORCE_LABEL: "true"}}
     assert (hook["sideEffects"], hook["timeoutSeconds"]) == ("None", 5)
+
+
+# --- the namespaces' labels --------------------------------------------------------------------
+def test_each_inventory_sync_makes_the_labels_match_the_projects(kube, org):  # noqa: F811
+    """Level-triggered: a change the on-commit sync missed is made by the next inventory
+    sync; a namespace labelled by hand that is not GPUPool's is left alone."""
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(kube.kubeconfig))
+    by_hand = kube.namespace("by-hand")
+    core.create_namespace(
+        {"metadata": {"name": by_hand, "labels": {admission.ENFORCE_LABEL: "true"}}}
+    )
+    Project.objects.filter(pk=org.project_a.pk).update(enforce_scheduler=True)  # no on-commit
+    sync_inventory(cluster.pk)
+    ns = org.project_a.namespace
+    assert core.read_namespace(ns).metadata.labels[admission.ENFORCE_LABEL] == "true"
+    Project.objects.filter(pk=org.project_a.pk).update(enforce_scheduler=False)
+    sync_inventory(cluster.pk)
+    assert admission.ENFORCE_LABEL not in core.read_namespace(ns).metadata.labels
+    assert core.read_namespace(by_hand).metadata.labels[admission.ENFORCE_LABEL] == "true"
+
+
+def test_a_refused_label_is_the_clusters_error_not_an_exception(kube, org):  # noqa: F811
+    fake = kube.require_fake()
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    Project.objects.filter(pk=org.project_a.pk).update(enforce_scheduler=True)
+    fake.forbidden_namespaces.add(org.project_a.namespace)
+    [error] = enforcement_sync(cluster)
+    assert error.startswith(f"namespace {org.project_a.namespace}: gpupool.io/enforce-scheduler:")
