@@ -11,8 +11,9 @@ from django.core.cache import cache
 from django.db import transaction
 
 from clusters.backends import BackendUnreachable
+from clusters.enforcement import enforcement_sync
 from clusters.inventory import inventory_sync
-from clusters.models import Cluster
+from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
 from portal.queueing import enqueue
 
@@ -96,10 +97,34 @@ def sync_inventory(cluster_id: int) -> dict | None:
         return None
     try:
         result = inventory_sync(cluster)
+        enforcement_sync(cluster)  # the namespaces' labels of the pod webhook, level-triggered
     except BackendUnreachable as exc:
         cluster_mark_unreachable(cluster, str(exc))
         return None
     return {"nodes": result.nodes, "gpus": result.gpus, "vanished": result.vanished}
+
+
+@shared_task(ignore_result=True)
+def sync_enforcement(cluster_id: int) -> list[str] | None:
+    """A project's enforce_scheduler (or namespace) changed: label its namespaces now
+    rather than at the next inventory sync."""
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
+    if cluster is None:
+        return None
+    try:
+        return enforcement_sync(cluster)
+    except BackendUnreachable as exc:
+        log.warning("%s: namespaces not labelled: %s", cluster.name, exc)
+        return None
+
+
+def sync_enforcement_soon() -> None:
+    """On commit: a sync of the labels on every enabled Kubernetes cluster."""
+    kubernetes = Cluster.objects.filter(enabled=True, backend=Backend.KUBERNETES)
+    for cluster_id in kubernetes.values_list("pk", flat=True):
+        send = partial(sync_enforcement.delay, cluster_id)
+        what = f"a sync of cluster {cluster_id}'s namespace labels"
+        transaction.on_commit(partial(enqueue, send, what))
 
 
 @shared_task(ignore_result=True)

@@ -117,6 +117,7 @@ class ProjectSerializer(serializers.ModelSerializer):
             "department",
             "department_name",
             "nonpreemptible_over_quota",
+            "enforce_scheduler",
         ]
         read_only_fields = ["id"]
         extra_kwargs = {
@@ -318,7 +319,7 @@ class ProjectListView(ListCreateView):
 class ProjectDetailView(DetailDeleteView):
     serializer = ProjectSerializer
     # A project stays in its department.
-    fields = ("name", "namespace", "description", "nonpreemptible_over_quota")
+    fields = ("name", "namespace", "description", "nonpreemptible_over_quota", "enforce_scheduler")
 
     def object(self, request: Request, pk: int) -> Project:
         return _project(request, pk)

@@ -45,7 +45,7 @@ ERROR_TITLES = {
 
 def error_page(request: HttpRequest, status: int, message: str = "") -> HttpResponse:
     """The styled page (with the navigation), or JSON for the API; plain text if that fails."""
-    if request.path.startswith("/api/"):
+    if request.path.startswith(("/api/", "/k8s/")):  # /k8s/: kube-apiserver's webhook calls
         return JsonResponse({"detail": message or ERROR_TITLES[status]}, status=status)
     context = {"title": ERROR_TITLES[status], "message": message}
     try:

@@ -44,6 +44,13 @@ class ProjectForm(forms.Form):
         help_text="Off: non-preemptible workloads start only within the project's deserved"
         " quota, since nothing can evict them to give borrowed GPUs back. Platform admins only.",
     )
+    enforce_scheduler = forms.BooleanField(
+        required=False,
+        label="Every pod in the namespace uses GPUPool's scheduler",
+        help_text="Pods made in the project's namespace by kubectl, Helm or an operator are"
+        " queued under this project's quota, as if they named GPUPool's scheduler (needs the"
+        " pod webhook of deploy/webhook/).",
+    )
 
     def __init__(self, *args: Any, user: Any, editing: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -40,6 +40,6 @@ class RefuseNullCharactersMiddleware:
         fields = _fields_with_nul(request)
         if not fields:
             return self.get_response(request)
-        if request.path.startswith("/api/"):
+        if request.path.startswith(("/api/", "/k8s/")):
             return JsonResponse({field: [MESSAGE] for field in fields}, status=400)
         return error_page(request, 400, f"{MESSAGE} ({', '.join(fields)})")

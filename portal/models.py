@@ -65,6 +65,9 @@ class Project(models.Model):
     nonpreemptible_over_quota = models.BooleanField(
         "non-preemptible work may go over quota", default=False
     )
+    # Every pod made in the project's namespace uses GPUPool's scheduler: the namespace is
+    # labelled for the pod webhook (clusters/admission.py, docs/kubernetes-native.md).
+    enforce_scheduler = models.BooleanField("every pod uses GPUPool's scheduler", default=False)
 
     class Meta:
         ordering = ["name"]

@@ -229,6 +229,12 @@ GPUPOOL_NODE_POOL_LABEL = env_str("GPUPOOL_NODE_POOL_LABEL", "gpupool.io/node-po
 # What `gpupool submit -f` and the "From YAML" form may create, as "apiVersion kind" (the
 # platform admin's choice; clusters/manifest_submit.py knows Pod and batch/v1 Job).
 GPUPOOL_MANIFEST_KINDS = env_list("GPUPOOL_MANIFEST_KINDS", ["v1 Pod", "batch/v1 Job"])
+# The pod webhook (deploy/webhook/): when kube-apiserver cannot call it, Ignore creates the
+# pod unchanged (for the default scheduler), Fail refuses the create. `manage.py
+# webhook_cert` writes it into the MutatingWebhookConfiguration.
+GPUPOOL_WEBHOOK_FAILURE_POLICY = env_choice(
+    "GPUPOOL_WEBHOOK_FAILURE_POLICY", "Ignore", ("Ignore", "Fail")
+)
 
 # --- Auth, e-mail ----------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from clusters.webhook import pods_admission
 from portal import api_schema  # noqa: F401 - registers the API's token schemes for the schema
 from portal.throttles import sign_in_throttled
 from scheduling.api import ApiDocsView
@@ -26,6 +27,8 @@ urlpatterns = [
     path("api/v1/", include("clusters.api_urls")),
     path("api/v1/", include("workspaces.api_urls")),
     path("api/v1/", include("clusters.metrics.api_urls")),
+    # kube-apiserver's call to the pod webhook (clusters/webhook.py): no session, no CSRF.
+    path("k8s/admission/<uuid:cluster_uid>/pods/", pods_admission, name="pods_admission"),
     path("workloads/", include("scheduling.urls")),
     path("clusters/", include("clusters.urls")),
     path("workspaces/", include("workspaces.urls")),

@@ -1,6 +1,8 @@
 #!/bin/sh
 # The container's entry point:
 #   web                  migrate (unless GPUPOOL_MIGRATE_ON_START=0), then uvicorn
+#   webhook              uvicorn over HTTPS on 8443 with the pod webhook's certificate
+#                        (deploy/webhook/; the Secret mounted at /var/run/gpupool-webhook)
 #   worker | beat        Celery (WORKER_CONCURRENCY: worker processes, default one per CPU)
 #   migrate              apply the migrations and exit (the Kubernetes Job)
 #   wait-for-migrations  return once the database is reachable and fully migrated
@@ -14,6 +16,11 @@ case "$1" in
     fi
     exec uvicorn portal.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
       --workers "${WEB_WORKERS:-2}" --proxy-headers
+    ;;
+  webhook)
+    tls="${GPUPOOL_WEBHOOK_TLS_DIR:-/var/run/gpupool-webhook}"
+    exec uvicorn portal.asgi:application --host 0.0.0.0 --port "${WEBHOOK_PORT:-8443}" \
+      --workers "${WEB_WORKERS:-2}" --ssl-keyfile "$tls/tls.key" --ssl-certfile "$tls/tls.crt"
     ;;
   worker) exec celery -A portal worker --loglevel "${LOG_LEVEL:-INFO}" \
       ${WORKER_CONCURRENCY:+--concurrency "$WORKER_CONCURRENCY"} ;;

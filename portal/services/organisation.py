@@ -118,6 +118,7 @@ def project_create(
     namespace: str = "",
     description: str = "",
     nonpreemptible_over_quota: bool = False,
+    enforce_scheduler: bool = False,
 ) -> Project:
     require(can_admin_department(actor, department), "You do not administer this department.")
     name = name.strip()
@@ -128,6 +129,8 @@ def project_create(
     values = {"department": department, "name": name, "namespace": namespace}
     values["description"] = description
     values["nonpreemptible_over_quota"] = nonpreemptible_over_quota
+    values["enforce_scheduler"] = enforce_scheduler
+    _label_namespaces_on_commit(enforce_scheduler)
     return create_audited(
         Project, values, actor=actor, action="project.create", department=department
     )
@@ -142,6 +145,7 @@ def project_update(
     namespace: str = "",
     description: str = "",
     nonpreemptible_over_quota: bool | None = None,
+    enforce_scheduler: bool | None = None,
 ) -> Project:
     require(can_admin_department(actor, project.department), "You do not administer it.")
     name = name.strip()
@@ -161,10 +165,25 @@ def project_update(
     raise_if(errors)
     changes = {"name": name, "namespace": namespace, "description": description}
     changes["nonpreemptible_over_quota"] = nonpreemptible_over_quota
+    if enforce_scheduler is None:
+        enforce_scheduler = project.enforce_scheduler
+    changes["enforce_scheduler"] = enforce_scheduler
+    _label_namespaces_on_commit(
+        enforce_scheduler != project.enforce_scheduler or namespace != project.namespace
+    )
     save_audited(
         project, changes, actor=actor, action="project.update", department=project.department
     )
     return project
+
+
+def _label_namespaces_on_commit(changed: bool) -> None:
+    """The pod webhook acts on labelled namespaces (clusters/enforcement.py): label them on
+    commit, not only at the next inventory sync."""
+    if changed:
+        from clusters.tasks import sync_enforcement_soon  # noqa: PLC0415 - tasks import portal
+
+        sync_enforcement_soon()
 
 
 def _check_over_quota_flag(actor: Any, old: bool, new: bool, errors: dict[str, list[str]]) -> None:

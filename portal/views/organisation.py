@@ -173,7 +173,10 @@ def project_create(request: HttpRequest) -> HttpResponse:
 @login_required
 def project_edit(request: HttpRequest, pk: int) -> HttpResponse:
     project = _admin_project(request, pk)
-    fields = ("department", "name", "namespace", "description", "nonpreemptible_over_quota")
+    fields = (
+        "department", "name", "namespace", "description", "nonpreemptible_over_quota",
+        "enforce_scheduler",
+    )  # fmt: skip
     initial = {f: getattr(project, f) for f in fields}
     form = ProjectForm(posted(request), user=request.user, editing=True, initial=initial)
     done = form_saved(

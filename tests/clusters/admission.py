@@ -130,13 +130,18 @@ def pod_security_violation(pod: dict, namespace_labels: dict, default: str) -> s
     )
 
 
-def rbac_allows(rules: Iterable[dict], verb: str, group: str, resource: str) -> bool:
-    """`resource` with its subresource ("pods/log"); resourceNames are not used here."""
+def rbac_allows(
+    rules: Iterable[dict], verb: str, group: str, resource: str, name: str = ""
+) -> bool:
+    """`resource` with its subresource ("pods/log"). A rule with resourceNames allows only a
+    request that names one of them: never a create, a list or a watch (no name)."""
     for rule in rules:
+        names = rule.get("resourceNames")
         if (
             _has(rule.get("verbs"), verb)
             and _has(rule.get("apiGroups"), group)
             and _has(rule.get("resources"), resource)
+            and (not names or name in names)
         ):
             return True
     return False

@@ -64,6 +64,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
+from tests.clusters.fake_admission import mutate_pod
 from tests.clusters.fake_generic import (
     CUSTOM_KINDS,
     JOBS,
@@ -914,6 +915,11 @@ class FakeApiServer:
         # Custom resources served, (apiVersion, plural): their CRDs are installed
         # (`install_crds`; the kinds are fake_generic.CUSTOM_KINDS).
         self.crds: set[tuple[str, str]] = set()
+        # Mutating webhooks are those of the MutatingWebhookConfigurations created in the
+        # server (fake_admission.py); a Service's (namespace, name) -> where its pods listen
+        # (the fake has no pod network); each failure to call one: (webhook, why).
+        self.webhook_backends: dict[tuple[str, str], str] = {}
+        self.webhook_failures: list[tuple[str, str]] = []
         self.denied: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
         self.allowed: set[tuple[str, str, str]] = set()  # (verb, group, resource) used
         self.down = False
@@ -1373,7 +1379,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             verb, group, resource, ns, name = attributes
             with api.lock:
-                if not rbac_allows(api.rbac_rules, verb, group, resource):
+                if not rbac_allows(api.rbac_rules, verb, group, resource, name):
                     api.denied.append((verb, resource, ns))
                     message = rbac_forbidden(api.rbac_user, verb, group, resource, ns, name)
                     raise ApiError(403, "Forbidden", message)
@@ -1682,7 +1688,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if resource == "events":
                     _validate_event(obj, ns)
                 if resource == "pods":
-                    self._admit_pod(obj, ns)
+                    self._admit_pod(obj, ns, dry_run=dry_run)
                     if obj["spec"].get("nodeName") and not dry_run:
                         self._kubelet_start(obj)
                 if resource == "namespaces":
@@ -1729,8 +1735,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     if pod["status"].get("phase") != "Pending":
                         api._store("pods", ns, pod, "MODIFIED")
 
-        def _admit_pod(self, pod: dict, ns: str) -> None:
-            """Priority (the class must exist), validation, then Pod Security."""
+        def _admit_pod(self, pod: dict, ns: str, *, dry_run: bool = False) -> None:
+            """Priority (the class must exist), defaults, mutating webhooks, validation,
+            then Pod Security and validating webhooks."""
             name = pod["metadata"].get("name", "")
             wanted = pod["spec"].get("priorityClassName")
             if wanted:
@@ -1743,6 +1750,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 pod["spec"]["priority"] = klass["value"]
             for field, value in POD_DEFAULTS.items():  # the real server's defaulting
                 pod["spec"].setdefault(field, value)
+            mutate_pod(api, pod, ns, dry_run=dry_run)
             _validate_pod(pod)
             labels = api.objects["namespaces"][("", ns)]["metadata"].get("labels") or {}
             refusal = pod_security_violation(pod, labels, api.pod_security_default)

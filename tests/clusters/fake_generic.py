@@ -59,6 +59,11 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
     ("networking.k8s.io/v1", "ingresses"): ("Ingress", True),
     ("policy/v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
+    # Called on pod creates by the server (fake_admission.py).
+    ("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"): (
+        "MutatingWebhookConfiguration",
+        False,
+    ),
 }
 # The status a new object gets before its controller acts (the required fields at zero).
 INITIAL_STATUS = {
@@ -361,6 +366,12 @@ def _binding(obj: dict) -> None:
             _error(422, "Invalid", f"subjects[{index}].namespace: Required value")
 
 
+def _webhooks(obj: dict) -> None:
+    from tests.clusters.fake_admission import check_configuration
+
+    check_configuration(obj)
+
+
 def _priority_class(obj: dict) -> None:
     value = obj.get("value")
     if not isinstance(value, int) or value > USER_PRIORITY_MAX:
@@ -448,6 +459,7 @@ CHECKS = {
     "ClusterRoleBinding": _binding,
     "PriorityClass": _priority_class,
     "Ingress": _ingress,
+    "MutatingWebhookConfiguration": lambda obj: _webhooks(obj),
 }
 
 

@@ -9,21 +9,26 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.utils import timezone
 from kubernetes import client as k8s
 
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.manifests import MPS_ROOT
+from clusters.enforcement import enforcement_sync
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.native_sharing import FRACTION, config_map_name, sharing_patch
 from clusters.reconcile import cluster_reconcile
 from clusters.services import cluster_register, cluster_sync_inventory, cluster_test_connection
+from clusters.webhook_cert import Target, webhook_cert_ensure
+from portal.models import Project
 from scheduling.lifecycle import workload_transition
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.fake_apiserver import json_patch, request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_admission_webhook import install_webhook
 from tests.clusters.test_native_owners import every_owner_kind, operators_remove_suspended
 
 S = WorkloadState
@@ -101,6 +106,7 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     ops = sharing_patch(shared, config_map=config_map_name("native-half"), mps_root=MPS_ROOT)
     setup.api.create_namespace({"metadata": {"name": org.project_b.namespace}})
     setup.api.create_namespaced_pod(org.project_b.namespace, json_patch(shared, ops))
+    install_webhook(setup.api.api_client, ("Secret", "MutatingWebhookConfiguration"))
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -114,6 +120,11 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     cluster.save()
     assert cluster_test_connection(actor=org.platform_admin, cluster=cluster)[0]
     cluster_sync_inventory(actor=org.platform_admin, cluster=cluster)
+    # The pod webhook: project A's namespace labelled (after a list of those labelled now),
+    # its certificate made (the Secret filled, the configuration's caBundle written).
+    Project.objects.filter(pk=org.project_a.pk).update(enforce_scheduler=True)
+    assert enforcement_sync(cluster) == []
+    webhook_cert_ensure(cluster, Target(), now=timezone.now())
     bound = kube.cluster("bound", pin="binding")
     kube.nodes(bound)
     gpu_a = Node.objects.get(cluster=cluster, name="gpu-a")

@@ -446,6 +446,8 @@ SITE_MATRIX = {
     "metrics-ingest": (POST, lambda o: "/api/v1/metrics", same(401)),
     "metrics-agent-pods": (GET, lambda o: "/api/v1/metrics/pods", same(401)),
     "api-node-mig-report": (POST, lambda o: "/api/v1/nodes/mig-report", same(401)),
+    # kube-apiserver's pod webhook: POST only, no session (test_admission_webhook.py).
+    "pods_admission": (GET, lambda o: f"/k8s/admission/{o.cluster.uid}/pods/", same(405)),
     # REST API, workspaces.
     "api-environments": (GET, lambda o: "/api/v1/environments/", full(200, 200, 200, 200, 401)),
     "api-workspaces": (GET, lambda o: "/api/v1/workspaces/", full(200, 200, 200, 200, 401)),
@@ -657,6 +659,7 @@ MORE_MATRIX = {
     "metrics-ingest": (401, 401, 401),
     "metrics-agent-pods": (401, 401, 401),
     "api-node-mig-report": (401, 401, 401),
+    "pods_admission": (405, 405, 405),
     "api-environments": (200, 200, 200),
     "api-workspaces": (200, 200, 200),
     "api-workspace": (200, 404, 404),
