@@ -10,7 +10,10 @@ with kubectl (clusters/native.py, docs/kubernetes-native.md).
 3. the cluster: the Kubernetes one whose pools the project has quota in (the submitter
    picks when there are several);
 4. the object: its namespace is the project's (set when left out, refused when another),
-   its pods name the cluster's scheduler, ask for no GPU fraction, and break none of the
+   its pods name the cluster's scheduler; a Pod asking for part of a GPU by annotation is
+   given what sharing needs (clusters/native_sharing.py; a Job's pods get it from the
+   project's admission webhook, which names each pod's ConfigMap, so a Job asks one only in
+   a project that enforces the scheduler); none breaks the
    `baseline` Pod Security checks when the namespace enforces baseline or restricted; the
    rest is the API server's to refuse, its message the error (a Job's template is first
    created as a dry-run pod: the server admits any Job and refuses its pods only later);
@@ -23,14 +26,17 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
+import jsonpatch
 import yaml
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
+from clusters import native_sharing as sharing
 from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes import native as kube
+from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.models import Backend, Cluster
 from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
 from portal.audit import audit_log
@@ -43,8 +49,7 @@ ENFORCE = "pod-security.kubernetes.io/enforce"
 SUBMITTED_BY = "gpupool.io/submitted-by"
 MAX_DEPTH = 32  # a Pod or Job is about 10 levels deep
 GPUPOOL_PREFIX = "gpupool.io/"
-# The labels and annotations users set on their pods (docs/kubernetes-native.md); the
-# fractions are refused on their own, with their own message.
+# The labels and annotations users set on their pods (docs/kubernetes-native.md).
 USER_KEYS = {KIND, PRIORITY, PREEMPTIBLE, GANG, FRACTION, GPU_MEMORY}
 
 
@@ -72,7 +77,9 @@ def manifest_submit(
     try:
         backend.ensure_namespace(project.namespace, project.name)
         labels = kube.namespace_labels(backend, project.namespace)
-        _prepare(body, project.namespace, kube.scheduler_name(backend), labels.get(ENFORCE, ""))
+        _prepare(body, project.namespace, kube.scheduler_name(backend))
+        _give_gpu_share(body, project, target)
+        _check_baseline(body, project.namespace, labels.get(ENFORCE, ""))
         annotations = body["metadata"].setdefault("annotations", {})
         annotations.update({SUBMITTED_BY: actor.get_username(), kube.SUBMISSION: uuid4().hex})
         created = backend.create_manifest(body)
@@ -202,9 +209,8 @@ def _cluster_for(project: Project, chosen: Cluster | None) -> Cluster:
     return candidates[0]
 
 
-def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
-    """Force the namespace and the scheduler; refuse fractions and, where the namespace
-    enforces baseline or restricted, what the baseline level forbids."""
+def _prepare(body: dict, namespace: str, scheduler: str) -> None:
+    """Force the namespace and the scheduler."""
     meta = body["metadata"]
     given = meta.get("namespace")
     if given not in (None, "", namespace):
@@ -232,16 +238,49 @@ def _prepare(body: dict, namespace: str, scheduler: str, level: str) -> None:
             f"(not {spec['schedulerName']!r}); leave it out."
         )
     spec["schedulerName"] = scheduler
-    if {FRACTION, GPU_MEMORY} & set(pod_meta.get("annotations") or {}):
-        _refuse(
-            f"{FRACTION}, {GPU_MEMORY}: GPU fractions of submitted pods are not supported yet; "
-            "ask for whole GPUs (nvidia.com/gpu), or submit through the workload form."
-        )
+
+
+def _check_baseline(body: dict, namespace: str, level: str) -> None:
+    """Where the namespace enforces baseline or restricted, what the baseline level forbids
+    (in what was submitted, and what sharing a GPU added)."""
+    path, spec = "spec", body["spec"]
+    if body["kind"] == "Job":
+        path, spec = "spec.template.spec", body["spec"]["template"]["spec"]
     if level in ("baseline", "restricted") and (broken := baseline_violations(spec)):
         _refuse(
             f"{path}: namespace {namespace} enforces the {level} Pod Security level, which "
             f"forbids {'; '.join(broken)}."
         )
+
+
+def _give_gpu_share(body: dict, project: Project, cluster: Cluster) -> None:
+    """A Pod asking for part of a GPU gets what sharing needs (hostIPC, the MPS root, its
+    GPU environment from a ConfigMap named after it), as the webhook gives kubectl's pods.
+    A Job's pods are named only when the Job controller makes them: the project's webhook
+    names each one's ConfigMap, so a Job asks for a share only where the project enforces
+    GPUPool's scheduler. Pod Security then checks the result (`baseline` forbids hostIPC)."""
+    template = body["spec"].get("template") if body["kind"] == "Job" else body
+    if not sharing.asks_share((template.get("metadata") or {}).get("annotations") or {}):
+        return
+    if body["kind"] == "Job":
+        if not project.enforce_scheduler:
+            _refuse(
+                f"spec.template.metadata.annotations: a Job's pods share GPUs "
+                f"({FRACTION}, {GPU_MEMORY}) only in a project that enforces GPUPool's "
+                "scheduler, whose webhook names each pod's GPU ConfigMap; submit Pods, or "
+                "ask an admin to enforce the scheduler in this project."
+            )
+        return
+    meta = body["metadata"]
+    name = meta.get("name") or ""
+    config_map = (
+        sharing.config_map_name(name)
+        if name
+        else sharing.config_map_name(meta.get("generateName") or "pod-", salt=uuid4().hex[:8])
+    )
+    root = str((cluster.config or {}).get("mps_root") or MPS_ROOT)
+    operations = sharing.sharing_patch(body, config_map=config_map, mps_root=root)
+    jsonpatch.apply_patch(body, operations, in_place=True)
 
 
 def _check_keys(where: str, meta: dict) -> None:

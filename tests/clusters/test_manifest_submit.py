@@ -211,10 +211,58 @@ def test_a_job_whose_pods_the_namespace_would_refuse_is_refused_before_it_is_mad
     assert core(kube).list_namespaced_pod(restricted).items == []
 
 
-def test_gpu_fractions_and_another_scheduler_are_refused(kube, org, cluster):  # noqa: F811
-    body = yaml.safe_load(pod_yaml())
-    body["metadata"]["annotations"] = {"gpupool.io/gpu-fraction": "0.5"}
-    assert "not supported yet" in refusal(org, yaml.safe_dump(body))["manifest"][0]
+def half(body: dict) -> dict:
+    """The pod (or a Job's template) asks for half a GPU instead of a whole one."""
+    pod = body["spec"]["template"] if body["kind"] == "Job" else body
+    pod.setdefault("metadata", {})["annotations"] = {"gpupool.io/gpu-fraction": "0.5"}
+    del pod["spec"]["containers"][0]["resources"]["limits"]
+    return body
+
+
+def test_a_pod_asking_half_a_gpu_is_given_what_sharing_needs_queued_and_runs(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    made = manifest_submit(
+        actor=org.researcher,
+        project=org.project_a,
+        text=yaml.safe_dump(half(yaml.safe_load(pod_yaml()))),
+    )
+    pod = core(kube).read_namespaced_pod(made.name, made.namespace)
+    assert pod.spec.host_ipc is True
+    assert pod.spec.containers[0].env_from[0].config_map_ref.name == "lone-gpupool-gpu"
+    for _ in range(2):  # the reservation pod's device, then the binding
+        step(cluster)
+    workload = Workload.objects.get(spec__native__namespace=made.namespace)
+    assert (workload.gpu_request, float(workload.gpus)) == ("fraction", 0.5)
+    assert core(kube).read_namespaced_pod(made.name, made.namespace).status.phase == "Running"
+
+
+def test_a_job_asking_a_gpu_share_needs_a_project_that_enforces_the_scheduler(
+    kube,  # noqa: F811
+    org,
+    cluster,
+):
+    """Its pods are named by the Job controller: only the project's webhook can give each
+    its own GPU ConfigMap."""
+    text = yaml.safe_dump(half(yaml.safe_load(job_yaml())))
+    assert (
+        "only in a project that enforces GPUPool's scheduler" in refusal(org, text)["manifest"][0]
+    )
+
+
+def test_a_pod_asking_a_gpu_share_in_a_baseline_namespace_is_refused_for_host_ipc(
+    kube,  # noqa: F811
+    org,
+    restricted,
+):
+    text = yaml.safe_dump(half(yaml.safe_load(pod_yaml())))
+    message = refusal(org, text)["manifest"][0]
+    assert "enforces the restricted Pod Security level" in message and "hostIPC" in message
+
+
+def test_another_scheduler_is_refused(kube, org, cluster):  # noqa: F811
     other = pod_yaml(schedulerName="default-scheduler")
     assert (
         "spec.schedulerName: pods submitted here are scheduled by gpupool"
