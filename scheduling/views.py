@@ -13,7 +13,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from clusters.manifest_submit import manifest_submit, submitted_message
 from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.models import Department, Project
@@ -127,6 +126,9 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
 def workload_from_yaml(request: HttpRequest) -> HttpResponse:
     """ "From YAML": create a Kubernetes Pod or Job in the project's namespace; the intake
     queues it on the cluster's next pass (clusters/manifest_submit.py)."""
+    # Imported here: it imports `kubernetes`, seconds of every process's start.
+    from clusters.manifest_submit import manifest_submit, submitted_message  # noqa: PLC0415
+
     form = ManifestForm(_posted(request), user=request.user)
     if request.method == "POST" and form.is_valid():
         project = form.cleaned_data["project"]
