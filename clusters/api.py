@@ -15,7 +15,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters import selectors, services
-from clusters.manifest_submit import manifest_cluster, manifest_submit, submitted_message
 from clusters.metrics.api import AgentView
 from clusters.mig import mig_report_store
 from clusters.models import Backend, Cluster
@@ -206,6 +205,13 @@ class ManifestSubmitView(APIView):
         """Create a Kubernetes object (a Pod, a Job) from its YAML in the project's
         namespace, with GPUPool's scheduler named; the next reconcile pass queues it as a
         workload. Every refusal is a 400 naming its field (project, cluster, manifest)."""
+        # Imported here: it imports `kubernetes`, seconds of every process's start.
+        from clusters.manifest_submit import (  # noqa: PLC0415
+            manifest_cluster,
+            manifest_submit,
+            submitted_message,
+        )
+
         data = valid(ManifestSerializer, request.data)
         project = project_named(visible_projects(request.user), data["project"]).first()
         if project is None:

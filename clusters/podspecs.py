@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ObjectDoesNotExist
 
 from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
-from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
@@ -17,6 +16,7 @@ from portal.selectors import ssh_authorized_keys
 from scheduling.checkpoints import workload_checkpoint_env
 
 if TYPE_CHECKING:
+    from clusters.backends.kubernetes.ownership import Owner
     from clusters.models import Cluster
     from scheduling.models import PodAllocation
 
@@ -295,7 +295,13 @@ def pod_specs_for(
     allocations = [
         a for a in allocations if native_slot(a.workload, a.pod_index) or not is_native(a.workload)
     ]
-    owner = owner_of(cluster) if cluster.backend == Backend.KUBERNETES else None
+    owner = None
+    if cluster.backend == Backend.KUBERNETES:
+        # Imported here: the package imports `kubernetes`, seconds of every process's start
+        # that only a Kubernetes cluster needs.
+        from clusters.backends.kubernetes.ownership import owner_of  # noqa: PLC0415
+
+        owner = owner_of(cluster)
     peers: dict[int, list[int]] = {}
     for allocation in allocations:
         peers.setdefault(allocation.workload_id, []).append(allocation.pod_index)

@@ -11,6 +11,9 @@ from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOpera
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +46,20 @@ ERROR_TITLES = {
 }
 
 
+# What answers for an object a user may not see, as for one that does not exist: a page (or a
+# workspace's link) with these words, and in the API DRF's own 404 body. One body per
+# surface, whatever was not found: DRF's "No Workload matches the given query." named the
+# model, and an unknown API address once answered with the page's words.
+NOT_FOUND_MESSAGE = "There is nothing here, or nothing you may see."
+API_NOT_FOUND = {"detail": str(NotFound.default_detail)}
+
+
 def error_page(request: HttpRequest, status: int, message: str = "") -> HttpResponse:
     """The styled page (with the navigation), or JSON for the API; plain text if that fails."""
     if request.path.startswith(("/api/", "/k8s/")):  # /k8s/: kube-apiserver's webhook calls
-        return JsonResponse({"detail": message or ERROR_TITLES[status]}, status=status)
+        body = API_NOT_FOUND if status == 404 else {"detail": message or ERROR_TITLES[status]}
+        # Compact, as DRF renders its own answers.
+        return JsonResponse(body, status=status, json_dumps_params={"separators": (",", ":")})
     context = {"title": ERROR_TITLES[status], "message": message}
     try:
         return render(request, f"{status}.html", context, status=status)
@@ -65,7 +78,12 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return error_page(request, 404, "There is nothing here, or nothing you may see.")
+    return error_page(request, 404, NOT_FOUND_MESSAGE)
+
+
+def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF's handler (REST_FRAMEWORK's EXCEPTION_HANDLER), with one body for every 404."""
+    return drf_exception_handler(NotFound() if isinstance(exc, Http404) else exc, context)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

@@ -326,6 +326,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 100,
+    # Every 404 of the API has one body, an object the caller may not see as one that is not.
+    "EXCEPTION_HANDLER": "portal.errors.api_exception_handler",
 }
 # API tokens (portal/tokens.py): hashed at rest, valid for GPUPOOL_API_TOKEN_TTL_DAYS, and at
 # most GPUPOOL_API_TOKENS_PER_USER per user (a new login drops the oldest).

@@ -35,7 +35,6 @@ from portal.api import bounded_decimal, bounded_integer, call
 from portal.models import Department, Project
 from portal.pagination import BoundedPagination, query_number
 from portal.permissions import (
-    can_admin_department,
     departments_for_admin,
     is_admin,
     is_platform_admin,
@@ -56,6 +55,7 @@ from scheduling.models import (
     WorkloadState,
 )
 from scheduling.policies import FIELDS as POLICY_FIELDS
+from scheduling.policies import policy_owner
 from scheduling.specs import SCALE_TARGET, SCALE_TARGET_REQUESTS, SPEC_KEYS
 
 MAX_LOG_LINES = int(bounds.LOG_LINES.high)
@@ -570,17 +570,9 @@ class PolicyDetailView(APIView):
 
 
 def _policy_owner(request: Request, scope: str, pk: int) -> Department | Project:
-    if scope == "department":
-        owner: Department | Project = get_object_or_404(Department, pk=pk)
-        department = owner
-    elif scope == "project":
-        owner = get_object_or_404(visible_projects(request.user), pk=pk)
-        department = owner.department
-    else:
+    if scope not in ("department", "project"):
         raise serializers.ValidationError({"scope": ["A policy's scope is department or project."]})
-    if not can_admin_department(request.user, department):
-        raise PermissionDenied("Only the department's administrators manage its policies.")
-    return owner
+    return policy_owner(request.user, scope, pk)
 
 
 class CycleSerializer(serializers.ModelSerializer):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -33,6 +34,9 @@ from scheduling import bounds
 from scheduling.bounds import Bound
 
 TIMEOUT_S = 30
+# An object's address in the API (`/api/v1/workloads/12/...`): a 404 there is said as "No
+# workload 12 that you can see." (the API answers every 404 alike: "Not found.").
+OBJECT_PATH = re.compile(r"^/api/v1/(?P<kind>[a-z-]+?)s/(?P<id>\d+)/")
 
 
 # --- Configuration and HTTP ------------------------------------------------------------
@@ -86,6 +90,9 @@ class Api:
                 f"{error_message(response)} The saved token has expired or was revoked: "
                 "run `gpupool login` again."
             )
+        if response.status_code == 404 and (found := OBJECT_PATH.match(path)):
+            kind = found["kind"].replace("-", " ")
+            raise click.ClickException(f"No {kind} {found['id']} that you can see.")
         if response.status_code >= 400:
             raise click.ClickException(error_message(response))
         return response.json() if response.content else None

@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
+from django.http import Http404
+from django.shortcuts import get_object_or_404
 
-from portal.models import Project
+from portal.models import Department, Project
+from portal.permissions import can_admin_department, visible_projects
+from portal.selectors import department_list_for_user
 from scheduling.models import GpuRequestKind, WorkloadPolicy
 from scheduling.specs import DEFAULT_PREEMPTIBLE_CLASSES, range_fields
 
@@ -53,6 +58,23 @@ class EffectivePolicy:
     def rule(self, name: str) -> str:
         """'max runtime' of project ml-vision — how a refusal names the rule."""
         return f"policy '{RULE_NAMES[name]}' of {self.sources.get(name, 'the platform')}"
+
+
+def policy_owner(user: Any, scope: str, pk: int) -> Department | Project:
+    """The department or project whose policy `user` manages. Http404 for one he may not
+    see, as for one that does not exist (a 403 told him it exists); PermissionDenied for
+    one he sees but does not administer."""
+    if scope == "department":
+        owner: Department | Project = get_object_or_404(department_list_for_user(user), pk=pk)
+        department = owner
+    elif scope == "project":
+        owner = get_object_or_404(visible_projects(user).select_related("department"), pk=pk)
+        department = owner.department
+    else:
+        raise Http404("Policies belong to a department or a project.")
+    if not can_admin_department(user, department):
+        raise PermissionDenied("Only the department's administrators manage its policies.")
+    return owner
 
 
 def effective_policy(project: Project) -> EffectivePolicy:

@@ -13,13 +13,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from clusters.manifest_submit import manifest_submit, submitted_message
 from clusters.selectors import enforced_limits, workload_pod_logs
 from portal.errors import ValidationFailed
-from portal.models import Department, Project
 from portal.permissions import (
     admin_required,
-    can_admin_department,
     can_submit_to_project,
     departments_for_admin,
     platform_admin_required,
@@ -44,7 +41,7 @@ from scheduling.models import (
     WorkloadPolicy,
     WorkloadState,
 )
-from scheduling.policies import effective_policies, effective_policy
+from scheduling.policies import effective_policies, effective_policy, policy_owner
 
 CSV_COLUMNS = [
     "id", "name", "project", "kind", "state", "user", "gpus_requested", "gpus_allocated",
@@ -127,6 +124,9 @@ def workload_new(request: HttpRequest, kind: str) -> HttpResponse:
 def workload_from_yaml(request: HttpRequest) -> HttpResponse:
     """ "From YAML": create a Kubernetes Pod or Job in the project's namespace; the intake
     queues it on the cluster's next pass (clusters/manifest_submit.py)."""
+    # Imported here: it imports `kubernetes`, seconds of every process's start.
+    from clusters.manifest_submit import manifest_submit, submitted_message  # noqa: PLC0415
+
     form = ManifestForm(_posted(request), user=request.user)
     if request.method == "POST" and form.is_valid():
         project = form.cleaned_data["project"]
@@ -341,17 +341,7 @@ def policies(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 def policy_edit(request: HttpRequest, scope: str, pk: int) -> HttpResponse:
-    owner: Department | Project
-    if scope not in ("department", "project"):
-        raise Http404("Policies belong to a department or a project.")
-    if scope == "department":
-        owner = get_object_or_404(Department, pk=pk)
-        department = owner
-    else:
-        owner = get_object_or_404(Project.objects.select_related("department"), pk=pk)
-        department = owner.department
-    if not can_admin_department(request.user, department):
-        raise PermissionDenied("Only the department's administrators may change its policies.")
+    owner = policy_owner(request.user, scope, pk)
     current = WorkloadPolicy.objects.filter(**{scope: owner}).first()
     initial = {f: getattr(current, f) for f in PolicyForm.base_fields} if current else {}
     form = PolicyForm(_posted(request), initial=initial)

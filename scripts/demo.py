@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,24 @@ BIN = Path(sys.executable).parent
 
 def manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
+
+
+# demo_prepare's line once the database is migrated (portal/management/commands/).
+SEEDING = "seeding the demo..."
+
+
+def prepare(migrated: Callable[[], None]) -> None:
+    """`manage.py demo_prepare` (migrate when a migration is unapplied, then seed), its lines
+    passed on. `migrated` is called at its SEEDING line: the web server needs only the
+    schema, so it starts while the demo is seeded."""
+    command = [sys.executable, "manage.py", "demo_prepare"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            if line.rstrip("\n") == SEEDING:
+                migrated()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command)
 
 
 def var_dir() -> Path:
@@ -238,14 +257,6 @@ def main() -> int:
     # Static files as in production: hashed names, gzip and brotli copies, long caching
     # (collectstatic compresses only what changed since the last start).
     os.environ.setdefault("GPUPOOL_STATIC_COLLECTED", "1")
-    began = time.monotonic()
-    collect_static()
-    print("migrating the database...", flush=True)
-    manage("migrate", "--noinput", "--verbosity", "0")
-    print("seeding the demo...", flush=True)
-    manage("seed_demo")
-    took = time.monotonic() - began
-    print(f"prepared in {took:.0f} s; starting the web server, worker and beat...", flush=True)
     # The worker's queues are read only on the embedded broker, not on a Redis one.
     broker = var_dir() / "celery-broker.sqlite3"
     stall_watch = None if os.environ.get("REDIS_URL") else StallWatch(broker)
@@ -279,13 +290,19 @@ def main() -> int:
         ),
         Supervised("beat", [str(BIN / "celery"), "-A", "portal", "beat", "--loglevel", "INFO"]),
     ]
+    began = time.monotonic()
+    collect_static()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    web, *others = processes
     try:
-        for process in processes:
+        prepare(migrated=web.start)
+        took = time.monotonic() - began
+        print(f"prepared in {took:.0f} s; starting the worker and beat...", flush=True)
+        for process in others:
             process.start()
         # Said once the web server answers: on a busy machine it takes a while to listen,
         # and a user who opened the address at once got "connection refused".
-        wait_listening(host, int(port), processes[0])
+        wait_listening(host, int(port), web)
         print(f"\nGPUPool is running at http://{host}:{port}/  (Ctrl-C stops it)\n", flush=True)
         while all(process.check(time.monotonic()) for process in processes):
             time.sleep(0.5)

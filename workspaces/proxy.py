@@ -153,6 +153,11 @@ class WorkspaceProxy:
     async def proxy_http(
         self, scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, path: str = ""
     ) -> None:
+        if access.status == 404:
+            # The portal's own 404 page, as for an address it does not know (no route of
+            # its lies below the proxy's paths): a link of what one may not see answers as
+            # its page does, with the same body, navigation and log-out form.
+            return await self.app(scope, receive, send)
         if not access.allowed:
             return await send_refusal(send, access)
         body = await read_body(receive)

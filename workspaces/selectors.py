@@ -13,7 +13,6 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.backends import pod_name
-from clusters.backends.kubernetes.ownership import owner_of
 from clusters.metrics.models import GpuSample
 from clusters.models import Backend, NodePool
 from portal.models import Membership, Project, Role
@@ -110,6 +109,9 @@ def workload_port_upstream(workload: Workload, name: str) -> str | None:
 def _service(workload: Workload, allocation: Any) -> str:
     """The DNS name of the Service the backend gives a pod with ports: named after the pod,
     as the cluster knows it."""
+    # Imported here: the package imports `kubernetes`, which only Kubernetes clusters need.
+    from clusters.backends.kubernetes.ownership import owner_of  # noqa: PLC0415
+
     name = owner_of(allocation.node.cluster).object_name(
         pod_name(workload.id, allocation.pod_index)
     )

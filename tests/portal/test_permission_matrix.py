@@ -424,7 +424,7 @@ SITE_MATRIX = {
     "api-policy:other": (
         GET,
         lambda o: f"/api/v1/policies/department/{o.dept_b.pk}/",
-        full(200, 403, 403, 403, 401),
+        full(200, 404, 404, 403, 401),
     ),
     "api-cycles": (GET, lambda o: "/api/v1/cycles/", full(200, 403, 403, 403, 401)),
     # REST API, clusters and metrics.
@@ -481,12 +481,12 @@ SITE_MATRIX = {
     "workload_policy_edit:other": (
         GET,
         lambda o: f"/workloads/policies/project/{o.project_b.pk}/",
-        row(200, 403, 403, 403),
+        row(200, 404, 403, 403),
     ),
     "workload_policy_edit:department": (
         GET,
         lambda o: f"/workloads/policies/department/{o.dept_b.pk}/",
-        row(200, 403, 403, 403),
+        row(200, 404, 403, 403),
     ),
     "workload_detail": (GET, lambda o: f"/workloads/{o.job.pk}/", row(200, 200, 200, 404)),
     "workload_detail:other": (GET, lambda o: f"/workloads/{o.job_b.pk}/", row(200, 404, 404, 200)),
@@ -649,7 +649,7 @@ MORE_MATRIX = {
     "api-queue": (200, 200, 200),
     "api-policies": (403, 403, 403),
     "api-policy": (403, 404, 404),
-    "api-policy:other": (403, 403, 403),
+    "api-policy:other": (404, 404, 404),
     "api-cycles": (403, 403, 403),
     "api-clusters": (403, 403, 403),
     "api-cluster": (403, 403, 403),

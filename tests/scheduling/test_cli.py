@@ -180,7 +180,7 @@ def test_refusals_exit_non_zero_with_the_field_messages(logged_in, org):
     assert "name: Use 1 to 63 lower-case letters" in out
     out = logged_in("submit", "training", "x", "--image", "img", "--project", "nlp", ok=False)
     assert "project: No project nlp that you can see." in out
-    assert "No Workload matches the given query." in logged_in("describe", "999999", ok=False)
+    assert "No workload 999999 that you can see." in logged_in("describe", "999999", ok=False)
 
 
 def test_policy_refusals_exit_non_zero_naming_the_rule(logged_in, org):
@@ -219,7 +219,7 @@ def test_the_installed_console_script_talks_to_the_server(gp, org, tmp_path):
     assert login.returncode == 0, login.stderr
     bad = subprocess.run([script, "describe", "424242"], env=env, capture_output=True, text=True,
                          timeout=60, check=False)  # fmt: skip
-    assert bad.returncode == 1 and "No Workload matches the given query." in bad.stderr
+    assert bad.returncode == 1 and "No workload 424242 that you can see." in bad.stderr
 
 
 def test_gpu_amounts_show_at_most_two_decimals_without_trailing_zeros():

@@ -338,7 +338,8 @@ def test_a_department_admin_sets_a_project_policy_from_the_form(client_as, org):
     policy = WorkloadPolicy.objects.get(project=org.project_a)
     assert (policy.max_gpus_per_workload, policy.allowed_kinds) == (4, ["training", "hpo"])
     other = f"/workloads/policies/department/{org.dept_b.pk}/"
-    assert client_as(org.dept_admin).post(other, {}).status_code == 403
+    # Another department's: one he may not see, as one that does not exist.
+    assert client_as(org.dept_admin).post(other, {}).status_code == 404
 
 
 def test_the_project_page_shows_usage_per_pool(client_as, org, cluster, submit):

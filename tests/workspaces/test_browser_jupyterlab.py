@@ -188,7 +188,7 @@ def _a_stranger_gets_403(chromium, url: str, workspace_id: int, lab, rita) -> No
         # Another project's researcher may not see the workspace: 404, as its page says
         # (a 403 told him it exists)...
         assert response.status == 404
-        assert "No such workspace." in tab.content()
+        assert "There is nothing here, or nothing you may see." in tab.content()
         # ...and the same handshake is refused (a WebSocket refused before it is accepted
         # is answered HTTP 403, whatever the reason).
         with pytest.raises(InvalidStatus) as refused:
