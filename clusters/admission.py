@@ -39,9 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.backends.kubernetes.manifests import MPS_ROOT
-from clusters.native_sharing import config_map_name, sharing_patch
-
 log = logging.getLogger(__name__)
 
 API_VERSION = "admission.k8s.io/v1"
@@ -67,7 +64,7 @@ class Context:
     project: str  # the project whose namespace it is
     enforce_scheduler: bool  # the project's choice
     request_uid: str = ""  # the review's: unique to this pod's creation
-    mps_root: str = MPS_ROOT  # the cluster's node agents' MPS root (its config `mps_root`)
+    mps_root: str = ""  # the cluster's node agents' MPS root (its config `mps_root`)
 
 
 Mutation = Callable[[dict, Context], list[dict]]
@@ -101,6 +98,10 @@ def give_gpu_share(pod: dict, context: Context) -> list[dict]:
     hostIPC, the MPS root mounted, its GPU environment from a ConfigMap GPUPool writes
     before it binds the pod. A pod made from `generateName` (a Job's) has no name yet: its
     ConfigMap's name takes the review's uid, unique to this creation."""
+    # Imported here: the portal's processes start without the Kubernetes client.
+    from clusters.backends.kubernetes.manifests import MPS_ROOT  # noqa: PLC0415
+    from clusters.native_sharing import config_map_name, sharing_patch  # noqa: PLC0415
+
     named = (pod.get("spec") or {}).get("schedulerName") == context.scheduler_name
     if not named and not set_scheduler(pod, context):
         return []
@@ -111,7 +112,7 @@ def give_gpu_share(pod: dict, context: Context) -> list[dict]:
         if name
         else config_map_name(meta.get("generateName") or "pod-", salt=context.request_uid[:8])
     )
-    return sharing_patch(pod, config_map=config_map, mps_root=context.mps_root)
+    return sharing_patch(pod, config_map=config_map, mps_root=context.mps_root or MPS_ROOT)
 
 
 MUTATIONS: list[Mutation] = [set_scheduler, give_gpu_share]

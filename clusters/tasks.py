@@ -11,7 +11,6 @@ from django.core.cache import cache
 from django.db import transaction
 
 from clusters.backends import BackendUnreachable
-from clusters.enforcement import enforcement_sync
 from clusters.inventory import inventory_sync
 from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
@@ -97,7 +96,12 @@ def sync_inventory(cluster_id: int) -> dict | None:
         return None
     try:
         result = inventory_sync(cluster)
-        enforcement_sync(cluster)  # the namespaces' labels of the pod webhook, level-triggered
+        if cluster.backend == Backend.KUBERNETES:
+            # The namespaces' labels of the pod webhook, level-triggered; imported here:
+            # only a Kubernetes cluster's work imports the client.
+            from clusters.enforcement import enforcement_sync  # noqa: PLC0415
+
+            enforcement_sync(cluster)
     except BackendUnreachable as exc:
         cluster_mark_unreachable(cluster, str(exc))
         return None
@@ -111,6 +115,8 @@ def sync_enforcement(cluster_id: int) -> list[str] | None:
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     if cluster is None:
         return None
+    from clusters.enforcement import enforcement_sync  # noqa: PLC0415 - Kubernetes only
+
     try:
         return enforcement_sync(cluster)
     except BackendUnreachable as exc:

@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from clusters import admission
-from clusters.backends.kubernetes.native import DEFAULT_SCHEDULER
+from clusters.backends import SCHEDULER_NAME
 from clusters.models import Backend, Cluster
 from portal.models import Project
 
@@ -58,9 +58,9 @@ def _context(cluster: Cluster, namespace: str, uid: str) -> admission.Context | 
     config = cluster.config or {}
     return admission.Context(
         namespace,
-        str(config.get("scheduler_name") or DEFAULT_SCHEDULER),
+        str(config.get("scheduler_name") or SCHEDULER_NAME),
         project.name,
         project.enforce_scheduler,
         request_uid=uid,
-        mps_root=str(config.get("mps_root") or admission.MPS_ROOT),
+        mps_root=str(config.get("mps_root") or ""),
     )

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 # Every object GPUPool creates carries this label; objects without it are never touched.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpupool"
+# The scheduler name pods made outside GPUPool give to be scheduled by it (a cluster's config
+# `scheduler_name` changes it; clusters/native.py).
+SCHEDULER_NAME = "gpupool"
 
 
 class BackendError(GPUPoolError):

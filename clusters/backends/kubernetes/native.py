@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from clusters import native_sharing
 from clusters.backends import (
+    SCHEDULER_NAME,
     BackendError,
     BackendUnreachable,
     PodSpec,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SCHEDULER = "gpupool"
+DEFAULT_SCHEDULER = SCHEDULER_NAME
 POD_NAME = "gpupool.io/pod"  # the pod's name in GPUPool: gp-<workload>-<index>
 WORKLOAD_ID = "gpupool.io/workload-id"
 POD_INDEX = "gpupool.io/pod-index"
