@@ -7,9 +7,11 @@ wrapper that writes the exit code to a file, because only the process's parent c
 wait() for it and the parent may be a worker that has since restarted.
 
 Tenants are isolated (`sandbox`): each pod runs in a bubblewrap sandbox as a user of its
-own, with an environment built only from its workload's and GPUPool's variables, and a
-tool that serves a port listens on a unix socket only the portal can reach. A machine that
-cannot sandbox runs only platform admins' pods.
+own, with an environment built only from its workload's and GPUPool's variables, in its
+gang's network namespace (only a loopback of the gang's own). A tool that serves a port listens
+on a unix socket only the portal can reach, or on a TCP port of that loopback that a relay
+(clusters/backends/relay.py) serves to the portal as a unix socket. A machine that cannot
+sandbox runs only platform admins' pods, on this machine's network.
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ from clusters.backends import (
     sandbox,
 )
 from clusters.backends.localgpus import local_gpus, local_mig_sync
+from clusters.backends.relay import start_time as _proc_start_time
 from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
 
 WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
+RELAY = str(Path(__file__).with_name("relay.py"))
 # Popen objects of processes this worker started, so that they are reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # How long a record written just before a spawn may lack its process before it is dropped.
@@ -69,18 +73,11 @@ MPS_RUN_DIR = SOCKETS_RUN_DIR  # the MPS pipe folders, for the same reason (shor
 # The worker probes at least every inventory sync (60 s): older, it may be gone.
 ISOLATION_REPORT_TTL_S = 600
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-
-
-def _proc_start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot, or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has exited; only its exit status is left
-        return None
-    return fields[19]
+# A sandboxed pod's declared ports, on its gang's own loopback: pod i's port n is
+# NETNS_PORTS[0] + i * PORTS_MAX + n (modulo the range), apart from the rendezvous ports
+# (clusters.podspecs.LOCAL_PORTS: 29500 to 39499) and from its peers' in the namespace.
+NETNS_PORTS = (40000, 25000)
+PORTS_MAX = 100  # scheduling.bounds.PORTS_MAX
 
 
 def _alive(pid: int, start_time: str) -> bool:
@@ -260,9 +257,12 @@ class LocalBackend(Backend):
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         record = self._resolve(self._read(self._record_path(spec.name)))
-        if record is not None:
-            return self._status(record)
-        return self._status(self._spawn(spec))
+        if record is None:
+            return self._status(self._spawn(spec))
+        status = self._status(record)
+        if status.phase == PodPhase.RUNNING and record.get("relay"):
+            self._ensure_relay(record)  # a relay that died (killed, OOM) is started again
+        return status
 
     def _resolve(self, record: dict | None) -> dict | None:
         """A record without a pid was written just before a spawn that a crash interrupted:
@@ -302,6 +302,7 @@ class LocalBackend(Backend):
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
         argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
+        relay = self._relay_sockets(spec, ports) if isolation.available else {}
         exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
         exit_file.unlink(missing_ok=True)
         record = {
@@ -321,6 +322,10 @@ class LocalBackend(Backend):
             "argv": argv,
             "terminating_since": None,
             "sandboxed": isolation.available,
+            # Socket -> port in the gang's namespace, served by the relay (pid, start time).
+            "relay": relay,
+            "relay_pid": None,
+            "relay_start": None,
             # Its GPU's MPS daemon runs while this record lasts (the pod may still be
             # shutting down): a GPU leaves MPS mode only once its last sharer is gone.
             "mps_device": mps_device(spec) if spec.mps is not None else None,
@@ -344,10 +349,63 @@ class LocalBackend(Backend):
         mounts = (*mounts, self._passwd_mount(spec.name, uid, gid, workdir))
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
-        _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
-        return sandbox.wrap(
+        _own(socket_dir, uid, self._portal_gid, 0o2770)
+        netns = self._netns_path(spec.workload_id)
+        try:
+            sandbox.netns_create(netns)
+        except sandbox.NetnsError as exc:
+            raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+        return sandbox.in_netns(netns, sandbox.wrap(
             command, uid=uid, gid=gid, workdir=workdir, mounts=mounts, host_ipc=bool(spec.mps)
-        )
+        ))  # fmt: skip
+
+    @property
+    def _portal_gid(self) -> int:
+        return Path(settings.VAR_DIR).stat().st_gid
+
+    def _netns_path(self, workload_id: int) -> Path:
+        """Where the network namespace of a workload's pods (its gang) is kept."""
+        return self.state_dir.parent / "netns" / str(workload_id)
+
+    def _relay_sockets(self, spec: PodSpec, ports: dict[str, str]) -> dict[str, int]:
+        """The relay's folder, made for the portal's group alone (root's: the pod neither
+        sees nor replaces a socket there), and what it serves: socket -> port."""
+        if not spec.ports:
+            return {}
+        folder = self._ports_dir(spec.name)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _own(folder, os.geteuid(), self._portal_gid, 0o2750)  # sockets take the group
+        inside = [netns_port(spec.pod_index, number) for number in range(len(spec.ports))]
+        return {
+            ports[port.name].removeprefix("unix:"): number
+            for port, number in zip(spec.ports, inside, strict=True)
+        }
+
+    def _ensure_relay(self, record: dict) -> None:
+        """The pod's relay, started in its namespace unless it runs: it serves the pod's
+        ports until the pod's wrapper is gone."""
+        if record["relay_pid"] and _alive(record["relay_pid"], record["relay_start"]):
+            return
+        watch = f"{record['pid']}:{record['start_time']}"
+        pairs = [f"{path}={port}" for path, port in record["relay"].items()]
+        argv = [sys.executable, "-I", RELAY, watch, *pairs]
+        netns = self._netns_path(record["workload_id"])
+        with _open_log(Path(record["log"])) as out:
+            try:
+                proc = subprocess.Popen(
+                    sandbox.in_netns(netns, argv),
+                    env={},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=out,  # a relay that fails says so in the pod's log
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                log.warning("cannot start the relay of %s: %s", record["name"], exc)
+                return
+        _CHILDREN[proc.pid] = proc
+        record.update(relay_pid=proc.pid, relay_start=_proc_start_time(proc.pid) or "gone")
+        self._write(record)
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
@@ -370,6 +428,8 @@ class LocalBackend(Backend):
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
+        if record["relay"]:
+            self._ensure_relay(record)
         how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
@@ -390,12 +450,20 @@ class LocalBackend(Backend):
         Under /run when the worker may write there: a socket's path must fit in 107 bytes,
         which a deep var/ would not leave. One folder per var/ (a digest of its path), so
         that two portals on one machine never meet."""
+        return self._sockets_base / name
+
+    def _ports_dir(self, name: str) -> Path:
+        """The relay's sockets for the pod's ports (a pod's name has no dot)."""
+        return self._sockets_base / f"{name}.ports"
+
+    @property
+    def _sockets_base(self) -> Path:
         base = self.state_dir.parent / "sockets"
         if os.access(SOCKETS_RUN_DIR.parent, os.W_OK):
             digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
             base = SOCKETS_RUN_DIR / digest
             SOCKETS_RUN_DIR.mkdir(mode=0o755, exist_ok=True)
-        return base / name
+        return base
 
     def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
         """Volumes that name a directory of this machine (a workspace's data volume), and an
@@ -446,16 +514,21 @@ class LocalBackend(Backend):
             env["CUDA_VISIBLE_DEVICES"] = client_visible_devices(device)
             env.update(mps_env(spec.mps, str(self.mps.pipe_dir(device))))
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
-        env["GPUPOOL_BIND_HOST"] = "127.0.0.1"  # the portal is on this machine
+        # Sandboxed: the gang's own loopback, which the relay reaches; else this machine's.
+        env["GPUPOOL_BIND_HOST"] = "127.0.0.1"
         endpoint = ""
         ports: dict[str, str] = {}
         for number, port in enumerate(spec.ports):
-            host_port = _free_port()
-            env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(host_port)
-            ports[port.name] = f"127.0.0.1:{host_port}"
+            if sandboxed:
+                listen = netns_port(spec.pod_index, number)
+                ports[port.name] = f"unix:{self._ports_dir(spec.name) / port.name}.sock"
+            else:
+                listen = _free_port()
+                ports[port.name] = f"127.0.0.1:{listen}"
+            env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(listen)
             if number == 0:
-                env["GPUPOOL_PORT"] = str(host_port)
-                endpoint = f"127.0.0.1:{host_port}"
+                env["GPUPOOL_PORT"] = str(listen)
+                endpoint = ports[port.name]
         if spec.ports:
             # A tool that listens here is reached by the portal alone (see _socket_dir).
             inside = sandbox.SOCKET_DIR if sandboxed else str(socket_dir)
@@ -489,11 +562,23 @@ class LocalBackend(Backend):
                 _signal_pod(pid, start, token, signal.SIGKILL)
             if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
+        if record.get("relay_pid") and _alive(record["relay_pid"], record["relay_start"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record["relay_pid"], signal.SIGTERM)  # it would go within a second
         path.unlink(missing_ok=True)
         Path(record["exit_file"]).unlink(missing_ok=True)
         self._record_path(status.name).with_suffix(".passwd").unlink(missing_ok=True)
         shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
+        shutil.rmtree(self._ports_dir(status.name), ignore_errors=True)
+        self._drop_netns(record["workload_id"])
         return True
+
+    def _drop_netns(self, workload_id: int) -> None:
+        """The gang's namespace goes with its last pod."""
+        for path in self.state_dir.glob("*.json"):
+            if (self._read(path) or {}).get("workload_id") == workload_id:
+                return
+        sandbox.netns_remove(self._netns_path(workload_id))
 
     def _signal_late_comers(self, record: dict) -> None:
         """SIGTERM what started after the first one: a pod stopped while its sandbox was
@@ -528,6 +613,12 @@ class LocalBackend(Backend):
         _, workload_id, pod_index = name.rsplit("-", 2)
         log_path = Path(settings.VAR_DIR) / "workloads" / workload_id / f"pod-{pod_index}.log"
         return _tail(log_path, tail_lines)
+
+
+def netns_port(pod_index: int, number: int) -> int:
+    """The port a sandboxed pod's declared port `number` listens on in its namespace."""
+    first, size = NETNS_PORTS
+    return first + (pod_index * PORTS_MAX + number) % size
 
 
 def _pids_with_token(token: str) -> list[int]:

@@ -8,6 +8,13 @@ credentials, other pods' folders and logs), not its settings or virtualenv for w
 gets a PID namespace with a /proc of its own, so no other process's environment
 (/proc/<pid>/environ) can be read, and private IPC, UTS, /tmp and /dev.
 
+Its network is its gang's own: one network namespace per workload (`netns_create`), kept
+by a bind mount while the workload has pods, shared by its pods (peers meet on 127.0.0.1
+for rendezvous), with only a loopback of its own: no route to this machine's loopback (the
+portal, PostgreSQL, Redis, other pods' ports) nor anywhere else. Its declared ports are
+reached by the portal alone, through unix sockets a relay serves from inside the namespace
+(clusters/backends/relay.py).
+
 The worker runs bwrap as root *without* a user namespace: a user namespace would map the
 pod back onto root outside, and root-owned 0600 files would be its own. Instead the pod drops
 to a kernel uid of its own (`UID_BASE + workload id`, no passwd entry needed, like systemd's
@@ -15,9 +22,9 @@ DynamicUser) and its project's gid with `setpriv`, clearing every capability and
 bounding set: outside the sandbox too it is nobody the machine knows. Files it writes are its
 own; a data volume is shared inside a project through the project's group.
 
-Sandboxing needs root (to switch users), `bwrap` and `setpriv` (util-linux). Where one is
-missing the local cluster says so and runs only platform admins' work, never others'
-unisolated (`probe`).
+Sandboxing needs root (to switch users and make network namespaces), `bwrap`, and
+`setpriv`, `unshare` and `nsenter` (util-linux). Where one is missing the local cluster
+says so and runs only platform admins' work, never others' unisolated (`probe`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +51,18 @@ ETC_FILES = (
     "matplotlibrc", "fonts",
 )  # fmt: skip
 PROBE_TTL_S = 300.0
+REQUIRED = (("bwrap", "bubblewrap"), ("setpriv", "util-linux"), ("unshare", "util-linux"),
+            ("nsenter", "util-linux"), ("umount", "mount"))  # fmt: skip
+# Run by `unshare --net`, in the new namespace: its loopback up (it starts down), with
+# ioctl(SIOCSIFFLAGS) as `ip link set lo up` does, so that iproute2 is not needed.
+LOOPBACK_UP = (
+    "import fcntl, socket, struct\n"
+    "GET, SET, UP = 0x8913, 0x8914, 0x1\n"
+    "with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:\n"
+    "    got = fcntl.ioctl(s, GET, struct.pack('16sH22x', b'lo', 0))\n"
+    "    flags = struct.unpack('16sH', got[:18])[1]\n"
+    "    fcntl.ioctl(s, SET, struct.pack('16sH22x', b'lo', flags | UP))\n"
+)
 # The first thing run inside: bwrap ignores stop signals, blocked (the wrapper's
 # --sandboxed), so that SIGTERM to the pod's group reaches the command while bwrap lives on
 # to report its exit; the command gets them back at their defaults, and one sent before it
@@ -94,18 +114,69 @@ def _try_sandbox() -> Isolation:
     if os.geteuid() != 0:
         return Isolation(False, "the worker does not run as root, so it cannot run pods as "
                                 "users of their own")  # fmt: skip
-    for program, package in (("bwrap", "bubblewrap"), ("setpriv", "util-linux")):
+    for program, package in REQUIRED:
         if shutil.which(program) is None:
             return Isolation(False, f"{program} is not installed (Debian package {package})")
-    argv = wrap(["true"], uid=UID_BASE, gid=GID_BASE, workdir=None, mounts=())
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, env={})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Isolation(False, f"bubblewrap did not run: {exc}")
+    with tempfile.TemporaryDirectory(prefix="gpupool-probe-") as folder:
+        netns = Path(folder) / "netns"
+        try:
+            netns_create(netns)
+        except NetnsError as exc:
+            return Isolation(False, f"no network namespace of its own for a pod: {exc}")
+        try:
+            argv = in_netns(netns, wrap(["true"], uid=UID_BASE, gid=GID_BASE, workdir=None,
+                                        mounts=()))  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, timeout=30, check=False, env={})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Isolation(False, f"bubblewrap did not run: {exc}")
+        finally:
+            netns_remove(netns)
     if done.returncode != 0:
         error = done.stderr.decode("utf-8", "replace").strip()[:300]
         return Isolation(False, f"bubblewrap failed on this machine: {error}")
     return Isolation(True)
+
+
+class NetnsError(Exception):
+    """A network namespace could not be made; the message says why."""
+
+
+def netns_create(path: Path) -> None:
+    """A network namespace kept by a bind mount at `path` (made if missing, reused if it is
+    there): its loopback up, no other interface. Raises NetnsError."""
+    if netns_exists(path):
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    argv = ["unshare", f"--net={path}", "--", sys.executable, "-I", "-c", LOOPBACK_UP]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = subprocess.CompletedProcess(argv, 1, b"", str(exc).encode())
+    if done.returncode != 0:
+        netns_remove(path)
+        raise NetnsError(done.stderr.decode("utf-8", "replace").strip()[:300])
+
+
+def netns_exists(path: Path) -> bool:
+    """Whether a namespace is mounted at `path` (nsfs: another device than its folder's).
+    After a reboot the file may be left without one."""
+    try:
+        return path.stat().st_dev != path.parent.stat().st_dev
+    except OSError:
+        return False
+
+
+def netns_remove(path: Path) -> None:
+    """Forget the namespace at `path`: it goes once no process is left in it."""
+    if netns_exists(path):
+        subprocess.run(["umount", str(path)], capture_output=True, timeout=30, check=False)
+    path.unlink(missing_ok=True)
+
+
+def in_netns(path: Path, argv: list[str]) -> list[str]:
+    """`argv` run in the namespace at `path` (nsenter execs it: no process in between)."""
+    return ["nsenter", f"--net={path}", "--", *argv]
 
 
 def pod_uid(workload_id: int) -> int:

@@ -72,8 +72,13 @@ def spec(workload_id: int, command: tuple[str, ...], **fields) -> PodSpec:
 
 def run_probe(backend: LocalBackend, workload_id: int, reads: list[str], writes=(), **fields):
     command = (PY, "-c", PROBE, json.dumps(reads), json.dumps(list(writes)))
-    backend.ensure_pod(spec(workload_id, command, **fields))
-    name = f"gp-{workload_id}-0"
+    return run_to_its_report(backend, spec(workload_id, command, **fields))
+
+
+def run_to_its_report(backend: LocalBackend, pod: PodSpec) -> dict:
+    """Run the pod to its end; the JSON its last line of output says."""
+    backend.ensure_pod(pod)
+    name = pod.name
     status = wait_until(
         lambda: (s := backend.pod_statuses()[name]).phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
         and s,

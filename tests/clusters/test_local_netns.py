@@ -1,0 +1,205 @@
+"""Each local gang in a network namespace of its own, tried from inside real pods: what bob's
+pod did (connect to every loopback listener of the machine: the portal, PostgreSQL, Redis,
+alice's HTTP and SSH ports) must fail; a pod's own declared port is reached by the portal
+through a unix socket, and a gang's pods still meet on 127.0.0.1."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from clusters.backends import PortSpec, sandbox
+from clusters.backends import local as local_backend
+from clusters.backends.local import LocalBackend
+from tests.clusters.conftest import make_cluster
+from tests.clusters.test_local_backend import wait_until
+from tests.clusters.test_local_sandbox import needs_sandbox, run_to_its_report, spec
+from workspaces.jupyter import port_answers
+
+PY = sys.executable
+pytestmark = needs_sandbox
+
+# Run inside a pod: connect to each host:port, report what happened, and the interfaces.
+CONNECT = """
+import json, socket, sys
+def attempt(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=3) as conn:
+            conn.settimeout(3)
+            return "ok:" + conn.recv(64).decode("latin-1")
+    except OSError as exc:
+        return type(exc).__name__
+targets = json.loads(sys.argv[1])
+report = {f"{host}:{port}": attempt(host, port) for host, port in targets}
+report["interfaces"] = [line.split(":")[0].strip()
+                        for line in open("/proc/net/dev").read().splitlines()[2:]]
+print(json.dumps(report), flush=True)
+"""
+# Serves one greeting on its declared port, forever (127.0.0.1 in its namespace).
+GREETER = (
+    "import os, socket\n"
+    "s = socket.create_server(('127.0.0.1', int(os.environ['GPUPOOL_PORT'])))\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.sendall(os.environ['GREETING'].encode()); c.close()\n"
+)
+
+
+@pytest.fixture
+def backend(db):
+    backend = LocalBackend(make_cluster(config={"node_name": "here"}))
+    yield backend
+    backend.stop_all(grace_period_s=0)
+
+
+@pytest.fixture
+def host_listener():
+    """A server on this machine's loopback, as the portal, PostgreSQL and Redis are."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.sendall(b"host secret")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    done.set()
+    thread.join()
+    server.close()
+
+
+def connect_from_pod(backend, workload_id: int, targets, pod_index: int = 0, **fields) -> dict:
+    pod = spec(workload_id, (PY, "-c", CONNECT, json.dumps(targets)), **fields)
+    name = f"gp-{workload_id}-{pod_index}"
+    return run_to_its_report(backend, dataclasses.replace(pod, name=name, pod_index=pod_index))
+
+
+def through_socket(path: Path | str) -> bytes:
+    """What the portal reads from a pod's port, by its unix socket (b"" while it cannot)."""
+    try:
+        with socket.socket(socket.AF_UNIX) as portal:
+            portal.connect(str(path))
+            return portal.recv(64)
+    except OSError:
+        return b""
+
+
+def _machine_address() -> str:
+    """An address of this machine other than loopback, where it has one."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False).stdout
+    return (out.split() or ["127.0.0.2"])[0]
+
+
+def test_a_pod_reaches_no_listener_of_this_machine_and_has_only_a_loopback(backend, host_listener):
+    """The portal, PostgreSQL and Redis listen on this machine's loopback (or its address):
+    from a pod, 127.0.0.1 is the gang's own, where nothing listens, and nothing else routes."""
+    assert socket.create_connection(("127.0.0.1", host_listener)).recv(11) == b"host secret"
+    address = _machine_address()
+    report = connect_from_pod(backend, 1, [["127.0.0.1", host_listener], [address, 22]])
+    assert report[f"127.0.0.1:{host_listener}"] == "ConnectionRefusedError"
+    assert report[f"{address}:22"] == "OSError"  # Network is unreachable: no route out
+    assert report["interfaces"] == ["lo"]
+
+
+def test_a_pod_cannot_reach_another_workloads_port_and_the_portal_reaches_it_by_socket(
+    backend,
+):
+    """Alice's pod serves its declared port; bob's pod dials the same port number (the one
+    alice's pod was given) and finds nothing; the portal reaches hers through her socket."""
+    alice = backend.ensure_pod(
+        spec(1, (PY, "-c", GREETER), env={"GREETING": "alice's files"},
+             ports=(PortSpec("http", 8888),))
+    )  # fmt: skip
+    assert alice.ports == {"http": alice.endpoint}
+    path = Path(alice.endpoint.removeprefix("unix:"))
+    assert path.parent.name == "gp-1-0.ports"
+    assert wait_until(lambda: through_socket(path), timeout=15) == b"alice's files"
+    folder = path.parent.stat()
+    assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o750)  # not the pod's to replace
+    port = local_backend.netns_port(0, 0)
+    report = connect_from_pod(backend, 2, [["127.0.0.1", port]], project_id=2)
+    assert report[f"127.0.0.1:{port}"] == "ConnectionRefusedError"
+
+
+def test_a_gangs_pods_share_one_namespace_which_goes_with_the_last_of_them(backend):
+    """Pod 1 of the same workload reaches pod 0's port on 127.0.0.1 (rendezvous); once both
+    pods are deleted, the namespace and the relay are gone too."""
+    backend.ensure_pod(
+        spec(1, (PY, "-c", GREETER), env={"GREETING": "rank 0"}, ports=(PortSpec("http", 80),))
+    )
+    netns = backend.state_dir.parent / "netns" / "1"
+    assert sandbox.netns_exists(netns)
+    port = local_backend.netns_port(0, 0)
+
+    def peer_met() -> bool:
+        report = connect_from_pod(backend, 1, [["127.0.0.1", port]], pod_index=1)
+        backend.delete_pod(backend.pod_statuses()["gp-1-1"], grace_period_s=0)
+        return report[f"127.0.0.1:{port}"] == "ok:rank 0"
+
+    assert wait_until(peer_met, timeout=30)
+    assert sandbox.netns_exists(netns)  # pod 0 still runs in it
+    record = json.loads((backend.state_dir / "gp-1-0.json").read_text())
+    relay = record["relay_pid"]
+    assert relay and local_backend._proc_start_time(relay) == record["relay_start"]
+    wait_until(lambda: backend.delete_pod(backend.pod_statuses()["gp-1-0"], grace_period_s=0))
+    assert not sandbox.netns_exists(netns) and not netns.exists()
+    wait_until(lambda: local_backend._proc_start_time(relay) is None)
+
+
+def test_a_relay_that_died_is_started_again_while_its_pod_runs(backend):
+    status = backend.ensure_pod(
+        spec(1, (PY, "-c", GREETER), env={"GREETING": "still here"},
+             ports=(PortSpec("http", 80),))
+    )  # fmt: skip
+    path = status.endpoint.removeprefix("unix:")
+    record = json.loads((backend.state_dir / "gp-1-0.json").read_text())
+    wait_until(lambda: Path(path).exists())
+    local_backend._CHILDREN[record["relay_pid"]].kill()
+    wait_until(lambda: not local_backend._alive(record["relay_pid"], record["relay_start"]))
+    backend.ensure_pod(spec(1, (PY, "-c", GREETER), ports=(PortSpec("http", 80),)))
+    assert wait_until(lambda: through_socket(path), timeout=15) == b"still here"
+
+
+def test_the_probe_says_when_no_network_namespace_can_be_made(monkeypatch):
+    monkeypatch.setattr(sandbox, "_probed", None)
+    real_which = sandbox.shutil.which
+    missing = {"nsenter": None}
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n: missing.get(n, real_which(n)))
+    assert sandbox.probe() == sandbox.Isolation(
+        False, "nsenter is not installed (Debian package util-linux)"
+    )
+    monkeypatch.setattr(sandbox, "_probed", None)
+    monkeypatch.setattr(sandbox.shutil, "which", real_which)
+    monkeypatch.setattr(sandbox, "LOOPBACK_UP", "raise SystemExit('no loopback here')")
+    isolation = sandbox.probe()
+    assert not isolation.available
+    assert isolation.reason == "no network namespace of its own for a pod: no loopback here"
+    monkeypatch.setattr(sandbox, "_probed", None)
+
+
+def test_a_port_answers_only_once_its_pods_server_listens_behind_the_relay(backend):
+    """The relay's socket always accepts; with nothing on the port behind it, it hangs up,
+    and the workspace page must not say the tool (an SSH server) answers."""
+    quiet = backend.ensure_pod(
+        spec(1, (PY, "-c", "import time; time.sleep(60)"), ports=(PortSpec("ssh", 22),))
+    )
+    wait_until(lambda: Path(quiet.endpoint.removeprefix("unix:")).exists())
+    assert not port_answers(quiet.endpoint, timeout=2)
+    serving = backend.ensure_pod(
+        spec(2, (PY, "-c", GREETER), env={"GREETING": "SSH-2.0"}, ports=(PortSpec("ssh", 22),))
+    )
+    assert wait_until(lambda: port_answers(serving.endpoint, timeout=2), timeout=15)
