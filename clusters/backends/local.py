@@ -114,7 +114,7 @@ class LocalBackend(Backend):
         """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off.
         Kept in var/ for the pages: the web process may run as another user than the
         worker that starts the pods, and only the worker's answer counts."""
-        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        isolation = self._probe()
         report = {"available": isolation.available, "reason": isolation.reason, "at": time.time()}
         _write_atomic(self._isolation_path, json.dumps(report))
         return isolation
@@ -123,18 +123,32 @@ class LocalBackend(Backend):
         """The worker's last answer (it probes on every inventory sync and pod start), or,
         when it has given none lately, this process's own."""
         if not self._sandbox_enabled:
-            return sandbox.probe(enabled=False)
+            return self._probe()
         try:
             report = json.loads(self._isolation_path.read_text())
         except (OSError, ValueError):
             report = None
         if report is None or time.time() - report["at"] > ISOLATION_REPORT_TTL_S:
-            return sandbox.probe()
+            return self._probe()
         return sandbox.Isolation(bool(report["available"]), str(report["reason"]))
+
+    def _probe(self) -> sandbox.Isolation:
+        """This process's answer. Egress turned on needs slirp4netns: without it, pods
+        are not run with less than the admin chose, nor without isolation."""
+        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        if isolation.available and self._egress and shutil.which("slirp4netns") is None:
+            return sandbox.Isolation(False, sandbox.NO_EGRESS)
+        return isolation
 
     @property
     def _sandbox_enabled(self) -> bool:
         return self.cluster.config.get("sandbox", True) is not False
+
+    @property
+    def _egress(self) -> bool:
+        """`egress: true` in the config: pods reach the network outside (not this machine's
+        loopback); off by default."""
+        return self.cluster.config.get("egress", False) is True
 
     @property
     def _isolation_path(self) -> Path:
@@ -347,12 +361,14 @@ class LocalBackend(Backend):
         workdir = self.workload_dir(spec.workload_id)
         uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
         mounts = (*mounts, self._passwd_mount(spec.name, uid, gid, workdir))
+        if self._egress:
+            mounts = (*mounts, self._resolv_mount())
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
         _own(socket_dir, uid, self._portal_gid, 0o2770)
         netns = self._netns_path(spec.workload_id)
         try:
-            sandbox.netns_create(netns)
+            sandbox.netns_create(netns, egress=self._egress)
         except sandbox.NetnsError as exc:
             raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
         return sandbox.in_netns(netns, sandbox.wrap(
@@ -443,6 +459,14 @@ class LocalBackend(Backend):
         _write_atomic(path, sandbox.passwd_text(uid, gid, str(workdir)))
         path.chmod(0o644)
         return sandbox.Mount(str(path), "/etc/passwd", read_only=True)
+
+    def _resolv_mount(self) -> sandbox.Mount:
+        """DNS through slirp4netns's forwarder: the machine's resolver may be on its own
+        loopback (systemd-resolved), out of the pod's reach."""
+        path = self.state_dir.parent / "resolv.conf"
+        _write_atomic(path, f"nameserver {sandbox.EGRESS_DNS}\n")
+        path.chmod(0o644)
+        return sandbox.Mount(str(path), "/etc/resolv.conf", read_only=True)
 
     def _socket_dir(self, name: str) -> Path:
         """The pod's socket folder: only the pod's user and the portal's group enter it.

@@ -13,7 +13,9 @@ by a bind mount while the workload has pods, shared by its pods (peers meet on 1
 for rendezvous), with only a loopback of its own: no route to this machine's loopback (the
 portal, PostgreSQL, Redis, other pods' ports) nor anywhere else. Its declared ports are
 reached by the portal alone, through unix sockets a relay serves from inside the namespace
-(clusters/backends/relay.py).
+(clusters/backends/relay.py). Egress is the cluster admin's choice (`egress: true` in the
+local cluster's config): slirp4netns then gives the namespace a way out through a user-mode
+NAT (`egress_start`), with this machine's loopback still out of reach.
 
 The worker runs bwrap as root *without* a user namespace: a user namespace would map the
 pod back onto root outside, and root-owned 0600 files would be its own. Instead the pod drops
@@ -29,8 +31,10 @@ says so and runs only platform admins' work, never others' unisolated (`probe`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +42,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from clusters.backends.relay import start_time
 
 UID_BASE = 1_000_000_000  # + workload id: one user per workload
 GID_BASE = 1_500_000_000  # + project id: one group per project (shared data volumes)
@@ -141,10 +147,13 @@ class NetnsError(Exception):
     """A network namespace could not be made; the message says why."""
 
 
-def netns_create(path: Path) -> None:
+def netns_create(path: Path, *, egress: bool = False) -> None:
     """A network namespace kept by a bind mount at `path` (made if missing, reused if it is
-    there): its loopback up, no other interface. Raises NetnsError."""
+    there): its loopback up, no other interface unless `egress` (`egress_start`). Raises
+    NetnsError."""
     if netns_exists(path):
+        if egress:
+            egress_start(path)
         return
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.touch(mode=0o600)
@@ -156,6 +165,56 @@ def netns_create(path: Path) -> None:
     if done.returncode != 0:
         netns_remove(path)
         raise NetnsError(done.stderr.decode("utf-8", "replace").strip()[:300])
+    if egress:
+        egress_start(path)
+
+
+# What slirp4netns gives the namespace: tap0 10.0.2.100/24, its DNS forwarder at 10.0.2.3.
+EGRESS_DNS = "10.0.2.3"
+NO_EGRESS = ("egress is turned on in the cluster's configuration, and slirp4netns, which it "
+             "needs, is not installed (Debian package slirp4netns)")  # fmt: skip
+
+
+def egress_start(path: Path) -> None:
+    """slirp4netns for the namespace at `path`, unless it runs: a tap device and a NAT in
+    user mode, with the machine's loopback (10.0.2.2) turned off, sandboxed and under
+    seccomp. Its pid and start time are kept beside the namespace (`netns_remove` stops
+    it). Raises NetnsError."""
+    if _egress_pid(path) is not None:
+        return
+    ready_r, ready_w = os.pipe()
+    argv = ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
+            "--enable-sandbox", "--enable-seccomp", f"--ready-fd={ready_w}",
+            "--netns-type=path", str(path), "tap0"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            argv, pass_fds=(ready_w,), env={}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        raise NetnsError(f"slirp4netns did not start: {exc}") from exc
+    finally:
+        os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        configured = ready.read(1) == b"1"  # b"" when it exited first
+    if not configured:
+        proc.kill()
+        proc.wait()
+        raise NetnsError("slirp4netns could not configure the namespace's way out")
+    _egress_file(path).write_text(f"{proc.pid}:{start_time(proc.pid)}")
+
+
+def _egress_file(path: Path) -> Path:
+    return path.with_name(f"{path.name}.egress")
+
+
+def _egress_pid(path: Path) -> int | None:
+    """The namespace's slirp4netns, when it still runs."""
+    try:
+        pid, _, started = _egress_file(path).read_text().partition(":")
+        return int(pid) if start_time(int(pid)) == started else None
+    except (OSError, ValueError):
+        return None
 
 
 def netns_exists(path: Path) -> bool:
@@ -168,7 +227,13 @@ def netns_exists(path: Path) -> bool:
 
 
 def netns_remove(path: Path) -> None:
-    """Forget the namespace at `path`: it goes once no process is left in it."""
+    """Forget the namespace at `path`: it goes once no process is left in it (its
+    slirp4netns, if any, is stopped)."""
+    if (pid := _egress_pid(path)) is not None:
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # a child of this worker: reaped, no zombie
+    _egress_file(path).unlink(missing_ok=True)
     if netns_exists(path):
         subprocess.run(["umount", str(path)], capture_output=True, timeout=30, check=False)
     path.unlink(missing_ok=True)

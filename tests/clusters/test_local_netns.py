@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +41,10 @@ targets = json.loads(sys.argv[1])
 report = {f"{host}:{port}": attempt(host, port) for host, port in targets}
 report["interfaces"] = [line.split(":")[0].strip()
                         for line in open("/proc/net/dev").read().splitlines()[2:]]
+try:
+    report["resolv.conf"] = open("/etc/resolv.conf").read()
+except OSError as exc:
+    report["resolv.conf"] = type(exc).__name__
 print(json.dumps(report), flush=True)
 """
 # Serves one greeting on its declared port, forever (127.0.0.1 in its namespace).
@@ -59,13 +64,12 @@ def backend(db):
 
 
 @pytest.fixture
-def host_listener():
-    """A server on this machine's loopback, as the portal, PostgreSQL and Redis are."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    done = threading.Event()
+def listen():
+    """Servers on this machine (the portal, PostgreSQL and Redis listen on its loopback):
+    `listen(host)` starts one that says "host secret", and returns its port."""
+    servers, done = [], threading.Event()
 
-    def serve():
+    def serve(server):
         while not done.is_set():
             try:
                 conn, _ = server.accept()
@@ -74,12 +78,19 @@ def host_listener():
             conn.sendall(b"host secret")
             conn.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
+    def start(host: str) -> int:
+        server = socket.create_server((host, 0))
+        server.settimeout(0.2)
+        thread = threading.Thread(target=serve, args=(server,), daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return server.getsockname()[1]
+
+    yield start
     done.set()
-    thread.join()
-    server.close()
+    for server, thread in servers:
+        thread.join()
+        server.close()
 
 
 def connect_from_pod(backend, workload_id: int, targets, pod_index: int = 0, **fields) -> dict:
@@ -104,15 +115,38 @@ def _machine_address() -> str:
     return (out.split() or ["127.0.0.2"])[0]
 
 
-def test_a_pod_reaches_no_listener_of_this_machine_and_has_only_a_loopback(backend, host_listener):
-    """The portal, PostgreSQL and Redis listen on this machine's loopback (or its address):
-    from a pod, 127.0.0.1 is the gang's own, where nothing listens, and nothing else routes."""
-    assert socket.create_connection(("127.0.0.1", host_listener)).recv(11) == b"host secret"
-    address = _machine_address()
-    report = connect_from_pod(backend, 1, [["127.0.0.1", host_listener], [address, 22]])
-    assert report[f"127.0.0.1:{host_listener}"] == "ConnectionRefusedError"
-    assert report[f"{address}:22"] == "OSError"  # Network is unreachable: no route out
+def test_a_pod_reaches_no_listener_of_this_machine_and_has_only_a_loopback(backend, listen):
+    """From a pod, 127.0.0.1 is the gang's own, where nothing listens, and nothing else
+    routes: not this machine's address either."""
+    loopback, address = listen("127.0.0.1"), _machine_address()
+    outside = listen(address)
+    assert socket.create_connection(("127.0.0.1", loopback)).recv(11) == b"host secret"
+    report = connect_from_pod(backend, 1, [["127.0.0.1", loopback], [address, outside]])
+    assert report[f"127.0.0.1:{loopback}"] == "ConnectionRefusedError"
+    assert report[f"{address}:{outside}"] == "OSError"  # Network is unreachable: no route
     assert report["interfaces"] == ["lo"]
+
+
+@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="scripts/install-test-deps.sh")
+def test_with_egress_a_pod_reaches_the_network_but_not_this_machines_loopback(db, listen):
+    """`egress: true`: slirp4netns gives the namespace a way out; this machine's loopback
+    stays out of reach (127.0.0.1 is the pod's own, slirp's gateway to it is off)."""
+    backend = LocalBackend(make_cluster(config={"node_name": "here", "egress": True}))
+    loopback, address = listen("127.0.0.1"), _machine_address()
+    outside = listen(address)
+    targets = [["127.0.0.1", loopback], ["10.0.2.2", loopback], [address, outside]]
+    try:
+        report = connect_from_pod(backend, 1, targets)
+        netns = backend.state_dir.parent / "netns" / "1"
+        slirp = int((netns.parent / "1.egress").read_text().split(":")[0])
+    finally:
+        backend.stop_all(grace_period_s=0)
+    assert report[f"{address}:{outside}"] == "ok:host secret"  # out, through the NAT
+    assert report[f"127.0.0.1:{loopback}"] == "ConnectionRefusedError"
+    assert report[f"10.0.2.2:{loopback}"] == "OSError"  # slirp's way to the host loopback: off
+    assert report["interfaces"] == ["lo", "tap0"]
+    assert report["resolv.conf"] == "nameserver 10.0.2.3\n"  # slirp4netns's DNS forwarder
+    assert local_backend._proc_start_time(slirp) is None  # gone with the namespace
 
 
 def test_a_pod_cannot_reach_another_workloads_port_and_the_portal_reaches_it_by_socket(
@@ -174,9 +208,14 @@ def test_a_relay_that_died_is_started_again_while_its_pod_runs(backend):
     assert wait_until(lambda: through_socket(path), timeout=15) == b"still here"
 
 
-def test_the_probe_says_when_no_network_namespace_can_be_made(monkeypatch):
+def test_the_probe_says_when_no_network_namespace_or_no_egress_can_be_made(db, monkeypatch):
+    real_which = shutil.which
+    cluster = make_cluster(config={"node_name": "here", "egress": True})
+    monkeypatch.setattr(shutil, "which", lambda n: None if n == "slirp4netns" else real_which(n))
+    assert LocalBackend(cluster).isolation() == sandbox.Isolation(False, sandbox.NO_EGRESS)
+    assert "slirp4netns" in sandbox.NO_EGRESS
+    monkeypatch.setattr(shutil, "which", real_which)
     monkeypatch.setattr(sandbox, "_probed", None)
-    real_which = sandbox.shutil.which
     missing = {"nsenter": None}
     monkeypatch.setattr(sandbox.shutil, "which", lambda n: missing.get(n, real_which(n)))
     assert sandbox.probe() == sandbox.Isolation(
