@@ -366,12 +366,7 @@ class LocalBackend(Backend):
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
         _own(socket_dir, uid, self._portal_gid, 0o2770)
-        netns = self._netns_path(spec.workload_id)
-        try:
-            sandbox.netns_create(netns, egress=self._egress)
-        except sandbox.NetnsError as exc:
-            raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
-        return sandbox.in_netns(netns, sandbox.wrap(
+        return sandbox.in_netns(self._netns_path(spec.workload_id), sandbox.wrap(
             command, uid=uid, gid=gid, workdir=workdir, mounts=mounts, host_ipc=bool(spec.mps)
         ))  # fmt: skip
 
@@ -427,6 +422,12 @@ class LocalBackend(Backend):
         wrapper = [sys.executable, "-I", WRAPPER]
         if record["sandboxed"]:
             wrapper.append("--sandboxed")
+            # After the record: a namespace is removed only where no record names its gang.
+            try:
+                sandbox.netns_create(self._netns_path(record["workload_id"]), egress=self._egress)
+            except sandbox.NetnsError as exc:
+                self._record_path(record["name"]).unlink(missing_ok=True)
+                raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
         with _open_log(Path(record["log"])) as out:
             try:
                 proc = subprocess.Popen(
@@ -440,6 +441,7 @@ class LocalBackend(Backend):
                 )
             except OSError as exc:
                 self._record_path(record["name"]).unlink(missing_ok=True)
+                self._drop_netns(record["workload_id"])
                 raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
@@ -571,6 +573,7 @@ class LocalBackend(Backend):
         path = self._record_path(status.name)
         record = self._resolve(self._read(path))
         if record is None:
+            self._drop_netns(status.workload_id)  # a spawn that never happened made one
             return True
         if record["pid"] is None:
             return False  # still being started: stop it on the next pass

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from django.db import connection
 
-from clusters.backends import PortSpec, sandbox
+from clusters.backends import PodStatus, PortSpec, sandbox
 from clusters.backends import local as local_backend
 from clusters.backends.local import LocalBackend
 from tests.clusters.conftest import make_cluster
@@ -242,3 +245,32 @@ def test_a_port_answers_only_once_its_pods_server_listens_behind_the_relay(backe
         spec(2, (PY, "-c", GREETER), env={"GREETING": "SSH-2.0"}, ports=(PortSpec("ssh", 22),))
     )
     assert wait_until(lambda: port_answers(serving.endpoint, timeout=2), timeout=15)
+
+
+@pytest.mark.services
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="run under `python -m tests.services -- pytest`"
+)
+def test_a_pod_reaches_neither_the_portals_postgresql_nor_its_redis(backend):
+    """As the test set-up starts them (loopback, trust auth, no Redis password): what bob's
+    pod used to set the cycle's lock and read the user table."""
+    database = connection.settings_dict
+    redis = urlsplit(os.environ["REDIS_URL"])
+    targets = [[database["HOST"], int(database["PORT"])], [redis.hostname, redis.port]]
+    for host, port in targets:
+        socket.create_connection((host, port), timeout=5).close()  # both listen here
+    report = connect_from_pod(backend, 1, targets)
+    for host, port in targets:
+        assert report[f"{host}:{port}"] == "ConnectionRefusedError", (host, port)
+
+
+def test_a_namespace_made_for_a_spawn_that_never_happened_goes_when_its_pod_is_deleted(backend):
+    """The worker made the gang's namespace, wrote the pod's record, and died before the
+    process started: deleting the pod forgets the record and the namespace with it."""
+    netns = backend.state_dir.parent / "netns" / "1"
+    sandbox.netns_create(netns)
+    stale = {"name": "gp-1-0", "workload_id": 1, "pid": None, "token": "never",
+             "written_at": 0, "exit_file": "/nonexistent"}  # fmt: skip
+    (backend.state_dir / "gp-1-0.json").write_text(json.dumps(stale))
+    assert backend.delete_pod(PodStatus("gp-1-0", "ns", 1, 0), grace_period_s=0)
+    assert not sandbox.netns_exists(netns) and not (backend.state_dir / "gp-1-0.json").exists()
