@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -74,10 +75,12 @@ MPS_RUN_DIR = SOCKETS_RUN_DIR  # the MPS pipe folders, for the same reason (shor
 ISOLATION_REPORT_TTL_S = 600
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 # A sandboxed pod's declared ports, on its gang's own loopback: pod i's port n is
-# NETNS_PORTS[0] + i * PORTS_MAX + n (modulo the range), apart from the rendezvous ports
-# (clusters.podspecs.LOCAL_PORTS: 29500 to 39499) and from its peers' in the namespace.
+# NETNS_PORTS[0] + i * (PORTS_MAX + 1) + n (modulo the range), apart from the rendezvous
+# ports (clusters.podspecs.LOCAL_PORTS: 29500 to 39499) and from its peers' in the
+# namespace; n = PORTS_MAX is its way to report checkpoints (relay.py's door).
 NETNS_PORTS = (40000, 25000)
 PORTS_MAX = 100  # scheduling.bounds.PORTS_MAX
+CHECKPOINT_URL = "GPUPOOL_CHECKPOINT_URL"  # scheduling.checkpoints
 
 
 def _alive(pid: int, start_time: str) -> bool:
@@ -274,8 +277,8 @@ class LocalBackend(Backend):
         if record is None:
             return self._status(self._spawn(spec))
         status = self._status(record)
-        if status.phase == PodPhase.RUNNING and record.get("relay"):
-            self._ensure_relay(record)  # a relay that died (killed, OOM) is started again
+        if status.phase == PodPhase.RUNNING:
+            self._ensure_relays(record)  # a relay that died (killed, OOM) is started again
         return status
 
     def _resolve(self, record: dict | None) -> dict | None:
@@ -316,7 +319,7 @@ class LocalBackend(Backend):
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
         argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
-        relay = self._relay_sockets(spec, ports) if isolation.available else {}
+        relay, door = self._forwards(spec, ports) if isolation.available else ([], [])
         exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
         exit_file.unlink(missing_ok=True)
         record = {
@@ -336,10 +339,9 @@ class LocalBackend(Backend):
             "argv": argv,
             "terminating_since": None,
             "sandboxed": isolation.available,
-            # Socket -> port in the gang's namespace, served by the relay (pid, start time).
+            # What the relays forward (relay.py), in the gang's namespace and out of it.
             "relay": relay,
-            "relay_pid": None,
-            "relay_start": None,
+            "door": door,
             # Its GPU's MPS daemon runs while this record lasts (the pod may still be
             # shutting down): a GPU leaves MPS mode only once its last sharer is gone.
             "mps_device": mps_device(spec) if spec.mps is not None else None,
@@ -378,45 +380,53 @@ class LocalBackend(Backend):
         """Where the network namespace of a workload's pods (its gang) is kept."""
         return self.state_dir.parent / "netns" / str(workload_id)
 
-    def _relay_sockets(self, spec: PodSpec, ports: dict[str, str]) -> dict[str, int]:
-        """The relay's folder, made for the portal's group alone (root's: the pod neither
-        sees nor replaces a socket there), and what it serves: socket -> port."""
-        if not spec.ports:
-            return {}
-        folder = self._ports_dir(spec.name)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _own(folder, os.geteuid(), self._portal_gid, 0o2750)  # sockets take the group
-        inside = [netns_port(spec.pod_index, number) for number in range(len(spec.ports))]
-        return {
-            ports[port.name].removeprefix("unix:"): number
-            for port, number in zip(spec.ports, inside, strict=True)
-        }
+    def _forwards(self, spec: PodSpec, ports: dict[str, str]) -> tuple[list[str], list[str]]:
+        """What the pod's relays forward (relay.py): in its namespace, each port's socket to
+        the port, and its checkpoint door's port to the door's socket; out of it, that
+        socket to the portal. The sockets' folder is made for the portal's group alone
+        (root's: the pod neither sees nor replaces a socket there)."""
+        relay = [
+            f"{ports[port.name].removeprefix('unix:')}>tcp:{netns_port(spec.pod_index, number)}"
+            for number, port in enumerate(spec.ports)
+        ]
+        door = []
+        if CHECKPOINT_URL in spec.env:
+            socket_path = self._ports_dir(spec.name) / "portal.sock"
+            relay.append(f"tcp:{netns_port(spec.pod_index, PORTS_MAX)}>unix:{socket_path}")
+            door.append(f"unix:{socket_path}>door:{spec.env[CHECKPOINT_URL]}")
+        if relay:
+            folder = self._ports_dir(spec.name)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _own(folder, os.geteuid(), self._portal_gid, 0o2750)  # sockets take the group
+        return relay, door
 
-    def _ensure_relay(self, record: dict) -> None:
-        """The pod's relay, started in its namespace unless it runs: it serves the pod's
-        ports until the pod's wrapper is gone."""
-        if record["relay_pid"] and _alive(record["relay_pid"], record["relay_start"]):
-            return
-        watch = f"{record['pid']}:{record['start_time']}"
-        pairs = [f"{path}={port}" for path, port in record["relay"].items()]
-        argv = [sys.executable, "-I", RELAY, watch, *pairs]
-        netns = self._netns_path(record["workload_id"])
-        with _open_log(Path(record["log"])) as out:
-            try:
-                proc = subprocess.Popen(
-                    sandbox.in_netns(netns, argv),
-                    env={},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=out,  # a relay that fails says so in the pod's log
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                log.warning("cannot start the relay of %s: %s", record["name"], exc)
-                return
-        _CHILDREN[proc.pid] = proc
-        record.update(relay_pid=proc.pid, relay_start=_proc_start_time(proc.pid) or "gone")
-        self._write(record)
+    def _ensure_relays(self, record: dict) -> None:
+        """The pod's relays, started unless they run: in its namespace (`relay`) and out
+        of it (`door`). Each serves until the pod's wrapper is gone."""
+        for kind in ("relay", "door"):
+            pid, started = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
+            if not record.get(kind) or (pid and _alive(pid, started)):
+                continue
+            watch = f"{record['pid']}:{record['start_time']}"
+            argv = [sys.executable, "-I", RELAY, watch, *record[kind]]
+            if kind == "relay":
+                argv = sandbox.in_netns(self._netns_path(record["workload_id"]), argv)
+            with _open_log(Path(record["log"])) as out:
+                try:
+                    proc = subprocess.Popen(
+                        argv,
+                        env={},
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=out,  # a relay that fails says so in the pod's log
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    log.warning("cannot start the %s of %s: %s", kind, record["name"], exc)
+                    continue
+            _CHILDREN[proc.pid] = proc
+            record.update({f"{kind}_pid": proc.pid, f"{kind}_start": _proc_start_time(proc.pid)})
+            self._write(record)
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
@@ -446,8 +456,7 @@ class LocalBackend(Backend):
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
-        if record["relay"]:
-            self._ensure_relay(record)
+        self._ensure_relays(record)
         how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
@@ -555,6 +564,9 @@ class LocalBackend(Backend):
             if number == 0:
                 env["GPUPOOL_PORT"] = str(listen)
                 endpoint = ports[port.name]
+        if sandboxed and CHECKPOINT_URL in env:  # the portal, by the pod's door (relay.py)
+            path = urlsplit(env[CHECKPOINT_URL]).path
+            env[CHECKPOINT_URL] = f"http://127.0.0.1:{netns_port(spec.pod_index, PORTS_MAX)}{path}"
         if spec.ports:
             # A tool that listens here is reached by the portal alone (see _socket_dir).
             inside = sandbox.SOCKET_DIR if sandboxed else str(socket_dir)
@@ -589,9 +601,11 @@ class LocalBackend(Backend):
                 _signal_pod(pid, start, token, signal.SIGKILL)
             if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
-        if record.get("relay_pid") and _alive(record["relay_pid"], record["relay_start"]):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record["relay_pid"], signal.SIGTERM)  # it would go within a second
+        for kind in ("relay", "door"):
+            pid, started = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
+            if pid and _alive(pid, started):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)  # it would go within a second
         path.unlink(missing_ok=True)
         Path(record["exit_file"]).unlink(missing_ok=True)
         self._record_path(status.name).with_suffix(".passwd").unlink(missing_ok=True)
@@ -645,7 +659,7 @@ class LocalBackend(Backend):
 def netns_port(pod_index: int, number: int) -> int:
     """The port a sandboxed pod's declared port `number` listens on in its namespace."""
     first, size = NETNS_PORTS
-    return first + (pod_index * PORTS_MAX + number) % size
+    return first + (pod_index * (PORTS_MAX + 1) + number) % size
 
 
 def _pids_with_token(token: str) -> list[int]:

@@ -6,6 +6,7 @@ through a unix socket, and a gang's pods still meet on 127.0.0.1."""
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
 import os
 import shutil
@@ -274,3 +275,76 @@ def test_a_namespace_made_for_a_spawn_that_never_happened_goes_when_its_pod_is_d
     (backend.state_dir / "gp-1-0.json").write_text(json.dumps(stale))
     assert backend.delete_pod(PodStatus("gp-1-0", "ns", 1, 0), grace_period_s=0)
     assert not sandbox.netns_exists(netns) and not (backend.state_dir / "gp-1-0.json").exists()
+
+
+# Run inside a pod: requests to its checkpoint URL as given, and to other paths of its door.
+REPORTER = """
+import json, os, urllib.request, urllib.error
+url = os.environ["GPUPOOL_CHECKPOINT_URL"]
+def ask(method, to, headers):
+    request = urllib.request.Request(to, method=method, data=b"" if method == "POST" else None,
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return f"{answer.status} {answer.read().decode()}"
+    except urllib.error.HTTPError as exc:
+        return str(exc.code)
+    except OSError as exc:
+        return type(exc).__name__
+token = {"Authorization": "Bearer " + os.environ["GPUPOOL_CHECKPOINT_TOKEN"],
+         "X-Forwarded-Proto": "https"}
+base = url.split("/api/")[0]
+print(json.dumps({
+    "url": url,
+    "report": ask("POST", url, token),
+    "read": ask("GET", url, token),
+    "elsewhere": ask("POST", base + "/api/v1/users/", token),
+}), flush=True)
+"""
+
+
+@pytest.fixture
+def portal():
+    """An HTTP server on this machine's loopback standing in for the portal's checkpoint
+    API: what reaches it, it records."""
+    seen = []
+
+    class Portal(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            body = b"recorded"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Portal)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    thread.join()
+
+
+def test_a_pods_only_way_to_the_portal_is_posting_its_own_checkpoint_report(backend, portal):
+    """A workload that keeps checkpoints reports them to the portal (scheduling/checkpoints.py):
+    through its door, one POST to its own checkpoint address, with its token; any other
+    method or path is refused before the portal, and headers beyond a few are dropped."""
+    address, seen = portal
+    path = "/api/v1/workloads/1/checkpoint/"
+    env = {"GPUPOOL_CHECKPOINT_URL": address + path, "GPUPOOL_CHECKPOINT_TOKEN": "t0k"}
+    report = run_to_its_report(backend, spec(1, (PY, "-c", REPORTER), env=env))
+    door = local_backend.netns_port(0, local_backend.PORTS_MAX)
+    assert report["url"] == f"http://127.0.0.1:{door}{path}"
+    assert report["report"] == "200 recorded"
+    assert (report["read"], report["elsewhere"]) == ("403", "403")
+    [(method, reached, headers)] = seen
+    assert (method, reached, headers["authorization"]) == ("POST", path, "Bearer t0k")
+    assert "x-forwarded-proto" not in headers
+    assert headers["host"] == address.removeprefix("http://")
