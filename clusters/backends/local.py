@@ -400,14 +400,17 @@ class LocalBackend(Backend):
             _own(folder, os.geteuid(), self._portal_gid, 0o2750)  # sockets take the group
         return relay, door
 
-    def _ensure_relays(self, record: dict) -> None:
+    def _ensure_relays(self, record: dict) -> list[subprocess.Popen[bytes]]:
         """The pod's relays, started unless they run: in its namespace (`relay`) and out
-        of it (`door`). Each serves until the pod's wrapper is gone."""
+        of it (`door`), each returned once it listens. Each serves until the pod's wrapper
+        is gone. Started before the pod (no pid in the record yet), they are told which
+        process to watch by `_watch`: what the pod dials is there from its first step."""
+        started = []
+        watch = "-" if record["pid"] is None else f"{record['pid']}:{record['start_time']}"
         for kind in ("relay", "door"):
-            pid, started = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
-            if not record.get(kind) or (pid and _alive(pid, started)):
+            pid, since = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
+            if not record.get(kind) or (pid and _alive(pid, since)):
                 continue
-            watch = f"{record['pid']}:{record['start_time']}"
             argv = [sys.executable, "-I", RELAY, watch, *record[kind]]
             if kind == "relay":
                 argv = sandbox.in_netns(self._netns_path(record["workload_id"]), argv)
@@ -416,8 +419,8 @@ class LocalBackend(Backend):
                     proc = subprocess.Popen(
                         argv,
                         env={},
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
                         stderr=out,  # a relay that fails says so in the pod's log
                         start_new_session=True,
                     )
@@ -425,8 +428,16 @@ class LocalBackend(Backend):
                     log.warning("cannot start the %s of %s: %s", kind, record["name"], exc)
                     continue
             _CHILDREN[proc.pid] = proc
+            assert proc.stdout is not None
+            with proc.stdout:
+                if proc.stdout.readline() != b"ready\n":  # b"": it failed (its log says why)
+                    log.warning("the %s of %s did not start", kind, record["name"])
             record.update({f"{kind}_pid": proc.pid, f"{kind}_start": _proc_start_time(proc.pid)})
-            self._write(record)
+            started.append(proc)
+        if watch != "-":
+            _watch(started, watch)
+        self._write(record)
+        return started
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
@@ -438,6 +449,7 @@ class LocalBackend(Backend):
             except sandbox.NetnsError as exc:
                 self._record_path(record["name"]).unlink(missing_ok=True)
                 raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+        relays = self._ensure_relays(record)  # listening before the pod's first step
         with _open_log(Path(record["log"])) as out:
             try:
                 proc = subprocess.Popen(
@@ -450,13 +462,14 @@ class LocalBackend(Backend):
                     start_new_session=True,  # its own process group: stop signals reach all
                 )
             except OSError as exc:
+                _watch(relays, "")  # nothing to watch: they go
                 self._record_path(record["name"]).unlink(missing_ok=True)
                 self._drop_netns(record["workload_id"])
                 raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
-        self._ensure_relays(record)
+        _watch(relays, f"{record['pid']}:{record['start_time']}")
         how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
@@ -654,6 +667,14 @@ class LocalBackend(Backend):
         _, workload_id, pod_index = name.rsplit("-", 2)
         log_path = Path(settings.VAR_DIR) / "workloads" / workload_id / f"pod-{pod_index}.log"
         return _tail(log_path, tail_lines)
+
+
+def _watch(relays: list[subprocess.Popen[bytes]], watch: str) -> None:
+    """Tell relays started before their pod which process is it (`pid:start`; "": none)."""
+    for relay in relays:
+        assert relay.stdin is not None
+        with contextlib.suppress(OSError), relay.stdin:
+            relay.stdin.write(f"{watch}\n".encode())
 
 
 def netns_port(pod_index: int, number: int) -> int:

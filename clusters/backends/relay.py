@@ -17,7 +17,9 @@ sandbox, with FORWARDs of three kinds:
 
 WATCH is the pod's wrapper as `pid:start-time` (local._proc_start_time): the relay removes
 its sockets and exits once that process is gone, so no relay outlives its pod even when the
-worker that started it has restarted since. Stdlib only: it runs under `python -I`.
+worker that started it has restarted since. WATCH `-`: started before the pod, it says
+"ready" on stdout once it listens, then reads WATCH from stdin (end of input: the pod never
+started; it exits). Stdlib only: it runs under `python -I`.
 """
 
 from __future__ import annotations
@@ -153,12 +155,17 @@ async def _listen(forward: str) -> asyncio.Server:
     return server
 
 
-async def serve(forwards: list[str], watch: tuple[int, str]) -> None:
+async def serve(forwards: list[str], watch: str) -> None:
     """Serve each FORWARD until the watched process is gone (or SIGTERM)."""
     servers = [await _listen(forward) for forward in forwards]
+    print("ready", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
+        if watch == "-":
+            watch = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        pid, _, started = watch.strip().partition(":")
+        watch = (int(pid or 0), started)
         while start_time(watch[0]) == watch[1] and not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), WATCH_S)
@@ -171,8 +178,7 @@ async def serve(forwards: list[str], watch: tuple[int, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    pid, _, started = argv[1].partition(":")
-    asyncio.run(serve(argv[2:], (int(pid), started)))
+    asyncio.run(serve(argv[2:], argv[1]))
     return 0
 
 
