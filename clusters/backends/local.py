@@ -403,15 +403,15 @@ class LocalBackend(Backend):
     def _ensure_relays(self, record: dict) -> list[subprocess.Popen[bytes]]:
         """The pod's relays, started unless they run: in its namespace (`relay`) and out
         of it (`door`), each returned once it listens. Each serves until the pod's wrapper
-        is gone. Started before the pod (no pid in the record yet), they are told which
-        process to watch by `_watch`: what the pod dials is there from its first step."""
+        is gone; they are told which process that is on stdin (`_watch`), so that they may
+        start before the pod (no pid in the record yet): what the pod dials is there from
+        its first step."""
         started = []
-        watch = "-" if record["pid"] is None else f"{record['pid']}:{record['start_time']}"
         for kind in ("relay", "door"):
             pid, since = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
             if not record.get(kind) or (pid and _alive(pid, since)):
                 continue
-            argv = [sys.executable, "-I", RELAY, watch, *record[kind]]
+            argv = [sys.executable, "-I", RELAY, "-", *record[kind]]
             if kind == "relay":
                 argv = sandbox.in_netns(self._netns_path(record["workload_id"]), argv)
             with _open_log(Path(record["log"])) as out:
@@ -434,9 +434,10 @@ class LocalBackend(Backend):
                     log.warning("the %s of %s did not start", kind, record["name"])
             record.update({f"{kind}_pid": proc.pid, f"{kind}_start": _proc_start_time(proc.pid)})
             started.append(proc)
-        if watch != "-":
-            _watch(started, watch)
-        self._write(record)
+        if started:
+            self._write(record)
+        if started and record["pid"] is not None:
+            _watch(started, f"{record['pid']}:{record['start_time']}")
         return started
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
