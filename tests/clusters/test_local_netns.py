@@ -34,9 +34,15 @@ pytestmark = needs_sandbox
 # Run inside a pod: connect to each host:port, report what happened, and the interfaces.
 CONNECT = """
 import json, socket, sys
+def connect(host, port):
+    if host == "abstract":  # a unix socket of the abstract namespace: the network's
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect("\\0" + port)
+        return conn
+    return socket.create_connection((host, port), timeout=3)
 def attempt(host, port):
     try:
-        with socket.create_connection((host, port), timeout=3) as conn:
+        with connect(host, port) as conn:
             conn.settimeout(3)
             return "ok:" + conn.recv(64).decode("latin-1")
     except OSError as exc:
@@ -82,13 +88,19 @@ def listen():
             conn.sendall(b"host secret")
             conn.close()
 
-    def start(host: str) -> int:
-        server = socket.create_server((host, 0))
+    def start(host: str) -> int | str:
+        if host == "abstract":  # "\0name": in the network namespace, not the filesystem
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(f"\0gpupool-test-{os.getpid()}-{len(servers)}")
+            server.listen()
+        else:
+            server = socket.create_server((host, 0))
         server.settimeout(0.2)
         thread = threading.Thread(target=serve, args=(server,), daemon=True)
         thread.start()
         servers.append((server, thread))
-        return server.getsockname()[1]
+        name = server.getsockname()
+        return name[1:].decode() if host == "abstract" else name[1]
 
     yield start
     done.set()
@@ -121,13 +133,16 @@ def _machine_address() -> str:
 
 def test_a_pod_reaches_no_listener_of_this_machine_and_has_only_a_loopback(backend, listen):
     """From a pod, 127.0.0.1 is the gang's own, where nothing listens, and nothing else
-    routes: not this machine's address either."""
-    loopback, address = listen("127.0.0.1"), _machine_address()
+    routes: not this machine's address either, nor its abstract unix sockets (X11's,
+    D-Bus's), which belong to the network namespace."""
+    loopback, address, abstract = listen("127.0.0.1"), _machine_address(), listen("abstract")
     outside = listen(address)
     assert socket.create_connection(("127.0.0.1", loopback)).recv(11) == b"host secret"
-    report = connect_from_pod(backend, 1, [["127.0.0.1", loopback], [address, outside]])
+    targets = [["127.0.0.1", loopback], [address, outside], ["abstract", abstract]]
+    report = connect_from_pod(backend, 1, targets)
     assert report[f"127.0.0.1:{loopback}"] == "ConnectionRefusedError"
     assert report[f"{address}:{outside}"] == "OSError"  # Network is unreachable: no route
+    assert report[f"abstract:{abstract}"] == "ConnectionRefusedError"
     assert report["interfaces"] == ["lo"]
 
 
