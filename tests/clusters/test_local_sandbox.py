@@ -354,6 +354,7 @@ def test_the_page_shows_the_workers_answer_not_the_web_processs(client_as, org, 
     )
     page = client_as(org.platform_admin).get("/clusters/").content.decode()
     assert "tenants isolated" in page and "not root here" not in page
+    assert "on a network of its workload's own with no way out (egress off)" in page
 
 
 @needs_sandbox
