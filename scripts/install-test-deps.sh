@@ -4,7 +4,8 @@
 # Playwright for the browser tests; never a downloaded browser), and bubblewrap, the sandbox
 # of local pods (tests/clusters/test_local_sandbox.py; setpriv comes with util-linux), and
 # OpenSSH's server and client: a workload's SSH server in the sandbox, reached by `gpupool ssh`
-# (tests/workspaces/test_ports_ssh_local.py).
+# (tests/workspaces/test_ports_ssh_local.py), and slirp4netns, the way out of a local gang's
+# network namespace when its cluster allows egress (tests/clusters/test_local_netns.py).
 set -euo pipefail
 need=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || need+=(postgresql)
@@ -13,6 +14,7 @@ command -v chromium > /dev/null || need+=(chromium)
 command -v bwrap > /dev/null || need+=(bubblewrap)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh > /dev/null || need+=(openssh-client)
+command -v slirp4netns > /dev/null || need+=(slirp4netns)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -19,6 +19,7 @@ from workspaces.selectors import workspace_upstream
 log = logging.getLogger(__name__)
 # A kernel still starting is in use as much as a busy one: someone just opened it.
 ACTIVE_KERNEL_STATES = frozenset({"busy", "starting"})
+RELAY_HANGUP_S = 0.5  # a relay with nothing behind it hangs up well within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +66,23 @@ def tool_answers(workspace: Workspace, *, timeout: float = 2.0) -> bool:
 
 
 def port_answers(upstream: str, *, timeout: float) -> bool:
-    """A TCP port accepts connections (an SSH server: no HTTP to ask)."""
-    host, _, port = upstream.rpartition(":")
+    """A TCP port accepts connections (an SSH server: no HTTP to ask). On the local backend
+    the upstream is the socket of the pod's relay (clusters/backends/relay.py), which always
+    accepts, and hangs up at once when nothing listens on the port behind it: a connection
+    still open a moment later (or one that speaks first, as sshd does) is an answer."""
+    host, socket_path = upstream_address(upstream)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
+        if socket_path is None:
+            address, _, port = host.rpartition(":")
+            with socket.create_connection((address, int(port)), timeout=timeout):
+                return True
+        with socket.socket(socket.AF_UNIX) as relayed:
+            relayed.settimeout(timeout)
+            relayed.connect(socket_path)
+            relayed.settimeout(min(timeout, RELAY_HANGUP_S))
+            return relayed.recv(1, socket.MSG_PEEK) != b""
+    except TimeoutError:
+        return True  # open, and silent: a server that waits for its client to speak
     except (OSError, ValueError):
         return False
 

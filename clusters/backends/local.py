@@ -7,9 +7,11 @@ wrapper that writes the exit code to a file, because only the process's parent c
 wait() for it and the parent may be a worker that has since restarted.
 
 Tenants are isolated (`sandbox`): each pod runs in a bubblewrap sandbox as a user of its
-own, with an environment built only from its workload's and GPUPool's variables, and a
-tool that serves a port listens on a unix socket only the portal can reach. A machine that
-cannot sandbox runs only platform admins' pods.
+own, with an environment built only from its workload's and GPUPool's variables, in its
+gang's network namespace (only a loopback of the gang's own). A tool that serves a port listens
+on a unix socket only the portal can reach, or on a TCP port of that loopback that a relay
+(clusters/backends/relay.py) serves to the portal as a unix socket. A machine that cannot
+sandbox runs only platform admins' pods, on this machine's network.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -52,11 +55,13 @@ from clusters.backends import (
     sandbox,
 )
 from clusters.backends.localgpus import local_gpus, local_mig_sync
+from clusters.backends.relay import start_time as _proc_start_time
 from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
 
 WRAPPER = str(Path(__file__).with_name("local_wrapper.py"))
+RELAY = str(Path(__file__).with_name("relay.py"))
 # Popen objects of processes this worker started, so that they are reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # How long a record written just before a spawn may lack its process before it is dropped.
@@ -69,18 +74,13 @@ MPS_RUN_DIR = SOCKETS_RUN_DIR  # the MPS pipe folders, for the same reason (shor
 # The worker probes at least every inventory sync (60 s): older, it may be gone.
 ISOLATION_REPORT_TTL_S = 600
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-
-
-def _proc_start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot, or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has exited; only its exit status is left
-        return None
-    return fields[19]
+# A sandboxed pod's declared ports, on its gang's own loopback: pod i's port n is
+# NETNS_PORTS[0] + i * (PORTS_MAX + 1) + n (modulo the range), apart from the rendezvous
+# ports (clusters.podspecs.LOCAL_PORTS: 29500 to 39499) and from its peers' in the
+# namespace; n = PORTS_MAX is its way to report checkpoints (relay.py's door).
+NETNS_PORTS = (40000, 25000)
+PORTS_MAX = 100  # scheduling.bounds.PORTS_MAX
+CHECKPOINT_URL = "GPUPOOL_CHECKPOINT_URL"  # scheduling.checkpoints
 
 
 def _alive(pid: int, start_time: str) -> bool:
@@ -117,7 +117,7 @@ class LocalBackend(Backend):
         """Whether this machine sandboxes pods; `sandbox: false` in the config turns it off.
         Kept in var/ for the pages: the web process may run as another user than the
         worker that starts the pods, and only the worker's answer counts."""
-        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        isolation = self._probe()
         report = {"available": isolation.available, "reason": isolation.reason, "at": time.time()}
         _write_atomic(self._isolation_path, json.dumps(report))
         return isolation
@@ -126,18 +126,32 @@ class LocalBackend(Backend):
         """The worker's last answer (it probes on every inventory sync and pod start), or,
         when it has given none lately, this process's own."""
         if not self._sandbox_enabled:
-            return sandbox.probe(enabled=False)
+            return self._probe()
         try:
             report = json.loads(self._isolation_path.read_text())
         except (OSError, ValueError):
             report = None
         if report is None or time.time() - report["at"] > ISOLATION_REPORT_TTL_S:
-            return sandbox.probe()
+            return self._probe()
         return sandbox.Isolation(bool(report["available"]), str(report["reason"]))
+
+    def _probe(self) -> sandbox.Isolation:
+        """This process's answer. Egress turned on needs slirp4netns: without it, pods
+        are not run with less than the admin chose, nor without isolation."""
+        isolation = sandbox.probe(enabled=self._sandbox_enabled)
+        if isolation.available and self._egress and shutil.which("slirp4netns") is None:
+            return sandbox.Isolation(False, sandbox.NO_EGRESS)
+        return isolation
 
     @property
     def _sandbox_enabled(self) -> bool:
         return self.cluster.config.get("sandbox", True) is not False
+
+    @property
+    def _egress(self) -> bool:
+        """`egress: true` in the config: pods reach the network outside (not this machine's
+        loopback); off by default."""
+        return self.cluster.config.get("egress", False) is True
 
     @property
     def _isolation_path(self) -> Path:
@@ -260,9 +274,12 @@ class LocalBackend(Backend):
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         record = self._resolve(self._read(self._record_path(spec.name)))
-        if record is not None:
-            return self._status(record)
-        return self._status(self._spawn(spec))
+        if record is None:
+            return self._status(self._spawn(spec))
+        status = self._status(record)
+        if status.phase == PodPhase.RUNNING:
+            self._ensure_relays(record)  # a relay that died (killed, OOM) is started again
+        return status
 
     def _resolve(self, record: dict | None) -> dict | None:
         """A record without a pid was written just before a spawn that a crash interrupted:
@@ -302,6 +319,7 @@ class LocalBackend(Backend):
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
         argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
+        relay, door = self._forwards(spec, ports) if isolation.available else ([], [])
         exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
         exit_file.unlink(missing_ok=True)
         record = {
@@ -321,6 +339,9 @@ class LocalBackend(Backend):
             "argv": argv,
             "terminating_since": None,
             "sandboxed": isolation.available,
+            # What the relays forward (relay.py), in the gang's namespace and out of it.
+            "relay": relay,
+            "door": door,
             # Its GPU's MPS daemon runs while this record lasts (the pod may still be
             # shutting down): a GPU leaves MPS mode only once its last sharer is gone.
             "mps_device": mps_device(spec) if spec.mps is not None else None,
@@ -342,17 +363,94 @@ class LocalBackend(Backend):
         workdir = self.workload_dir(spec.workload_id)
         uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
         mounts = (*mounts, self._passwd_mount(spec.name, uid, gid, workdir))
+        if self._egress:
+            mounts = (*mounts, self._resolv_mount())
         _own(workdir, uid, gid, 0o700)
         # The pod's user creates its socket; the portal's group (var/'s) connects to it.
-        _own(socket_dir, uid, Path(settings.VAR_DIR).stat().st_gid, 0o2770)
-        return sandbox.wrap(
+        _own(socket_dir, uid, self._portal_gid, 0o2770)
+        return sandbox.in_netns(self._netns_path(spec.workload_id), sandbox.wrap(
             command, uid=uid, gid=gid, workdir=workdir, mounts=mounts, host_ipc=bool(spec.mps)
-        )
+        ))  # fmt: skip
+
+    @property
+    def _portal_gid(self) -> int:
+        return Path(settings.VAR_DIR).stat().st_gid
+
+    def _netns_path(self, workload_id: int) -> Path:
+        """Where the network namespace of a workload's pods (its gang) is kept."""
+        return self.state_dir.parent / "netns" / str(workload_id)
+
+    def _forwards(self, spec: PodSpec, ports: dict[str, str]) -> tuple[list[str], list[str]]:
+        """What the pod's relays forward (relay.py): in its namespace, each port's socket to
+        the port, and its checkpoint door's port to the door's socket; out of it, that
+        socket to the portal. The sockets' folder is made for the portal's group alone
+        (root's: the pod neither sees nor replaces a socket there)."""
+        relay = [
+            f"{ports[port.name].removeprefix('unix:')}>tcp:{netns_port(spec.pod_index, number)}"
+            for number, port in enumerate(spec.ports)
+        ]
+        door = []
+        if CHECKPOINT_URL in spec.env:
+            socket_path = self._ports_dir(spec.name) / "portal.sock"
+            relay.append(f"tcp:{netns_port(spec.pod_index, PORTS_MAX)}>unix:{socket_path}")
+            door.append(f"unix:{socket_path}>door:{spec.env[CHECKPOINT_URL]}")
+        if relay:
+            folder = self._ports_dir(spec.name)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _own(folder, os.geteuid(), self._portal_gid, 0o2750)  # sockets take the group
+        return relay, door
+
+    def _ensure_relays(self, record: dict) -> list[subprocess.Popen[bytes]]:
+        """The pod's relays, started unless they run: in its namespace (`relay`) and out
+        of it (`door`), each returned once it listens. Each serves until the pod's wrapper
+        is gone; they are told which process that is on stdin (`_watch`), so that they may
+        start before the pod (no pid in the record yet): what the pod dials is there from
+        its first step."""
+        started = []
+        for kind in ("relay", "door"):
+            pid, since = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
+            if not record.get(kind) or (pid and _alive(pid, since)):
+                continue
+            argv = [sys.executable, "-I", RELAY, "-", *record[kind]]
+            if kind == "relay":
+                argv = sandbox.in_netns(self._netns_path(record["workload_id"]), argv)
+            with _open_log(Path(record["log"])) as out:
+                try:
+                    proc = subprocess.Popen(
+                        argv,
+                        env={},
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=out,  # a relay that fails says so in the pod's log
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    log.warning("cannot start the %s of %s: %s", kind, record["name"], exc)
+                    continue
+            _CHILDREN[proc.pid] = proc
+            assert proc.stdout is not None
+            with proc.stdout:
+                if proc.stdout.readline() != b"ready\n":  # b"": it failed (its log says why)
+                    log.warning("the %s of %s did not start", kind, record["name"])
+            record.update({f"{kind}_pid": proc.pid, f"{kind}_start": _proc_start_time(proc.pid)})
+            started.append(proc)
+        if started:
+            self._write(record)
+        if started and record["pid"] is not None:
+            _watch(started, f"{record['pid']}:{record['start_time']}")
+        return started
 
     def _start(self, record: dict, env: dict[str, str], workdir: Path) -> dict:
         wrapper = [sys.executable, "-I", WRAPPER]
         if record["sandboxed"]:
             wrapper.append("--sandboxed")
+            # After the record: a namespace is removed only where no record names its gang.
+            try:
+                sandbox.netns_create(self._netns_path(record["workload_id"]), egress=self._egress)
+            except sandbox.NetnsError as exc:
+                self._record_path(record["name"]).unlink(missing_ok=True)
+                raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+        relays = self._ensure_relays(record)  # listening before the pod's first step
         with _open_log(Path(record["log"])) as out:
             try:
                 proc = subprocess.Popen(
@@ -365,11 +463,14 @@ class LocalBackend(Backend):
                     start_new_session=True,  # its own process group: stop signals reach all
                 )
             except OSError as exc:
+                _watch(relays, "")  # nothing to watch: they go
                 self._record_path(record["name"]).unlink(missing_ok=True)
+                self._drop_netns(record["workload_id"])
                 raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
         self._write(record)
+        _watch(relays, f"{record['pid']}:{record['start_time']}")
         how = "sandboxed" if record["sandboxed"] else "NOT sandboxed"
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
@@ -384,18 +485,34 @@ class LocalBackend(Backend):
         path.chmod(0o644)
         return sandbox.Mount(str(path), "/etc/passwd", read_only=True)
 
+    def _resolv_mount(self) -> sandbox.Mount:
+        """DNS through slirp4netns's forwarder: the machine's resolver may be on its own
+        loopback (systemd-resolved), out of the pod's reach."""
+        path = self.state_dir.parent / "resolv.conf"
+        _write_atomic(path, f"nameserver {sandbox.EGRESS_DNS}\n")
+        path.chmod(0o644)
+        return sandbox.Mount(str(path), "/etc/resolv.conf", read_only=True)
+
     def _socket_dir(self, name: str) -> Path:
         """The pod's socket folder: only the pod's user and the portal's group enter it.
 
         Under /run when the worker may write there: a socket's path must fit in 107 bytes,
         which a deep var/ would not leave. One folder per var/ (a digest of its path), so
         that two portals on one machine never meet."""
+        return self._sockets_base / name
+
+    def _ports_dir(self, name: str) -> Path:
+        """The relay's sockets for the pod's ports (a pod's name has no dot)."""
+        return self._sockets_base / f"{name}.ports"
+
+    @property
+    def _sockets_base(self) -> Path:
         base = self.state_dir.parent / "sockets"
         if os.access(SOCKETS_RUN_DIR.parent, os.W_OK):
             digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
             base = SOCKETS_RUN_DIR / digest
             SOCKETS_RUN_DIR.mkdir(mode=0o755, exist_ok=True)
-        return base / name
+        return base
 
     def _data_mounts(self, spec: PodSpec) -> tuple[sandbox.Mount, ...]:
         """Volumes that name a directory of this machine (a workspace's data volume), and an
@@ -446,16 +563,24 @@ class LocalBackend(Backend):
             env["CUDA_VISIBLE_DEVICES"] = client_visible_devices(device)
             env.update(mps_env(spec.mps, str(self.mps.pipe_dir(device))))
         env["GPUPOOL_POD_TOKEN"] = secrets.token_hex(12)
-        env["GPUPOOL_BIND_HOST"] = "127.0.0.1"  # the portal is on this machine
+        # Sandboxed: the gang's own loopback, which the relay reaches; else this machine's.
+        env["GPUPOOL_BIND_HOST"] = "127.0.0.1"
         endpoint = ""
         ports: dict[str, str] = {}
         for number, port in enumerate(spec.ports):
-            host_port = _free_port()
-            env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(host_port)
-            ports[port.name] = f"127.0.0.1:{host_port}"
+            if sandboxed:
+                listen = netns_port(spec.pod_index, number)
+                ports[port.name] = f"unix:{self._ports_dir(spec.name) / port.name}.sock"
+            else:
+                listen = _free_port()
+                ports[port.name] = f"127.0.0.1:{listen}"
+            env[f"GPUPOOL_PORT_{port.name.upper().replace('-', '_')}"] = str(listen)
             if number == 0:
-                env["GPUPOOL_PORT"] = str(host_port)
-                endpoint = f"127.0.0.1:{host_port}"
+                env["GPUPOOL_PORT"] = str(listen)
+                endpoint = ports[port.name]
+        if sandboxed and CHECKPOINT_URL in env:  # the portal, by the pod's door (relay.py)
+            path = urlsplit(env[CHECKPOINT_URL]).path
+            env[CHECKPOINT_URL] = f"http://127.0.0.1:{netns_port(spec.pod_index, PORTS_MAX)}{path}"
         if spec.ports:
             # A tool that listens here is reached by the portal alone (see _socket_dir).
             inside = sandbox.SOCKET_DIR if sandboxed else str(socket_dir)
@@ -474,6 +599,7 @@ class LocalBackend(Backend):
         path = self._record_path(status.name)
         record = self._resolve(self._read(path))
         if record is None:
+            self._drop_netns(status.workload_id)  # a spawn that never happened made one
             return True
         if record["pid"] is None:
             return False  # still being started: stop it on the next pass
@@ -489,11 +615,25 @@ class LocalBackend(Backend):
                 _signal_pod(pid, start, token, signal.SIGKILL)
             if not _wait_gone(pid, start, token, timeout=0.5):
                 return False
+        for kind in ("relay", "door"):
+            pid, started = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
+            if pid and _alive(pid, started):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)  # it would go within a second
         path.unlink(missing_ok=True)
         Path(record["exit_file"]).unlink(missing_ok=True)
         self._record_path(status.name).with_suffix(".passwd").unlink(missing_ok=True)
         shutil.rmtree(self._socket_dir(status.name), ignore_errors=True)
+        shutil.rmtree(self._ports_dir(status.name), ignore_errors=True)
+        self._drop_netns(record["workload_id"])
         return True
+
+    def _drop_netns(self, workload_id: int) -> None:
+        """The gang's namespace goes with its last pod."""
+        for path in self.state_dir.glob("*.json"):
+            if (self._read(path) or {}).get("workload_id") == workload_id:
+                return
+        sandbox.netns_remove(self._netns_path(workload_id))
 
     def _signal_late_comers(self, record: dict) -> None:
         """SIGTERM what started after the first one: a pod stopped while its sandbox was
@@ -528,6 +668,20 @@ class LocalBackend(Backend):
         _, workload_id, pod_index = name.rsplit("-", 2)
         log_path = Path(settings.VAR_DIR) / "workloads" / workload_id / f"pod-{pod_index}.log"
         return _tail(log_path, tail_lines)
+
+
+def _watch(relays: list[subprocess.Popen[bytes]], watch: str) -> None:
+    """Tell relays started before their pod which process is it (`pid:start`; "": none)."""
+    for relay in relays:
+        assert relay.stdin is not None
+        with contextlib.suppress(OSError), relay.stdin:
+            relay.stdin.write(f"{watch}\n".encode())
+
+
+def netns_port(pod_index: int, number: int) -> int:
+    """The port a sandboxed pod's declared port `number` listens on in its namespace."""
+    first, size = NETNS_PORTS
+    return first + (pod_index * (PORTS_MAX + 1) + number) % size
 
 
 def _pids_with_token(token: str) -> list[int]:

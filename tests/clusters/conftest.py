@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
 
+from clusters.backends import sandbox
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
@@ -19,6 +21,18 @@ def _var_dir(settings, tmp_path):
     # Locks and rate limits live in the cache: a fresh one per test.
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     cache.clear()
+    yield
+    forget_namespaces(settings.VAR_DIR)
+
+
+def forget_namespaces(var_dir: Path) -> None:
+    """The network namespaces local pods of a test left mounted under its var/ (a pod that
+    finished keeps its gang's until it is deleted): unmounted, so that no mount outlives the
+    test's folder."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = Path(line.split()[4])
+        if " - nsfs " in line and target.is_relative_to(var_dir):
+            sandbox.netns_remove(target)
 
 
 def make_cluster(name: str = "local", backend: str = Backend.LOCAL, **extra) -> Cluster:

@@ -72,8 +72,13 @@ def spec(workload_id: int, command: tuple[str, ...], **fields) -> PodSpec:
 
 def run_probe(backend: LocalBackend, workload_id: int, reads: list[str], writes=(), **fields):
     command = (PY, "-c", PROBE, json.dumps(reads), json.dumps(list(writes)))
-    backend.ensure_pod(spec(workload_id, command, **fields))
-    name = f"gp-{workload_id}-0"
+    return run_to_its_report(backend, spec(workload_id, command, **fields))
+
+
+def run_to_its_report(backend: LocalBackend, pod: PodSpec) -> dict:
+    """Run the pod to its end; the JSON its last line of output says."""
+    backend.ensure_pod(pod)
+    name = pod.name
     status = wait_until(
         lambda: (s := backend.pod_statuses()[name]).phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
         and s,
@@ -349,6 +354,7 @@ def test_the_page_shows_the_workers_answer_not_the_web_processs(client_as, org, 
     )
     page = client_as(org.platform_admin).get("/clusters/").content.decode()
     assert "tenants isolated" in page and "not root here" not in page
+    assert "on a network of its workload's own with no way out (egress off)" in page
 
 
 @needs_sandbox

@@ -4,6 +4,8 @@ import pytest
 from django.core.cache import cache
 from django.db import connections
 
+from tests.clusters.conftest import forget_namespaces
+
 
 @pytest.fixture(autouse=True)
 def _no_persistent_connections():
@@ -25,3 +27,5 @@ def local_var_dir(settings, tmp_path):
     settings.VAR_DIR.mkdir()
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     cache.clear()
+    yield
+    forget_namespaces(settings.VAR_DIR)
