@@ -102,7 +102,7 @@ def week(org, cluster, submit):
     ran(frac, (40, None), share=0.5)
     mem = submit(r, org.project_a, "mem", gpu_request="memory", gpu_memory_mib=20480)
     history(mem, 40, S.FAILED, 350)
-    ran(mem, (50, 350), share=0.25)
+    ran(mem, (50, 350), share=0.5)  # on a 40 GiB GPU
     Gpu.objects.filter(index=3).update(mig_enabled=True)
     mig = submit(r, org.project_a, "mig", gpu_request="mig", mig_profile="3g.40gb")
     history(mig, 50, S.PENDING)
@@ -154,7 +154,7 @@ def test_the_export_reads_back_as_each_workload_ran(week, tmp_path):
     assert (v["gang"].priority, v["gang"].preemptible) == (100, False)
     assert (v["gang"].topology_level, v["gang"].topology_required) == ("rack", True)
     assert (v["frac"].gpus_per_pod, v["frac"].duration) == (0.5, None)  # still running
-    assert (v["mem"].gpus_per_pod, v["mem"].duration) == (0.25, 300)  # the share it held
+    assert (v["mem"].gpus_per_pod, v["mem"].duration) == (0.5, 300)  # the share it held
     assert (v["mig"].mig_profile, v["mig"].gpus_per_pod, v["mig"].duration) == (
         "3g.40gb",
         3 / 7,
