@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 
 from clusters.metrics.models import AllocationInterval
 from clusters.models import Cluster, Gpu
+from portal.models import ProjectQuota
 from scheduling.engine.sim.trace import TraceJob, read_trace
 from scheduling.models import Workload, WorkloadState
 from scheduling.trace_export import trace_export
@@ -189,13 +190,17 @@ def test_the_export_streams_in_a_few_queries(week, django_assert_max_num_queries
 
 
 def test_the_simulator_replays_the_export_with_the_projects_quotas(week, tmp_path):
+    ProjectQuota.objects.filter(project=week.project_b).update(over_quota_allowed=False)
     path, _ = export(tmp_path, "--quotas", str(tmp_path / "quotas.json"))
     quotas = json.loads((tmp_path / "quotas.json").read_text())
     assert quotas["teams"]["ml-vision"] == {
         "department": "vision",
         "pools": {"a100": {"deserved": 4.0, "limit": None, "weight": 1.0}},
     }
-    assert quotas["teams"]["nlp"]["department"] == "language"
+    assert quotas["teams"]["nlp"] == {  # may not go over quota: its deserved is its limit
+        "department": "language",
+        "pools": {"a100": {"deserved": 4.0, "limit": 4.0, "weight": 1.0}},
+    }
     cluster = {
         "pools": [
             {
