@@ -12,13 +12,18 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
 from clusters.metrics.models import AllocationInterval
 from clusters.models import Cluster, Gpu
+from clusters.reconcile import cluster_reconcile
 from portal.models import ProjectQuota
 from scheduling.engine.sim.trace import TraceJob, read_trace
 from scheduling.models import Workload, WorkloadState
 from scheduling.trace_export import trace_export
+from tests.clusters.kube import kube  # noqa: F401 - the fixture
+from tests.clusters.test_kubernetes_native import NS, job_body, kubectl_jobs, step
 
 S = WorkloadState
 T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)  # a Monday
@@ -250,3 +255,30 @@ def test_a_cluster_keeps_the_work_placed_on_it(week, tmp_path):
     out = StringIO()
     call_command("export_trace", "--cluster", "sim", stdout=out, stderr=StringIO())
     assert [line.split(",")[0] for line in out.getvalue().splitlines()[1:]] == ["nlp/nightly"]
+
+
+def test_a_job_made_with_kubectl_is_exported_as_it_ran(kube, org, tmp_path):  # noqa: F811
+    """The intake's own record (clusters/native.py), not one written by hand."""
+    fake = kube.require_fake()
+    cluster = kube.cluster()
+    kube.nodes(cluster)
+    fake.job_controller = True
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config_dict(kube.kubeconfig))
+    core.create_namespace({"metadata": {"name": NS}})
+    kubectl_jobs(fake, core, job_body("nightly", parallelism=3))
+    for _ in range(2):
+        step(cluster)
+    for pod in fake.pods():
+        fake.finish(NS, pod["metadata"]["name"], exit_code=0)
+    fake.run_controllers()
+    cluster_reconcile(cluster)
+    assert Workload.objects.get(name="nightly").state == S.SUCCEEDED
+    out = tmp_path / "trace.csv"
+    call_command("export_trace", "--output", str(out), "--cluster", cluster.name, stderr=StringIO())
+    (native,), _ = read_trace(out)
+    assert (native.id, native.team, native.pods, native.gpus_per_pod) == (
+        "ml-vision/nightly", "ml-vision", 3, 1,
+    )  # fmt: skip
+    assert (native.cpu, native.memory_gib, native.priority) == (2, 4, 50)
+    assert native.duration is not None and native.duration >= 0
+    assert out.read_text().splitlines()[1].endswith(",kubernetes:Job")
