@@ -109,6 +109,9 @@ def week(org, cluster, submit):
     mem = submit(r, org.project_a, "mem", gpu_request="memory", gpu_memory_mib=20480)
     history(mem, 40, S.FAILED, 350)
     ran(mem, (50, 350), share=0.5)  # on a 40 GiB GPU
+    waits = submit(r, org.project_a, "mem-waits", gpu_request="memory", gpu_memory_mib=20480)
+    history(waits, 45, S.PENDING)
+    Gpu.objects.filter(index=0).update(memory_mib=163840)  # the largest GPU: 160 GiB
     Gpu.objects.filter(index=3).update(mig_enabled=True)
     mig = submit(r, org.project_a, "mig", gpu_request="mig", mig_profile="3g.40gb")
     history(mig, 50, S.PENDING)
@@ -147,8 +150,8 @@ def test_the_export_reads_back_as_each_workload_ran(week, tmp_path):
     path, _ = export(tmp_path)
     jobs, origin = read_trace(path)
     assert origin == T0.timestamp()
-    portal = ("whole", "saved", "gang", "frac", "mem", "mig", "grow", "zone", "tune-trial-0",
-              "tune-trial-1")  # fmt: skip
+    portal = ("whole", "saved", "gang", "frac", "mem", "mem-waits", "mig", "grow", "zone",
+              "tune-trial-0", "tune-trial-1")  # fmt: skip
     assert sorted(j.id for j in jobs) == [*sorted(f"ml-vision/{n}" for n in portal), "nlp/nightly"]
     v = {j.id.removeprefix("ml-vision/"): j for j in jobs}
     # A restart without a checkpoint began again: only its last run is its work.
@@ -161,6 +164,7 @@ def test_the_export_reads_back_as_each_workload_ran(week, tmp_path):
     assert (v["gang"].topology_level, v["gang"].topology_required) == ("rack", True)
     assert (v["frac"].gpus_per_pod, v["frac"].duration) == (0.5, None)  # still running
     assert (v["mem"].gpus_per_pod, v["mem"].duration) == (0.5, 300)  # the share it held
+    assert v["mem-waits"].gpus_per_pod == 0.125  # 20 GiB of the largest GPU there is
     assert (v["mig"].mig_profile, v["mig"].gpus_per_pod, v["mig"].duration) == (
         "3g.40gb",
         3 / 7,
@@ -183,7 +187,7 @@ def test_the_origin_column_names_the_owner_kind_and_the_replay_ignores_it(week, 
     assert origins["nlp/nightly"] == "kubernetes:Job"
     assert origins["ml-vision/whole"] == "portal"
     assert err.strip() == (
-        "export_trace: 11 workloads, 1 left out (ended without running), "
+        "export_trace: 12 workloads, 1 left out (ended without running), "
         "topology dropped from 1 (a level but rack)"
     )
 
@@ -191,7 +195,7 @@ def test_the_origin_column_names_the_owner_kind_and_the_replay_ignores_it(week, 
 def test_the_export_streams_in_a_few_queries(week, django_assert_max_num_queries):
     with django_assert_max_num_queries(3):
         stats = trace_export(StringIO(), since=T0)
-    assert stats.rows == 11
+    assert stats.rows == 12
 
 
 def test_the_simulator_replays_the_export_with_the_projects_quotas(week, tmp_path):
@@ -230,7 +234,7 @@ def test_the_simulator_replays_the_export_with_the_projects_quotas(week, tmp_pat
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
-    assert summary["jobs"] == 11, summary
+    assert summary["jobs"] == 12, summary
 
 
 @pytest.mark.parametrize(
