@@ -25,8 +25,8 @@ from typing import IO, Any
 from django.db.models import F, Max
 from django.db.models.functions import Coalesce
 
-from clusters.metrics.models import AllocationInterval
 from clusters.models import Gpu
+from clusters.selectors import workload_pod_history
 from portal.models import ProjectQuota
 from scheduling.models import FINISHED_STATES, GpuRequestKind, Workload, WorkloadKind
 
@@ -37,6 +37,7 @@ COLUMNS = (
 )  # fmt: skip
 # The only topology level the simulated nodes carry (trace.TOPOLOGY_LEVELS).
 SIM_TOPOLOGY = "rack"
+NEVER_RAN = -1.0  # duration_s of work that ended without running: left out
 DEFAULT_GPU_MEMORY_MIB = 81920  # a memory request's share when no GPU is known at all
 FIELDS = (
     "pk", "name", "project__name", "submit", "state", "gpu_request", "gpus", "gpu_memory_mib",
@@ -79,7 +80,10 @@ def origin(spec: dict[str, Any] | None) -> str:
     return f"kubernetes:{(native.get('owner') or {}).get('kind') or 'Pod'}"
 
 
-def runs(intervals: Iterable[tuple[dt.datetime, dt.datetime | None]], end: dt.datetime) -> list:
+Held = list[tuple[dt.datetime, dt.datetime | None]]  # (started, ended) of a workload's pods
+
+
+def runs(intervals: Held, end: dt.datetime) -> list[list[dt.datetime]]:
     """The intervals merged into runs (start, end): pods held together count once."""
     merged: list[list[dt.datetime]] = []
     for start, ended in sorted(intervals, key=lambda pair: pair[0]):
@@ -91,8 +95,8 @@ def runs(intervals: Iterable[tuple[dt.datetime, dt.datetime | None]], end: dt.da
     return merged
 
 
-def duration_s(wl: dict[str, Any], held: list) -> float | None:
-    """Seconds of work the replay gives it; None: still going (runs to the end); -1: never ran."""
+def duration_s(wl: dict[str, Any], held: Held) -> float | None:
+    """Seconds of work the replay gives it; None: still going (runs to the end)."""
     if wl["state"] not in FINISHED_STATES:
         return None
     end = wl["finished_at"]
@@ -100,7 +104,7 @@ def duration_s(wl: dict[str, Any], held: list) -> float | None:
     if not segments:
         start = wl["started_at"] or wl["admitted_at"]
         if start is None or end is None:
-            return -1.0
+            return NEVER_RAN
         segments = [[start, end]]
     checkpointed = bool(wl["checkpoint_dir"] or wl["last_checkpoint_at"])
     if not checkpointed:
@@ -132,7 +136,7 @@ def _number(value: float) -> str:
 def trace_row(wl: dict[str, Any], held: list, gpu_memory: int, stats: ExportStats) -> dict | None:
     """The trace row of one workload (a dict of COLUMNS), None when it is left out."""
     duration = duration_s(wl, [(s, e) for s, e, _ in held])
-    if duration is not None and duration < 0:
+    if duration == NEVER_RAN:
         stats.left_out += 1
         return None
     level = wl["topology_level"]
@@ -164,12 +168,7 @@ def trace_row(wl: dict[str, Any], held: list, gpu_memory: int, stats: ExportStat
 
 def _intervals(workloads: Any) -> Iterator[tuple[int, list]]:
     """(workload id, [(started, ended, share)]) in workload order, streamed."""
-    rows = (
-        AllocationInterval.objects.filter(workload_id__in=workloads.values("pk"))
-        .order_by("workload_id", "started_at")
-        .values_list("workload_id", "started_at", "ended_at", "share")
-        .iterator(chunk_size=2000)
-    )
+    rows = workload_pod_history(workloads)
     for workload_id, group in groupby(rows, key=lambda row: row[0]):
         yield workload_id, [row[1:] for row in group]
 
