@@ -188,7 +188,7 @@ def test_the_origin_column_names_the_owner_kind_and_the_replay_ignores_it(week, 
     assert origins["ml-vision/whole"] == "portal"
     assert err.strip() == (
         "export_trace: 12 workloads, 1 left out (ended without running), "
-        "topology dropped from 1 (a level but rack)"
+        "topology dropped from 1 (a level other than rack)"
     )
 
 

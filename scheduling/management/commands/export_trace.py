@@ -87,5 +87,6 @@ class Command(BaseCommand):
         if stats.left_out:
             notes.append(f"{stats.left_out} left out (ended without running)")
         if stats.topology_dropped:
-            notes.append(f"topology dropped from {stats.topology_dropped} (a level but rack)")
+            dropped = stats.topology_dropped
+            notes.append(f"topology dropped from {dropped} (a level other than rack)")
         self.stderr.write("export_trace: " + ", ".join(notes))
