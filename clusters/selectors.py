@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -13,7 +14,7 @@ from django.db.models import Avg, Count, Q, QuerySet
 
 from clusters.backends import get_backend, pod_name
 from clusters.backends.sshd import SSH_USER
-from clusters.metrics.models import GpuSample
+from clusters.metrics.models import AllocationInterval, GpuSample
 from clusters.mig import drawn_instances, mig_limits
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from clusters.podspecs import native_slot
@@ -313,3 +314,17 @@ def workload_gpu_utilization(workload_id: int, since: datetime) -> float | None:
     )
     value = found["util_pct__avg"]
     return None if value is None else float(value)
+
+
+def workload_pod_history(
+    workloads: QuerySet,
+) -> Iterator[tuple[int, datetime, datetime | None, float]]:
+    """(workload id, started, ended or None while held, GPU share) of every pod these
+    workloads held, from the usage history, by workload then start; streamed, one query
+    (scheduling.trace_export)."""
+    return (
+        AllocationInterval.objects.filter(workload_id__in=workloads.values("pk"))
+        .order_by("workload_id", "started_at")
+        .values_list("workload_id", "started_at", "ended_at", "share")
+        .iterator(chunk_size=2000)
+    )
