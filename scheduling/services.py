@@ -188,9 +188,11 @@ def workload_stop(
             raise ValidationFailed({"state": [f"{workload.name} has already {workload.state}."]})
         before = snapshot(workload, AUDIT_FIELDS)
         text = message or f"By {'the system' if actor is None else actor.username}."
-        for trial in workload.children.exclude(state__in=FINISHED_STATES):
-            workload_transition(trial, WorkloadState.STOPPED, reason=reason, message=text)
-        workload_transition(workload, WorkloadState.STOPPED, reason=reason, message=text)
+        for stopped in [*workload.children.exclude(state__in=FINISHED_STATES), workload]:
+            workload_transition(stopped, WorkloadState.STOPPED, reason=reason, message=text)
+            # Kept on the row too: the home page, lists and `describe` say why it stopped.
+            stopped.message = text[:1000]
+            stopped.save(update_fields=["message"])
         audit_log(
             actor=actor,
             action="workload.stop",

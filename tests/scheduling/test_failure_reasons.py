@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from scheduling import services
 from scheduling.cli import main
 from scheduling.models import WorkloadState
 from tests import factories as f
@@ -77,3 +78,16 @@ def test_the_queued_banner_goes_once_the_workload_left_the_queue(client_as, org,
     # While it is still queued, the banner says so.
     response = client.post("/workloads/new/training/", {**form, "name": "waiting"})
     assert "waiting is queued." in client.get(response.url).content.decode()
+
+
+def test_work_stopped_by_someone_says_who_on_the_home_page_list_and_api(client_as, org, submit):
+    """A stop from the portal or the CLI keeps its message on the row (it was only in the
+    event: the home page and the lists said nothing)."""
+    wl = submit(org.researcher, org.project_a, "halted", gpus=1)
+    services.workload_stop(actor=org.dept_admin, workload=wl)
+    client = client_as(org.researcher)
+    for page in ("/", "/home/fragment/", "/workloads/"):
+        assert "By dana." in client.get(page).content.decode(), page
+    api = APIClient()
+    api.force_authenticate(org.researcher)
+    assert api.get(f"/api/v1/workloads/{wl.pk}/").json()["why"] == "By dana."
