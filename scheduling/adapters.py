@@ -37,6 +37,7 @@ from scheduling.models import (
     PodAllocation,
     Workload,
 )
+from scheduling.stored import stored_spec_problem
 
 Amount = TypeVar("Amount", int, float)
 # The holder of GPUs pods GPUPool did not bind hold (no workload id looks like it).
@@ -127,7 +128,8 @@ def request_problem(wl: Workload) -> str:
             wl.mig_profile or AUTO, wl.gpu_memory_mib
         ):
             problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
-    return "; ".join(problems)
+    problems.append(stored_spec_problem(wl))  # what reconcile could not make pods of
+    return "; ".join(p for p in problems if p)
 
 
 def _convert(
