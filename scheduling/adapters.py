@@ -35,6 +35,7 @@ from scheduling.models import (
     ACTIVE_STATES,
     GpuRequestKind,
     PodAllocation,
+    TolerantDecimalField,
     Workload,
 )
 from scheduling.stored import stored_spec_problem
@@ -94,6 +95,12 @@ def finite(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
 
 
+def unreadable(wl: Workload, name: str) -> bool:
+    """The column held a text (SQLite keeps one): TolerantDecimalField loaded a stand-in."""
+    field = Workload._meta.get_field(name)
+    return isinstance(field, TolerantDecimalField) and getattr(wl, name) == field.unreadable
+
+
 # What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value
 # planted in the database or left by an older version is judged as a submit would be.
 REQUEST_BOUNDS = {
@@ -111,7 +118,9 @@ def request_problem(wl: Workload) -> str:
     problems = []
     for name, bound in REQUEST_BOUNDS.items():
         value = getattr(wl, name)
-        if bound.check(value)[1]:
+        if unreadable(wl, name):
+            problems.append(f"{name} is not a number in the database")
+        elif bound.check(value)[1]:
             problems.append(
                 f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 from functools import cached_property
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -21,11 +22,32 @@ class TolerantDecimalField(models.DecimalField):
     here use ample precision and do not trap: an oversized value loads as itself, a
     non-finite one as NaN, and the scheduling cycle quarantines the row (adapters).
     Writes still go through the column's own bounds.
+
+    SQLite also keeps a text as given (`cpu = 'abc'`, or 'NaN', from another writer), and
+    Django's converter raises TypeError on it: such a value is selected as `unreadable`, the
+    column's lowest value, so pages (which compare and add these numbers; a Decimal NaN
+    raises on both) still answer, and the cycle quarantines the row saying that the value
+    is not a number. (PostgreSQL refuses the text.)
     """
 
     @cached_property
     def context(self) -> decimal.Context:
         return decimal.Context(prec=max(self.max_digits or 0, 60), traps=[])
+
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = super().select_format(compiler, sql, params)
+        if compiler.connection.vendor != "sqlite":
+            return sql, params
+        numeric = f"typeof({sql}) IN ('integer', 'real', 'null')"
+        return f"(CASE WHEN {numeric} THEN {sql} ELSE {self.unreadable} END)", (*params, *params)
+
+    @cached_property
+    def unreadable(self) -> decimal.Decimal:
+        """What a text in the column loads as on SQLite: its lowest value, out of bounds."""
+        step = decimal.Decimal(1).scaleb(-(self.decimal_places or 0))
+        return -(
+            decimal.Decimal(10) ** ((self.max_digits or 1) - (self.decimal_places or 0)) - step
+        )
 
 
 class WorkloadKind(models.TextChoices):

@@ -1,0 +1,83 @@
+"""A text in a numeric column (issue 27, bad rows): SQLite stores `cpu = 'abc'` or
+`gpus = 'NaN'` as given (PostgreSQL refuses the text, and holds numeric NaN). Such a row
+loads with a stand-in out of bounds (scheduling.models.TolerantDecimalField), so every page
+and the API answer for everyone, and the next cycle fails the row saying which value is not
+a number, and sets it to 0."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from scheduling.cycle import cycle_run
+from scheduling.models import Workload, WorkloadEvent, WorkloadState
+from tests.scheduling.test_cycle_poison import api_as, read_paths_answer  # noqa: F401
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "sqlite", reason="PostgreSQL refuses the text"),
+]
+
+
+def plant_text(workload: Workload, cpu: str, gpus: str) -> None:
+    table = Workload._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET cpu = %s, gpus = %s WHERE id = %s", [cpu, gpus, workload.pk]
+        )
+        cursor.execute(
+            f"SELECT typeof(cpu), typeof(gpus) FROM {table} WHERE id = %s", [workload.pk]
+        )
+        assert "text" in cursor.fetchone()  # stored as text, not as a number
+
+
+@pytest.mark.parametrize(("cpu", "gpus"), [("abc", "1"), ("1", "NaN"), ("abc", "abc")])
+def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
+    org,
+    cluster,
+    submit,
+    client_as,
+    api_as,  # noqa: F811
+    cpu,
+    gpus,
+):
+    bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1)
+    plant_text(bad, cpu, gpus)
+    for user in (org.outsider, org.researcher, org.platform_admin):
+        read_paths_answer(client_as, api_as, user, good.pk if user == org.outsider else bad.pk)
+
+    run = cycle_run()
+
+    assert run.ok and run.quarantined == 1, run.error
+    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
+    event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
+    assert event.reason == "InvalidRequest", event.message
+    texts = [name for name, value in (("cpu", cpu), ("gpus", gpus)) if value != "1"]
+    for name in texts:
+        assert f"{name} is not a number in the database" in event.message, event.message
+    assert all(getattr(Workload.objects.get(pk=bad.pk), name) == 0 for name in texts)
+    detail = client_as(org.researcher).get(reverse("workload_detail", args=[bad.pk]))
+    assert event.message in detail.content.decode()
+    for user in (org.outsider, org.researcher, org.platform_admin):
+        read_paths_answer(client_as, api_as, user, good.pk if user == org.outsider else bad.pk)
+
+
+def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
+    org, cluster, submit, client_as
+):
+    stopped = submit(org.researcher, org.project_a, "stop-me", gpus=1)
+    deleted = submit(org.researcher, org.project_a, "delete-me", gpus=1)
+    plant_text(stopped, "abc", "NaN")
+    plant_text(deleted, "NaN", "abc")
+    admin = client_as(org.platform_admin)
+    for url in ("admin:scheduling_workload_changelist", "admin:scheduling_workload_change"):
+        args = [stopped.pk] if url.endswith("change") else []
+        assert admin.get(reverse(url, args=args)).status_code == 200, url
+
+    owner = client_as(org.researcher)
+    assert owner.post(reverse("workload_stop", args=[stopped.pk])).status_code == 302
+    assert Workload.objects.get(pk=stopped.pk).state == WorkloadState.STOPPED
+    assert owner.post(reverse("workload_delete", args=[deleted.pk])).status_code == 302
+    assert not Workload.objects.filter(pk=deleted.pk).exists()
