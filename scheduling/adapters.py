@@ -33,6 +33,7 @@ from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
 from scheduling.models import (
     ACTIVE_STATES,
+    UNREADABLE,
     GpuRequestKind,
     PodAllocation,
     TolerantDecimalField,
@@ -137,6 +138,8 @@ def request_problem(wl: Workload) -> str:
             wl.mig_profile or AUTO, wl.gpu_memory_mib
         ):
             problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
+    if wl.created_at == UNREADABLE:
+        problems.append("created_at is not a date in the database")
     problems.append(stored_spec_problem(wl))  # what reconcile could not make pods of
     return "; ".join(p for p in problems if p)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -48,6 +49,34 @@ class TolerantDecimalField(models.DecimalField):
         return -(
             decimal.Decimal(10) ** ((self.max_digits or 1) - (self.decimal_places or 0)) - step
         )
+
+
+def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
+    """`field`, whose rows load whatever text SQLite holds in it.
+
+    SQLite keeps any text in a datetime column; Django's converter raises on one that looks
+    like a date but is none ('2026-13-45 ...', '2026-02-31 ...') and loads others as None,
+    which pages then subtract: one such row broke the workload lists and every cycle. Such a
+    value is selected as `UNREADABLE` (the epoch), and the cycle quarantines the row
+    (adapters). Set on the field itself, not by a subclass: its class stays DateTimeField,
+    so migrations and expressions mixing it with other datetimes see no difference.
+    """
+    plain = field.select_format
+
+    def select_format(compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = plain(compiler, sql, params)
+        if compiler.connection.vendor != "sqlite":
+            return sql, params
+        day = f"substr({sql}, 1, 10)"  # a date SQLite would roll over (Feb 31) is none
+        valid = f"typeof({sql}) = 'text' AND julianday({sql}) IS NOT NULL"
+        valid += f" AND date(julianday({day})) = {day}"
+        return f"(CASE WHEN {valid} THEN {sql} ELSE '1970-01-01 00:00:00' END)", params * 5
+
+    field.select_format = select_format  # type: ignore[method-assign]
+    return field
+
+
+UNREADABLE = datetime(1970, 1, 1, tzinfo=UTC)  # what tolerant_datetime loads a text as
 
 
 class WorkloadKind(models.TextChoices):
@@ -182,7 +211,7 @@ class Workload(Versioned):
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     restart_count = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = tolerant_datetime(models.DateTimeField(auto_now_add=True, db_index=True))
     queued_at = models.DateTimeField(null=True, blank=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

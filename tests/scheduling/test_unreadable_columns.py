@@ -1,8 +1,9 @@
-"""A text in a numeric column (issue 27, bad rows): SQLite stores `cpu = 'abc'` or
+"""A text in a numeric or date column (issue 27, bad rows): SQLite stores `cpu = 'abc'` or
 `gpus = 'NaN'` as given (PostgreSQL refuses the text, and holds numeric NaN). Such a row
 loads with a stand-in out of bounds (scheduling.models.TolerantDecimalField), so every page
 and the API answer for everyone, and the next cycle fails the row saying which value is not
-a number, and sets it to 0."""
+a number, and sets it to 0. A `created_at` that is no date loads as the epoch
+(scheduling.models.tolerant_datetime) and is quarantined the same way."""
 
 from __future__ import annotations
 
@@ -32,6 +33,27 @@ def plant_text(workload: Workload, cpu: str, gpus: str) -> None:
         assert "text" in cursor.fetchone()  # stored as text, not as a number
 
 
+def every_read_answers(org, client_as, api_as, bad: Workload, good: Workload) -> None:  # noqa: F811
+    """For another user (their own workload), the bad row's owner and the admin."""
+    for user in (org.outsider, org.researcher, org.platform_admin):
+        read_paths_answer(client_as, api_as, user, good.pk if user == org.outsider else bad.pk)
+
+
+def quarantined_alone(org, client_as, api_as, bad: Workload, good: Workload) -> str:  # noqa: F811
+    """Every read answers before and after the cycle, which fails the bad row only and
+    says why on its page; the message."""
+    every_read_answers(org, client_as, api_as, bad, good)
+    run = cycle_run()
+    assert run.ok and run.quarantined == 1, run.error
+    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
+    event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
+    assert event.reason == "InvalidRequest", event.message
+    detail = client_as(org.researcher).get(reverse("workload_detail", args=[bad.pk]))
+    assert event.message in detail.content.decode()
+    every_read_answers(org, client_as, api_as, bad, good)
+    return event.message
+
+
 @pytest.mark.parametrize(("cpu", "gpus"), [("abc", "1"), ("1", "NaN"), ("abc", "abc")])
 def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
     org,
@@ -45,23 +67,13 @@ def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
     bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
     good = submit(org.outsider, org.project_b, "honest", gpus=1)
     plant_text(bad, cpu, gpus)
-    for user in (org.outsider, org.researcher, org.platform_admin):
-        read_paths_answer(client_as, api_as, user, good.pk if user == org.outsider else bad.pk)
 
-    run = cycle_run()
+    message = quarantined_alone(org, client_as, api_as, bad, good)
 
-    assert run.ok and run.quarantined == 1, run.error
-    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
-    event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
-    assert event.reason == "InvalidRequest", event.message
     texts = [name for name, value in (("cpu", cpu), ("gpus", gpus)) if value != "1"]
     for name in texts:
-        assert f"{name} is not a number in the database" in event.message, event.message
+        assert f"{name} is not a number in the database" in message, message
     assert all(getattr(Workload.objects.get(pk=bad.pk), name) == 0 for name in texts)
-    detail = client_as(org.researcher).get(reverse("workload_detail", args=[bad.pk]))
-    assert event.message in detail.content.decode()
-    for user in (org.outsider, org.researcher, org.platform_admin):
-        read_paths_answer(client_as, api_as, user, good.pk if user == org.outsider else bad.pk)
 
 
 def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
@@ -81,3 +93,23 @@ def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
     assert Workload.objects.get(pk=stopped.pk).state == WorkloadState.STOPPED
     assert owner.post(reverse("workload_delete", args=[deleted.pk])).status_code == 302
     assert not Workload.objects.filter(pk=deleted.pk).exists()
+
+
+@pytest.mark.parametrize("value", ["garbage", "2026-13-45 99:99:99", "2026-02-31 10:00:00", "0"])
+def test_a_created_at_that_is_no_date_breaks_no_page_and_fails_only_its_row(
+    org,
+    cluster,
+    submit,
+    client_as,
+    api_as,  # noqa: F811
+    value,
+):
+    bad = submit(org.researcher, org.project_a, "dated-by-hand", gpus=1)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1)
+    table = Workload._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET created_at = %s WHERE id = %s", [value, bad.pk])
+
+    message = quarantined_alone(org, client_as, api_as, bad, good)
+
+    assert "created_at is not a date in the database" in message, message
