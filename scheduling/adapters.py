@@ -36,7 +36,6 @@ from scheduling.models import (
     UNREADABLE,
     GpuRequestKind,
     PodAllocation,
-    TolerantDecimalField,
     Workload,
 )
 from scheduling.stored import stored_spec_problem
@@ -97,9 +96,10 @@ def finite(value: object) -> bool:
 
 
 def unreadable(wl: Workload, name: str) -> bool:
-    """The column held a text (SQLite keeps one): TolerantDecimalField loaded a stand-in."""
-    field = Workload._meta.get_field(name)
-    return isinstance(field, TolerantDecimalField) and getattr(wl, name) == field.unreadable
+    """The column held a text (SQLite keeps one): its field loaded a stand-in
+    (scheduling.models: TolerantDecimalField, tolerant_count)."""
+    stand_in = getattr(Workload._meta.get_field(name), "unreadable", None)
+    return stand_in is not None and getattr(wl, name) == stand_in
 
 
 # What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value

@@ -51,6 +51,25 @@ class TolerantDecimalField(models.DecimalField):
         )
 
 
+def _read_tolerantly(field: Any, valid: str, stand_in: str) -> Any:
+    """Give `field` a select_format that, on SQLite, selects `stand_in` (SQL) for a value
+    that is not `valid` (SQL over `{sql}`, the column). Set on the field itself, not by a
+    subclass: its class stays Django's, so migrations and expressions mixing it with other
+    fields of that class see no difference."""
+    plain = field.select_format
+
+    def select_format(compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = plain(compiler, sql, params)
+        if compiler.connection.vendor != "sqlite":
+            return sql, params
+        uses = valid.count("{sql}") + 1
+        case = f"(CASE WHEN {valid.replace('{sql}', sql)} THEN {sql} ELSE {stand_in} END)"
+        return case, tuple(params) * uses
+
+    field.select_format = select_format
+    return field
+
+
 def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
     """`field`, whose rows load whatever text SQLite holds in it.
 
@@ -58,22 +77,20 @@ def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
     like a date but is none ('2026-13-45 ...', '2026-02-31 ...') and loads others as None,
     which pages then subtract: one such row broke the workload lists and every cycle. Such a
     value is selected as `UNREADABLE` (the epoch), and the cycle quarantines the row
-    (adapters). Set on the field itself, not by a subclass: its class stays DateTimeField,
-    so migrations and expressions mixing it with other datetimes see no difference.
+    (adapters). A date SQLite would roll over (Feb 31) is none.
     """
-    plain = field.select_format
+    day = "substr({sql}, 1, 10)"
+    valid = "typeof({sql}) = 'text' AND julianday({sql}) IS NOT NULL"
+    valid += f" AND date(julianday({day})) = {day}"
+    return _read_tolerantly(field, valid, "'1970-01-01 00:00:00'")
 
-    def select_format(compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
-        sql, params = plain(compiler, sql, params)
-        if compiler.connection.vendor != "sqlite":
-            return sql, params
-        day = f"substr({sql}, 1, 10)"  # a date SQLite would roll over (Feb 31) is none
-        valid = f"typeof({sql}) = 'text' AND julianday({sql}) IS NOT NULL"
-        valid += f" AND date(julianday({day})) = {day}"
-        return f"(CASE WHEN {valid} THEN {sql} ELSE '1970-01-01 00:00:00' END)", params * 5
 
-    field.select_format = select_format  # type: ignore[method-assign]
-    return field
+def tolerant_count(field: models.PositiveIntegerField) -> models.PositiveIntegerField:
+    """`field` (a column that cannot hold -1), whose rows load a text SQLite holds in it as
+    -1 (`field.unreadable`): Django has no converter for integers, and the text reached
+    pages and the cycle as a str. The cycle quarantines the row (adapters)."""
+    field.unreadable = -1  # type: ignore[attr-defined]
+    return _read_tolerantly(field, "typeof({sql}) IN ('integer', 'null')", "-1")
 
 
 UNREADABLE = datetime(1970, 1, 1, tzinfo=UTC)  # what tolerant_datetime loads a text as
@@ -145,14 +162,14 @@ class Workload(Versioned):
         default=0,
         help_text="Whole GPUs per pod, or the fraction of one GPU.",
     )
-    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = tolerant_count(models.PositiveIntegerField(default=0))
     # With gpu_request "mig": a MIG profile ("3g.40gb"), or "auto" for the smallest profile
     # that holds gpu_memory_mib.
     mig_profile = models.CharField(max_length=16, blank=True)
     cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=1)
-    memory_mib = models.PositiveIntegerField(default=1024)
-    pods = models.PositiveIntegerField(default=1)
-    min_pods = models.PositiveIntegerField(default=1)
+    memory_mib = tolerant_count(models.PositiveIntegerField(default=1024))
+    pods = tolerant_count(models.PositiveIntegerField(default=1))
+    min_pods = tolerant_count(models.PositiveIntegerField(default=1))
     # Elastic: runs with min_pods .. pods pods (replicas), grown with idle GPUs and shrunk
     # first when GPUs are reclaimed (scheduling/engine/actions/elastic.py).
     elastic = models.BooleanField(default=False)

@@ -3,7 +3,8 @@
 loads with a stand-in out of bounds (scheduling.models.TolerantDecimalField), so every page
 and the API answer for everyone, and the next cycle fails the row saying which value is not
 a number, and sets it to 0. A `created_at` that is no date loads as the epoch
-(scheduling.models.tolerant_datetime) and is quarantined the same way."""
+(scheduling.models.tolerant_datetime), a text in pods, min_pods, memory_mib or
+gpu_memory_mib as -1 (tolerant_count), and each is quarantined the same way."""
 
 from __future__ import annotations
 
@@ -21,15 +22,13 @@ pytestmark = [
 ]
 
 
-def plant_text(workload: Workload, cpu: str, gpus: str) -> None:
+def plant_text(workload: Workload, **columns: str) -> None:
     table = Workload._meta.db_table
+    sets = ", ".join(f"{name} = %s" for name in columns)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET cpu = %s, gpus = %s WHERE id = %s", [cpu, gpus, workload.pk]
-        )
-        cursor.execute(
-            f"SELECT typeof(cpu), typeof(gpus) FROM {table} WHERE id = %s", [workload.pk]
-        )
+        cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), workload.pk])
+        types = ", ".join(f"typeof({name})" for name in columns)
+        cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [workload.pk])
         assert "text" in cursor.fetchone()  # stored as text, not as a number
 
 
@@ -66,7 +65,7 @@ def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
 ):
     bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
     good = submit(org.outsider, org.project_b, "honest", gpus=1)
-    plant_text(bad, cpu, gpus)
+    plant_text(bad, cpu=cpu, gpus=gpus)
 
     message = quarantined_alone(org, client_as, api_as, bad, good)
 
@@ -76,13 +75,32 @@ def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
     assert all(getattr(Workload.objects.get(pk=bad.pk), name) == 0 for name in texts)
 
 
+@pytest.mark.parametrize("column", ["pods", "min_pods", "memory_mib", "gpu_memory_mib"])
+def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(
+    org,
+    cluster,
+    submit,
+    client_as,
+    api_as,  # noqa: F811
+    column,
+):
+    bad = submit(org.researcher, org.project_a, "counted-by-hand", gpus=1)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1)
+    plant_text(bad, **{column: "abc"})
+
+    message = quarantined_alone(org, client_as, api_as, bad, good)
+
+    assert f"{column} is not a number in the database" in message, message
+    assert getattr(Workload.objects.get(pk=bad.pk), column) == 0
+
+
 def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
     org, cluster, submit, client_as
 ):
     stopped = submit(org.researcher, org.project_a, "stop-me", gpus=1)
     deleted = submit(org.researcher, org.project_a, "delete-me", gpus=1)
-    plant_text(stopped, "abc", "NaN")
-    plant_text(deleted, "NaN", "abc")
+    plant_text(stopped, cpu="abc", gpus="NaN", pods="abc")
+    plant_text(deleted, cpu="NaN", gpus="abc", memory_mib="abc")
     admin = client_as(org.platform_admin)
     for url in ("admin:scheduling_workload_changelist", "admin:scheduling_workload_change"):
         args = [stopped.pk] if url.endswith("change") else []
