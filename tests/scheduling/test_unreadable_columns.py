@@ -22,14 +22,15 @@ pytestmark = [
 ]
 
 
-def plant_text(workload: Workload, **columns: str) -> None:
+def plant_text(workload: Workload, **columns: str) -> tuple:
+    """Write `columns` into the row behind the ORM's back; their SQLite types as stored."""
     table = Workload._meta.db_table
     sets = ", ".join(f"{name} = %s" for name in columns)
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), workload.pk])
         types = ", ".join(f"typeof({name})" for name in columns)
         cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [workload.pk])
-        assert "text" in cursor.fetchone()  # stored as text, not as a number
+        return cursor.fetchone()
 
 
 def every_read_answers(org, client_as, api_as, bad: Workload, good: Workload) -> None:  # noqa: F811
@@ -53,45 +54,41 @@ def quarantined_alone(org, client_as, api_as, bad: Workload, good: Workload) -> 
     return event.message
 
 
+@pytest.fixture
+def quarantined(org, cluster, submit, client_as, api_as):  # noqa: F811
+    """Plant `columns` in one workload beside another user's, then quarantined_alone: the
+    message, and the row as the cycle left it."""
+
+    def plant_and_cycle(**columns: str) -> tuple[str, Workload]:
+        bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
+        good = submit(org.outsider, org.project_b, "honest", gpus=1)
+        assert "text" in plant_text(bad, **columns) or "created_at" in columns
+        message = quarantined_alone(org, client_as, api_as, bad, good)
+        return message, Workload.objects.get(pk=bad.pk)
+
+    return plant_and_cycle
+
+
 @pytest.mark.parametrize(("cpu", "gpus"), [("abc", "1"), ("1", "NaN"), ("abc", "abc")])
-def test_pages_answer_for_everyone_and_the_cycle_fails_the_row(
-    org,
-    cluster,
-    submit,
-    client_as,
-    api_as,  # noqa: F811
-    cpu,
-    gpus,
-):
-    bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
-    good = submit(org.outsider, org.project_b, "honest", gpus=1)
-    plant_text(bad, cpu=cpu, gpus=gpus)
-
-    message = quarantined_alone(org, client_as, api_as, bad, good)
-
+def test_a_text_in_cpu_or_gpus_breaks_no_page_and_fails_only_its_row(quarantined, cpu, gpus):
+    message, row = quarantined(cpu=cpu, gpus=gpus)
     texts = [name for name, value in (("cpu", cpu), ("gpus", gpus)) if value != "1"]
     for name in texts:
         assert f"{name} is not a number in the database" in message, message
-    assert all(getattr(Workload.objects.get(pk=bad.pk), name) == 0 for name in texts)
+        assert getattr(row, name) == 0
 
 
 @pytest.mark.parametrize("column", ["pods", "min_pods", "memory_mib", "gpu_memory_mib"])
-def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(
-    org,
-    cluster,
-    submit,
-    client_as,
-    api_as,  # noqa: F811
-    column,
-):
-    bad = submit(org.researcher, org.project_a, "counted-by-hand", gpus=1)
-    good = submit(org.outsider, org.project_b, "honest", gpus=1)
-    plant_text(bad, **{column: "abc"})
-
-    message = quarantined_alone(org, client_as, api_as, bad, good)
-
+def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(quarantined, column):
+    message, row = quarantined(**{column: "abc"})
     assert f"{column} is not a number in the database" in message, message
-    assert getattr(Workload.objects.get(pk=bad.pk), column) == 0
+    assert getattr(row, column) == 0
+
+
+@pytest.mark.parametrize("value", ["garbage", "2026-13-45 99:99:99", "2026-02-31 10:00:00", "0"])
+def test_a_created_at_that_is_no_date_breaks_no_page_and_fails_only_its_row(quarantined, value):
+    message, _ = quarantined(created_at=value)
+    assert "created_at is not a date in the database" in message, message
 
 
 def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
@@ -111,23 +108,3 @@ def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
     assert Workload.objects.get(pk=stopped.pk).state == WorkloadState.STOPPED
     assert owner.post(reverse("workload_delete", args=[deleted.pk])).status_code == 302
     assert not Workload.objects.filter(pk=deleted.pk).exists()
-
-
-@pytest.mark.parametrize("value", ["garbage", "2026-13-45 99:99:99", "2026-02-31 10:00:00", "0"])
-def test_a_created_at_that_is_no_date_breaks_no_page_and_fails_only_its_row(
-    org,
-    cluster,
-    submit,
-    client_as,
-    api_as,  # noqa: F811
-    value,
-):
-    bad = submit(org.researcher, org.project_a, "dated-by-hand", gpus=1)
-    good = submit(org.outsider, org.project_b, "honest", gpus=1)
-    table = Workload._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET created_at = %s WHERE id = %s", [value, bad.pk])
-
-    message = quarantined_alone(org, client_as, api_as, bad, good)
-
-    assert "created_at is not a date in the database" in message, message
