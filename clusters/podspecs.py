@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ObjectDoesNotExist
 
-from clusters.backends import PodSpec, PortSpec, Rendezvous, VolumeSpec, pod_name
+from clusters.backends import (
+    PodSpec,
+    PodStatus,
+    PortSpec,
+    Rendezvous,
+    VolumeSpec,
+    never_runs,
+    pod_name,
+)
 from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
@@ -14,11 +23,20 @@ from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 from portal.selectors import ssh_authorized_keys
 from scheduling.checkpoints import workload_checkpoint_env
+from scheduling.stored import stored_spec_problem
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes.ownership import Owner
     from clusters.models import Cluster
     from scheduling.models import PodAllocation
+
+log = logging.getLogger(__name__)
+# What building a pod of a malformed row raises (a value of the wrong JSON type or range).
+UNBUILDABLE = (ArithmeticError, AttributeError, KeyError, IndexError, TypeError, ValueError)
+
+
+class Malformed(ValueError):
+    """A stored row fails scheduling/stored.py's check: the message names the field."""
 
 
 def pod_env(allocation: PodAllocation) -> dict[str, str]:
@@ -277,9 +295,16 @@ def _native_spec(
 
 
 def pod_specs_for(
-    allocations: list[PodAllocation], cluster: Cluster, graces: dict[int, int] | None = None
+    allocations: list[PodAllocation],
+    cluster: Cluster,
+    graces: dict[int, int] | None = None,
+    *,
+    unbuilt: dict[str, PodStatus] | None = None,
 ) -> list[PodSpec]:
-    """`graces`: workload id -> the grace period its policy sets (clusters.reconcile)."""
+    """`graces`: workload id -> the grace period its policy sets (clusters.reconcile).
+    `unbuilt`: where a workload whose stored row no pod can be made of (scheduling/stored.py)
+    puts its pods, as pods that never run (its workload fails, saying why); the others'
+    specs are made as usual. Without it, such a row raises."""
     node_ids = {a.node_id for a in allocations}
     gpus = Gpu.objects.filter(node_id__in=node_ids).values_list(
         "node_id", "index", "uuid", "memory_mib"
@@ -302,18 +327,39 @@ def pod_specs_for(
         from clusters.backends.kubernetes.ownership import owner_of  # noqa: PLC0415
 
         owner = owner_of(cluster)
-    peers: dict[int, list[int]] = {}
+    by_workload: dict[int, list[PodAllocation]] = {}
     for allocation in allocations:
-        peers.setdefault(allocation.workload_id, []).append(allocation.pod_index)
-    return [
-        pod_spec(
-            a,
-            uuids,
-            graces,
-            owner=owner,
-            peers=tuple(sorted(peers[a.workload_id])),
-            memories=memories,
-            mig_devices=mig_devices,
-        )
-        for a in allocations
-    ]
+        by_workload.setdefault(allocation.workload_id, []).append(allocation)
+    specs = []
+    for mine in by_workload.values():
+        peers = tuple(sorted(a.pod_index for a in mine))
+        context = {"owner": owner, "peers": peers, "memories": memories}
+        try:
+            specs += _workload_specs(mine, uuids, graces, mig_devices=mig_devices, **context)
+        except UNBUILDABLE as exc:
+            if unbuilt is None:
+                raise
+            unbuilt.update(_unbuilt(mine, exc))
+    return specs
+
+
+def _workload_specs(allocations: list[PodAllocation], *args: Any, **kwargs: Any) -> list[PodSpec]:
+    """One workload's pod specs, all or none: a row no pod can be made of raises."""
+    why = stored_spec_problem(allocations[0].workload)
+    if why:
+        raise Malformed(why)
+    return [pod_spec(a, *args, **kwargs) for a in allocations]
+
+
+def _unbuilt(allocations: list[PodAllocation], exc: Exception) -> dict[str, PodStatus]:
+    """The workload's pods as pods that never run, saying why; logged (once: its workload
+    fails, and a failed workload is not asked for pods again)."""
+    workload = allocations[0].workload
+    why = str(exc) if isinstance(exc, Malformed) else f"{type(exc).__name__}: {exc}"
+    log.warning("workload %s: no pod can be made of its stored row: %s", workload.pk, why)
+    statuses = {}
+    for a in allocations:
+        name = pod_name(workload.pk, a.pod_index)
+        spec = PodSpec(name, workload.project.namespace, workload.pk, a.pod_index, a.node.name)
+        statuses[name] = never_runs(spec, f"its stored row is malformed: {why}. Submit it again.")
+    return statuses

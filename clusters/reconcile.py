@@ -158,7 +158,8 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         graces = workload_grace_periods(allocations)
         mig_errors = mig_sync(cluster, backend)
         wanted = [a for a in allocations if _runs(a.workload) and not a.releasing]
-        desired = pod_specs_for(wanted, cluster, graces)
+        unbuilt: dict[str, PodStatus] = {}  # one bad row fails its workload, not the pass
+        desired = pod_specs_for(wanted, cluster, graces, unbuilt=unbuilt)
         report = backend.reconcile(
             desired, grace_period_s=grace_period_s(cluster), grace_periods=graces, **subset
         )
@@ -167,6 +168,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         result.reachable = False
         result.errors.append(str(exc))
         return result
+    report.statuses.update(unbuilt)
     result.created, result.deleted = len(report.created), len(report.deleted)
     result.errors += report.errors + mig_errors + native_errors
     _record_mps_devices(cluster, report)

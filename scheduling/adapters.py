@@ -33,10 +33,12 @@ from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
 from scheduling.models import (
     ACTIVE_STATES,
+    UNREADABLE,
     GpuRequestKind,
     PodAllocation,
     Workload,
 )
+from scheduling.stored import stored_spec_problem
 
 Amount = TypeVar("Amount", int, float)
 # The holder of GPUs pods GPUPool did not bind hold (no workload id looks like it).
@@ -93,6 +95,13 @@ def finite(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
 
 
+def unreadable(wl: Workload, name: str) -> bool:
+    """The column held a text (SQLite keeps one): its field loaded a stand-in
+    (scheduling.models: TolerantDecimalField, tolerant_count)."""
+    stand_in = getattr(Workload._meta.get_field(name), "unreadable", None)
+    return stand_in is not None and getattr(wl, name) == stand_in
+
+
 # What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value
 # planted in the database or left by an older version is judged as a submit would be.
 REQUEST_BOUNDS = {
@@ -110,7 +119,9 @@ def request_problem(wl: Workload) -> str:
     problems = []
     for name, bound in REQUEST_BOUNDS.items():
         value = getattr(wl, name)
-        if bound.check(value)[1]:
+        if unreadable(wl, name):
+            problems.append(f"{name} is not a number in the database")
+        elif bound.check(value)[1]:
             problems.append(
                 f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
             )
@@ -127,7 +138,10 @@ def request_problem(wl: Workload) -> str:
             wl.mig_profile or AUTO, wl.gpu_memory_mib
         ):
             problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
-    return "; ".join(problems)
+    if wl.created_at == UNREADABLE:
+        problems.append("created_at is not a date in the database")
+    problems.append(stored_spec_problem(wl))  # what reconcile could not make pods of
+    return "; ".join(p for p in problems if p)
 
 
 def _convert(

@@ -205,7 +205,7 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
     for wl, why in read.unrunnable.values():
         clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
         before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
-        fields = {name: 0 for name in ("cpu", "gpus") if not adapters.finite(getattr(wl, name))}
+        fields = {name: 0 for name in adapters.REQUEST_BOUNDS if _unsaveable(wl, name)}
         message = f"Cannot be scheduled: {why}. Submit it again with valid values."
         workload_transition(
             wl,
@@ -225,6 +225,11 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
         )
         logger.warning("workload %s quarantined: %s", wl.pk, why)
     return clusters
+
+
+def _unsaveable(wl: Workload, name: str) -> bool:
+    """A value the column cannot hold again, or a text SQLite held (reset to 0 as well)."""
+    return not adapters.finite(getattr(wl, name)) or adapters.unreadable(wl, name)
 
 
 def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import decimal
+from datetime import UTC, datetime
 from functools import cached_property
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -21,11 +23,77 @@ class TolerantDecimalField(models.DecimalField):
     here use ample precision and do not trap: an oversized value loads as itself, a
     non-finite one as NaN, and the scheduling cycle quarantines the row (adapters).
     Writes still go through the column's own bounds.
+
+    SQLite also keeps a text as given (`cpu = 'abc'`, or 'NaN', from another writer), and
+    Django's converter raises TypeError on it: such a value is selected as `unreadable`, the
+    column's lowest value, so pages (which compare and add these numbers; a Decimal NaN
+    raises on both) still answer, and the cycle quarantines the row saying that the value
+    is not a number. (PostgreSQL refuses the text.)
     """
 
     @cached_property
     def context(self) -> decimal.Context:
         return decimal.Context(prec=max(self.max_digits or 0, 60), traps=[])
+
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = super().select_format(compiler, sql, params)
+        if compiler.connection.vendor != "sqlite":
+            return sql, params
+        numeric = f"typeof({sql}) IN ('integer', 'real', 'null')"
+        return f"(CASE WHEN {numeric} THEN {sql} ELSE {self.unreadable} END)", (*params, *params)
+
+    @cached_property
+    def unreadable(self) -> decimal.Decimal:
+        """What a text in the column loads as on SQLite: its lowest value, out of bounds."""
+        step = decimal.Decimal(1).scaleb(-(self.decimal_places or 0))
+        return -(
+            decimal.Decimal(10) ** ((self.max_digits or 1) - (self.decimal_places or 0)) - step
+        )
+
+
+def _read_tolerantly(field: Any, valid: str, stand_in: str) -> Any:
+    """Give `field` a select_format that, on SQLite, selects `stand_in` (SQL) for a value
+    that is not `valid` (SQL over `{sql}`, the column). Set on the field itself, not by a
+    subclass: its class stays Django's, so migrations and expressions mixing it with other
+    fields of that class see no difference."""
+    plain = field.select_format
+
+    def select_format(compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        sql, params = plain(compiler, sql, params)
+        if compiler.connection.vendor != "sqlite":
+            return sql, params
+        uses = valid.count("{sql}") + 1
+        case = f"(CASE WHEN {valid.replace('{sql}', sql)} THEN {sql} ELSE {stand_in} END)"
+        return case, tuple(params) * uses
+
+    field.select_format = select_format
+    return field
+
+
+def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
+    """`field`, whose rows load whatever text SQLite holds in it.
+
+    SQLite keeps any text in a datetime column; Django's converter raises on one that looks
+    like a date but is none ('2026-13-45 ...', '2026-02-31 ...') and loads others as None,
+    which pages then subtract: one such row broke the workload lists and every cycle. Such a
+    value is selected as `UNREADABLE` (the epoch), and the cycle quarantines the row
+    (adapters). A date SQLite would roll over (Feb 31) is none.
+    """
+    day = "substr({sql}, 1, 10)"
+    valid = "typeof({sql}) = 'text' AND julianday({sql}) IS NOT NULL"
+    valid += f" AND date(julianday({day})) = {day}"
+    return _read_tolerantly(field, valid, "'1970-01-01 00:00:00'")
+
+
+def tolerant_count(field: models.PositiveIntegerField) -> models.PositiveIntegerField:
+    """`field` (a column that cannot hold -1), whose rows load a text SQLite holds in it as
+    -1 (`field.unreadable`): Django has no converter for integers, and the text reached
+    pages and the cycle as a str. The cycle quarantines the row (adapters)."""
+    field.unreadable = -1  # type: ignore[attr-defined]
+    return _read_tolerantly(field, "typeof({sql}) IN ('integer', 'null')", "-1")
+
+
+UNREADABLE = datetime(1970, 1, 1, tzinfo=UTC)  # what tolerant_datetime loads a text as
 
 
 class WorkloadKind(models.TextChoices):
@@ -94,14 +162,14 @@ class Workload(Versioned):
         default=0,
         help_text="Whole GPUs per pod, or the fraction of one GPU.",
     )
-    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = tolerant_count(models.PositiveIntegerField(default=0))
     # With gpu_request "mig": a MIG profile ("3g.40gb"), or "auto" for the smallest profile
     # that holds gpu_memory_mib.
     mig_profile = models.CharField(max_length=16, blank=True)
     cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=1)
-    memory_mib = models.PositiveIntegerField(default=1024)
-    pods = models.PositiveIntegerField(default=1)
-    min_pods = models.PositiveIntegerField(default=1)
+    memory_mib = tolerant_count(models.PositiveIntegerField(default=1024))
+    pods = tolerant_count(models.PositiveIntegerField(default=1))
+    min_pods = tolerant_count(models.PositiveIntegerField(default=1))
     # Elastic: runs with min_pods .. pods pods (replicas), grown with idle GPUs and shrunk
     # first when GPUs are reclaimed (scheduling/engine/actions/elastic.py).
     elastic = models.BooleanField(default=False)
@@ -160,7 +228,7 @@ class Workload(Versioned):
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     restart_count = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = tolerant_datetime(models.DateTimeField(auto_now_add=True, db_index=True))
     queued_at = models.DateTimeField(null=True, blank=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
