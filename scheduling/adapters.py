@@ -138,6 +138,8 @@ def request_problem(wl: Workload) -> str:
             wl.mig_profile or AUTO, wl.gpu_memory_mib
         ):
             problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
+    if unreadable(wl, "priority"):
+        problems.append("priority is not a number in the database")
     if wl.created_at == UNREADABLE:
         problems.append("created_at is not a date in the database")
     problems.append(stored_spec_problem(wl))  # what reconcile could not make pods of

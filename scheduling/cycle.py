@@ -205,7 +205,9 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
     for wl, why in read.unrunnable.values():
         clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
         before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
-        fields = {name: 0 for name in adapters.REQUEST_BOUNDS if _unsaveable(wl, name)}
+        fields = {
+            name: 0 for name in (*adapters.REQUEST_BOUNDS, "priority") if _unsaveable(wl, name)
+        }
         message = f"Cannot be scheduled: {why}. Submit it again with valid values."
         workload_transition(
             wl,

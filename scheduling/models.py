@@ -85,12 +85,13 @@ def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
     return _read_tolerantly(field, valid, "'1970-01-01 00:00:00'")
 
 
-def tolerant_count(field: models.PositiveIntegerField) -> models.PositiveIntegerField:
-    """`field` (a column that cannot hold -1), whose rows load a text SQLite holds in it as
-    -1 (`field.unreadable`): Django has no converter for integers, and the text reached
-    pages and the cycle as a str. The cycle quarantines the row (adapters)."""
-    field.unreadable = -1  # type: ignore[attr-defined]
-    return _read_tolerantly(field, "typeof({sql}) IN ('integer', 'null')", "-1")
+def tolerant_count(field: models.IntegerField, unreadable: int = -1) -> models.IntegerField:
+    """`field` (a column that cannot hold `unreadable`: -1 for a count), whose rows load a
+    text SQLite holds in it as that (`field.unreadable`): Django has no converter for
+    integers, and the text reached pages and the cycle as a str (a text priority failed
+    every cycle's sort). The cycle quarantines the row (adapters)."""
+    field.unreadable = unreadable  # type: ignore[attr-defined]
+    return _read_tolerantly(field, "typeof({sql}) IN ('integer', 'null')", str(unreadable))
 
 
 UNREADABLE = datetime(1970, 1, 1, tzinfo=UTC)  # what tolerant_datetime loads a text as
@@ -197,7 +198,9 @@ class Workload(Versioned):
     priority_class = models.CharField(
         max_length=16, choices=PriorityClass.choices, default=PriorityClass.TRAIN
     )
-    priority = models.IntegerField(default=0)
+    # A text SQLite holds here loads as one below the column's range on PostgreSQL (a
+    # 32-bit integer): a priority no row can hold, and the row is quarantined.
+    priority = tolerant_count(models.IntegerField(default=0), unreadable=-(2**31) - 1)
     preemptible = models.BooleanField(default=True)
     max_runtime_s = models.PositiveIntegerField(null=True, blank=True)
     checkpoint_dir = models.CharField(max_length=500, blank=True)

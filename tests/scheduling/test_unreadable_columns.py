@@ -78,7 +78,7 @@ def test_a_text_in_cpu_or_gpus_breaks_no_page_and_fails_only_its_row(quarantined
         assert getattr(row, name) == 0
 
 
-@pytest.mark.parametrize("column", ["pods", "min_pods", "memory_mib", "gpu_memory_mib"])
+@pytest.mark.parametrize("column", ["pods", "min_pods", "memory_mib", "gpu_memory_mib", "priority"])
 def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(quarantined, column):
     message, row = quarantined(**{column: "abc"})
     assert f"{column} is not a number in the database" in message, message
