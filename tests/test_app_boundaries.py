@@ -30,6 +30,9 @@ CLUSTERS_MAY_USE = {
     "scheduling.intake",
     # What a pod is told so that it can report its checkpoints (the address, its token).
     "scheduling.checkpoints",
+    # Whether a workload's stored row can be made into pods: one check, which the cycle's
+    # quarantine and the reconcile's pod specs both ask (issue 27, bad rows).
+    "scheduling.stored",
     # The MIG profile table (data, and the lookups over it) is shared with the node side,
     # which makes the instances the engine chose: one table, no copy of NVIDIA's rules.
     "scheduling.engine.mig",
