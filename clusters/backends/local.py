@@ -31,6 +31,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -275,11 +276,39 @@ class LocalBackend(Backend):
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         record = self._resolve(self._read(self._record_path(spec.name)))
         if record is None:
-            return self._status(self._spawn(spec))
+            with self._spawn_claim(spec.name) as claimed:
+                if not claimed:  # another pass of this cluster is starting it right now
+                    return PodStatus(spec.name, spec.namespace, spec.workload_id, spec.pod_index)
+                record = self._resolve(self._read(self._record_path(spec.name)))
+                if record is None:
+                    return self._status(self._spawn(spec))
         status = self._status(record)
         if status.phase == PodPhase.RUNNING:
             self._ensure_relays(record)  # a relay that died (killed, OOM) is started again
         return status
+
+    @contextlib.contextmanager
+    def _spawn_claim(self, name: str) -> Iterator[bool]:
+        """Whether this pass may start the pod: one claim file per pod name, made
+        exclusively, so that two passes of one cluster at once (two worker children) never
+        both start it. A claim left by a crash is taken over after SPAWN_GRACE_S."""
+        path = self.state_dir / f"{name}.claim"
+        for _ in range(2):
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                with contextlib.suppress(FileNotFoundError):
+                    if time.time() - path.stat().st_mtime > SPAWN_GRACE_S:
+                        path.unlink()
+                        continue
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                path.unlink(missing_ok=True)
+            return
+        yield False
 
     def _resolve(self, record: dict | None) -> dict | None:
         """A record without a pid was written just before a spawn that a crash interrupted:

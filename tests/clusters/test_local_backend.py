@@ -104,6 +104,19 @@ def test_ensure_pod_twice_starts_one_process(backend):
     assert backend.delete_pod(second, grace_period_s=5)
 
 
+def test_a_pod_another_pass_is_starting_is_pending_here_and_not_started_twice(backend):
+    """Two passes of one cluster at once (two worker children): the one that finds the pod
+    claimed reports it pending and starts nothing; once the claim goes, it is started."""
+    with backend._spawn_claim("gp-1-0") as claimed:
+        assert claimed
+        status = backend.ensure_pod(spec(command=["sleep", "30"]))
+        assert status.phase == PodPhase.PENDING
+        assert not list(backend.state_dir.glob("gp-1-0.json"))  # nothing started
+    status = backend.ensure_pod(spec(command=["sleep", "30"]))
+    assert status.phase == PodPhase.RUNNING
+    assert backend.delete_pod(status, grace_period_s=5)
+
+
 def test_stop_sends_sigterm_to_the_whole_group_and_the_pod_can_clean_up(backend):
     code = (
         "import signal, sys, time\n"
