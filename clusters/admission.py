@@ -100,18 +100,12 @@ def give_gpu_share(pod: dict, context: Context) -> list[dict]:
     ConfigMap's name takes the review's uid, unique to this creation."""
     # Imported here: the portal's processes start without the Kubernetes client.
     from clusters.backends.kubernetes.manifests import MPS_ROOT  # noqa: PLC0415
-    from clusters.native_sharing import config_map_name, sharing_patch  # noqa: PLC0415
+    from clusters.native_sharing import config_map_of_new_pod, sharing_patch  # noqa: PLC0415
 
     named = (pod.get("spec") or {}).get("schedulerName") == context.scheduler_name
     if not named and not set_scheduler(pod, context):
         return []
-    meta = pod.get("metadata") or {}
-    name = meta.get("name") or ""
-    config_map = (
-        config_map_name(name)
-        if name
-        else config_map_name(meta.get("generateName") or "pod-", salt=context.request_uid[:8])
-    )
+    config_map = config_map_of_new_pod(pod, salt=context.request_uid[:8])
     return sharing_patch(pod, config_map=config_map, mps_root=context.mps_root or MPS_ROOT)
 
 

@@ -271,13 +271,7 @@ def _give_gpu_share(body: dict, project: Project, cluster: Cluster) -> None:
                 "ask an admin to enforce the scheduler in this project."
             )
         return
-    meta = body["metadata"]
-    name = meta.get("name") or ""
-    config_map = (
-        sharing.config_map_name(name)
-        if name
-        else sharing.config_map_name(meta.get("generateName") or "pod-", salt=uuid4().hex[:8])
-    )
+    config_map = sharing.config_map_of_new_pod(body, salt=uuid4().hex[:8])
     root = str((cluster.config or {}).get("mps_root") or MPS_ROOT)
     operations = sharing.sharing_patch(body, config_map=config_map, mps_root=root)
     jsonpatch.apply_patch(body, operations, in_place=True)

@@ -108,6 +108,15 @@ def config_map_name(pod_name: str, salt: str = "") -> str:
     return f"{base[: NAME_MAX - len(CONFIG_SUFFIX) - 11].rstrip('-.')}-{digest}{CONFIG_SUFFIX}"
 
 
+def config_map_of_new_pod(pod: dict, salt: str) -> str:
+    """The ConfigMap a pod being made will name: after its name, or, made from
+    `generateName` (a Job's), after that and `salt` (something unique to this creation)."""
+    meta = pod.get("metadata") or {}
+    if name := meta.get("name") or "":
+        return config_map_name(name)
+    return config_map_name(meta.get("generateName") or "pod-", salt=salt)
+
+
 def _gpu_container(pod: dict) -> tuple[int, dict]:
     """The container that uses the GPU: the one `kubectl.kubernetes.io/default-container`
     names, else the first."""
