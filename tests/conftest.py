@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 from uuid import uuid4
 
@@ -15,6 +16,7 @@ import pytest
 
 from portal.celery import app as celery_app
 from tests import factories as f
+from tests.isolation import require_sandbox
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +111,6 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="session")
 def chromium():
-    import os
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -133,3 +134,10 @@ def page(chromium):
     tab = context.new_page()
     yield tab
     context.close()
+
+
+@pytest.fixture
+def sandbox_required():
+    """Tests of tenant isolation fail, not skip, where pods cannot be sandboxed
+    (tests/isolation.py)."""
+    return require_sandbox()

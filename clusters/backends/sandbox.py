@@ -286,12 +286,13 @@ def wrap(
     ipc = [] if host_ipc else ["--unshare-ipc"]
     argv = ["bwrap", "--die-with-parent", "--unshare-pid", *ipc, "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "gpupool-pod"]  # fmt: skip
-    made: set[str] = set()
-    argv += _system_binds(made)
+    # The private /tmp first: bwrap mounts in order, and a project cloned under /tmp has
+    # its virtualenv there, which the binds after it must lay over the tmpfs, not under.
     shm = ["--bind", "/dev/shm", "/dev/shm"] if host_ipc else ["--tmpfs", "/dev/shm"]
     argv += ["--proc", "/proc", "--dev", "/dev", *shm,
              "--perms", "1777", "--tmpfs", "/tmp"]  # fmt: skip
-    made.add("/tmp")
+    made: set[str] = {"/tmp"}
+    argv += _system_binds(made)
     argv += _gpu_binds()
     if workdir is not None:
         argv += _bind("--bind", str(workdir), str(workdir), made)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,14 +21,12 @@ from clusters.backends import PodPhase, PodSpec, PortSpec, VolumeSpec, sandbox
 from clusters.backends.local import LocalBackend
 from clusters.reconcile import cluster_reconcile
 from scheduling.models import WorkloadState
+from tests import isolation
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 from tests.clusters.test_local_backend import wait_until
 
 PY = sys.executable
-ISOLATION = sandbox.probe()
-needs_sandbox = pytest.mark.skipif(
-    not ISOLATION.available, reason=f"this machine cannot sandbox: {ISOLATION.reason}"
-)
+needs_sandbox = pytest.mark.usefixtures("sandbox_required")
 
 # Run inside a pod: try each path, report what happened, as JSON on stdout.
 PROBE = """
@@ -377,3 +378,32 @@ def test_a_pod_cannot_make_the_portal_read_or_write_a_file_through_its_log(backe
     backend.ensure_pod(spec(1, (PY, "-c", "print('again')")))  # a restart: a fresh log
     wait_until(lambda: "again" in backend.pod_logs("gp-1-0", "ns"))
     assert secret.read_text() == "root-secret\n"
+
+
+@needs_sandbox
+def test_a_virtualenv_under_tmp_is_seen_inside_the_sandbox(monkeypatch):
+    """A project cloned under /tmp has its virtualenv there: the pod's private /tmp must not
+    be laid over it (every pod of such a clone failed one second after admission)."""
+    prefix = Path(tempfile.mkdtemp(prefix="gpupool-venv-", dir="/tmp"))
+    prefix.chmod(0o755)  # as a clone's .venv is
+    try:
+        (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        monkeypatch.setattr(sys, "prefix", str(prefix))
+        monkeypatch.setattr(sys, "exec_prefix", str(prefix))
+        monkeypatch.setattr(sys, "executable", os.path.realpath(sys.executable))
+        argv = sandbox.wrap(["cat", str(prefix / "pyvenv.cfg")], uid=sandbox.pod_uid(1),
+                            gid=sandbox.project_gid(1), workdir=None, mounts=())  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False, env={})
+    finally:
+        shutil.rmtree(prefix)
+    assert (done.returncode, done.stdout) == (0, b"home = /usr/bin\n"), done.stderr
+
+
+def test_isolation_tests_fail_rather_than_skip_where_pods_cannot_be_sandboxed(monkeypatch):
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Isolation(False, "no bubblewrap"))
+    monkeypatch.delenv(isolation.OPT_OUT, raising=False)
+    with pytest.raises(pytest.fail.Exception, match="no bubblewrap"):
+        isolation.require_sandbox()
+    monkeypatch.setenv(isolation.OPT_OUT, "1")
+    with pytest.raises(pytest.skip.Exception, match="no bubblewrap"):
+        isolation.require_sandbox()

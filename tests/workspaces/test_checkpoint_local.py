@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from clusters.backends import sandbox
 from clusters.backends.local import LocalBackend
 from clusters.tasks import reconcile_cluster
 from scheduling.models import Workload, WorkloadState
@@ -17,11 +16,10 @@ from scheduling.tasks import run_cycle
 from tests.workspaces.helpers import local_cluster, stop_and_reap, wait_until
 from tests.workspaces.test_ports_ssh_local import portal_url  # noqa: F401 - fixture
 
-ISOLATION = sandbox.probe()
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    pytest.mark.skipif(not ISOLATION.available, reason=f"no sandbox: {ISOLATION.reason}"),
+    pytest.mark.usefixtures("sandbox_required"),
 ]
 REPORT = (
     "import os, urllib.request\n"

@@ -40,12 +40,11 @@ from workspaces.proxy import WorkspaceProxy
 from workspaces.services import LaunchRequest, workspace_launch
 
 ROOT = Path(__file__).resolve().parents[2]
-ISOLATION = sandbox.probe()
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(not ISOLATION.available, reason=f"no sandbox: {ISOLATION.reason}"),
+    pytest.mark.usefixtures("sandbox_required"),
 ]
 needs_openssh = pytest.mark.skipif(
     not (Path("/usr/sbin/sshd").exists() and shutil.which("ssh") and shutil.which("ssh-keygen")),
