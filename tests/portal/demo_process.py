@@ -42,6 +42,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (a Celery worker's pool children)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 def embedded_env(var: Path, **settings: str) -> dict[str, str]:
     """This environment on the embedded default (no PostgreSQL, no Redis), var/ at `var`."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}

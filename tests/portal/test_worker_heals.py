@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.portal.demo_process import broker_client, embedded_env, start_logged
+from tests.portal.demo_process import broker_client, children_of, embedded_env, start_logged
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = Path(sys.executable).parent / "celery"
@@ -87,15 +87,7 @@ class EmbeddedWorker:
 
     def children(self) -> list[int]:
         """The pool's processes: the worker's children."""
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # gone meanwhile
-            if int(fields[1]) == self.proc.pid and fields[0] != "Z":
-                found.append(int(stat.parent.name))
-        return found
+        return children_of(self.proc.pid)
 
     def rows(self, sql: str, *params: object) -> list[tuple]:
         db = sqlite3.connect(self.broker_path, timeout=30, isolation_level=None)
