@@ -186,7 +186,7 @@ def test_a_daemon_a_pod_leaves_behind_dies_with_the_pods_namespace(backend):
     )
     record = json.loads((backend.state_dir / "gp-1-0.json").read_text())
     wait_until(lambda: not _pids_with(record["token"]))
-    assert backend.delete_pod(status, grace_period_s=0)
+    wait_until(lambda: backend.delete_pod(status, grace_period_s=0))  # a pass may find it going
 
 
 def _comm(pid: int) -> str:
@@ -371,7 +371,7 @@ def test_a_pod_cannot_make_the_portal_read_or_write_a_file_through_its_log(backe
         "Succeeded", "Failed") and s)  # fmt: skip
     assert (backend.workload_dir(1) / "pod-0.log").is_symlink()
     assert "root-secret" not in backend.pod_logs("gp-1-0", "ns")
-    assert backend.delete_pod(status, grace_period_s=0)
+    wait_until(lambda: backend.delete_pod(status, grace_period_s=0))  # a pass may find it going
     os.mkfifo(backend.workload_dir(1) / "pod-0.log.fifo")
     (backend.workload_dir(1) / "pod-0.log").unlink()
     os.rename(backend.workload_dir(1) / "pod-0.log.fifo", backend.workload_dir(1) / "pod-0.log")
