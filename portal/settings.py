@@ -21,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_int, env_list, env_secret, env_str, env_url
 from portal.sso_mapping import parse_group_roles
+from workspaces import ports_origin
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
@@ -77,6 +78,10 @@ SITE_URL = (env_url("SITE_URL", ("http", "https")) or "http://127.0.0.1:8000").r
 # trust that origin unless told otherwise, or every form would fail its CSRF check.
 _site = urlsplit(SITE_URL)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [f"{_site.scheme}://{_site.netloc}"])
+# Users' HTTP ports on an origin apart from the portal's: ":8001" (this host, another port)
+# or an origin of their own; unset, they are served sandboxed (workspaces/ports_origin.py).
+PORTS_ORIGIN = os.environ.get("GPUPOOL_PORTS_ORIGIN", "")
+ports_origin.parse(PORTS_ORIGIN)  # a wrong value stops the start, saying what to give
 # HTTPS: production (DEBUG off) and a site served over https (SITE_URL) send the session and
 # CSRF cookies over https only; a plain-http production deployment turns them off with
 # SESSION_COOKIE_SECURE=0 CSRF_COOKIE_SECURE=0. Behind a TLS-terminating proxy, set
@@ -85,6 +90,9 @@ _https = _site.scheme == "https"
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https or not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https or not DEBUG)
 SESSION_COOKIE_HTTPONLY = True
+# Set to the parent domain (".example.com") when users' ports have a host of their own
+# (GPUPOOL_PORTS_ORIGIN): the proxy there must see who asks. The CSRF cookie stays the portal's.
+SESSION_COOKIE_DOMAIN = env_str("SESSION_COOKIE_DOMAIN", "") or None
 SESSION_COOKIE_SAMESITE = "Lax"
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)

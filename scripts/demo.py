@@ -251,6 +251,9 @@ def main() -> int:
     port = os.environ.get("GPUPOOL_PORT", "8000")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ.setdefault("SITE_URL", f"http://{host}:{port}")
+    # Users' HTTP ports (TensorBoard, a tool's page) on the next port: an origin apart from
+    # the portal's, so a tool's scripts cannot act with the visitor's session.
+    os.environ.setdefault("GPUPOOL_PORTS_ORIGIN", f":{int(port) + 1}")
     # Development mode (cookies over plain http); users still get the styled error pages,
     # only staff see Django's technical ones.
     os.environ.setdefault("DEBUG", "1")
@@ -264,8 +267,9 @@ def main() -> int:
         Supervised(
             "web",
             [
-                str(BIN / "uvicorn"),
-                "portal.asgi:application",
+                str(BIN / "python"),
+                "-m",
+                "portal.serve",
                 "--host",
                 host,
                 "--port",

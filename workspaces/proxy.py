@@ -31,7 +31,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
 from scheduling import load
-from workspaces import activity, proxy_auth
+from workspaces import activity, ports_origin, proxy_auth
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,9 @@ class WorkspaceProxy:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         path = scope.get("path", "")
-        if (port := PORT_PATH.match(path)) is not None:
-            return await self.port(
-                scope, receive, send, int(port["id"]), port["name"], port["rest"]
-            )
+        port = PORT_PATH.match(path)
+        if port is not None or ports_origin.on_ports_origin(scope):
+            return await self.ports(scope, receive, send, port)
         if (ssh := SSH_PATH.match(path)) is not None and scope["type"] == "websocket":
             return await self.ssh(scope, receive, send, int(ssh["id"]))
         match = LAB_PATH.match(path)
@@ -101,6 +100,20 @@ class WorkspaceProxy:
             touch = partial(activity.proxied, workspace_id)
             return await proxy_websocket(scope, receive, send, access, check, touch)
         return await self.proxy_http(scope, receive, send, access)
+
+    async def ports(self, scope: Scope, receive: Any, send: Any, port: re.Match | None) -> None:
+        """A port's address, or anything asked of the ports' origin, which serves nothing
+        but ports (workspaces/ports_origin.py). A browser that asks the portal's origin for
+        a port is sent to the ports' origin, when there is one."""
+        if port is None and scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        if port is None:
+            return await send_not_found(send)
+        elsewhere = ports_origin.enabled() and not ports_origin.on_ports_origin(scope)
+        if elsewhere and scope["type"] == "http":
+            location = ports_origin.url_on_ports_origin(scope)
+            return await send_refusal(send, proxy_auth.Access(307, location=location))
+        return await self.port(scope, receive, send, int(port["id"]), port["name"], port["rest"])
 
     async def port(
         self, scope: Scope, receive: Any, send: Any, workload_id: int, name: str, rest: str | None
@@ -120,7 +133,8 @@ class WorkspaceProxy:
         if scope["type"] == "websocket":
             touch = partial(activity.proxied, workload_id)
             return await proxy_websocket(scope, receive, send, access, check, touch, path=below)
-        return await self.proxy_http(scope, receive, send, access, path=below)
+        policy = ports_origin.response_policy().encode()
+        return await self.proxy_http(scope, receive, send, access, path=below, policy=policy)
 
     async def ssh(self, scope: Scope, receive: Any, send: Any, workload_id: int) -> None:
         check = partial(
@@ -151,8 +165,17 @@ class WorkspaceProxy:
         return self.client
 
     async def proxy_http(
-        self, scope: Scope, receive: Any, send: Any, access: proxy_auth.Access, path: str = ""
+        self,
+        scope: Scope,
+        receive: Any,
+        send: Any,
+        access: proxy_auth.Access,
+        path: str = "",
+        policy: bytes = b"",
     ) -> None:
+        """`policy`: a Content-Security-Policy added to the tool's answers."""
+        if access.status == 404 and ports_origin.on_ports_origin(scope):
+            return await send_not_found(send)  # the portal's page is not for this origin
         if access.status == 404:
             # The portal's own 404 page, as for an address it does not know (no route of
             # its lies below the proxy's paths): a link of what one may not see answers as
@@ -171,14 +194,18 @@ class WorkspaceProxy:
             content=body,
         )
         try:
-            await forward(client, request, send, access)
+            await forward(client, request, send, access, policy)
         finally:
             if socket_path is not None:
                 await client.aclose()
 
 
 async def forward(
-    client: httpx.AsyncClient, request: httpx.Request, send: Any, access: proxy_auth.Access
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    send: Any,
+    access: proxy_auth.Access,
+    policy: bytes = b"",
 ) -> None:
     try:
         response = await client.send(request, stream=True)
@@ -187,7 +214,7 @@ async def forward(
         refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
         return await send_refusal(send, refusal)
     try:
-        await relay_response(response, send, access.token)
+        await relay_response(response, send, access.token, policy)
     finally:
         await response.aclose()
 
@@ -244,13 +271,17 @@ def upstream_headers(scope: Scope, access: proxy_auth.Access) -> list[tuple[str,
     return headers
 
 
-async def relay_response(response: httpx.Response, send: Any, token: str) -> None:
+async def relay_response(
+    response: httpx.Response, send: Any, token: str, policy: bytes = b""
+) -> None:
     headers = [
         (name.lower(), value)
         for name, value in response.headers.raw
         if name.decode("latin-1").lower() not in DROP_RESPONSE
         and not proxy_auth.sets_portal_cookie(name, value)
     ]
+    if policy:  # beside the tool's own: a browser enforces every policy it is sent
+        headers.append((b"content-security-policy", policy))
     content_type = response.headers.get("content-type", "")
     html = content_type.startswith("text/html") and "content-encoding" not in response.headers
     if token and html:
@@ -269,6 +300,13 @@ async def relay_response(response: httpx.Response, send: Any, token: str) -> Non
     async for chunk in response.aiter_raw():
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
+
+
+async def send_not_found(send: Any) -> None:
+    """The ports' origin's answer to anything but a port: plain, nothing of the portal's."""
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": b"Not found.\n"})
 
 
 async def send_refusal(send: Any, access: proxy_auth.Access) -> None:

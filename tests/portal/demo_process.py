@@ -89,6 +89,7 @@ class DemoProcess:
         self.log_path = tmp_path / "demo.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ports_port = free_port()  # users' HTTP ports: an origin of their own
         self.proc: subprocess.Popen[bytes] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -97,6 +98,7 @@ class DemoProcess:
             self.var,
             GPUPOOL_HOST="127.0.0.1",
             GPUPOOL_PORT=str(self.port),
+            GPUPOOL_PORTS_ORIGIN=f":{self.ports_port}",
             GPUPOOL_CYCLE_INTERVAL_S="2",
             GPUPOOL_RECONCILE_INTERVAL_S="1",
         )
