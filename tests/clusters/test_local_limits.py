@@ -221,7 +221,10 @@ def test_the_workload_page_shows_the_limits_the_pod_runs_under(org, client_as, l
     try:
         page = client_as(org.researcher).get(f"/workloads/{workload.pk}/").content.decode()
         assert "0.5 CPU · 512 MiB memory · 1024 processes" in page
-        assert "cgroup v" in page
+        assert f"cgroup v{limits.version}" in page
+        LocalBackend(cluster).list_inventory()  # the worker's answer, for the clusters page
+        page = client_as(org.platform_admin).get("/clusters/").content.decode()
+        assert "limits enforced" in page and "no limits" not in page
     finally:
         stop(LocalBackend(cluster), f"gp-{workload.pk}-0")
 
@@ -274,6 +277,34 @@ def test_v2_is_chosen_where_the_unified_hierarchy_has_the_controllers(monkeypatc
     assert (folder / "pids.max").read_text() == "1024"
     assert (root / "cgroup.subtree_control").read_text() == "+memory +cpu +pids"
     assert group.procs_files() == [str(folder / "cgroup.procs")]
+
+
+def test_v1_is_chosen_without_a_unified_hierarchys_controllers_and_cpuacct_may_share_cpus(
+    monkeypatch, tmp_path
+):
+    """As on this project's machines: a cgroup2 mount with no controllers, and v1 ones (here
+    cpu and cpuacct mounted together, as many distributions do)."""
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("\n")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        f"30 1 0:26 / {unified} rw - cgroup2 cgroup2 rw\n"
+        "31 1 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "32 1 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        "33 1 0:29 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+    )
+    monkeypatch.setattr(cgroups, "MOUNTINFO", mountinfo)
+    assert cgroups.find_hierarchy() == cgroups.Hierarchy(
+        1,
+        {
+            "memory": Path("/sys/fs/cgroup/memory"),
+            "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"),
+            "pids": Path("/sys/fs/cgroup/pids"),
+        },
+    )
+    mountinfo.write_text("31 1 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+    assert cgroups.find_hierarchy() is None  # no cpu or pids controller: no limits
 
 
 def test_a_bad_pids_max_in_the_config_is_bounded():
