@@ -545,21 +545,21 @@ class LocalBackend(Backend):
         wrapper = [sys.executable, "-I", WRAPPER]
         if record["sandboxed"]:
             wrapper.append("--sandboxed")
-        if (group := _group(record)) is not None:
-            try:
-                group.create(cgroups.Limits(**record["limits"]))
-            except cgroups.CgroupError as exc:
-                self._record_path(record["name"]).unlink(missing_ok=True)
-                raise BackendError(str(exc)) from exc
-            # The wrapper enters it before the pod's command starts: nothing escapes it.
-            wrapper += [arg for path in group.procs_files() for arg in ("--cgroup", path)]
-        if record["sandboxed"]:
-            # After the record: a namespace is removed only where no record names its gang.
-            try:
+        group = _group(record)
+        try:
+            if record["sandboxed"]:
+                # After the record: a namespace is removed only where no record names its gang.
                 sandbox.netns_create(self._netns_path(record["workload_id"]), egress=self._egress)
-            except sandbox.NetnsError as exc:
-                self._record_path(record["name"]).unlink(missing_ok=True)
-                raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+            if group is not None:
+                group.create(cgroups.Limits(**record["limits"]))
+                # The wrapper enters it before the pod's command starts: nothing escapes it.
+                wrapper += [arg for path in group.procs_files() for arg in ("--cgroup", path)]
+        except sandbox.NetnsError as exc:
+            self._abandon(record, group)
+            raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+        except cgroups.CgroupError as exc:
+            self._abandon(record, group)
+            raise BackendError(str(exc)) from exc
         relays = self._ensure_relays(record)  # listening before the pod's first step
         with _open_log(Path(record["log"])) as out:
             try:
@@ -574,10 +574,7 @@ class LocalBackend(Backend):
                 )
             except OSError as exc:
                 _watch(relays, "")  # nothing to watch: they go
-                self._record_path(record["name"]).unlink(missing_ok=True)
-                if group is not None:
-                    group.remove()
-                self._drop_netns(record["workload_id"])
+                self._abandon(record, group)
                 raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
@@ -587,6 +584,14 @@ class LocalBackend(Backend):
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
         return record
+
+    def _abandon(self, record: dict, group: cgroups.Group | None) -> None:
+        """A start that failed leaves nothing: its record, its cgroup, and its gang's
+        namespace unless another pod of the gang has a record."""
+        self._record_path(record["name"]).unlink(missing_ok=True)
+        if group is not None:
+            group.remove()
+        self._drop_netns(record["workload_id"])
 
     def _passwd_mount(self, name: str, uid: int, gid: int, workdir: Path) -> sandbox.Mount:
         """The machine's /etc/passwd plus a line naming the pod's user, bound read-only over

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from clusters.backends import PodPhase, PodSpec, cgroups
+from clusters.backends import BackendError, PodPhase, PodSpec, cgroups
 from clusters.backends import local as local_backend
 from clusters.backends.local import LocalBackend
 from clusters.reconcile import cluster_reconcile
@@ -333,3 +333,21 @@ def test_a_record_without_a_pid_is_found_again_by_its_cgroup(backend, monkeypatc
         record.update(pid=wrapper, start_time=status.backend_ref.partition(":")[2])
         (backend.state_dir / "gp-1-0.json").write_text(json.dumps(record))
         stop(backend, "gp-1-0")
+
+
+def test_a_pod_whose_cgroup_cannot_be_made_does_not_start_and_leaves_nothing(backend, monkeypatch):
+    """A knob the kernel refuses (a read-only controller): the pod is not run unlimited; the
+    reconcile tries again later, with no record, group or namespace left behind."""
+
+    def refuse(group, limits):
+        raise PermissionError(13, "Permission denied", "memory.limit_in_bytes")
+
+    monkeypatch.setattr(cgroups.Group, "_write_limits", refuse)
+    with pytest.raises(BackendError, match="cannot make the pod's cgroup"):
+        backend.ensure_pod(spec(1, SLEEP))
+    assert backend.pod_statuses() == {}
+    parent = Path(settings.VAR_DIR)  # anything of this test's installation under the cgroups
+    name = cgroups.parent_name(parent)
+    assert not any(Path("/sys/fs/cgroup").glob(f"*/{name}"))
+    assert not any(Path("/sys/fs/cgroup").glob(name))
+    assert not backend._netns_path(1).exists()
