@@ -220,6 +220,22 @@ class Group:
         return gone
 
 
+def installation_remove(var_dir: Path | str) -> bool:
+    """Remove the installation's empty groups (pods whose records went without them, as a
+    test's var/ does) and its parent; a group with a process left stays. Whether all went."""
+    hierarchy = find_hierarchy()
+    parents = [
+        root / parent_name(var_dir) for root in (hierarchy.roots.values() if hierarchy else ())
+    ]
+    for parent in parents:
+        for folder in parent.glob("*/") if parent.is_dir() else ():
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+    return not any(parent.exists() for parent in parents)
+
+
 def _enable_controllers(folder: Path) -> None:
     """v2: let `folder`'s children have the controllers pods need."""
     have = set(_read(folder / "cgroup.subtree_control").split())
