@@ -791,9 +791,7 @@ class LocalBackend(Backend):
         if record is None:
             return None
         if record.get("cgroup") and record.get("limits"):
-            limits = record["limits"]
-            cpus = f"{limits['cpus']:g}"  # 0.5, 2: as requested
-            return {"limited": True, "version": record["cgroup"]["version"], **limits, "cpus": cpus}
+            return {"limited": True, "version": record["cgroup"]["version"], **record["limits"]}
         return {"limited": False, "reason": record.get("no_limits") or cgroups.NO_CONTROLLERS}
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:

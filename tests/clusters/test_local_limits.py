@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.urls import reverse
+from rest_framework.test import APIClient
 
 from clusters.backends import BackendError, PodPhase, PodSpec, cgroups
 from clusters.backends import local as local_backend
@@ -222,6 +224,13 @@ def test_the_workload_page_shows_the_limits_the_pod_runs_under(org, client_as, l
         page = client_as(org.researcher).get(f"/workloads/{workload.pk}/").content.decode()
         assert "0.5 CPU · 512 MiB memory · 1024 processes" in page
         assert f"cgroup v{limits.version}" in page
+        api = APIClient()
+        api.force_authenticate(org.researcher)
+        body = api.get(reverse("api-workload", args=[workload.pk])).json()
+        assert body["allocations"][0]["pod_limits"] == {
+            "limited": True, "version": limits.version, "memory_mib": 512, "cpus": 0.5,
+            "pids": 1024,
+        }  # fmt: skip
         LocalBackend(cluster).list_inventory()  # the worker's answer, for the clusters page
         page = client_as(org.platform_admin).get("/clusters/").content.decode()
         assert "limits enforced" in page and "no limits" not in page
