@@ -154,7 +154,9 @@ class LocalBackend(Backend):
             report = json.loads(self._isolation_path.read_text())
         except (OSError, ValueError):
             return None
-        fresh = isinstance(report, dict) and time.time() - report["at"] <= ISOLATION_REPORT_TTL_S
+        fresh = (
+            isinstance(report, dict) and time.time() - report.get("at", 0) <= ISOLATION_REPORT_TTL_S
+        )
         return report if fresh else None
 
     def reported_isolation(self) -> sandbox.Isolation:
@@ -302,7 +304,7 @@ class LocalBackend(Backend):
         else:
             status.exit_code = code
             status.phase = PodPhase.SUCCEEDED if code == 0 else PodPhase.FAILED
-        if self._ended_in_its_group(record) and status.phase == PodPhase.FAILED:
+        if self._oom_kills_once_ended(record) and status.phase == PodPhase.FAILED:
             memory = (record.get("limits") or {}).get("memory_mib", 0)
             status.reason = cgroups.MEMORY_OOM_REASON
             status.message = (
@@ -311,7 +313,7 @@ class LocalBackend(Backend):
             )
         return status
 
-    def _ended_in_its_group(self, record: dict) -> int:
+    def _oom_kills_once_ended(self, record: dict) -> int:
         """A finished pod's count of processes its memory limit killed. Its cgroup goes once
         nothing is left in it; the count stays in its record."""
         if record.get("oom_kills") is not None:
