@@ -10,6 +10,7 @@ from django.db import models
 from portal.versioned import Versioned
 
 if TYPE_CHECKING:
+    from clusters.backends.cgroups import Support
     from clusters.backends.sandbox import Isolation
 
 
@@ -87,6 +88,15 @@ class Cluster(models.Model):
         from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
 
         return LocalBackend(self).reported_isolation()
+
+    @property
+    def limits(self) -> Support | None:
+        """A local cluster's resource limits per pod (cgroups); None on others."""
+        if self.backend != Backend.LOCAL:
+            return None
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+
+        return LocalBackend(self).reported_limits()
 
 
 class PlacementStrategy(models.TextChoices):

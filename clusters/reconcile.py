@@ -39,6 +39,7 @@ from clusters.backends import (
     get_backend,
     pod_name,
 )
+from clusters.backends.cgroups import MEMORY_OOM_REASON
 from clusters.lost import lost_message, nodes_present
 from clusters.mig import mig_sync
 from clusters.models import Cluster, Gpu
@@ -541,7 +542,8 @@ def _move_of(state: str, statuses: list[PodStatus]) -> dict[str, Any]:
     if state == S.FAILED:
         first = next(s for s in statuses if s.phase == PodPhase.FAILED)
         message = first.message or f"Pod {first.pod_index} exited with code {first.exit_code}."
-        reason = OOM_REASON if first.reason == OOM_REASON else "PodFailed"
+        # Out of memory: on its GPU (MPS), or past its cgroup's limit (the local backend).
+        reason = first.reason if first.reason in (OOM_REASON, MEMORY_OOM_REASON) else "PodFailed"
         return {"reason": reason, "message": message, "exit_code": first.exit_code}
     if state == S.SUCCEEDED:
         return {"reason": "Completed", "exit_code": 0}

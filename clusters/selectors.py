@@ -281,6 +281,19 @@ def enforced_limits(allocation: PodAllocation) -> dict[str, Any] | None:
     return _limits(allocation, memory or 0)
 
 
+def pod_limits(allocation: PodAllocation) -> dict[str, Any] | None:
+    """The CPU, memory and process limits a local pod runs under (its cgroup), or why it
+    has none, for the workload page. None on other backends (Kubernetes: the pod's spec)."""
+    cluster = allocation.node.cluster
+    if cluster.backend != Backend.LOCAL:
+        return None
+    return get_backend(cluster).pod_limits(_name_of(allocation))  # type: ignore[attr-defined]
+
+
+def _name_of(allocation: PodAllocation) -> str:
+    return pod_name(allocation.workload_id, allocation.pod_index)
+
+
 def workload_pod_logs(
     workload: Any, tail_lines: int = 500, pod: int | None = None
 ) -> tuple[list[tuple[int, str]], str]:

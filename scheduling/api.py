@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from clusters.selectors import (
     enforced_limits,
+    pod_limits,
     pool_backends,
     pools_with_gpus,
     workload_pod_logs,
@@ -77,12 +78,19 @@ class AllocationSerializer(serializers.Serializer):
     # What MPS enforces on a sharer (clusters.sharing): {"mechanism": "mps",
     # "gpu_memory_mib", "active_thread_percentage"}; null for whole GPUs.
     enforced_limits = serializers.SerializerMethodField()
+    # A local pod's cgroup limits: {"limited": true, "version", "memory_mib", "cpus",
+    # "pids"} or {"limited": false, "reason"}; null on other backends or with no pod.
+    pod_limits = serializers.SerializerMethodField()
     phase = serializers.CharField()
     endpoint = serializers.CharField()
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_enforced_limits(self, allocation: PodAllocation) -> dict[str, Any] | None:
         return enforced_limits(allocation)
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_pod_limits(self, allocation: PodAllocation) -> dict[str, Any] | None:
+        return pod_limits(allocation)
 
 
 class StoredDecimalField(serializers.DecimalField):

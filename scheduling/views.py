@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from clusters.selectors import enforced_limits, workload_pod_logs
+from clusters.selectors import enforced_limits, pod_limits, workload_pod_logs
 from portal.errors import ValidationFailed
 from portal.permissions import (
     admin_required,
@@ -185,6 +185,7 @@ def _live_context(workload: Workload) -> dict[str, Any]:
     allocations = list(workload.allocations.select_related("node__cluster", "node__pool"))
     for allocation in allocations:
         allocation.enforced = enforced_limits(allocation)  # type: ignore[attr-defined]
+        allocation.limits = pod_limits(allocation)  # type: ignore[attr-defined]
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),

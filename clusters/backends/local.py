@@ -12,6 +12,10 @@ gang's network namespace (only a loopback of the gang's own). A tool that serves
 on a unix socket only the portal can reach, or on a TCP port of that loopback that a relay
 (clusters/backends/relay.py) serves to the portal as a unix socket. A machine that cannot
 sandbox runs only platform admins' pods, on this machine's network.
+
+Each pod runs in a cgroup of its own (`cgroups`) limited to its request's memory and CPU
+and to the cluster's `pids_max` processes; its members are the pod's processes, whatever
+their environment says. A machine without cgroups runs pods unlimited, and says so.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from clusters.backends import (
     PodStatus,
     ReconcileReport,
     as_enforced,
+    cgroups,
     expand_vars,
     mps_device,
     sandbox,
@@ -119,20 +124,48 @@ class LocalBackend(Backend):
         Kept in var/ for the pages: the web process may run as another user than the
         worker that starts the pods, and only the worker's answer counts."""
         isolation = self._probe()
-        report = {"available": isolation.available, "reason": isolation.reason, "at": time.time()}
+        limits = self.limits_support()
+        report = {
+            "available": isolation.available,
+            "reason": isolation.reason,
+            "at": time.time(),
+            "limits": {"available": limits.available, "version": limits.version,
+                       "reason": limits.reason},
+        }  # fmt: skip
         _write_atomic(self._isolation_path, json.dumps(report))
         return isolation
+
+    def limits_support(self) -> cgroups.Support:
+        """Whether this process can give pods cgroup limits here (cgroups.probe)."""
+        return cgroups.probe(settings.VAR_DIR)
+
+    def reported_limits(self) -> cgroups.Support:
+        """The worker's last answer on limits (beside its isolation's), or this process's."""
+        report = self._isolation_report()
+        if report is None or not isinstance(report.get("limits"), dict):
+            return self.limits_support()
+        limits = report["limits"]
+        return cgroups.Support(bool(limits["available"]), int(limits["version"]),
+                               str(limits["reason"]))  # fmt: skip
+
+    def _isolation_report(self) -> dict | None:
+        """The worker's report, unless it is older than ISOLATION_REPORT_TTL_S."""
+        try:
+            report = json.loads(self._isolation_path.read_text())
+        except (OSError, ValueError):
+            return None
+        fresh = (
+            isinstance(report, dict) and time.time() - report.get("at", 0) <= ISOLATION_REPORT_TTL_S
+        )
+        return report if fresh else None
 
     def reported_isolation(self) -> sandbox.Isolation:
         """The worker's last answer (it probes on every inventory sync and pod start), or,
         when it has given none lately, this process's own."""
         if not self._sandbox_enabled:
             return self._probe()
-        try:
-            report = json.loads(self._isolation_path.read_text())
-        except (OSError, ValueError):
-            report = None
-        if report is None or time.time() - report["at"] > ISOLATION_REPORT_TTL_S:
+        report = self._isolation_report()
+        if report is None:
             return self._probe()
         return sandbox.Isolation(bool(report["available"]), str(report["reason"]))
 
@@ -271,7 +304,28 @@ class LocalBackend(Backend):
         else:
             status.exit_code = code
             status.phase = PodPhase.SUCCEEDED if code == 0 else PodPhase.FAILED
+        if self._oom_kills_once_ended(record) and status.phase == PodPhase.FAILED:
+            memory = (record.get("limits") or {}).get("memory_mib", 0)
+            status.reason = cgroups.MEMORY_OOM_REASON
+            status.message = (
+                f"Pod {record['pod_index']} was killed for exceeding its memory limit of "
+                f"{memory} MiB ({cgroups.MEMORY_OOM_REASON})."
+            )
         return status
+
+    def _oom_kills_once_ended(self, record: dict) -> int:
+        """A finished pod's count of processes its memory limit killed. Its cgroup goes once
+        nothing is left in it; the count stays in its record."""
+        if record.get("oom_kills") is not None:
+            return int(record["oom_kills"])
+        group = _group(record)
+        if group is None:
+            return 0
+        kills = group.oom_kills()
+        if group.exists() and not group.pids() and group.remove():
+            record["oom_kills"] = kills
+            self._write(record)
+        return kills
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         record = self._resolve(self._read(self._record_path(spec.name)))
@@ -312,11 +366,12 @@ class LocalBackend(Backend):
 
     def _resolve(self, record: dict | None) -> dict | None:
         """A record without a pid was written just before a spawn that a crash interrupted:
-        find the process by the token in its environment, so it is never started twice.
-        No such process and no exit code after a while: it never started; forget it."""
+        find the process in its cgroup (or, without one, by the token in its environment),
+        so it is never started twice. No such process and no exit code after a while: it
+        never started; forget it."""
         if record is None or record["pid"] is not None:
             return record
-        pid = _find_by_token(record["token"])
+        pid = _session_leader(_members(record))
         if pid is not None:
             record.update(pid=pid, start_time=_proc_start_time(pid) or "gone")
         elif _read_exit_code(Path(record["exit_file"])) is not None:
@@ -348,6 +403,7 @@ class LocalBackend(Backend):
         if not command:
             raise PodSpecInvalid("it has no command to run on the local machine")
         argv = self._argv(spec, command, socket_dir, sandboxed=isolation.available)
+        group, no_limits = self._new_group(spec.name)
         relay, door = self._forwards(spec, ports) if isolation.available else ([], [])
         exit_file = self.state_dir / f"{spec.name}.exit"  # the portal's, out of the pod's reach
         exit_file.unlink(missing_ok=True)
@@ -374,9 +430,27 @@ class LocalBackend(Backend):
             # Its GPU's MPS daemon runs while this record lasts (the pod may still be
             # shutting down): a GPU leaves MPS mode only once its last sharer is gone.
             "mps_device": mps_device(spec) if spec.mps is not None else None,
+            # Its cgroup (cgroups.py): its limits, and which processes are the pod's.
+            "cgroup": group.as_dict() if group else None,
+            "limits": (
+                cgroups.limits_of(spec.memory_mib, spec.cpu, self.cluster.config).as_dict()
+                if group
+                else None
+            ),
+            "no_limits": no_limits,
         }
         self._write(record)  # first: a crash between spawn and record must not lose it
         return self._start(record, env, workdir)
+
+    def _new_group(self, name: str) -> tuple[cgroups.Group | None, str]:
+        """The pod's cgroup-to-be, one per pod under the installation's parent; or none,
+        and why (the machine has no controllers, the worker is not root)."""
+        support = self.limits_support()
+        hierarchy = cgroups.find_hierarchy() if support.available else None
+        if hierarchy is None:
+            return None, support.reason or cgroups.NO_CONTROLLERS
+        parent = cgroups.parent_name(settings.VAR_DIR)
+        return cgroups.Group.under(hierarchy, parent, f"c{self.cluster.pk}-{name}"), ""
 
     def _argv(
         self, spec: PodSpec, command: list[str], socket_dir: Path, *, sandboxed: bool
@@ -473,12 +547,21 @@ class LocalBackend(Backend):
         wrapper = [sys.executable, "-I", WRAPPER]
         if record["sandboxed"]:
             wrapper.append("--sandboxed")
-            # After the record: a namespace is removed only where no record names its gang.
-            try:
+        group = _group(record)
+        try:
+            if record["sandboxed"]:
+                # After the record: a namespace is removed only where no record names its gang.
                 sandbox.netns_create(self._netns_path(record["workload_id"]), egress=self._egress)
-            except sandbox.NetnsError as exc:
-                self._record_path(record["name"]).unlink(missing_ok=True)
-                raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+            if group is not None:
+                group.create(cgroups.Limits(**record["limits"]))
+                # The wrapper enters it before the pod's command starts: nothing escapes it.
+                wrapper += [arg for path in group.procs_files() for arg in ("--cgroup", path)]
+        except sandbox.NetnsError as exc:
+            self._abandon(record, group)
+            raise BackendError(f"cannot make the pod's network namespace: {exc}") from exc
+        except cgroups.CgroupError as exc:
+            self._abandon(record, group)
+            raise BackendError(str(exc)) from exc
         relays = self._ensure_relays(record)  # listening before the pod's first step
         with _open_log(Path(record["log"])) as out:
             try:
@@ -493,8 +576,7 @@ class LocalBackend(Backend):
                 )
             except OSError as exc:
                 _watch(relays, "")  # nothing to watch: they go
-                self._record_path(record["name"]).unlink(missing_ok=True)
-                self._drop_netns(record["workload_id"])
+                self._abandon(record, group)
                 raise BackendError(f"cannot start {shlex.join(record['command'])}: {exc}") from exc
         _CHILDREN[proc.pid] = proc
         record.update(pid=proc.pid, start_time=_proc_start_time(proc.pid) or "gone")
@@ -504,6 +586,14 @@ class LocalBackend(Backend):
         command = shlex.join(record["command"])
         log.info("started %s as pid %s, %s: %s", record["name"], proc.pid, how, command)
         return record
+
+    def _abandon(self, record: dict, group: cgroups.Group | None) -> None:
+        """A start that failed leaves nothing: its record, its cgroup, and its gang's
+        namespace unless another pod of the gang has a record."""
+        self._record_path(record["name"]).unlink(missing_ok=True)
+        if group is not None:
+            group.remove()
+        self._drop_netns(record["workload_id"])
 
     def _passwd_mount(self, name: str, uid: int, gid: int, workdir: Path) -> sandbox.Mount:
         """The machine's /etc/passwd plus a line naming the pod's user, bound read-only over
@@ -622,9 +712,11 @@ class LocalBackend(Backend):
         """SIGTERM the pod's processes, SIGKILL them once the grace period is over.
 
         The pod's processes are its process group while the wrapper lives, and every
-        process that carries the pod's token in its environment: also what the command left
-        running after it exited, or started in a session of its own (a daemon holding a
-        GPU). Nothing without the token is ever signalled."""
+        process in its cgroup: also what the command left running after it exited, or
+        started in a session of its own (a daemon holding a GPU). Nothing outside it is
+        ever signalled, whatever its environment says. (A pod without a cgroup, on a
+        machine that has none: the processes that carry its token in their environment.)
+        The cgroup goes with the last of them."""
         path = self._record_path(status.name)
         record = self._resolve(self._read(path))
         if record is None:
@@ -632,18 +724,20 @@ class LocalBackend(Backend):
             return True
         if record["pid"] is None:
             return False  # still being started: stop it on the next pass
-        pid, start, token = record["pid"], record["start_time"], record["token"]
-        if _alive(pid, start) or _pids_with_token(token):
+        pid, start = record["pid"], record["start_time"]
+        if _alive(pid, start) or _members(record):
             if not record.get("terminating_since"):
                 record["terminating_since"] = time.time()
-                record["signalled"] = _signal_pod(pid, start, token, signal.SIGTERM)
+                record["signalled"] = _signal_pod(pid, start, record, signal.SIGTERM)
                 self._write(record)
             else:
                 self._signal_late_comers(record)
             if time.time() - record["terminating_since"] >= grace_period_s:
-                _signal_pod(pid, start, token, signal.SIGKILL)
-            if not _wait_gone(pid, start, token, timeout=0.5):
+                _signal_pod(pid, start, record, signal.SIGKILL)
+            if not _wait_gone(pid, start, record, timeout=0.5):
                 return False
+        if (group := _group(record)) is not None and not group.remove():
+            return False  # a process that just left it: the next pass
         for kind in ("relay", "door"):
             pid, started = record.get(f"{kind}_pid"), record.get(f"{kind}_start")
             if pid and _alive(pid, started):
@@ -669,7 +763,7 @@ class LocalBackend(Backend):
         being built gets its command only then (a fork loses the signals its parent had
         pending), and the command must not wait out the grace period for its SIGKILL."""
         signalled = set(record.get("signalled") or ())
-        late = [pid for pid in _pids_with_token(record["token"]) if pid not in signalled]
+        late = [pid for pid in _members(record) if pid not in signalled]
         for pid in late:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -691,6 +785,16 @@ class LocalBackend(Backend):
             if pending:
                 time.sleep(0.2)
         return count
+
+    def pod_limits(self, name: str) -> dict[str, Any] | None:
+        """What the pod runs under, for its workload's page: its cgroup's limits
+        (`limited`), or why it has none; None when no such pod is here."""
+        record = self._read(self._record_path(name))
+        if record is None:
+            return None
+        if record.get("cgroup") and record.get("limits"):
+            return {"limited": True, "version": record["cgroup"]["version"], **record["limits"]}
+        return {"limited": False, "reason": record.get("no_limits") or cgroups.NO_CONTROLLERS}
 
     def pod_logs(self, name: str, namespace: str, *, tail_lines: int = 500) -> str:
         # Named gp-<workload>-<pod>; the log outlives the pod's record.
@@ -730,17 +834,36 @@ def _pids_with_token(token: str) -> list[int]:
 
 def _find_by_token(token: str) -> int | None:
     """The session leader (the wrapper) whose environment carries this pod's token."""
-    for pid in _pids_with_token(token):
+    return _session_leader(_pids_with_token(token))
+
+
+def _session_leader(pids: list[int]) -> int | None:
+    """The session leader among these processes: the pod's wrapper."""
+    for pid in pids:
         with contextlib.suppress(OSError):
             if os.getsid(pid) == pid:
                 return pid
     return None
 
 
-def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> list[int]:
+def _group(record: dict) -> cgroups.Group | None:
+    data = record.get("cgroup")
+    return cgroups.Group.from_dict(data) if data else None
+
+
+def _members(record: dict) -> list[int]:
+    """The pod's live processes: its cgroup's members; a pod without a cgroup (none on
+    this machine), those with its token in their environment."""
+    group = _group(record)
+    if group is not None:
+        return group.pids()
+    return _pids_with_token(record["token"])
+
+
+def _signal_pod(pid: int, start_time: str, record: dict, sig: signal.Signals) -> list[int]:
     """The wrapper's group while the wrapper lives (its pid cannot name another group
-    then), and each process with the pod's token. Returns those processes."""
-    holders = _pids_with_token(token)
+    then), and each of the pod's processes (`_members`). Returns those processes."""
+    holders = _members(record)
     if _alive(pid, start_time):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
@@ -750,9 +873,9 @@ def _signal_pod(pid: int, start_time: str, token: str, sig: signal.Signals) -> l
     return holders
 
 
-def _wait_gone(pid: int, start_time: str, token: str, *, timeout: float) -> bool:
+def _wait_gone(pid: int, start_time: str, record: dict, *, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid, start_time) or _pids_with_token(token):
+    while _alive(pid, start_time) or _members(record):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)

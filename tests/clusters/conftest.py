@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.core.cache import cache
 
-from clusters.backends import sandbox
+from clusters.backends import cgroups, sandbox
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
@@ -23,6 +24,15 @@ def _var_dir(settings, tmp_path):
     cache.clear()
     yield
     forget_namespaces(settings.VAR_DIR)
+    forget_cgroups(settings.VAR_DIR)
+
+
+def forget_cgroups(var_dir: Path) -> None:
+    """The cgroups of pods a test left finished (their records go with its var/): removed
+    once their last process is reaped (a moment after a pod's end)."""
+    deadline = time.monotonic() + 2
+    while not cgroups.installation_remove(var_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def forget_namespaces(var_dir: Path) -> None:
