@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from scheduling.engine.actions import preempt
+from scheduling.engine.actions.victims import Victim, preemptible
 from scheduling.engine.cycle import build_context
 from scheduling.engine.types import (
     CycleResult,
@@ -239,3 +240,27 @@ def test_a_failed_search_is_asked_again_once_the_state_changed() -> None:
     no_plan.search(a, "a", evicting)
     no_plan.search(a, "a", evicting)
     assert walks[-2:] == ["tentative", "tentative"]  # evicted (then undone): not kept
+
+
+def test_the_victims_kept_per_queue_follow_every_eviction_and_its_undoing() -> None:
+    # VictimIndex.live and .outranked keep their lists while the ledger stands still:
+    # an eviction, and its undoing, must show in the next answer.
+    snap = owner_with_room_in_its_guarantee([job("a", "owner", t=50)])
+    lowered = [replace(w, priority=3) if w.id == "x-1" else w for w in snap.workloads]
+    ctx = build_context(replace(snap, workloads=tuple(lowered)), SchedulerConfig(), NOW)
+    index = preemptible(ctx)
+
+    def ids(victims: list[Victim]) -> set[str]:
+        return {v.wl.id for v in victims}
+
+    everyone = {f"x-{i}" for i in range(12)}
+    assert ids(index.live("other", "a")) == everyone
+    assert ids(index.outranked("other", "a", 3)) == everyone - {"x-1"}
+    mark = ctx.stmt.mark()
+    ctx.stmt.evict(ctx.workloads["x-0"], EvictionReason.RECLAIM, "a")
+    assert ids(index.live("other", "a")) == everyone - {"x-0"}
+    assert ids(index.outranked("other", "a", 3)) == everyone - {"x-0", "x-1"}
+    assert ids(index.outranked("other", "a", 4)) == everyone - {"x-0"}
+    ctx.stmt.discard(mark)
+    assert ids(index.live("other", "a")) == everyone
+    assert ids(index.outranked("other", "a", 3)) == everyone - {"x-1"}

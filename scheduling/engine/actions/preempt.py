@@ -99,7 +99,10 @@ def _try_preempt(
             victim.wl.priority <= wl.priority and victim.wl.id in borrowed
         )
 
-    victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
+    if borrowed:
+        victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
+    else:  # eligible() is then only the lower priority, and asked of many alike
+        victims = index.outranked(wl.queue_id, pool, wl.priority)
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
         ctx.stmt.discard(mark)
