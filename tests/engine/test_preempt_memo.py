@@ -59,8 +59,8 @@ MODELS = ((), ("H100",))
 def crowded(seed: int) -> Snapshot:
     """A full pool (1-4 nodes of 8 GPUs) cut into jobs of 1, 2, 4 or 8 GPUs held by 2-5
     projects whose deserved quotas cover part of it, so that most hold borrowed work;
-    then 6-24 pending jobs of a few shapes and priorities in random projects: many fit
-    within their project's guarantee and may take borrowed work back."""
+    then 6-24 pending jobs of 1-2 of them, in runs alike (shape, model, priority): some
+    fit within their project's guarantee and may take borrowed work back."""
     rng = random.Random(seed)
     node_count = rng.randint(1, 4)
     names = [f"p{i}" for i in range(rng.randint(2, 5))]
