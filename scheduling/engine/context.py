@@ -85,6 +85,7 @@ class Context:
     starved_memo: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     # (queue, pool) -> what it may hold before allocate.borrow_block asks about others
     borrow_caps: dict[tuple[str, str], float] = field(default_factory=dict)
+    deserved_memo: dict[tuple[str, str], float] = field(default_factory=dict)  # deserved()
     queue_ids: list[str] = field(default_factory=list)
     waiting: list[Workload] = field(default_factory=list)  # pending at the start, in order
     parents: set[str] = field(default_factory=set)
@@ -161,8 +162,12 @@ class Context:
         return None if q is None else q.quotas.get((pool, resource))
 
     def deserved(self, queue_id: str, pool: str) -> float:
-        quota = self.quota(queue_id, pool, Resource.GPU)
-        return 0.0 if quota is None else quota.deserved
+        # asked of each pending workload in every pass (quotas are fixed in a cycle)
+        found = self.deserved_memo.get((queue_id, pool))
+        if found is None:
+            quota = self.quota(queue_id, pool, Resource.GPU)
+            found = self.deserved_memo[(queue_id, pool)] = 0.0 if quota is None else quota.deserved
+        return found
 
     def fair_share(self, queue_id: str, pool: str) -> float:
         return self.fair.get((queue_id, pool, Resource.GPU), 0.0)

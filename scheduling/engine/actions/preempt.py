@@ -20,6 +20,8 @@ victim that comes back is borrowed again, so it never evicts its evictor this wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from scheduling.engine.actions.allocate import borrow_block
 from scheduling.engine.actions.elastic import has_extras, shrink_for, shrink_in_queue
 from scheduling.engine.actions.guarantee import Guarantee
@@ -39,6 +41,9 @@ from scheduling.engine.state import PodSlot
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
+# Skip a search for borrowed work that provably fails as one before it did (NoPlan);
+# tests/engine/test_preempt_memo.py turns it off to check that decisions stay the same.
+MEMO_SEARCHES = True
 
 
 def preempt(ctx: Context) -> None:
@@ -50,13 +55,14 @@ def preempt(ctx: Context) -> None:
         return
     failures = Failures()
     guarantee = Guarantee(ctx)
+    no_plan = NoPlan(ctx)
     for wl in ctx.pending():
         if ctx.searches_left <= 0:
             return
         if wl.queue_id not in index.by_queue and not has_extras(ctx, wl.queue_id):
             continue
         for pool in ctx.pools_for(wl):
-            if _try_preempt(ctx, wl, pool, index, failures, guarantee):
+            if _try_preempt(ctx, wl, pool, index, failures, guarantee, no_plan):
                 break
 
 
@@ -67,6 +73,7 @@ def _try_preempt(
     index: VictimIndex,
     failures: Failures,
     guarantee: Guarantee,
+    no_plan: NoPlan,
 ) -> bool:
     need = ctx.gpu_need(wl, pool)
     borrowed = guarantee.borrowed_for(wl, pool, need)
@@ -79,7 +86,7 @@ def _try_preempt(
     # Extra pods of the project's elastic workloads go before any whole workload.
     slots = shrink_in_queue(ctx, wl, pool, lambda e: _extras_of(e, wl))
     if slots is None and borrowed:  # then other projects' borrowed work, then its own
-        slots = _take_borrowed(ctx, wl, pool, index, guarantee)
+        slots = _take_borrowed(ctx, wl, pool, index, guarantee, no_plan)
     if slots is not None:
         ctx.admit(wl, pool, slots)
         guarantee.forget(wl.queue_id)
@@ -92,7 +99,10 @@ def _try_preempt(
             victim.wl.priority <= wl.priority and victim.wl.id in borrowed
         )
 
-    victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
+    if borrowed:
+        victims = [v for v in index.live(wl.queue_id, pool) if eligible(v)]
+    else:  # eligible() is then only the lower priority, and asked of many alike
+        victims = index.outranked(wl.queue_id, pool, wl.priority)
     free = ctx.state.free_whole(pool, ctx.state.models_for(pool, wl.gpu_models))
     if not victims or free + sum(v.gpus[pool] for v in victims) < need - EPS:
         ctx.stmt.discard(mark)
@@ -137,7 +147,12 @@ def _outranked_or_owed(ctx: Context, wl: Workload, pool: str) -> Cause:
 
 
 def _take_borrowed(
-    ctx: Context, wl: Workload, pool: str, index: VictimIndex, guarantee: Guarantee
+    ctx: Context,
+    wl: Workload,
+    pool: str,
+    index: VictimIndex,
+    guarantee: Guarantee,
+    no_plan: NoPlan,
 ) -> list[PodSlot] | None:
     """Work within its project's guarantee first evicts other projects' borrowed work
     (reason `reclaim`): only work their own deserved quota does not cover, of a project
@@ -151,7 +166,13 @@ def _take_borrowed(
     extras = BorrowedRule(ctx, wl, pool, guarantee, extras=True)
     slots = shrink_for(ctx, wl, pool, extras) if ctx.book.originals else None
     if slots is None:
-        found = make_room(ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool), MAX_VICTIMS)
+        found = no_plan.search(
+            wl,
+            pool,
+            lambda: make_room(
+                ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool), MAX_VICTIMS
+            ),
+        )
         if found is None:
             ctx.stmt.discard(mark)
             return None
@@ -166,3 +187,50 @@ def _extras_of(owner: Workload, wl: Workload) -> bool:
     """Whose extra pods wl may take back: its project's elastic work of at most its
     priority (extras run on idle GPUs; they never outrank a waiting job)."""
     return owner.queue_id == wl.queue_id and owner.priority <= wl.priority and owner.id != wl.id
+
+
+Search = Callable[[], tuple[list[Workload], list[PodSlot]] | None]
+
+
+class NoPlan:
+    """Searches for other projects' borrowed work (_take_borrowed's make_room) that found
+    no plan and changed nothing, per request and the state they ran in: the same request
+    in the same state finds none again, so it is answered without the walk.
+
+    Why the answer is the same, not merely likely: the search reads the state (slots,
+    free devices, evictions, ledger), the queue's donors and guarantees, and of the
+    workload only its queue, its GPU need and its shape (pods, gang, models, topology,
+    growth: ShapeKey and grows_to; BorrowedRule never waits for checkpoints, so its
+    submit time and id do not count). The state is the same while the ledger's version
+    (bumped by every admission and eviction, and by their undoing) and the undo log's
+    length are: nothing was evicted or admitted since, not even tentatively, so every
+    memo the walk reads (Guarantee.split, Context.donors, keyed by counts) holds what the
+    first walk read. A search that itself evicted anything, tentatively or not, is never
+    matched again. A skipped search still spends its share of the cycle's search budget, as
+    make_room would have, so later searches run exactly as before."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.failed: dict[tuple[object, ...], tuple[int, int]] = {}
+
+    def _state(self) -> tuple[int, int]:
+        return self.ctx.ledger.version, len(self.ctx.state.log)
+
+    def search(
+        self, wl: Workload, pool: str, walk: Search
+    ) -> tuple[list[Workload], list[PodSlot]] | None:
+        """walk()'s answer, or None without walking where it would find none again."""
+        ctx = self.ctx
+        key = (wl.queue_id, pool, ctx.gpu_need(wl, pool), ctx.shape_of(wl), wl.grows_to)
+        before = self._state()
+        if MEMO_SEARCHES and self.failed.get(key) == before:
+            if ctx.searches_left > 0:  # as make_room spends it
+                ctx.searches_left -= 1
+            return None
+        budget = ctx.searches_left
+        found = walk()
+        if found is None and budget > 0:
+            # kept under the state it began in: one that evicted, even tentatively, moved
+            # the ledger's version, which only grows, so that state never comes back
+            self.failed[key] = before
+        return found

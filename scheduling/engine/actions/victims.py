@@ -165,8 +165,11 @@ class VictimIndex:
         # The statement's evictions, not the context: the context holds the index, and a
         # reference back would keep the cycle's garbage for the collector (cycle.paused_gc)
         self.evicted = ctx.stmt.evicted
+        self.ledger = ctx.ledger  # its version moves with every eviction and its undoing
         self.by_queue: dict[str, list[Victim]] = {}
         self._pools: dict[str, Candidates] = {}
+        self._live: dict[tuple[str, str], tuple[int, list[Victim]]] = {}
+        self._below: dict[tuple[str, str, int], tuple[list[Victim], list[Victim]]] = {}
         workloads = ctx.workloads
         kept = [
             wid
@@ -189,11 +192,29 @@ class VictimIndex:
             victims.sort(key=lambda v: v.cost)
 
     def live(self, queue_id: str, pool: str) -> list[Victim]:
-        """The queue's victims holding GPUs in the pool and not evicted yet."""
+        """The queue's victims holding GPUs in the pool and not evicted yet (kept while
+        the ledger stands still: asked for each of the queue's waiting workloads; the
+        caller must not change the list)."""
+        version = self.ledger.version
+        kept = self._live.get((queue_id, pool))
+        if kept is not None and kept[0] == version:
+            return kept[1]
         evicted = self.evicted
-        return [
+        found = [
             v for v in self.by_queue.get(queue_id, ()) if pool in v.gpus and v.wl.id not in evicted
         ]
+        self._live[(queue_id, pool)] = (version, found)
+        return found
+
+    def outranked(self, queue_id: str, pool: str, priority: int) -> list[Victim]:
+        """live() of a priority below `priority` (kept with live()'s list; the caller
+        must not change it)."""
+        live = self.live(queue_id, pool)
+        kept = self._below.get((queue_id, pool, priority))
+        if kept is None or kept[0] is not live:
+            below = [v for v in live if v.wl.priority < priority]
+            kept = self._below[(queue_id, pool, priority)] = (live, below)
+        return kept[1]
 
     def pool(self, pool: str) -> Candidates:
         """Every victim holding GPUs in the pool (built once per phase)."""
