@@ -96,6 +96,23 @@ def owner_blocked_by_large_borrowed_jobs(seed: int) -> tuple[Snapshot, str, dict
     deserved quota. The owner's gang of one-GPU pods fits in the free GPUs plus those
     large jobs, within what its quota still owes it."""
     rng = random.Random(seed)
+    while True:  # until some GPUs are free or borrowed: else nothing could make room
+        node_count, small, workloads, free, over = _large_borrowed_jobs(rng)
+        if over + free:
+            break
+    need = rng.randint(1, min(over + free, 16))
+    deserved = {qid: count for qid, count in small.items() if qid != "owner"}
+    deserved["owner"] = small["owner"] + need
+    gang = job("gang", "owner", gpus=1, pods=need, t=NOW - 30)
+    queues = [dept(), *(project(q, deserved=d) for q, d in sorted(deserved.items()))]
+    workloads.append(gang)
+    rng.shuffle(workloads)
+    return snapshot(nodes(node_count), queues, workloads), gang.id, deserved
+
+
+def _large_borrowed_jobs(rng: random.Random) -> tuple:
+    """Nodes cut into blocks: free, or one job of the block's size; other projects' jobs of
+    2-8 GPUs are over their quotas (`over` GPUs), every one-GPU job within its project's."""
     node_count = rng.randint(1, 4)
     others = [f"p{i}" for i in range(rng.randint(1, 3))]
     small: dict[str, int] = dict.fromkeys(["owner", *others], 0)
@@ -116,14 +133,7 @@ def owner_blocked_by_large_borrowed_jobs(seed: int) -> tuple[Snapshot, str, dict
             if not big:
                 small[qid] += 1
     over = sum(wl.pods[0].gpus for wl in workloads if wl.pods[0].gpus > 1)
-    need = rng.randint(1, max(1, min(over + free, 16)))
-    deserved = {qid: count for qid, count in small.items() if qid != "owner"}
-    deserved["owner"] = small["owner"] + need
-    gang = job("gang", "owner", gpus=1, pods=need, t=NOW - 30)
-    queues = [dept(), *(project(q, deserved=d) for q, d in sorted(deserved.items()))]
-    workloads.append(gang)
-    rng.shuffle(workloads)
-    return snapshot(nodes(node_count), queues, workloads), gang.id, deserved
+    return node_count, small, workloads, free, over
 
 
 def _blocks(rng: random.Random) -> list[tuple[int, int]]:
@@ -160,16 +170,23 @@ def assert_owner_served(seed: int, snap: Snapshot, gang: str, deserved: dict[str
     assert any(admitted), f"seed {seed}: the owner's gang still waits after two cycles"
     for before, result in steps:
         held = _held_gpus(before)
+        after = dict(held)  # what each project holds once the cycle's decisions apply
         by_id = {w.id: w for w in before.workloads}
+        reclaimed = set()
         for eviction in result.evictions:
             victim = by_id[eviction.workload_id]
             assert victim.queue_id != "owner"
+            after[victim.queue_id] -= sum(p.gpus for p in victim.pods)
             if eviction.reason == EvictionReason.BORROWED:
                 assert by_id[eviction.beneficiary or ""].queue_id == victim.queue_id
                 continue
             assert eviction.reason == EvictionReason.RECLAIM
-            held[victim.queue_id] -= sum(p.gpus for p in victim.pods)
-            assert held[victim.queue_id] >= deserved[victim.queue_id]
+            reclaimed.add(victim.queue_id)
+        for admission in result.admissions:
+            wl = by_id[admission.workload_id]
+            after[wl.queue_id] = after.get(wl.queue_id, 0) + sum(p.gpus for p in wl.pods)
+        for qid in reclaimed:  # a reclaim never leaves its victims below their guarantee
+            assert after[qid] >= min(deserved[qid], held[qid]), (seed, qid, held, after)
 
 
 def _held_gpus(snap: Snapshot) -> dict[str, int]:
