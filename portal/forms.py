@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth.forms import PasswordResetForm
 
 from clusters.models import Cluster, NodePool, PlacementStrategy
@@ -52,8 +53,17 @@ class ProjectForm(forms.Form):
         " pod webhook of deploy/webhook/).",
     )
 
+    manifest_kinds = forms.MultipleChoiceField(
+        required=False,
+        label="Kinds of manifests",
+        widget=forms.CheckboxSelectMultiple,
+        help_text='What members may create from YAML (`gpupool submit -f`, "From YAML"), '
+        "among the kinds the platform allows. New projects: Pod and Job.",
+    )
+
     def __init__(self, *args: Any, user: Any, editing: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.fields["manifest_kinds"].choices = [(k, k) for k in settings.GPUPOOL_MANIFEST_KINDS]
         self.fields["department"].queryset = departments_for_admin(user)
         if editing:  # moving a project between departments would break both quota sums
             self.fields["department"].disabled = True
