@@ -351,9 +351,13 @@ def test_the_project_form_offers_the_platforms_kinds_and_new_projects_allow_pod_
          "spec.template.spec: a pod template needs a spec (a mapping)."),
         ("PyTorchJob", lambda spec: spec["pytorchReplicaSpecs"].update(Worker=[1]),
          "spec.pytorchReplicaSpecs.Worker: a mapping."),
+        ("RayJob", lambda spec: spec["rayClusterSpec"].update(
+            workerGroupSpecs=[copy.deepcopy(spec["rayClusterSpec"]["workerGroupSpecs"][0])
+                              for _ in range(16)]),  # and the head: 17
+         "spec: at most 16 pod templates in one object."),
     ],
     ids=["rayjob-without-cluster", "jobset-without-jobs", "replica-without-template",
-         "template-without-spec", "replica-not-a-mapping"],
+         "template-without-spec", "replica-not-a-mapping", "too-many-templates"],
 )  # fmt: skip
 def test_a_kind_without_its_pod_templates_is_refused_naming_the_path_before_the_cluster(
     kube,  # noqa: F811
