@@ -4,15 +4,15 @@ ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets, Rep
 (apps/v1); Jobs, CronJobs (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings
 (rbac/v1); PriorityClasses (scheduling/v1); NetworkPolicies and Ingresses (networking/v1);
 PodDisruptionBudgets (policy/v1): create (also `dryRun=All`: checked, not stored), get, list
-(label selectors), delete, over the real REST paths. Like the real API server it refuses a kind or namespace that does not match the
-URL, a missing or badly formed name or label, an unknown namespace, a duplicate, a workload
-whose selector does not match its pod template, a pod template the server would refuse, a
-restart policy its controller cannot run, an invalid ConfigMap or Secret key, a
-ServiceAccount subject without a namespace; and it adds what the real one adds: uid,
-creationTimestamp, resourceVersion, the generation and initial status of workloads and
-budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod labels and
-selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and template
-immutable.
+(label selectors), delete, over the real REST paths. Like the real API server it refuses a
+kind or namespace that does not match the URL, a missing or badly formed name or label, an
+unknown namespace, a duplicate, a workload whose selector does not match its pod template, a
+pod template the server would refuse, a restart policy its controller cannot run, an invalid
+ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it adds what the
+real one adds: uid, creationTimestamp, resourceVersion, the generation and initial status of
+workloads and budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod
+labels and selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and
+template immutable.
 
 Controllers: the Job controller (`sync_jobs`, when the server's `job_controller` is on) makes
 a Job's pods from its template, replaces those deleted or failed, suspends and resumes,
@@ -202,11 +202,12 @@ def _list(api: Any, store: str, api_version: str, kind: str, ns: str, query: dic
 
 def _dry_run(query: dict) -> bool:
     """dryRun=All: checked as a create (a name taken is 409 too), not stored; any other
-    value is 400, as the real server's (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
-    rest.go, dryRun validation)."""
+    value is 422, as the real server's (apiserver handlers/create.go: ValidateCreateOptions,
+    an Invalid CreateOptions)."""
     value = query.get("dryRun")
     if value not in (None, "All"):
-        _error(400, "BadRequest", f'dryRun: Unsupported value: "{value}": supported values: "All"')
+        message = f'dryRun: Unsupported value: []string{{"{value}"}}: supported values: "All"'
+        _error(422, "Invalid", f'CreateOptions.meta.k8s.io "" is invalid: {message}')
     return value == "All"
 
 

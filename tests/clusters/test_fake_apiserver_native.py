@@ -874,8 +874,9 @@ def test_a_cronjob_needs_a_schedule_and_gets_the_real_defaults(api_client):
 
 def test_a_dry_run_create_of_any_kind_is_checked_and_answered_but_not_stored(fake, objects):
     """dryRun=All (apiserver handlers/create.go: the same validation and admission, the
-    storage's dry-run skips the write; a name taken is still 409); any other value is 400.
-    A kind the server does not serve is its 404 without details, dry run or not."""
+    storage's dry-run skips the write; a name taken is still 409); any other value is 422
+    (ValidateCreateOptions). A kind the server does not serve is its 404 without details,
+    dry run or not."""
     apps = ("apps", "v1", NS, "deployments")
     body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
@@ -891,7 +892,11 @@ def test_a_dry_run_create_of_any_kind_is_checked_and_answered_but_not_stored(fak
     status, _ = refusal(objects.create_namespaced_custom_object, *apps, body, dry_run="All")
     assert status == 409
     status, message = refusal(objects.create_namespaced_custom_object, *apps, body, dry_run="x")
-    assert (status, message) == (400, 'dryRun: Unsupported value: "x": supported values: "All"')
+    assert status == 422
+    assert message == (
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"x"}: '
+        'supported values: "All"'
+    )
     status, _ = refusal(
         objects.create_namespaced_custom_object, *PYTORCH, pytorch_job(), dry_run="All"
     )
