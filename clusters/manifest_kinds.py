@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from portal.errors import ValidationFailed
 
 KUBEFLOW = "kubeflow.org/v1"
@@ -64,6 +66,12 @@ KINDS: dict[tuple[str, str], ManifestKind] = {
 }
 NAMES = [f"{api_version} {kind}" for api_version, kind in KINDS]
 MAX_TEMPLATES = 16  # a PyTorchJob has 2, a RayCluster 1 + its worker groups
+
+
+def platform_kinds() -> list[str]:
+    """The kinds the platform admin offers projects (GPUPOOL_MANIFEST_KINDS, in its order),
+    those GPUPool can create: a name it does not know is never offered nor taken."""
+    return [name for name in settings.GPUPOOL_MANIFEST_KINDS if name in NAMES]
 
 
 def kind_of(body: dict) -> ManifestKind | None:

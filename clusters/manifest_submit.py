@@ -31,7 +31,6 @@ from uuid import uuid4
 
 import jsonpatch
 import yaml
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
@@ -40,7 +39,7 @@ from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes import native as kube
 from clusters.backends.kubernetes.manifests import MPS_ROOT
-from clusters.manifest_kinds import KINDS, kind_of, pod_templates
+from clusters.manifest_kinds import KINDS, kind_of, platform_kinds, pod_templates
 from clusters.models import Backend, Cluster
 from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
 from portal.audit import audit_log
@@ -129,11 +128,7 @@ def allowed_kinds(project: Project) -> list[str]:
     """ "apiVersion kind" of each kind the project allows (its admins' choice, among the
     platform admin's GPUPOOL_MANIFEST_KINDS) that GPUPool can create, in the platform's order."""
     chosen = set(project.manifest_kinds or [])
-    return [
-        name
-        for name in settings.GPUPOOL_MANIFEST_KINDS
-        if name in chosen and tuple(name.split(None, 1)) in KINDS
-    ]
+    return [name for name in platform_kinds() if name in chosen]
 
 
 def manifest_parse(text: str, project: Project) -> dict[str, Any]:

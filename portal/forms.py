@@ -8,9 +8,9 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib.auth.forms import PasswordResetForm
 
+from clusters.manifest_kinds import platform_kinds
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal import quota_rules
 from portal.errors import ValidationFailed
@@ -63,7 +63,7 @@ class ProjectForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, editing: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["manifest_kinds"].choices = [(k, k) for k in settings.GPUPOOL_MANIFEST_KINDS]
+        self.fields["manifest_kinds"].choices = [(k, k) for k in platform_kinds()]
         self.fields["department"].queryset = departments_for_admin(user)
         if editing:  # moving a project between departments would break both quota sums
             self.fields["department"].disabled = True

@@ -6,10 +6,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import ProtectedError
 
+from clusters.manifest_kinds import platform_kinds
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
@@ -200,7 +200,7 @@ def _manifest_kinds(
     GPUPOOL_MANIFEST_KINDS, in its order; None keeps `current`."""
     if given is None:
         return current
-    platform = settings.GPUPOOL_MANIFEST_KINDS
+    platform = platform_kinds()
     unknown = [str(kind)[:120] for kind in given if kind not in platform]
     if unknown:
         errors["manifest_kinds"] = [

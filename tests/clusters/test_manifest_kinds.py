@@ -299,12 +299,13 @@ def test_only_the_departments_admins_set_the_kinds_and_only_among_the_platforms(
     wanted = {"manifest_kinds": ["apps/v1 Deployment"]}
     assert api_as(org.researcher).patch(url, wanted, format="json").status_code == 403
     assert api_as(org.outsider).patch(url, wanted, format="json").status_code == 404
-    settings.GPUPOOL_MANIFEST_KINDS = ["v1 Pod", "batch/v1 Job"]
-    answer = api_as(org.dept_admin).patch(url, wanted, format="json")
-    assert answer.status_code == 400
-    assert answer.json()["manifest_kinds"] == [
-        "apps/v1 Deployment: not a kind the platform allows; choose among v1 Pod, batch/v1 Job."
-    ]
+    settings.GPUPOOL_MANIFEST_KINDS = ["v1 Pod", "batch/v1 Job", "apps/v1 Deploymnt"]
+    for kinds in (["apps/v1 Deployment"], ["apps/v1 Deploymnt"]):  # a typo is never offered
+        answer = api_as(org.dept_admin).patch(url, {"manifest_kinds": kinds}, format="json")
+        assert answer.status_code == 400
+        assert answer.json()["manifest_kinds"] == [
+            f"{kinds[0]}: not a kind the platform allows; choose among v1 Pod, batch/v1 Job."
+        ]
     too_many = {"manifest_kinds": ["v1 Pod"] * 33}
     assert "manifest_kinds" in api_as(org.dept_admin).patch(url, too_many, format="json").json()
     org.project_a.refresh_from_db()
