@@ -6,17 +6,20 @@ with kubectl (clusters/native.py, docs/kubernetes-native.md).
 `manifest_submit` checks, in order, each refusal a field error (`manifest`, `cluster`):
 1. who may submit to the project may submit a manifest;
 2. the text: at most MANIFEST_MAX_BYTES, one YAML document, no anchors or aliases, a
-   mapping, of a kind the platform admin allows (GPUPOOL_MANIFEST_KINDS);
+   mapping, of a kind GPUPool can create (clusters/manifest_kinds.py) that the project
+   allows (`Project.manifest_kinds`, among the platform's GPUPOOL_MANIFEST_KINDS), with
+   its pod templates where its kind has them;
 3. the cluster: the Kubernetes one whose pools the project has quota in (the submitter
    picks when there are several);
 4. the object: its namespace is the project's (set when left out, refused when another),
-   its pods name the cluster's scheduler; a Pod asking for part of a GPU by annotation is
-   given what sharing needs (clusters/native_sharing.py; a Job's pods get it from the
-   project's admission webhook, which names each pod's ConfigMap, so a Job asks one only in
-   a project that enforces the scheduler); none breaks the
-   `baseline` Pod Security checks when the namespace enforces baseline or restricted; the
-   rest is the API server's to refuse, its message the error (a Job's template is first
-   created as a dry-run pod: the server admits any Job and refuses its pods only later);
+   each pod template names the cluster's scheduler; a Pod asking for part of a GPU by
+   annotation is given what sharing needs (clusters/native_sharing.py; the pods of any
+   other kind get it from the project's admission webhook, which names each pod's
+   ConfigMap, so they ask one only in a project that enforces the scheduler); none breaks
+   the `baseline` Pod Security checks when the namespace enforces baseline or restricted;
+   the rest is the API server's to refuse, its message the error (any kind but a Pod is
+   first created with dryRun=All, and so is a pod of each of its templates: the server
+   admits a Job and refuses its pods only later; a kind whose CRD is missing is a 404);
 5. created by the cluster's backend, and the audit log says who made what where.
 """
 
@@ -28,7 +31,6 @@ from uuid import uuid4
 
 import jsonpatch
 import yaml
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
@@ -37,6 +39,7 @@ from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes import native as kube
 from clusters.backends.kubernetes.manifests import MPS_ROOT
+from clusters.manifest_kinds import KINDS, kind_of, platform_kinds, pod_templates
 from clusters.models import Backend, Cluster
 from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
 from portal.audit import audit_log
@@ -71,18 +74,22 @@ def manifest_submit(
     """Create the manifest's object in the project's namespace (see the module's steps)."""
     if not can_submit_to_project(actor, project):
         raise PermissionDenied(f"You may not submit work to project {project.name}.")
-    body = manifest_parse(text)
+    body = manifest_parse(text, project)
+    templates = pod_templates(body)
+    _check_namespace(body, project.namespace)
+    for path, template in templates:
+        _check_keys(_join(path, "metadata"), template.get("metadata") or {})
     target = _cluster_for(project, cluster)
     backend = KubernetesBackend(target)
     try:
         backend.ensure_namespace(project.namespace, project.name)
         labels = kube.namespace_labels(backend, project.namespace)
-        _prepare(body, project.namespace, kube.scheduler_name(backend))
-        _give_gpu_share(body, project, target)
-        _check_baseline(body, project.namespace, labels.get(ENFORCE, ""))
+        _name_scheduler(templates, kube.scheduler_name(backend))
+        _give_gpu_share(body, templates, project, target)
+        _check_baseline(templates, project.namespace, labels.get(ENFORCE, ""))
         annotations = body["metadata"].setdefault("annotations", {})
         annotations.update({SUBMITTED_BY: actor.get_username(), kube.SUBMISSION: uuid4().hex})
-        created = backend.create_manifest(body)
+        created = backend.create_manifest(body, KINDS[_pair(body)].plural, templates)
     except kube.ManifestRefused as exc:
         raise ValidationFailed({"manifest": [f"The cluster refused it: {exc}"]}) from exc
     except BackendError as exc:
@@ -117,14 +124,16 @@ def submitted_message(made: Submitted, project: Project) -> str:
     )
 
 
-def allowed_kinds() -> list[tuple[str, str]]:
-    """(apiVersion, kind) pairs the platform admin allows that GPUPool can create."""
-    pairs = [item.split(None, 1) for item in settings.GPUPOOL_MANIFEST_KINDS]
-    return [(p[0], p[1]) for p in pairs if len(p) == 2 and (p[0], p[1]) in kube.CREATABLE]
+def allowed_kinds(project: Project) -> list[str]:
+    """ "apiVersion kind" of each kind the project allows (its admins' choice, among the
+    platform admin's GPUPOOL_MANIFEST_KINDS) that GPUPool can create, in the platform's order."""
+    chosen = set(project.manifest_kinds or [])
+    return [name for name in platform_kinds() if name in chosen]
 
 
-def manifest_parse(text: str) -> dict[str, Any]:
-    """The manifest as a mapping of an allowed kind; ValidationFailed on `manifest`."""
+def manifest_parse(text: str, project: Project) -> dict[str, Any]:
+    """The manifest as a mapping of a kind the project allows; ValidationFailed on
+    `manifest`."""
     if len(text.encode()) > MANIFEST_MAX_BYTES:
         _refuse(f"At most {MANIFEST_MAX_BYTES // 1024} KiB of YAML (one object).")
     try:
@@ -134,13 +143,7 @@ def manifest_parse(text: str) -> dict[str, Any]:
         _refuse(f"Not valid YAML (one document): {str(exc)[:300]}")
     if not isinstance(body, dict):
         _refuse("Give one Kubernetes object: a mapping with apiVersion, kind and metadata.")
-    kinds = allowed_kinds()
-    if (body.get("apiVersion"), body.get("kind")) not in kinds:
-        allowed = ", ".join(f"{v} {k}" for v, k in kinds) or "none"
-        _refuse(
-            f"apiVersion/kind: {body.get('apiVersion')} {body.get('kind')} may not be "
-            f"submitted here; allowed: {allowed}."
-        )
+    _check_kind(body, project)
     if not isinstance(body.get("metadata") or {}, dict) or not isinstance(body.get("spec"), dict):
         _refuse("metadata and spec must be mappings.")
     body["metadata"] = dict(body.get("metadata") or {})
@@ -149,12 +152,45 @@ def manifest_parse(text: str) -> dict[str, Any]:
     return body
 
 
+def _check_kind(body: dict, project: Project) -> None:
+    """A kind GPUPool knows how to create (clusters/manifest_kinds.py), and one the project
+    allows."""
+    given = f"{str(body.get('apiVersion'))[:80]} {str(body.get('kind'))[:80]}"
+    allowed = allowed_kinds(project)
+    if kind_of(body) is None:
+        _refuse(
+            f"apiVersion/kind: GPUPool cannot create {given}; it creates "
+            f"{', '.join(f'{v} {k}' for v, k in KINDS)}."
+        )
+    if given not in allowed:
+        _refuse(
+            f"kind: {given} may not be submitted to project {project.name}; allowed there: "
+            f"{', '.join(allowed) or 'none'} (an admin of its department allows more on the "
+            "project's edit page)."
+        )
+
+
+def _pair(body: dict) -> tuple[str, str]:
+    return body["apiVersion"], body["kind"]
+
+
+def _join(path: str, field: str) -> str:
+    return f"{path}.{field}" if path else field
+
+
 def _check_events(text: str) -> None:
     """Refuse what a small text could still blow up: aliases (a few lines can stand for a
     huge object) and deep nesting (PyYAML builds objects recursively: 20,000 brackets
     would exhaust Python's stack). One pass over the parser's events, no object built."""
-    depth = 0
+    depth = documents = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                _refuse(
+                    "One object per submission: this text has more than one YAML document "
+                    "(---); submit each on its own."
+                )
         if isinstance(event, yaml.AliasEvent):
             _refuse("YAML anchors and aliases (*name) are not accepted: write the values out.")
         if isinstance(event, yaml.CollectionStartEvent):
@@ -209,8 +245,8 @@ def _cluster_for(project: Project, chosen: Cluster | None) -> Cluster:
     return candidates[0]
 
 
-def _prepare(body: dict, namespace: str, scheduler: str) -> None:
-    """Force the namespace and the scheduler."""
+def _check_namespace(body: dict, namespace: str) -> None:
+    """The object goes to the project's namespace: set when left out, another refused."""
     meta = body["metadata"]
     given = meta.get("namespace")
     if given not in (None, "", namespace):
@@ -220,61 +256,58 @@ def _prepare(body: dict, namespace: str, scheduler: str) -> None:
         )
     meta["namespace"] = namespace
     _check_keys("metadata", meta)
-    path, pod = "spec", body
-    if body["kind"] == "Job":
-        path, pod = "spec.template.spec", body["spec"].get("template")
-        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
-            _refuse("spec.template.spec: a Job needs a pod template.")
-    pod_meta = pod.get("metadata") or {}
-    if not isinstance(pod_meta, dict) or not isinstance(pod_meta.get("annotations") or {}, dict):
-        where = "spec.template.metadata" if body["kind"] == "Job" else "metadata"
-        _refuse(f"{where}: must be a mapping, its annotations too.")
-    if body["kind"] == "Job":
-        _check_keys("spec.template.metadata", pod_meta)
-    spec = pod["spec"]
-    if spec.get("schedulerName") not in (None, "", scheduler):
-        _refuse(
-            f"{path}.schedulerName: pods submitted here are scheduled by {scheduler} "
-            f"(not {spec['schedulerName']!r}); leave it out."
-        )
-    spec["schedulerName"] = scheduler
 
 
-def _check_baseline(body: dict, namespace: str, level: str) -> None:
+def _name_scheduler(templates: list[tuple[str, dict]], scheduler: str) -> None:
+    """Every pod the object makes names the cluster's scheduler; another is refused."""
+    for path, template in templates:
+        spec = template["spec"]
+        if spec.get("schedulerName") not in (None, "", scheduler):
+            _refuse(
+                f"{_join(path, 'spec')}.schedulerName: pods submitted here are scheduled by "
+                f"{scheduler} (not {spec['schedulerName']!r}); leave it out."
+            )
+        spec["schedulerName"] = scheduler
+
+
+def _check_baseline(templates: list[tuple[str, dict]], namespace: str, level: str) -> None:
     """Where the namespace enforces baseline or restricted, what the baseline level forbids
     (in what was submitted, and what sharing a GPU added)."""
-    path, spec = "spec", body["spec"]
-    if body["kind"] == "Job":
-        path, spec = "spec.template.spec", body["spec"]["template"]["spec"]
-    if level in ("baseline", "restricted") and (broken := baseline_violations(spec)):
-        _refuse(
-            f"{path}: namespace {namespace} enforces the {level} Pod Security level, which "
-            f"forbids {'; '.join(broken)}."
-        )
+    if level not in ("baseline", "restricted"):
+        return
+    for path, template in templates:
+        if broken := baseline_violations(template["spec"]):
+            _refuse(
+                f"{_join(path, 'spec')}: namespace {namespace} enforces the {level} Pod "
+                f"Security level, which forbids {'; '.join(broken)}."
+            )
 
 
-def _give_gpu_share(body: dict, project: Project, cluster: Cluster) -> None:
+def _give_gpu_share(
+    body: dict, templates: list[tuple[str, dict]], project: Project, cluster: Cluster
+) -> None:
     """A Pod asking for part of a GPU gets what sharing needs (hostIPC, the MPS root, its
     GPU environment from a ConfigMap named after it), as the webhook gives kubectl's pods.
-    A Job's pods are named only when the Job controller makes them: the project's webhook
-    names each one's ConfigMap, so a Job asks for a share only where the project enforces
-    GPUPool's scheduler. Pod Security then checks the result (`baseline` forbids hostIPC)."""
-    template = body["spec"].get("template") if body["kind"] == "Job" else body
-    if not sharing.asks_share((template.get("metadata") or {}).get("annotations") or {}):
-        return
-    if body["kind"] == "Job":
-        if not project.enforce_scheduler:
+    The pods of other kinds are named only when their controller makes them: the project's
+    webhook names each one's ConfigMap, so they ask for a share only where the project
+    enforces GPUPool's scheduler. Pod Security then checks the result (`baseline` forbids
+    hostIPC)."""
+    for path, template in templates:
+        if not sharing.asks_share((template.get("metadata") or {}).get("annotations") or {}):
+            continue
+        if path and not project.enforce_scheduler:
             _refuse(
-                f"spec.template.metadata.annotations: a Job's pods share GPUs "
+                f"{path}.metadata.annotations: the pods of a {body['kind']} share GPUs "
                 f"({FRACTION}, {GPU_MEMORY}) only in a project that enforces GPUPool's "
                 "scheduler, whose webhook names each pod's GPU ConfigMap; submit Pods, or "
                 "ask an admin to enforce the scheduler in this project."
             )
-        return
-    config_map = sharing.config_map_of_new_pod(body, salt=uuid4().hex[:8])
-    root = str((cluster.config or {}).get("mps_root") or MPS_ROOT)
-    operations = sharing.sharing_patch(body, config_map=config_map, mps_root=root)
-    jsonpatch.apply_patch(body, operations, in_place=True)
+        if path:
+            continue
+        config_map = sharing.config_map_of_new_pod(body, salt=uuid4().hex[:8])
+        root = str((cluster.config or {}).get("mps_root") or MPS_ROOT)
+        operations = sharing.sharing_patch(body, config_map=config_map, mps_root=root)
+        jsonpatch.apply_patch(body, operations, in_place=True)
 
 
 def _check_keys(where: str, meta: dict) -> None:

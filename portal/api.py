@@ -106,6 +106,10 @@ class DepartmentSerializer(serializers.ModelSerializer):
 class ProjectSerializer(serializers.ModelSerializer):
     department = serializers.PrimaryKeyRelatedField(queryset=Department.objects.all())
     department_name = serializers.CharField(source="department.name", read_only=True)
+    # "apiVersion kind" strings; the service checks each against the platform's list.
+    manifest_kinds = serializers.ListField(
+        child=serializers.CharField(max_length=120), max_length=32, required=False
+    )
 
     class Meta:
         model = Project
@@ -118,6 +122,7 @@ class ProjectSerializer(serializers.ModelSerializer):
             "department_name",
             "nonpreemptible_over_quota",
             "enforce_scheduler",
+            "manifest_kinds",
         ]
         read_only_fields = ["id"]
         extra_kwargs = {
@@ -319,7 +324,10 @@ class ProjectListView(ListCreateView):
 class ProjectDetailView(DetailDeleteView):
     serializer = ProjectSerializer
     # A project stays in its department.
-    fields = ("name", "namespace", "description", "nonpreemptible_over_quota", "enforce_scheduler")
+    fields = (
+        "name", "namespace", "description", "nonpreemptible_over_quota", "enforce_scheduler",
+        "manifest_kinds",
+    )  # fmt: skip
 
     def object(self, request: Request, pk: int) -> Project:
         return _project(request, pk)

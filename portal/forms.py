@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import PasswordResetForm
 
+from clusters.manifest_kinds import platform_kinds
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal import quota_rules
 from portal.errors import ValidationFailed
@@ -52,8 +53,17 @@ class ProjectForm(forms.Form):
         " pod webhook of deploy/webhook/).",
     )
 
+    manifest_kinds = forms.MultipleChoiceField(
+        required=False,
+        label="Kinds of manifests",
+        widget=forms.CheckboxSelectMultiple,
+        help_text='What members may create from YAML (`gpupool submit -f`, "From YAML"), '
+        "among the kinds the platform allows. New projects: Pod and Job.",
+    )
+
     def __init__(self, *args: Any, user: Any, editing: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.fields["manifest_kinds"].choices = [(k, k) for k in platform_kinds()]
         self.fields["department"].queryset = departments_for_admin(user)
         if editing:  # moving a project between departments would break both quota sums
             self.fields["department"].disabled = True

@@ -52,6 +52,11 @@ class Department(models.Model):
         return self.name
 
 
+def default_manifest_kinds() -> list[str]:
+    """A new project's manifests: Pods and Jobs; its department's admins allow more."""
+    return ["v1 Pod", "batch/v1 Job"]
+
+
 class Project(models.Model):
     """A team's queue. Its namespace is where its pods run on every cluster."""
 
@@ -68,6 +73,9 @@ class Project(models.Model):
     # Every pod made in the project's namespace uses GPUPool's scheduler: the namespace is
     # labelled for the pod webhook (clusters/admission.py, docs/kubernetes-native.md).
     enforce_scheduler = models.BooleanField("every pod uses GPUPool's scheduler", default=False)
+    # What `gpupool submit -f` may create in the project ("apiVersion kind", among the
+    # platform's GPUPOOL_MANIFEST_KINDS; clusters/manifest_submit.py).
+    manifest_kinds = models.JSONField("kinds of manifests", default=default_manifest_kinds)
 
     class Meta:
         ordering = ["name"]

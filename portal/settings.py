@@ -234,9 +234,29 @@ GPUPOOL_RECONCILE_FULL_EVERY_S = env_int("GPUPOOL_RECONCILE_FULL_EVERY_S", 600, 
 GPUPOOL_KUBECONFIG_KEY = env_secret("GPUPOOL_KUBECONFIG_KEY")
 GPUPOOL_METRICS_TOKEN = env_secret("GPUPOOL_METRICS_TOKEN")
 GPUPOOL_NODE_POOL_LABEL = env_str("GPUPOOL_NODE_POOL_LABEL", "gpupool.io/node-pool")
-# What `gpupool submit -f` and the "From YAML" form may create, as "apiVersion kind" (the
-# platform admin's choice; clusters/manifest_submit.py knows Pod and batch/v1 Job).
-GPUPOOL_MANIFEST_KINDS = env_list("GPUPOOL_MANIFEST_KINDS", ["v1 Pod", "batch/v1 Job"])
+# What `gpupool submit -f` and the "From YAML" form may create, as "apiVersion kind": the
+# platform admin's ceiling; each project allows some of these (Project.manifest_kinds,
+# Pod and Job by default). The default is every kind GPUPool can create
+# (clusters/manifest_kinds.py; tests/clusters/test_manifest_kinds.py keeps the two equal).
+GPUPOOL_MANIFEST_KINDS = env_list(
+    "GPUPOOL_MANIFEST_KINDS",
+    [
+        "v1 Pod",
+        "batch/v1 Job",
+        "batch/v1 CronJob",
+        "apps/v1 Deployment",
+        "apps/v1 StatefulSet",
+        "jobset.x-k8s.io/v1alpha2 JobSet",
+        "kubeflow.org/v1 PyTorchJob",
+        "kubeflow.org/v1 MPIJob",
+        "kubeflow.org/v1 TFJob",
+        "kubeflow.org/v1 XGBoostJob",
+        "kubeflow.org/v1 JAXJob",
+        "ray.io/v1 RayCluster",
+        "ray.io/v1 RayJob",
+        "leaderworkerset.x-k8s.io/v1 LeaderWorkerSet",
+    ],
+)
 # The pod webhook (deploy/webhook/): when kube-apiserver cannot call it, Ignore creates the
 # pod unchanged (for the default scheduler), Fail refuses the create. `manage.py
 # webhook_cert` writes it into the MutatingWebhookConfiguration.

@@ -3,7 +3,7 @@
     gpupool login --url http://gpupool.example --username rita
     gpupool project list | gpupool project set ml-vision
     gpupool submit training resnet --image pytorch/pytorch:2.3 --gpus 2 -- python train.py
-    gpupool submit -f job.yaml [--project P] [--cluster C]   (a Kubernetes Pod or Job)
+    gpupool submit -f job.yaml [--project P] [--cluster C]   (a Kubernetes manifest)
     gpupool list | describe ID | logs ID | stop ID | delete ID | queue
     gpupool ssh-key add ~/.ssh/id_ed25519.pub; gpupool ssh ID [-- CMD] | ssh-config ID
 
@@ -377,8 +377,11 @@ def submit_and_report(ctx: click.Context, kind: str, options: dict[str, Any]) ->
     "--file",
     "manifest",
     type=click.File("r"),
-    help="A Kubernetes manifest (a Pod, a batch/v1 Job) to create in the project's "
-    "namespace with GPUPool's scheduler; '-' reads it from standard input.",
+    help="A Kubernetes manifest, one object, to create in the project's namespace with "
+    "GPUPool's scheduler on its pod templates: a Pod or batch/v1 Job, or another kind the "
+    "project allows (CronJob, Deployment, StatefulSet, JobSet, PyTorchJob and the other "
+    "Kubeflow jobs, RayCluster, RayJob, LeaderWorkerSet: a refusal lists those it "
+    "allows); '-' reads it from standard input.",
 )
 @click.option("--project", help="With -f: the project (default: `gpupool project set`).")
 @click.option("--cluster", help="With -f: the Kubernetes cluster, when the project has several.")

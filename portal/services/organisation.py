@@ -9,10 +9,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import ProtectedError
 
+from clusters.manifest_kinds import platform_kinds
 from clusters.models import Cluster, NodePool, PlacementStrategy
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
-from portal.models import K8S_NAME_RE, Department, Project
+from portal.models import K8S_NAME_RE, Department, Project, default_manifest_kinds
 from portal.permissions import can_admin_department, is_platform_admin
 from portal.services.common import create_audited, raise_if, require, save_audited
 from scheduling.models import Workload
@@ -119,14 +120,17 @@ def project_create(
     description: str = "",
     nonpreemptible_over_quota: bool = False,
     enforce_scheduler: bool = False,
+    manifest_kinds: list[str] | None = None,
 ) -> Project:
     require(can_admin_department(actor, department), "You do not administer this department.")
     name = name.strip()
     namespace = namespace.strip() or default_namespace(name)
     errors = _project_errors(name, namespace, exclude_id=None)
     _check_over_quota_flag(actor, False, nonpreemptible_over_quota, errors)
+    kinds = _manifest_kinds(manifest_kinds, default_manifest_kinds(), errors)
     raise_if(errors)
     values = {"department": department, "name": name, "namespace": namespace}
+    values["manifest_kinds"] = kinds
     values["description"] = description
     values["nonpreemptible_over_quota"] = nonpreemptible_over_quota
     values["enforce_scheduler"] = enforce_scheduler
@@ -146,6 +150,7 @@ def project_update(
     description: str = "",
     nonpreemptible_over_quota: bool | None = None,
     enforce_scheduler: bool | None = None,
+    manifest_kinds: list[str] | None = None,
 ) -> Project:
     require(can_admin_department(actor, project.department), "You do not administer it.")
     name = name.strip()
@@ -155,6 +160,7 @@ def project_update(
         nonpreemptible_over_quota = project.nonpreemptible_over_quota
     flag = project.nonpreemptible_over_quota
     _check_over_quota_flag(actor, flag, nonpreemptible_over_quota, errors)
+    kinds = _manifest_kinds(manifest_kinds, project.manifest_kinds, errors)
     if namespace != project.namespace and "namespace" not in errors:
         # Its pods and services live in the old namespace: they would be left behind there.
         active = _active_work(project)
@@ -168,6 +174,7 @@ def project_update(
     if enforce_scheduler is None:
         enforce_scheduler = project.enforce_scheduler
     changes["enforce_scheduler"] = enforce_scheduler
+    changes["manifest_kinds"] = kinds
     _label_namespaces_on_commit(
         enforce_scheduler != project.enforce_scheduler or namespace != project.namespace
     )
@@ -184,6 +191,23 @@ def _label_namespaces_on_commit(changed: bool) -> None:
         from clusters.tasks import sync_enforcement_soon  # noqa: PLC0415 - tasks import portal
 
         sync_enforcement_soon()
+
+
+def _manifest_kinds(
+    given: list[str] | None, current: list[str], errors: dict[str, list[str]]
+) -> list[str]:
+    """The kinds of manifests a project allows: among the platform admin's
+    GPUPOOL_MANIFEST_KINDS, in its order; None keeps `current`."""
+    if given is None:
+        return current
+    platform = platform_kinds()
+    unknown = [str(kind)[:120] for kind in given if kind not in platform]
+    if unknown:
+        errors["manifest_kinds"] = [
+            f"{', '.join(unknown[:5])}: not a kind the platform allows; choose among "
+            f"{', '.join(platform) or 'none'}."
+        ]
+    return [kind for kind in platform if kind in given]
 
 
 def _check_over_quota_flag(actor: Any, old: bool, new: bool, errors: dict[str, list[str]]) -> None:

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from clusters.models import NodePool
 from portal import selectors, services
 from portal.forms import DepartmentForm, NodePoolForm, ProjectForm, QuotaTableForm
-from portal.models import Department, Project
+from portal.models import Department, Project, default_manifest_kinds
 from portal.permissions import (
     admin_required,
     can_admin_project,
@@ -158,7 +158,10 @@ def project_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @admin_required
 def project_create(request: HttpRequest) -> HttpResponse:
-    initial = {"department": request.GET.get("department")}
+    initial = {
+        "department": request.GET.get("department"),
+        "manifest_kinds": default_manifest_kinds(),
+    }
     form = ProjectForm(posted(request), user=request.user, initial=initial)
     done = form_saved(
         request,
@@ -175,7 +178,7 @@ def project_edit(request: HttpRequest, pk: int) -> HttpResponse:
     project = _admin_project(request, pk)
     fields = (
         "department", "name", "namespace", "description", "nonpreemptible_over_quota",
-        "enforce_scheduler",
+        "enforce_scheduler", "manifest_kinds",
     )  # fmt: skip
     initial = {f: getattr(project, f) for f in fields}
     form = ProjectForm(posted(request), user=request.user, editing=True, initial=initial)

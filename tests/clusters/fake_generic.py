@@ -3,16 +3,16 @@
 ConfigMaps, Secrets, ServiceAccounts; Deployments, DaemonSets, StatefulSets, ReplicaSets
 (apps/v1); Jobs, CronJobs (batch/v1); Roles, RoleBindings, ClusterRoles, ClusterRoleBindings
 (rbac/v1); PriorityClasses (scheduling/v1); NetworkPolicies and Ingresses (networking/v1);
-PodDisruptionBudgets (policy/v1): create, get, list (label selectors), delete, over the real
-REST paths. Like the real API server it refuses a kind or namespace that does not match the
-URL, a missing or badly formed name or label, an unknown namespace, a duplicate, a workload
-whose selector does not match its pod template, a pod template the server would refuse, a
-restart policy its controller cannot run, an invalid ConfigMap or Secret key, a
-ServiceAccount subject without a namespace; and it adds what the real one adds: uid,
-creationTimestamp, resourceVersion, the generation and initial status of workloads and
-budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod labels and
-selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and template
-immutable.
+PodDisruptionBudgets (policy/v1): create (also `dryRun=All`: checked, not stored), get, list
+(label selectors), delete, over the real REST paths. Like the real API server it refuses a
+kind or namespace that does not match the URL, a missing or badly formed name or label, an
+unknown namespace, a duplicate, a workload whose selector does not match its pod template, a
+pod template the server would refuse, a restart policy its controller cannot run, an invalid
+ConfigMap or Secret key, a ServiceAccount subject without a namespace; and it adds what the
+real one adds: uid, creationTimestamp, resourceVersion, the generation and initial status of
+workloads and budgets, a Secret's stringData folded into base64 data, a Job's defaults, pod
+labels and selector on its uid. PATCH (merge or strategic merge) keeps a Job's selector and
+template immutable.
 
 Controllers: the Job controller (`sync_jobs`, when the server's `job_controller` is on) makes
 a Job's pods from its template, replaces those deleted or failed, suspends and resumes,
@@ -114,8 +114,9 @@ def generic_route(
     with api.lock:
         api.objects.setdefault(store, {})
         if (method, name is None) == ("POST", True):
+            dry_run = _dry_run(query)
             _check_custom(resource, body or {}, api_version, kind, creating=True)
-            return _create(api, store, api_version, kind, namespaced, ns, body or {})
+            return _create(api, store, api_version, kind, namespaced, ns, body or {}, dry_run)
         if (method, name is None) == ("GET", True):
             return _list(api, store, api_version, kind, ns, query)
         obj = _get(api, store, ns, name or "", parts["resource"])
@@ -199,9 +200,30 @@ def _list(api: Any, store: str, api_version: str, kind: str, ns: str, query: dic
     return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
 
 
-def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool, ns: str, body):
+def _dry_run(query: dict) -> bool:
+    """dryRun=All: checked as a create (a name taken is 409 too), not stored; any other
+    value is 422, as the real server's (apiserver handlers/create.go: ValidateCreateOptions,
+    an Invalid CreateOptions)."""
+    value = query.get("dryRun")
+    if value not in (None, "All"):
+        message = f'dryRun: Unsupported value: []string{{"{value}"}}: supported values: "All"'
+        _error(422, "Invalid", f'CreateOptions.meta.k8s.io "" is invalid: {message}')
+    return value == "All"
+
+
+def _create(
+    api: Any,
+    store: str,
+    api_version: str,
+    kind: str,
+    namespaced: bool,
+    ns: str,
+    body: dict,
+    dry_run: bool = False,
+):
     """1. the object matches its URL; 2. its name and labels are valid; 3. its namespace
-    exists and the name is free; 4. the kind's own checks; 5. stored with what the server adds."""
+    exists and the name is free; 4. the kind's own checks; 5. stored with what the server
+    adds (a dry run: answered as it would be stored, and not stored)."""
     # Left out, they are the URL's (the official client sends none); given, they must match.
     if (body.get("apiVersion") or api_version) != api_version or (body.get("kind") or kind) != kind:
         _error(400, "BadRequest", f"the object is not a {api_version} {kind}")
@@ -235,6 +257,8 @@ def _create(api: Any, store: str, api_version: str, kind: str, namespaced: bool,
     if kind == "CronJob":
         for field, value in CRONJOB_DEFAULTS.items():
             obj["spec"].setdefault(field, value)
+    if dry_run:
+        return 201, obj
     return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
 
 

@@ -870,3 +870,37 @@ def test_a_cronjob_needs_a_schedule_and_gets_the_real_defaults(api_client):
     body["metadata"]["name"] = "always"
     status, message = refusal(batch.create_namespaced_cron_job, NS, body)
     assert status == 422 and message.startswith("spec.jobTemplate.spec.template.spec.restartPolicy")
+
+
+def test_a_dry_run_create_of_any_kind_is_checked_and_answered_but_not_stored(fake, objects):
+    """dryRun=All (apiserver handlers/create.go: the same validation and admission, the
+    storage's dry-run skips the write; a name taken is still 409); any other value is 422
+    (ValidateCreateOptions). A kind the server does not serve is its 404 without details,
+    dry run or not."""
+    apps = ("apps", "v1", NS, "deployments")
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "other"}},
+                "spec": {"containers": [{"name": "m", "image": "x"}]}}}}  # fmt: skip
+    status, message = refusal(objects.create_namespaced_custom_object, *apps, body, dry_run="All")
+    assert status == 422 and "selector" in message  # it does not select its own pods
+    body["spec"]["template"]["metadata"]["labels"] = {"app": "web"}
+    answer = objects.create_namespaced_custom_object(*apps, body, dry_run="All")
+    assert (answer["kind"], answer["metadata"]["name"]) == ("Deployment", "web")
+    assert fake.objects["apps/v1/deployments"] == {}
+    objects.create_namespaced_custom_object(*apps, body)
+    status, _ = refusal(objects.create_namespaced_custom_object, *apps, body, dry_run="All")
+    assert status == 409
+    status, message = refusal(objects.create_namespaced_custom_object, *apps, body, dry_run="x")
+    assert status == 422
+    assert message == (
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"x"}: '
+        'supported values: "All"'
+    )
+    status, _ = refusal(
+        objects.create_namespaced_custom_object, *PYTORCH, pytorch_job(), dry_run="All"
+    )
+    assert status == 404
+    fake.install_crds()
+    objects.create_namespaced_custom_object(*PYTORCH, pytorch_job(), dry_run="All")
+    assert fake.objects["kubeflow.org/v1/pytorchjobs"] == {}

@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.enforcement import enforcement_sync
+from clusters.manifest_kinds import NAMES
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.native_sharing import FRACTION, config_map_name, sharing_patch
@@ -29,6 +30,7 @@ from tests.clusters.conftest import admit, make_workload
 from tests.clusters.fake_apiserver import json_patch, request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_admission_webhook import install_webhook
+from tests.clusters.test_manifest_kinds import every_manifest
 from tests.clusters.test_native_owners import every_owner_kind, operators_remove_suspended
 
 S = WorkloadState
@@ -212,6 +214,14 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     manifest_submit(
         actor=org.researcher, project=org.project_a, text=yaml.safe_dump(job), cluster=cluster
     )
+    # And one of every other kind a project may allow (its pod templates tried as dry-run
+    # pods first); no operator runs here to make their pods.
+    Project.objects.filter(pk=org.project_a.pk).update(manifest_kinds=NAMES)
+    org.project_a.refresh_from_db()
+    for body in every_manifest(prefix="submitted-"):
+        manifest_submit(
+            actor=org.researcher, project=org.project_a, text=yaml.safe_dump(body), cluster=cluster
+        )
     return states
 
 

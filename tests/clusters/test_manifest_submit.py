@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.native import SUBMISSION, ManifestRefused
+from clusters.manifest_kinds import pod_templates
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, NodePool
 from portal.errors import ValidationFailed
@@ -121,15 +122,22 @@ def test_a_pod_given_the_project_namespace_is_created_and_one_naming_another_is_
     ("text", "says"),
     [
         ("kind: [unclosed", "Not valid YAML"),
-        ("apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\n", "Not valid YAML"),
+        ("apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\n",
+         "One object per submission: this text has more than one YAML document"),
         ("- a list", "Give one Kubernetes object"),
         ("a: &x [1]\nb: *x\n", "anchors and aliases"),
         ("[" * 20_000 + "]" * 20_000, "Nested more than 32 levels deep"),
         (yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}),
-         "apps/v1 Deployment may not be submitted here; allowed: v1 Pod, batch/v1 Job"),
+         "kind: apps/v1 Deployment may not be submitted to project ml-vision; allowed there: "
+         "v1 Pod, batch/v1 Job"),
+        (yaml.safe_dump({"apiVersion": "v1", "kind": "Service", "spec": {}}),
+         "apiVersion/kind: GPUPool cannot create v1 Service; it creates v1 Pod, batch/v1 Job"),
         ("x: " + "y" * MANIFEST_MAX_BYTES, "At most 128 KiB"),
     ],
-    ids=["malformed", "two-documents", "a-list", "aliases", "too-deep", "deployment", "too-large"],
+    ids=[
+        "malformed", "two-documents", "a-list", "aliases", "too-deep", "deployment", "service",
+        "too-large",
+    ],
 )  # fmt: skip
 def test_bad_text_is_refused_on_the_manifest_field_before_the_cluster_is_asked(
     kube,  # noqa: F811
@@ -144,9 +152,12 @@ def test_bad_text_is_refused_on_the_manifest_field_before_the_cluster_is_asked(
 
 
 def test_a_kind_the_admin_does_not_allow_is_refused(kube, org, cluster, settings):  # noqa: F811
-    settings.GPUPOOL_MANIFEST_KINDS = ["v1 Pod"]
+    settings.GPUPOOL_MANIFEST_KINDS = ["v1 Pod"]  # the project allows Jobs; the platform not
     errors = refusal(org, job_yaml())
-    assert "batch/v1 Job may not be submitted here; allowed: v1 Pod." in errors["manifest"][0]
+    (message,) = errors["manifest"]
+    assert (
+        "batch/v1 Job may not be submitted to project ml-vision; allowed there: v1 Pod " in message
+    )
 
 
 def test_a_privileged_pod_in_a_restricted_project_is_refused_before_the_server(
@@ -186,13 +197,15 @@ def test_a_create_whose_answer_was_lost_finds_its_own_object_and_a_name_taken_is
     backend.ensure_namespace(ns)
     body = yaml.safe_load(job_yaml("slow", 1))
     body["metadata"].update(namespace=ns, annotations={SUBMISSION: "first-try"})
-    made = backend.create_manifest(copy.deepcopy(body))  # the try whose answer was lost
-    assert (
-        backend.create_manifest(copy.deepcopy(body))["metadata"]["uid"] == made["metadata"]["uid"]
-    )
+
+    def create(body: dict) -> dict:
+        return backend.create_manifest(body, "jobs", pod_templates(body))
+
+    made = create(copy.deepcopy(body))  # the try whose answer was lost
+    assert create(copy.deepcopy(body))["metadata"]["uid"] == made["metadata"]["uid"]
     body["metadata"]["annotations"][SUBMISSION] = "another-submission"
     with pytest.raises(ManifestRefused, match='409 Conflict: .*"slow" already exists'):
-        backend.create_manifest(body)
+        create(body)
 
 
 def test_a_job_whose_pods_the_namespace_would_refuse_is_refused_before_it_is_made(

@@ -435,10 +435,11 @@ class KubernetesBackend(Backend):
             self._observe()
         return self._native or []
 
-    def create_manifest(self, body: dict) -> dict:
-        """Create an object a user submitted as YAML (a Pod, a Job) in its namespace, which
-        must be the project's (clusters/manifest_submit.py checked it and its kind)."""
-        return native.create(self, body)
+    def create_manifest(self, body: dict, plural: str, templates: list[tuple[str, dict]]) -> dict:
+        """Create an object a user submitted as YAML (a Pod, a Job, a PyTorchJob...) in its
+        namespace, which must be the project's (clusters/manifest_submit.py checked it, its
+        kind, and found its pod `templates`)."""
+        return native.create(self, body, plural, templates)
 
     def ensure_namespace(self, name: str, project: str = "", *, shared: bool = False) -> None:
         """A project's namespace belongs to one installation and Cluster record (its

@@ -43,7 +43,7 @@ from clusters.backends import (
 from clusters.backends.kubernetes.errors import said
 from clusters.backends.kubernetes.foreign import pod_requests
 from clusters.backends.kubernetes.manifests import GPU_RESOURCE, pod_status
-from clusters.backends.kubernetes.owners import OwnerRef, controller_of
+from clusters.backends.kubernetes.owners import OwnerRef, controller_of, object_named
 from clusters.backends.kubernetes.ownership import BOUND_BY_ANNOTATION as BOUND_BY
 from clusters.backends.kubernetes.watch import as_version
 
@@ -428,12 +428,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# The kinds `gpupool submit -f` may create (clusters/manifest_submit.py), and the client
-# calls that create and read each.
-CREATABLE = {
-    ("v1", "Pod"): (k8s.CoreV1Api, "create_namespaced_pod", "read_namespaced_pod"),
-    ("batch/v1", "Job"): (k8s.BatchV1Api, "create_namespaced_job", "read_namespaced_job"),
-}
 # A submission's own id, on the object: a create retried after a lost answer (a timeout)
 # meets its own object (409) and takes it as made.
 SUBMISSION = "gpupool.io/submission"
@@ -441,54 +435,96 @@ SUBMISSION = "gpupool.io/submission"
 
 class ManifestRefused(BackendError):
     """The API server refused a submitted object for what it is (validation, admission,
-    a name taken): asking again will not help; its message is for the submitter."""
+    a name taken, a kind it does not serve): asking again will not help; its message is
+    for the submitter."""
 
 
-def create(backend: KubernetesBackend, body: dict) -> dict:
+def create(
+    backend: KubernetesBackend, body: dict, plural: str, templates: list[tuple[str, dict]]
+) -> dict:
     """Create a submitted object in its namespace, as the cluster's user; the object as
-    the API server answers it (its name made from `generateName`, its uid)."""
-    api_class, create_, read = CREATABLE[(body["apiVersion"], body["kind"])]
+    the API server answers it (its name made from `generateName`, its uid). For any kind
+    but a Pod, a pod of each of its `templates` (what its controller would make) is first
+    created with `dryRun=All`: a refusal of those, or of the object (its schema, a kind
+    the server does not serve), writes nothing."""
     meta = body["metadata"]
-    if body["kind"] == "Job":
-        _admit_template(backend, body)
-    api = api_class(backend.api.api_client)
+    api = _ObjectApi(backend, body["apiVersion"], plural)
+    if body["kind"] != "Pod":
+        for path, template in templates:
+            _admit_template(backend, meta, path, template)
     try:
-        response = backend.call(
-            getattr(api, create_), meta["namespace"], body, _preload_content=False
-        )
+        response = backend.call(api.create, meta["namespace"], body, _preload_content=False)
     except ApiException as exc:
         if exc.status == 409 and meta.get("name"):
-            found = _read_quietly(backend, getattr(api, read), meta)
+            found = _read_quietly(backend, api.read, meta)
             mine = (meta.get("annotations") or {}).get(SUBMISSION)
             if (
                 mine
                 and (found.get("metadata", {}).get("annotations") or {}).get(SUBMISSION) == mine
             ):
                 return found  # made by an earlier try of this create, whose answer was lost
-        if exc.status in (400, 403, 404, 409, 422):
-            raise ManifestRefused(said(exc)) from exc
-        raise BackendError(f"create {body['kind']} in {meta['namespace']}: {said(exc)}") from exc
+        raise _refused(exc, body, plural) from exc
     return json.loads(response.data)
 
 
-def _admit_template(backend: KubernetesBackend, job: dict) -> None:
-    """The API server admits a Job whatever its template (Pod Security only warns about
-    it), and refuses its pods later, one FailedCreate event at a time. A dry-run create
-    of a pod from the template (dryRun=All: validated and admitted, not stored) asks
-    its admission now."""
-    template = job["spec"]["template"]
+class _ObjectApi:
+    """Create and read one kind: a Pod through the core API, any other (built in or a
+    custom resource) through its group's URL, /apis/<group>/<version>/.../<plural>."""
+
+    def __init__(self, backend: KubernetesBackend, api_version: str, plural: str) -> None:
+        group, _, version = api_version.rpartition("/")
+        objects = k8s.CustomObjectsApi(backend.api.api_client)
+        self.pod = not group
+        self.path = [group, version]
+        self.plural = plural
+        self.objects = objects
+        self.core = backend.api
+
+    def create(self, namespace: str, body: dict, **kwargs: Any) -> Any:
+        if self.pod:
+            return self.core.create_namespaced_pod(namespace, body, **kwargs)
+        return self.objects.create_namespaced_custom_object(
+            *self.path, namespace, self.plural, body, **kwargs
+        )
+
+    def read(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        if self.pod:
+            return self.core.read_namespaced_pod(name, namespace, **kwargs)
+        return self.objects.get_namespaced_custom_object(
+            *self.path, namespace, self.plural, name, **kwargs
+        )
+
+
+def _refused(exc: ApiException, body: dict, plural: str) -> BackendError:
+    """What the server's answer to a submitted object means for the submitter."""
+    namespace = body["metadata"]["namespace"]
+    if exc.status == 404 and not object_named(exc):
+        return ManifestRefused(
+            f"apiVersion/kind: the cluster does not serve {plural} of {body['apiVersion']} "
+            f"(is the {body['kind']} CRD installed?): {said(exc)}"
+        )
+    if exc.status in (400, 403, 404, 409, 422):
+        return ManifestRefused(said(exc))
+    return BackendError(f"create {body['kind']} in {namespace}: {said(exc)}")
+
+
+def _admit_template(backend: KubernetesBackend, owner: dict, path: str, template: dict) -> None:
+    """The API server admits a Job (a Deployment, a PyTorchJob...) whatever its template
+    (Pod Security only warns about it), and refuses its pods later, one FailedCreate event
+    at a time. A dry-run create of a pod from the template (dryRun=All: validated and
+    admitted, not stored) asks its admission now."""
     meta = template.get("metadata") or {}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{str(job['metadata'].get('name') or 'job')[:50]}-",
+            "generateName": f"{str(owner.get('name') or 'pod')[:50]}-",
             "labels": meta.get("labels") or {},
             "annotations": meta.get("annotations") or {},
         },
         "spec": template["spec"],
     }
-    namespace = job["metadata"]["namespace"]
+    namespace = owner["namespace"]
     try:
         backend.call(
             backend.api.create_namespaced_pod,
@@ -499,8 +535,8 @@ def _admit_template(backend: KubernetesBackend, job: dict) -> None:
         )
     except ApiException as exc:
         if exc.status in (400, 403, 422):
-            raise ManifestRefused(f"spec.template: its pods would be refused: {said(exc)}") from exc
-        raise BackendError(f"check the Job's pods in {namespace}: {said(exc)}") from exc
+            raise ManifestRefused(f"{path}: its pods would be refused: {said(exc)}") from exc
+        raise BackendError(f"check the pods of {path} in {namespace}: {said(exc)}") from exc
 
 
 def _read_quietly(backend: KubernetesBackend, read: Any, meta: dict) -> dict:

@@ -156,7 +156,7 @@ def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> d
             api.get_namespaced_custom_object, *path, namespace, owner.known.plural, owner.name
         )
     except ApiException as exc:
-        if exc.status == 404 and not _object_named(exc):
+        if exc.status == 404 and not object_named(exc):
             raise KindNotServed(
                 f"{owner.kind} {namespace}/{owner.name}: the API server does not serve "
                 f"{owner.known.plural} of {owner.api_version} (is its CRD installed?)"
@@ -166,7 +166,7 @@ def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> d
         raise BackendError(f"{owner.kind} {namespace}/{owner.name}: {said(exc)}") from exc
 
 
-def _object_named(exc: ApiException) -> bool:
+def object_named(exc: ApiException) -> bool:
     """A 404 about an object (its details name it) rather than about a resource the server
     does not have ("the server could not find the requested resource", no details)."""
     try:
