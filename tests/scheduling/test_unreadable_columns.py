@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.models import Model
 from django.urls import reverse
 
+from portal.versioned import new_version
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadEvent, WorkloadState
 from tests.scheduling.test_cycle_poison import api_as, read_paths_answer  # noqa: F401
@@ -22,14 +24,16 @@ pytestmark = [
 ]
 
 
-def plant_text(workload: Workload, **columns: str) -> tuple:
+def plant_text(row: Model, **columns: str) -> tuple:
     """Write `columns` into the row behind the ORM's back; their SQLite types as stored."""
-    table = Workload._meta.db_table
-    sets = ", ".join(f"{name} = %s" for name in columns)
+    table = row._meta.db_table
+    if any(field.name == "version" for field in row._meta.fields):
+        columns = {**columns, "version": new_version()}  # as raw SQL must (portal.versioned)
+    sets = ", ".join(f'"{name}" = %s' for name in columns)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), workload.pk])
-        types = ", ".join(f"typeof({name})" for name in columns)
-        cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [workload.pk])
+        cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), row.pk])
+        types = ", ".join(f'typeof("{name}")' for name in columns if name != "version")
+        cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [row.pk])
         return cursor.fetchone()
 
 
@@ -62,7 +66,8 @@ def quarantined(org, cluster, submit, client_as, api_as):  # noqa: F811
     def plant_and_cycle(**columns: str) -> tuple[str, Workload]:
         bad = submit(org.researcher, org.project_a, "typed-by-hand", gpus=1)
         good = submit(org.outsider, org.project_b, "honest", gpus=1)
-        assert "text" in plant_text(bad, **columns) or "created_at" in columns
+        dates = any(name.endswith("_at") for name in columns)
+        assert "text" in plant_text(bad, **columns) or dates
         message = quarantined_alone(org, client_as, api_as, bad, good)
         return message, Workload.objects.get(pk=bad.pk)
 
@@ -78,17 +83,45 @@ def test_a_text_in_cpu_or_gpus_breaks_no_page_and_fails_only_its_row(quarantined
         assert getattr(row, name) == 0
 
 
-@pytest.mark.parametrize("column", ["pods", "min_pods", "memory_mib", "gpu_memory_mib", "priority"])
+COUNTS = ["pods", "min_pods", "memory_mib", "gpu_memory_mib", "priority", "min_gpus"]
+COUNTS += ["max_runtime_s", "checkpoint_interval_s", "restart_count", "exit_code"]
+
+
+@pytest.mark.parametrize("column", COUNTS)
 def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(quarantined, column):
     message, row = quarantined(**{column: "abc"})
     assert f"{column} is not a number in the database" in message, message
-    assert getattr(row, column) == 0
+    assert getattr(row, column) == (None if Workload._meta.get_field(column).null else 0)
 
 
 @pytest.mark.parametrize("value", ["garbage", "2026-13-45 99:99:99", "2026-02-31 10:00:00", "0"])
 def test_a_created_at_that_is_no_date_breaks_no_page_and_fails_only_its_row(quarantined, value):
     message, _ = quarantined(created_at=value)
     assert "created_at is not a date in the database" in message, message
+
+
+@pytest.mark.parametrize(
+    "column", ["queued_at", "admitted_at", "started_at", "finished_at", "last_checkpoint_at"]
+)
+def test_any_date_that_is_no_date_breaks_no_page_and_fails_only_its_row(quarantined, column):
+    message, _ = quarantined(**{column: "2026-13-45 99:99:99"})
+    assert f"{column} is not a date in the database" in message, message
+
+
+def test_a_running_row_with_a_text_runtime_is_quarantined_not_stopped_for_its_runtime(
+    org, cluster, submit
+):
+    bad = submit(org.researcher, org.project_a, "timed", gpus=1, max_runtime_s=3600)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1, max_runtime_s=3600)
+    assert cycle_run().ok
+    plant_text(bad, max_runtime_s="abc")
+
+    run = cycle_run()
+
+    assert run.ok and run.quarantined == 1 and run.stopped == 0, run.error
+    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
+    event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
+    assert "max_runtime_s is not a number in the database" in event.message, event.message
 
 
 def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
