@@ -108,6 +108,25 @@ def test_any_date_that_is_no_date_breaks_no_page_and_fails_only_its_row(quaranti
     assert f"{column} is not a date in the database" in message, message
 
 
+@pytest.mark.parametrize("column", ["kind", "gpu_request", "priority_class"])
+def test_a_choice_none_of_its_choices_names_fails_only_its_row(quarantined, column):
+    message, _ = quarantined(**{column: "bogus"})
+    assert f"{column}=bogus is not one of its choices" in message, message
+
+
+def test_an_unknown_state_breaks_no_page_and_no_cycle(org, cluster, submit, client_as, api_as):  # noqa: F811
+    bad = submit(org.researcher, org.project_a, "lost", gpus=1)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1)
+    plant_text(bad, state="bogus")
+    every_read_answers(org, client_as, api_as, bad, good)
+
+    run = cycle_run()
+
+    assert run.ok and run.quarantined == 0, run.error
+    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
+    every_read_answers(org, client_as, api_as, bad, good)
+
+
 def test_a_running_row_with_a_text_runtime_is_quarantined_not_stopped_for_its_runtime(
     org, cluster, submit
 ):
