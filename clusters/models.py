@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.db import models
 
-from portal.tolerant import TolerantDecimalField, tolerant_count
+from portal.tolerant import INT32_MAX, INT64_MAX, TolerantDecimalField, in_range, tolerant_count
 from portal.versioned import Versioned
 
 if TYPE_CHECKING:
@@ -164,7 +165,14 @@ class Node(Versioned):
     class Meta:
         ordering = ["cluster__name", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name_per_cluster")
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="unique_node_name_per_cluster"
+            ),
+            in_range("node", "cpu_cores", 0, Decimal("9999999.99")),
+            in_range("node", "memory_mib", 0, INT64_MAX),
+            in_range("node", "foreign_gpus", 0, INT32_MAX),
+            in_range("node", "foreign_cpu", 0, Decimal("9999999.99")),
+            in_range("node", "foreign_memory_mib", 0, INT64_MAX),
         ]
 
     def __str__(self) -> str:
@@ -187,7 +195,9 @@ class Gpu(Versioned):
     class Meta:
         ordering = ["node_id", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node")
+            models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node"),
+            in_range("gpu", "index", 0, INT32_MAX),
+            in_range("gpu", "memory_mib", 0, INT32_MAX),
         ]
 
     def __str__(self) -> str:

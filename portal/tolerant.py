@@ -112,3 +112,25 @@ def unreadable_columns(row: models.Model) -> list[str]:
         and field.attname in row.__dict__
         and row.__dict__[field.attname] == stand_in
     ]
+
+
+INT32_MAX = 2**31 - 1  # a PostgreSQL integer
+INT64_MAX = 2**63 - 1  # a bigint
+
+
+def in_range(
+    table: str, column: str, low: object, high: object, *, null: bool = False
+) -> models.CheckConstraint:
+    """A CHECK that `column` holds a number in low..high (or NULL, with `null`). On SQLite
+    the upper bound also refuses a text, which compares above every number there: the
+    tolerant reads above then only meet rows written before the check, or with checks off."""
+    condition = models.Q(**{f"{column}__gte": low, f"{column}__lte": high})
+    if null:
+        condition |= models.Q(**{f"{column}__isnull": True})
+    return models.CheckConstraint(condition=condition, name=f"{table}_{column}_in_range")
+
+
+def one_of(table: str, column: str, choices: type[models.Choices]) -> models.CheckConstraint:
+    """A CHECK that a choice column holds one of its choices."""
+    condition = models.Q(**{f"{column}__in": choices.values})
+    return models.CheckConstraint(condition=condition, name=f"{table}_{column}_is_a_choice")

@@ -200,15 +200,13 @@ def nodes_lock() -> None:
 def quarantine(read: adapters.SnapshotRead) -> set[int]:
     """Fail each row that cannot be turned into an engine request, saying why, on its
     timeline and in the audit log. Values no column can hold again (NaN, infinity) are
-    reset to 0 so the row saves; the message keeps what was stored. The clusters where
+    reset (_reset) so the row saves; the message keeps what was stored. The clusters where
     such a row has pods, to reconcile: they are deleted there, then its GPUs released."""
     clusters: set[int] = set()
     for wl, why in read.unrunnable.values():
         clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
         before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
-        fields = {
-            name: None if Workload._meta.get_field(name).null else 0 for name in _unsaveable(wl)
-        }
+        fields = {name: _reset(name) for name in _unsaveable(wl)}
         message = f"Cannot be scheduled: {why}. Submit it again with valid values."
         workload_transition(
             wl,
@@ -235,6 +233,13 @@ def _unsaveable(wl: Workload) -> list[str]:
     held (loaded as a stand-in out of the column's range): reset, so the row saves."""
     names = [name for name in adapters.REQUEST_BOUNDS if not adapters.finite(getattr(wl, name))]
     return [*names, *(name for name in unreadable_columns(wl) if not name.endswith("_at"))]
+
+
+def _reset(name: str) -> Any:
+    """What a column no value of which can be saved again holds after quarantine: empty, or
+    its default (the database's checks refuse 0 pods)."""
+    field = Workload._meta.get_field(name)
+    return None if field.null else field.get_default()
 
 
 def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
 
 from portal.models import Project, k8s_name_validator
 from portal.tolerant import (  # TolerantDecimalField: named by migration 0006
+    INT32_MAX,
     TolerantDecimalField,
+    in_range,
+    one_of,
     tolerant_count,
     tolerant_datetime,
 )
@@ -164,7 +169,28 @@ class Workload(Versioned):
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "name"], name="unique_workload_name_per_project"
-            )
+            ),
+            # What any writer may store (docs/deploy.md "Database checks"); the submit's
+            # own bounds (scheduling/bounds.py) are narrower.
+            in_range("workload", "gpus", 0, Decimal("999.999")),
+            in_range("workload", "cpu", 0, Decimal("99999.99")),
+            in_range("workload", "pods", 1, INT32_MAX),
+            models.CheckConstraint(
+                condition=models.Q(min_pods__gte=1, min_pods__lte=models.F("pods")),
+                name="workload_min_pods_in_range",
+            ),
+            in_range("workload", "memory_mib", 0, INT32_MAX),
+            in_range("workload", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("workload", "min_gpus", 1, 32767, null=True),
+            in_range("workload", "priority", -INT32_MAX - 1, INT32_MAX),
+            in_range("workload", "max_runtime_s", 0, INT32_MAX, null=True),
+            in_range("workload", "checkpoint_interval_s", 0, INT32_MAX, null=True),
+            in_range("workload", "restart_count", 0, INT32_MAX),
+            in_range("workload", "exit_code", -INT32_MAX - 1, INT32_MAX, null=True),
+            one_of("workload", "state", WorkloadState),
+            one_of("workload", "kind", WorkloadKind),
+            one_of("workload", "gpu_request", GpuRequestKind),
+            one_of("workload", "priority_class", PriorityClass),
         ]
         indexes = [models.Index(fields=["project", "state"])]
 
@@ -211,7 +237,15 @@ class PodAllocation(Versioned):
     class Meta:
         ordering = ["workload_id", "pod_index"]
         constraints = [
-            models.UniqueConstraint(fields=["workload", "pod_index"], name="one_allocation_per_pod")
+            models.UniqueConstraint(
+                fields=["workload", "pod_index"], name="one_allocation_per_pod"
+            ),
+            in_range("allocation", "pod_index", 0, INT32_MAX),
+            in_range("allocation", "shared_gpu_index", 0, INT32_MAX, null=True),
+            in_range("allocation", "gpu_share", 0, 1, null=True),
+            in_range("allocation", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("allocation", "mig_gpu_index", 0, INT32_MAX, null=True),
+            in_range("allocation", "mig_start", 0, 32767, null=True),
         ]
 
 

@@ -20,6 +20,7 @@ from portal.models import AuditLog
 from scheduling.cycle import cycle_run
 from scheduling.models import CycleRun, Workload, WorkloadEvent, WorkloadState
 from tests import factories as f
+from tests.planted import plant_text
 from tests.scheduling.test_cli import gp  # noqa: F401 (the CLI against the live server)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,12 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def plant(workload: Workload) -> str:
     """Put an out-of-range cpu (and gpus) in the row behind the ORM's back; the value."""
     cpu, gpus = ("100000", "1000000") if connection.vendor == "sqlite" else ("99999.99", "999")
-    table = Workload._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET cpu = %s, gpus = %s WHERE id = %s",
-            [cpu, gpus, workload.pk],
-        )
+    plant_text(workload, cpu=cpu, gpus=gpus)  # on SQLite, past the CHECKs as an old row
     return cpu
 
 

@@ -2,7 +2,7 @@
 `gpus = 'NaN'` as given (PostgreSQL refuses the text, and holds numeric NaN). Such a row
 loads with a stand-in out of bounds (scheduling.models.TolerantDecimalField), so every page
 and the API answer for everyone, and the next cycle fails the row saying which value is not
-a number, and sets it to 0. A `created_at` that is no date loads as the epoch
+a number, and resets it to its default. A `created_at` that is no date loads as the epoch
 (scheduling.models.tolerant_datetime), a text in pods, min_pods, memory_mib or
 gpu_memory_mib as -1 (tolerant_count), and each is quarantined the same way."""
 
@@ -10,31 +10,17 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from django.db.models import Model
 from django.urls import reverse
 
-from portal.versioned import new_version
 from scheduling.cycle import cycle_run
 from scheduling.models import Workload, WorkloadEvent, WorkloadState
+from tests.planted import plant_text
 from tests.scheduling.test_cycle_poison import api_as, read_paths_answer  # noqa: F401
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "sqlite", reason="PostgreSQL refuses the text"),
 ]
-
-
-def plant_text(row: Model, **columns: str) -> tuple:
-    """Write `columns` into the row behind the ORM's back; their SQLite types as stored."""
-    table = row._meta.db_table
-    if any(field.name == "version" for field in row._meta.fields):
-        columns = {**columns, "version": new_version()}  # as raw SQL must (portal.versioned)
-    sets = ", ".join(f'"{name}" = %s' for name in columns)
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), row.pk])
-        types = ", ".join(f'typeof("{name}")' for name in columns if name != "version")
-        cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [row.pk])
-        return cursor.fetchone()
 
 
 def every_read_answers(org, client_as, api_as, bad: Workload, good: Workload) -> None:  # noqa: F811
@@ -80,7 +66,7 @@ def test_a_text_in_cpu_or_gpus_breaks_no_page_and_fails_only_its_row(quarantined
     texts = [name for name, value in (("cpu", cpu), ("gpus", gpus)) if value != "1"]
     for name in texts:
         assert f"{name} is not a number in the database" in message, message
-        assert getattr(row, name) == 0
+        assert getattr(row, name) == Workload._meta.get_field(name).get_default()
 
 
 COUNTS = ["pods", "min_pods", "memory_mib", "gpu_memory_mib", "priority", "min_gpus"]
@@ -91,7 +77,8 @@ COUNTS += ["max_runtime_s", "checkpoint_interval_s", "restart_count", "exit_code
 def test_a_text_in_a_count_breaks_no_page_and_fails_only_its_row(quarantined, column):
     message, row = quarantined(**{column: "abc"})
     assert f"{column} is not a number in the database" in message, message
-    assert getattr(row, column) == (None if Workload._meta.get_field(column).null else 0)
+    field = Workload._meta.get_field(column)
+    assert getattr(row, column) == (None if field.null else field.get_default())
 
 
 @pytest.mark.parametrize("value", ["garbage", "2026-13-45 99:99:99", "2026-02-31 10:00:00", "0"])

@@ -13,8 +13,9 @@ from django.db import connection
 from clusters.models import Gpu
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload, WorkloadEvent, WorkloadState
+from tests.planted import plant_text
 from tests.scheduling.test_cycle_poison import api_as  # noqa: F401
-from tests.scheduling.test_unreadable_columns import every_read_answers, plant_text
+from tests.scheduling.test_unreadable_columns import every_read_answers
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
