@@ -135,8 +135,9 @@ def test_the_row_is_stopped_deleted_and_shown_in_django_admin_before_any_cycle(
 ):
     stopped = submit(org.researcher, org.project_a, "stop-me", gpus=1)
     deleted = submit(org.researcher, org.project_a, "delete-me", gpus=1)
-    plant_text(stopped, cpu="abc", gpus="NaN", pods="abc")
-    plant_text(deleted, cpu="NaN", gpus="abc", memory_mib="abc")
+    plant_text(stopped, cpu="abc", gpus="NaN", pods="abc", max_runtime_s="abc", exit_code="x")
+    plant_text(stopped, restart_count="abc", min_gpus="abc", queued_at="2026-13-45 10:00:00")
+    plant_text(deleted, cpu="NaN", gpus="abc", memory_mib="abc", checkpoint_interval_s="abc")
     admin = client_as(org.platform_admin)
     for url in ("admin:scheduling_workload_changelist", "admin:scheduling_workload_change"):
         args = [stopped.pk] if url.endswith("change") else []
