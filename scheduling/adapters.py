@@ -153,6 +153,11 @@ def node_problem(node: Node, allocations: list[PodAllocation]) -> str:
         for gpu in node.gpu_list
         for name in unreadable_columns(gpu)
     ]
+    problems += [
+        f"{name} is not an object"
+        for name in ("labels", "topology")
+        if not isinstance(getattr(node, name) or {}, dict)
+    ]
     problems += [problem for alloc in allocations if (problem := allocation_problem(alloc))]
     return "; ".join(problems)
 
@@ -376,8 +381,11 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         pool=node.pool.name,
         gpus=gpus,
         cluster=node.cluster.name,
-        labels=node.labels or {},
-        topology={**(node.topology or {}), gpu_range.NODE_LEVEL: engine_node_id(node.pk)},
+        labels=node.labels if isinstance(node.labels, dict) else {},
+        topology={
+            **(node.topology if isinstance(node.topology, dict) else {}),
+            gpu_range.NODE_LEVEL: engine_node_id(node.pk),
+        },
         schedulable=node.schedulable and node.cluster.reachable and not problem,
         cpu=_less(float(node.cpu_cores), float(node.foreign_cpu)),
         memory_mib=_less(int(node.memory_mib), int(node.foreign_memory_mib)),

@@ -43,6 +43,8 @@ def node_and_gpu_rows(alloc: PodAllocation) -> dict[str, object]:
         ("node", "foreign_memory_mib"),
         ("gpu", "index"),
         ("gpu", "memory_mib"),
+        ("node", "labels"),  # JSON of the wrong shape: a list, not an object
+        ("node", "topology"),
     ],
 )
 def test_a_text_in_a_node_or_gpu_keeps_work_off_that_node_only(
@@ -56,7 +58,8 @@ def test_a_text_in_a_node_or_gpu_keeps_work_off_that_node_only(
 ):
     first, alloc = placed(submit, org, "first")
     bad_node = alloc.node
-    assert "text" in plant_text(node_and_gpu_rows(alloc)[row], **{column: "abc"})
+    value = '["rack-1"]' if column in ("labels", "topology") else "abc"
+    assert "text" in plant_text(node_and_gpu_rows(alloc)[row], **{column: value})
     later = submit(org.outsider, org.project_b, "later", gpus=2)
     every_read_answers(org, client_as, api_as, first, later)
 
