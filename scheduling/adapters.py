@@ -39,7 +39,7 @@ from scheduling.models import (
     PodAllocation,
     Workload,
 )
-from scheduling.stored import stored_spec_problem
+from scheduling.stored import allocation_problem, stored_spec_problem
 
 logger = logging.getLogger(__name__)
 Amount = TypeVar("Amount", int, float)
@@ -125,21 +125,6 @@ def _shape_problems(wl: Workload) -> list[str]:
     if pools and not (isinstance(pools, list) and all(isinstance(p, str) for p in pools)):
         problems.append("node_pools is not a list of pool names")
     return problems
-
-
-def _index_list(value: object) -> bool:
-    return isinstance(value, list) and all(type(i) is int and i >= 0 for i in value)
-
-
-def allocation_problem(alloc: PodAllocation) -> str:
-    """Why this allocation row cannot be read as a placement (naming its columns), or ''."""
-    problems = [f"{name} is not a number in the database" for name in unreadable_columns(alloc)]
-    problems += [
-        f"{name} is not a list of GPU indices"
-        for name in ("gpu_indices", "releasing_gpu_indices")
-        if not _index_list(getattr(alloc, name))
-    ]
-    return f"its allocation {alloc.pk}: {', '.join(problems)}" if problems else ""
 
 
 def node_problem(node: Node, allocations: list[PodAllocation]) -> str:
