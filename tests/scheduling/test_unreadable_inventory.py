@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from clusters.models import Gpu
 from scheduling.cycle import cycle_run
@@ -27,6 +28,13 @@ def placed(submit, org, name: str, gpus: int = 2) -> tuple[Workload, PodAllocati
     workload = submit(org.researcher, org.project_a, name, gpus=gpus)
     assert cycle_run().ok
     return workload, PodAllocation.objects.get(workload=workload)
+
+
+def inventory_pages_answer(client_as, api_as, admin) -> None:  # noqa: F811 - the fixture
+    for client, name in [(client_as(admin), "cluster_list"), (client_as(admin), "node_list")]:
+        assert client.get(reverse(name)).status_code == 200, name
+    for name in ("api-nodes", "api-clusters"):
+        assert api_as(admin).get(reverse(name)).status_code == 200, name
 
 
 def node_and_gpu_rows(alloc: PodAllocation) -> dict[str, object]:
@@ -62,6 +70,7 @@ def test_a_text_in_a_node_or_gpu_keeps_work_off_that_node_only(
     assert "text" in plant_text(node_and_gpu_rows(alloc)[row], **{column: value})
     later = submit(org.outsider, org.project_b, "later", gpus=2)
     every_read_answers(org, client_as, api_as, first, later)
+    inventory_pages_answer(client_as, api_as, org.platform_admin)
 
     run = cycle_run()
 
