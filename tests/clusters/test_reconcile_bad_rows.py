@@ -118,3 +118,6 @@ def test_a_bad_allocation_fails_its_workload_alone(sim, org, case, full):  # noq
     assert result.reachable and result.errors == [], result.errors
     assert set(SimulatedPod.objects.values_list("workload_id", flat=True)) == {good.pk}
     assert_failed_alone(good, bad, field)
+    again = reconcile_pass(sim, SimulatedBackend(sim), full=True)  # its GPUs given back
+    assert again.errors == [] and again.released == 1, again.errors
+    assert not PodAllocation.objects.filter(workload=bad).exists()
