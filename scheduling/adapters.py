@@ -97,16 +97,12 @@ def finite(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
 
 
-def unreadable(wl: Workload, name: str) -> bool:
-    """The column held what its type cannot (SQLite keeps a text): its field loaded a
-    stand-in (portal.tolerant)."""
-    return name in unreadable_columns(wl)
-
-
-def _unreadable_problems(wl: Workload) -> list[str]:
+def _unreadable_problems(unread: list[str]) -> list[str]:
+    """The columns that held what their type cannot (SQLite keeps a text): their fields
+    loaded a stand-in (portal.tolerant)."""
     return [
         f"{name} is not {'a date' if name.endswith('_at') else 'a number'} in the database"
-        for name in unreadable_columns(wl)
+        for name in unread
     ]
 
 
@@ -161,10 +157,11 @@ REQUEST_BOUNDS = {
 
 def request_problem(wl: Workload) -> str:
     """Why this row cannot be turned into an engine request, or '' when it can."""
-    problems = _unreadable_problems(wl) + _shape_problems(wl)
+    unread = unreadable_columns(wl)
+    problems = _unreadable_problems(unread) + _shape_problems(wl)
     for name, bound in REQUEST_BOUNDS.items():
         value = getattr(wl, name)
-        if not unreadable(wl, name) and bound.check(value)[1]:
+        if name not in unread and bound.check(value)[1]:
             problems.append(
                 f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
             )
