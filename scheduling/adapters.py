@@ -393,6 +393,12 @@ def _less(capacity: Amount, held: Amount) -> Amount | None:
 
 
 def _quota(row: DepartmentQuota | ProjectQuota) -> dict[tuple[str, t.Resource], t.Quota]:
+    """The row's quotas in its pool; none (as if unset) while one of its numbers holds a
+    text (SQLite): the queue then has no guarantee there until an admin sets it again."""
+    unread = unreadable_columns(row)
+    if unread:
+        logger.warning("quota %s left out: %s not a number", row, ", ".join(unread))
+        return {}
     quotas = {}
     for resource, name, scale in RESOURCE_FIELDS:
         limit = getattr(row, f"{name}_limit")

@@ -12,6 +12,7 @@ from django.db import connection
 from django.urls import reverse
 
 from clusters.models import Gpu
+from portal.models import ProjectQuota
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload, WorkloadEvent, WorkloadState
 from tests.planted import plant_text
@@ -131,3 +132,23 @@ def test_gpu_indices_of_the_wrong_shape_fail_their_workload_only(org, cluster, s
     event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
     assert "gpu_indices is not a list of GPU indices" in event.message, event.message
     assert Workload.objects.get(pk=later.pk).state == WorkloadState.ADMITTED
+
+
+@pytest.mark.parametrize("column", ["gpus", "gpus_limit", "over_quota_weight"])
+def test_a_text_in_a_quota_leaves_that_quota_out_and_fails_no_cycle(
+    org, cluster, submit, client_as, column
+):
+    quota = ProjectQuota.objects.filter(project=org.project_a).first()
+    assert quota is not None
+    assert "text" in plant_text(quota, **{column: "abc"})
+    mine = submit(org.researcher, org.project_a, "mine", gpus=1)
+    theirs = submit(org.outsider, org.project_b, "theirs", gpus=1)
+
+    run = cycle_run()
+
+    assert run.ok, run.error
+    states = Workload.objects.filter(pk__in=[mine.pk, theirs.pk]).values_list("state", flat=True)
+    assert set(states) == {WorkloadState.ADMITTED}  # idle GPUs: over quota, as with no quota
+    admin = client_as(org.platform_admin)
+    for name, pk in (("project_quotas", org.project_a.pk), ("project_detail", org.project_a.pk)):
+        assert admin.get(reverse(name, args=[pk])).status_code == 200, name
