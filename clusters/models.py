@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.db import models
 
+from portal.tolerant import INT32_MAX, INT64_MAX, TolerantDecimalField, in_range, tolerant_count
 from portal.versioned import Versioned
 
 if TYPE_CHECKING:
@@ -154,8 +156,10 @@ class Node(Versioned):
     unschedulable_reason = models.CharField(
         max_length=255, blank=True, help_text="Why no new pod may go there (NotReady, cordoned)."
     )
-    cpu_cores = models.DecimalField(max_digits=9, decimal_places=2, default=0)
-    memory_mib = models.BigIntegerField(default=0)
+    # A text SQLite holds in a number loads as its stand-in (portal.tolerant): the cycle
+    # places nothing on the node until the inventory sync writes the column again.
+    cpu_cores = TolerantDecimalField(max_digits=9, decimal_places=2, default=0)
+    memory_mib = tolerant_count(models.BigIntegerField(default=0))
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # What the node's agent last reported of its MIG instances (Kubernetes: the layout id
     # it applied, its GPUs in MIG mode, the MIG devices, NVML's errors); clusters/mig.py.
@@ -163,15 +167,22 @@ class Node(Versioned):
     # Held by pods GPUPool did not bind (another scheduler's, another GPUPool's, DaemonSets'),
     # as the last inventory sync found them; the snapshot takes them out of the node's free
     # capacity. foreign_pods: {"count": n, "names": ["namespace/name", ...]} (a few).
-    foreign_gpus = models.PositiveIntegerField(default=0)
-    foreign_cpu = models.DecimalField(max_digits=9, decimal_places=2, default=0)
-    foreign_memory_mib = models.BigIntegerField(default=0)
+    foreign_gpus = tolerant_count(models.PositiveIntegerField(default=0))
+    foreign_cpu = TolerantDecimalField(max_digits=9, decimal_places=2, default=0)
+    foreign_memory_mib = tolerant_count(models.BigIntegerField(default=0))
     foreign_pods = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name_per_cluster")
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="unique_node_name_per_cluster"
+            ),
+            in_range("node", "cpu_cores", 0, Decimal("9999999.99")),
+            in_range("node", "memory_mib", 0, INT64_MAX),
+            in_range("node", "foreign_gpus", 0, INT32_MAX),
+            in_range("node", "foreign_cpu", 0, Decimal("9999999.99")),
+            in_range("node", "foreign_memory_mib", 0, INT64_MAX),
         ]
 
     def __str__(self) -> str:
@@ -180,10 +191,10 @@ class Node(Versioned):
 
 class Gpu(Versioned):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
-    index = models.PositiveIntegerField()
+    index = tolerant_count(models.PositiveIntegerField())
     uuid = models.CharField(max_length=64, blank=True)
     model = models.CharField(max_length=100, blank=True)
-    memory_mib = models.PositiveIntegerField(default=0)
+    memory_mib = tolerant_count(models.PositiveIntegerField(default=0))
     # While shared: the device whose MPS daemon serves its sharers, as the node names it
     # (its UUID; on Kubernetes the one its reservation pod holds). The node agent runs
     # that daemon (clusters.agent.mps).
@@ -194,7 +205,9 @@ class Gpu(Versioned):
     class Meta:
         ordering = ["node_id", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node")
+            models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node"),
+            in_range("gpu", "index", 0, INT32_MAX),
+            in_range("gpu", "memory_mib", 0, INT32_MAX),
         ]
 
     def __str__(self) -> str:

@@ -23,7 +23,7 @@ from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 from portal.selectors import ssh_authorized_keys
 from scheduling.checkpoints import workload_checkpoint_env
-from scheduling.stored import stored_spec_problem
+from scheduling.stored import allocation_problem, stored_spec_problem
 
 if TYPE_CHECKING:
     from clusters.backends.kubernetes.ownership import Owner
@@ -263,7 +263,7 @@ def native_slot(workload: Any, pod_index: int) -> str:
     """The name of the pod made outside GPUPool (clusters/native.py) that is pod
     `pod_index` of `workload`: "" for GPUPool's own pods, and for a slot with no pod yet."""
     slots = ((workload.spec or {}).get("native") or {}).get("pods") or []
-    slot = slots[pod_index] if pod_index < len(slots) else None
+    slot = slots[pod_index] if 0 <= pod_index < len(slots) else None  # -1: a text (SQLite)
     return slot[0] if slot else ""
 
 
@@ -345,7 +345,8 @@ def pod_specs_for(
 
 def _workload_specs(allocations: list[PodAllocation], *args: Any, **kwargs: Any) -> list[PodSpec]:
     """One workload's pod specs, all or none: a row no pod can be made of raises."""
-    why = stored_spec_problem(allocations[0].workload)
+    problems = [stored_spec_problem(allocations[0].workload), *map(allocation_problem, allocations)]
+    why = "; ".join(p for p in problems if p)
     if why:
         raise Malformed(why)
     return [pod_spec(a, *args, **kwargs) for a in allocations]

@@ -9,6 +9,8 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from portal.tolerant import TolerantDecimalField
+
 # A Kubernetes namespace is a DNS-1123 label: lower-case alphanumerics and '-', at most 63.
 # Match it whole (re.fullmatch, or \A...\Z): `$` also matches before a trailing newline.
 K8S_NAME_RE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
@@ -133,26 +135,30 @@ class Membership(models.Model):
 
 
 class QuotaFields(models.Model):
-    """Per node pool: deserved (guaranteed) amounts, optional limits, over-quota weight."""
+    """Per node pool: deserved (guaranteed) amounts, optional limits, over-quota weight.
+    A text SQLite holds in one loads as its stand-in (portal.tolerant): the cycle leaves
+    that row out (logged) instead of failing for everyone."""
 
     node_pool = models.ForeignKey("clusters.NodePool", on_delete=models.CASCADE, related_name="+")
-    gpus = models.DecimalField(max_digits=9, decimal_places=2, default=0, validators=[non_negative])
-    gpus_limit = models.DecimalField(
+    gpus = TolerantDecimalField(
+        max_digits=9, decimal_places=2, default=0, validators=[non_negative]
+    )
+    gpus_limit = TolerantDecimalField(
         max_digits=9, decimal_places=2, null=True, blank=True, validators=[non_negative]
     )
-    cpu = models.DecimalField(
+    cpu = TolerantDecimalField(
         "CPU cores", max_digits=9, decimal_places=2, default=0, validators=[non_negative]
     )
-    cpu_limit = models.DecimalField(
+    cpu_limit = TolerantDecimalField(
         max_digits=9, decimal_places=2, null=True, blank=True, validators=[non_negative]
     )
-    memory_gib = models.DecimalField(
+    memory_gib = TolerantDecimalField(
         "memory GiB", max_digits=11, decimal_places=2, default=0, validators=[non_negative]
     )
-    memory_gib_limit = models.DecimalField(
+    memory_gib_limit = TolerantDecimalField(
         max_digits=11, decimal_places=2, null=True, blank=True, validators=[non_negative]
     )
-    over_quota_weight = models.DecimalField(
+    over_quota_weight = TolerantDecimalField(
         max_digits=9, decimal_places=2, default=1, validators=[non_negative]
     )
     over_quota_allowed = models.BooleanField(default=True)

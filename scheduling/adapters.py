@@ -16,6 +16,7 @@ taken capacity.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Container
 from dataclasses import dataclass, field, replace
@@ -27,19 +28,20 @@ from django.db.models import Q
 
 from clusters.models import Node
 from portal.models import Department, DepartmentQuota, Project, ProjectQuota
+from portal.tolerant import unreadable_columns
 from scheduling import bounds, gpu_range, kept_rows
 from scheduling.autoscale import wanted_replicas
 from scheduling.engine import types as t
 from scheduling.engine.mig import AUTO, known_profile
 from scheduling.models import (
     ACTIVE_STATES,
-    UNREADABLE,
     GpuRequestKind,
     PodAllocation,
     Workload,
 )
-from scheduling.stored import stored_spec_problem
+from scheduling.stored import allocation_problem, stored_spec_problem
 
+logger = logging.getLogger(__name__)
 Amount = TypeVar("Amount", int, float)
 # The holder of GPUs pods GPUPool did not bind hold (no workload id looks like it).
 FOREIGN_HOLDER = "not-gpupool"
@@ -95,11 +97,50 @@ def finite(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and math.isfinite(float(value))
 
 
-def unreadable(wl: Workload, name: str) -> bool:
-    """The column held a text (SQLite keeps one): its field loaded a stand-in
-    (scheduling.models: TolerantDecimalField, tolerant_count)."""
-    stand_in = getattr(Workload._meta.get_field(name), "unreadable", None)
-    return stand_in is not None and getattr(wl, name) == stand_in
+def _unreadable_problems(unread: list[str]) -> list[str]:
+    """The columns that held what their type cannot (SQLite keeps a text): their fields
+    loaded a stand-in (portal.tolerant)."""
+    return [
+        f"{name} is not {'a date' if name.endswith('_at') else 'a number'} in the database"
+        for name in unread
+    ]
+
+
+# Choice columns the engine request is made of: a value none of them names (another
+# writer's) would be taken for the default (whole GPUs, a training job).
+CHOICES = ("kind", "gpu_request", "priority_class")
+
+
+def _shape_problems(wl: Workload) -> list[str]:
+    problems = [
+        f"{name}={str(value)[:32]} is not one of its choices"  # any length on SQLite
+        for name in CHOICES
+        if (value := getattr(wl, name)) not in dict(Workload._meta.get_field(name).choices)
+    ]
+    pools = wl.node_pools
+    if pools and not (isinstance(pools, list) and all(isinstance(p, str) for p in pools)):
+        problems.append("node_pools is not a list of pool names")
+    return problems
+
+
+def node_problem(node: Node, allocations: list[PodAllocation]) -> str:
+    """Why nothing may be placed on this node now (naming the rows and columns), or ''.
+    Its free capacity is unknown while the node, a GPU of it or an allocation on it holds
+    what its column cannot: the inventory sync writes the node's columns again, and the
+    workload of a bad allocation is quarantined (its pod then goes)."""
+    problems = [f"{name} is not a number in the database" for name in unreadable_columns(node)]
+    problems += [
+        f"gpu {gpu.pk}: {name} is not a number in the database"
+        for gpu in node.gpu_list
+        for name in unreadable_columns(gpu)
+    ]
+    problems += [
+        f"{name} is not an object"
+        for name in ("labels", "topology")
+        if not isinstance(getattr(node, name) or {}, dict)
+    ]
+    problems += [problem for alloc in allocations if (problem := allocation_problem(alloc))]
+    return "; ".join(problems)
 
 
 # What a row may hold to be scheduled: the input bounds (scheduling.bounds), so a value
@@ -116,12 +157,11 @@ REQUEST_BOUNDS = {
 
 def request_problem(wl: Workload) -> str:
     """Why this row cannot be turned into an engine request, or '' when it can."""
-    problems = []
+    unread = unreadable_columns(wl)
+    problems = _unreadable_problems(unread) + _shape_problems(wl)
     for name, bound in REQUEST_BOUNDS.items():
         value = getattr(wl, name)
-        if unreadable(wl, name):
-            problems.append(f"{name} is not a number in the database")
-        elif bound.check(value)[1]:
+        if name not in unread and bound.check(value)[1]:
             problems.append(
                 f"{name}={value} is outside {bounds.fmt(bound.low)}..{bounds.fmt(bound.high)}"
             )
@@ -138,10 +178,6 @@ def request_problem(wl: Workload) -> str:
             wl.mig_profile or AUTO, wl.gpu_memory_mib
         ):
             problems.append(f"MIG profile {wl.mig_profile!r} is not one of any GPU model")
-    if unreadable(wl, "priority"):
-        problems.append("priority is not a number in the database")
-    if wl.created_at == UNREADABLE:
-        problems.append("created_at is not a date in the database")
     problems.append(stored_spec_problem(wl))  # what reconcile could not make pods of
     return "; ".join(p for p in problems if p)
 
@@ -152,7 +188,9 @@ def _convert(
     """Engine workloads for the rows that convert; the others go to `unrunnable`."""
     converted = []
     for wl, allocations in rows:
-        why = request_problem(wl)
+        why = "; ".join(
+            p for p in (request_problem(wl), *map(allocation_problem, allocations)) if p
+        )
         if not why:
             try:
                 converted.append(_workload(wl, allocations))
@@ -228,11 +266,16 @@ def read_snapshot() -> SnapshotRead:
         },
         nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
-        held_devices=_devices(releasing) | _given_back_gpus(allocations),
+        held_devices=_devices(readable(releasing)) | _given_back_gpus(readable(allocations)),
         throttled=throttled,
         unrunnable=unrunnable,
         placed={str(row.wl.pk): row.allocations for row in managed_rows},
     )
+
+
+def readable(allocations: list[PodAllocation]) -> list[PodAllocation]:
+    """The allocations whose GPUs are known (those on a node with a bad one: node_problem)."""
+    return [alloc for alloc in allocations if not allocation_problem(alloc)]
 
 
 def by_node(allocations: list[PodAllocation]) -> dict[int, list[PodAllocation]]:
@@ -279,6 +322,10 @@ def _node_kept(
 
 
 def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
+    problem = node_problem(node, allocations)
+    if problem:
+        logger.warning("node %s takes no pods: %s", node.pk, problem)
+        allocations = readable(allocations)
     whole: dict[int, str] = {}
     shares: dict[int, list[t.GpuShare]] = {}
     mig_holders: dict[tuple[int, int], str] = {}
@@ -316,9 +363,12 @@ def _node(node: Node, allocations: list[PodAllocation]) -> t.Node:
         pool=node.pool.name,
         gpus=gpus,
         cluster=node.cluster.name,
-        labels=node.labels or {},
-        topology={**(node.topology or {}), gpu_range.NODE_LEVEL: engine_node_id(node.pk)},
-        schedulable=node.schedulable and node.cluster.reachable,
+        labels=node.labels if isinstance(node.labels, dict) else {},
+        topology={
+            **(node.topology if isinstance(node.topology, dict) else {}),
+            gpu_range.NODE_LEVEL: engine_node_id(node.pk),
+        },
+        schedulable=node.schedulable and node.cluster.reachable and not problem,
         cpu=_less(float(node.cpu_cores), float(node.foreign_cpu)),
         memory_mib=_less(int(node.memory_mib), int(node.foreign_memory_mib)),
         mig_repartition=node.pool.mig_repartition,
@@ -343,6 +393,12 @@ def _less(capacity: Amount, held: Amount) -> Amount | None:
 
 
 def _quota(row: DepartmentQuota | ProjectQuota) -> dict[tuple[str, t.Resource], t.Quota]:
+    """The row's quotas in its pool; none (as if unset) while one of its numbers holds a
+    text (SQLite): the queue then has no guarantee there until an admin sets it again."""
+    unread = unreadable_columns(row)
+    if unread:
+        logger.warning("quota %s left out: %s not a number", row, ", ".join(unread))
+        return {}
     quotas = {}
     for resource, name, scale in RESOURCE_FIELDS:
         limit = getattr(row, f"{name}_limit")

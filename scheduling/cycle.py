@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
 from portal.audit import audit_log
+from portal.tolerant import unreadable_columns
 from portal.versioned import column_set
 from scheduling import adapters, gpu_range
 from scheduling.autoscale import autoscale_apply
@@ -199,15 +200,13 @@ def nodes_lock() -> None:
 def quarantine(read: adapters.SnapshotRead) -> set[int]:
     """Fail each row that cannot be turned into an engine request, saying why, on its
     timeline and in the audit log. Values no column can hold again (NaN, infinity) are
-    reset to 0 so the row saves; the message keeps what was stored. The clusters where
+    reset (_reset) so the row saves; the message keeps what was stored. The clusters where
     such a row has pods, to reconcile: they are deleted there, then its GPUs released."""
     clusters: set[int] = set()
     for wl, why in read.unrunnable.values():
         clusters |= set(wl.allocations.values_list("node__cluster_id", flat=True))
         before = {"state": wl.state, "cpu": str(wl.cpu), "gpus": str(wl.gpus), "pods": wl.pods}
-        fields = {
-            name: 0 for name in (*adapters.REQUEST_BOUNDS, "priority") if _unsaveable(wl, name)
-        }
+        fields = {name: _reset(name) for name in _unsaveable(wl)}
         message = f"Cannot be scheduled: {why}. Submit it again with valid values."
         workload_transition(
             wl,
@@ -229,9 +228,18 @@ def quarantine(read: adapters.SnapshotRead) -> set[int]:
     return clusters
 
 
-def _unsaveable(wl: Workload, name: str) -> bool:
-    """A value the column cannot hold again, or a text SQLite held (reset to 0 as well)."""
-    return not adapters.finite(getattr(wl, name)) or adapters.unreadable(wl, name)
+def _unsaveable(wl: Workload) -> list[str]:
+    """Columns holding a value no column can hold again (NaN, infinity), or a text SQLite
+    held (loaded as a stand-in out of the column's range): reset, so the row saves."""
+    names = [name for name in adapters.REQUEST_BOUNDS if not adapters.finite(getattr(wl, name))]
+    return [*names, *(name for name in unreadable_columns(wl) if not name.endswith("_at"))]
+
+
+def _reset(name: str) -> Any:
+    """What a column no value of which can be saved again holds after quarantine: empty, or
+    its default (the database's checks refuse 0 pods)."""
+    field = Workload._meta.get_field(name)
+    return None if field.null else field.get_default()
 
 
 def _config(read: adapters.SnapshotRead) -> t.SchedulerConfig:
@@ -259,6 +267,8 @@ def max_runtime_enforce(now: datetime, run: CycleRun) -> set[int]:
         state__in=ACTIVE_STATES, max_runtime_s__isnull=False, admitted_at__isnull=False
     ).exclude(kind=WorkloadKind.HPO)
     for wl in active:
+        if unreadable_columns(wl):  # a text in its runtime or dates: quarantined instead
+            continue
         since = wl.started_at or wl.admitted_at
         if (now - since).total_seconds() < wl.max_runtime_s:
             continue

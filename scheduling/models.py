@@ -2,99 +2,23 @@
 
 from __future__ import annotations
 
-import decimal
-from datetime import UTC, datetime
-from functools import cached_property
-from typing import Any
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
 
 from portal.models import Project, k8s_name_validator
+from portal.tolerant import (  # TolerantDecimalField: named by migration 0006
+    INT32_MAX,
+    TolerantDecimalField,
+    in_range,
+    one_of,
+    tolerant_count,
+    tolerant_datetime,
+)
 from portal.versioned import Versioned
 
-
-class TolerantDecimalField(models.DecimalField):
-    """A DecimalField whose rows load even when the stored value does not fit it.
-
-    SQLite stores any number in a decimal column, and Django's converter quantizes what it
-    reads with `max_digits` of precision, raising InvalidOperation for 100000 in a 7-digit
-    column (or for infinity). One such row then broke every page and every cycle. Reads
-    here use ample precision and do not trap: an oversized value loads as itself, a
-    non-finite one as NaN, and the scheduling cycle quarantines the row (adapters).
-    Writes still go through the column's own bounds.
-
-    SQLite also keeps a text as given (`cpu = 'abc'`, or 'NaN', from another writer), and
-    Django's converter raises TypeError on it: such a value is selected as `unreadable`, the
-    column's lowest value, so pages (which compare and add these numbers; a Decimal NaN
-    raises on both) still answer, and the cycle quarantines the row saying that the value
-    is not a number. (PostgreSQL refuses the text.)
-    """
-
-    @cached_property
-    def context(self) -> decimal.Context:
-        return decimal.Context(prec=max(self.max_digits or 0, 60), traps=[])
-
-    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
-        sql, params = super().select_format(compiler, sql, params)
-        if compiler.connection.vendor != "sqlite":
-            return sql, params
-        numeric = f"typeof({sql}) IN ('integer', 'real', 'null')"
-        return f"(CASE WHEN {numeric} THEN {sql} ELSE {self.unreadable} END)", (*params, *params)
-
-    @cached_property
-    def unreadable(self) -> decimal.Decimal:
-        """What a text in the column loads as on SQLite: its lowest value, out of bounds."""
-        step = decimal.Decimal(1).scaleb(-(self.decimal_places or 0))
-        return -(
-            decimal.Decimal(10) ** ((self.max_digits or 1) - (self.decimal_places or 0)) - step
-        )
-
-
-def _read_tolerantly(field: Any, valid: str, stand_in: str) -> Any:
-    """Give `field` a select_format that, on SQLite, selects `stand_in` (SQL) for a value
-    that is not `valid` (SQL over `{sql}`, the column). Set on the field itself, not by a
-    subclass: its class stays Django's, so migrations and expressions mixing it with other
-    fields of that class see no difference."""
-    plain = field.select_format
-
-    def select_format(compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
-        sql, params = plain(compiler, sql, params)
-        if compiler.connection.vendor != "sqlite":
-            return sql, params
-        uses = valid.count("{sql}") + 1
-        case = f"(CASE WHEN {valid.replace('{sql}', sql)} THEN {sql} ELSE {stand_in} END)"
-        return case, tuple(params) * uses
-
-    field.select_format = select_format
-    return field
-
-
-def tolerant_datetime(field: models.DateTimeField) -> models.DateTimeField:
-    """`field`, whose rows load whatever text SQLite holds in it.
-
-    SQLite keeps any text in a datetime column; Django's converter raises on one that looks
-    like a date but is none ('2026-13-45 ...', '2026-02-31 ...') and loads others as None,
-    which pages then subtract: one such row broke the workload lists and every cycle. Such a
-    value is selected as `UNREADABLE` (the epoch), and the cycle quarantines the row
-    (adapters). A date SQLite would roll over (Feb 31) is none.
-    """
-    day = "substr({sql}, 1, 10)"
-    valid = "typeof({sql}) = 'text' AND julianday({sql}) IS NOT NULL"
-    valid += f" AND date(julianday({day})) = {day}"
-    return _read_tolerantly(field, valid, "'1970-01-01 00:00:00'")
-
-
-def tolerant_count(field: models.IntegerField, unreadable: int = -1) -> models.IntegerField:
-    """`field` (a column that cannot hold `unreadable`: -1 for a count), whose rows load a
-    text SQLite holds in it as that (`field.unreadable`): Django has no converter for
-    integers, and the text reached pages and the cycle as a str (a text priority failed
-    every cycle's sort). The cycle quarantines the row (adapters)."""
-    field.unreadable = unreadable  # type: ignore[attr-defined]
-    return _read_tolerantly(field, "typeof({sql}) IN ('integer', 'null')", str(unreadable))
-
-
-UNREADABLE = datetime(1970, 1, 1, tzinfo=UTC)  # what tolerant_datetime loads a text as
+INT32_BELOW = -(2**31) - 1  # below a PostgreSQL integer: what a text in a signed one loads as
 
 
 class WorkloadKind(models.TextChoices):
@@ -179,10 +103,10 @@ class Workload(Versioned):
         help_text="The job follows size changes itself; otherwise its pods restart from "
         "their checkpoint when its size changes.",
     )
-    resized_at = models.DateTimeField(null=True, blank=True)
+    resized_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
     # A GPU range for single-pod work: it runs with min_gpus .. gpus whole GPUs on one node
     # (elastic; docs/scheduling.md "A GPU range"). None: exactly `gpus`.
-    min_gpus = models.PositiveSmallIntegerField(null=True, blank=True)
+    min_gpus = tolerant_count(models.PositiveSmallIntegerField(null=True, blank=True))
     # Set while the pods of a job that changed size are restarted with the new size.
     restarting = models.BooleanField(default=False)
     # Placement wishes.
@@ -200,16 +124,18 @@ class Workload(Versioned):
     )
     # A text SQLite holds here loads as one below the column's range on PostgreSQL (a
     # 32-bit integer): a priority no row can hold, and the row is quarantined.
-    priority = tolerant_count(models.IntegerField(default=0), unreadable=-(2**31) - 1)
+    priority = tolerant_count(models.IntegerField(default=0), unreadable=INT32_BELOW)
     preemptible = models.BooleanField(default=True)
-    max_runtime_s = models.PositiveIntegerField(null=True, blank=True)
+    max_runtime_s = tolerant_count(models.PositiveIntegerField(null=True, blank=True))
     checkpoint_dir = models.CharField(max_length=500, blank=True)
-    checkpoint_interval_s = models.PositiveIntegerField(
-        "checkpoint interval (s)",
-        null=True,
-        blank=True,
-        help_text="How often it saves a checkpoint, as its owner declared; empty = unknown. "
-        "An eviction may wait for a checkpoint that is due soon.",
+    checkpoint_interval_s = tolerant_count(
+        models.PositiveIntegerField(
+            "checkpoint interval (s)",
+            null=True,
+            blank=True,
+            help_text="How often it saves a checkpoint, as its owner declared; empty = unknown. "
+            "An eviction may wait for a checkpoint that is due soon.",
+        )
     )
     spec = models.JSONField(
         default=dict, blank=True, help_text="Kind-specific extras: ports, HPO search space, ..."
@@ -229,21 +155,42 @@ class Workload(Versioned):
     # (scheduling/nominations.py), so the next cycle does not plan the room over again.
     nominated = models.JSONField(null=True, blank=True, default=None)
     message = models.TextField(blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
-    restart_count = models.PositiveIntegerField(default=0)
+    exit_code = tolerant_count(models.IntegerField(null=True, blank=True), unreadable=INT32_BELOW)
+    restart_count = tolerant_count(models.PositiveIntegerField(default=0))
     created_at = tolerant_datetime(models.DateTimeField(auto_now_add=True, db_index=True))
-    queued_at = models.DateTimeField(null=True, blank=True)
-    admitted_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    queued_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    admitted_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    started_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    finished_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    last_checkpoint_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "name"], name="unique_workload_name_per_project"
-            )
+            ),
+            # What any writer may store (docs/deploy.md "Database checks"); the submit's
+            # own bounds (scheduling/bounds.py) are narrower.
+            in_range("workload", "gpus", 0, Decimal("999.999")),
+            in_range("workload", "cpu", 0, Decimal("99999.99")),
+            in_range("workload", "pods", 1, INT32_MAX),
+            models.CheckConstraint(
+                condition=models.Q(min_pods__gte=1, min_pods__lte=models.F("pods")),
+                name="workload_min_pods_in_range",
+            ),
+            in_range("workload", "memory_mib", 0, INT32_MAX),
+            in_range("workload", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("workload", "min_gpus", 1, 32767, null=True),
+            in_range("workload", "priority", -INT32_MAX - 1, INT32_MAX),
+            in_range("workload", "max_runtime_s", 0, INT32_MAX, null=True),
+            in_range("workload", "checkpoint_interval_s", 0, INT32_MAX, null=True),
+            in_range("workload", "restart_count", 0, INT32_MAX),
+            in_range("workload", "exit_code", -INT32_MAX - 1, INT32_MAX, null=True),
+            one_of("workload", "state", WorkloadState),
+            one_of("workload", "kind", WorkloadKind),
+            one_of("workload", "gpu_request", GpuRequestKind),
+            one_of("workload", "priority_class", PriorityClass),
         ]
         indexes = [models.Index(fields=["project", "state"])]
 
@@ -255,16 +202,24 @@ class PodAllocation(Versioned):
     """Where one pod of an admitted workload runs: a node, and whole GPUs or a GPU share."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
-    pod_index = models.PositiveIntegerField()
+    pod_index = tolerant_count(models.PositiveIntegerField())
     node = models.ForeignKey("clusters.Node", on_delete=models.PROTECT, related_name="allocations")
     gpu_indices = models.JSONField(default=list, blank=True)
-    shared_gpu_index = models.IntegerField(null=True, blank=True)
-    gpu_share = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
-    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    # A text SQLite holds in a column loads as its stand-in (portal.tolerant): the cycle
+    # fails the workload and leaves the node alone until the pod is gone (adapters).
+    shared_gpu_index = tolerant_count(
+        models.IntegerField(null=True, blank=True), unreadable=INT32_BELOW
+    )
+    gpu_share = TolerantDecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
+    gpu_memory_mib = tolerant_count(models.PositiveIntegerField(default=0))
     # A MIG instance: the GPU, the instance's profile and first memory slice.
-    mig_gpu_index = models.IntegerField(null=True, blank=True)
+    mig_gpu_index = tolerant_count(
+        models.IntegerField(null=True, blank=True), unreadable=INT32_BELOW
+    )
     mig_profile = models.CharField(max_length=16, blank=True)
-    mig_start = models.SmallIntegerField(null=True, blank=True)
+    mig_start = tolerant_count(
+        models.SmallIntegerField(null=True, blank=True), unreadable=INT32_BELOW
+    )
     phase = models.CharField(max_length=32, blank=True, help_text="As the cluster reports it.")
     # Where the pod's exposed port answers (host:port), for the workspace proxy and services.
     endpoint = models.CharField(max_length=255, blank=True)
@@ -282,7 +237,15 @@ class PodAllocation(Versioned):
     class Meta:
         ordering = ["workload_id", "pod_index"]
         constraints = [
-            models.UniqueConstraint(fields=["workload", "pod_index"], name="one_allocation_per_pod")
+            models.UniqueConstraint(
+                fields=["workload", "pod_index"], name="one_allocation_per_pod"
+            ),
+            in_range("allocation", "pod_index", 0, INT32_MAX),
+            in_range("allocation", "shared_gpu_index", 0, INT32_MAX, null=True),
+            in_range("allocation", "gpu_share", 0, 1, null=True),
+            in_range("allocation", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("allocation", "mig_gpu_index", 0, INT32_MAX, null=True),
+            in_range("allocation", "mig_start", 0, 32767, null=True),
         ]
 
 

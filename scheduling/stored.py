@@ -2,9 +2,9 @@
 
 A submit is cleaned by scheduling/specs.py, but a row may hold whatever another database
 writer left (a hand edit, a script, an older version): `env` as a JSON list, `spec.ports`
-as a string. The cycle quarantines such a row before it is admitted (adapters), and a
-reconcile pass fails only its workload (clusters.podspecs): one check, used by both, so
-neither stops for everyone.
+as a string, a text in an allocation's number. The cycle quarantines such a row before it
+is admitted (adapters), and a reconcile pass fails only its workload (clusters.podspecs):
+one check, used by both, so neither stops for everyone.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+
+from portal.tolerant import unreadable_columns
 
 _JSON = {dict: "an object", list: "a list", str: "a text", bool: "a boolean"}
 
@@ -78,3 +80,20 @@ def stored_spec_problem(workload: Any) -> str:
     if isinstance(workload.spec, dict):
         problems += _spec(workload.spec)
     return "; ".join(p for p in problems if p)
+
+
+def _index_list(value: object) -> bool:
+    return isinstance(value, list) and all(type(i) is int and i >= 0 for i in value)
+
+
+def allocation_problem(alloc: Any) -> str:
+    """Why this allocation row (a PodAllocation) cannot be read as a placement, naming its
+    columns, or '': a text SQLite held in a number (portal.tolerant), GPU indices that are
+    no list of indices. The cycle fails its workload; reconcile makes no pod of it."""
+    problems = [f"{name} is not a number in the database" for name in unreadable_columns(alloc)]
+    problems += [
+        f"{name} is not a list of GPU indices"
+        for name in ("gpu_indices", "releasing_gpu_indices")
+        if not _index_list(getattr(alloc, name))
+    ]
+    return f"its allocation {alloc.pk}: {', '.join(problems)}" if problems else ""

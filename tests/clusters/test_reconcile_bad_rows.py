@@ -8,15 +8,17 @@ the bad one saying which field is wrong, instead of stopping the whole cluster's
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.simulated import SimulatedBackend
 from clusters.models import Node, SimulatedPod
 from clusters.reconcile import reconcile_pass
-from scheduling.models import Workload, WorkloadEvent, WorkloadState
+from scheduling.models import PodAllocation, Workload, WorkloadEvent, WorkloadState
 from tests.clusters.conftest import admit, make_workload
 from tests.clusters.kube import k8s_name, kube  # noqa: F401 - the fixture
 from tests.clusters.test_reconcile_targeted import sim  # noqa: F401 - the fixture
+from tests.planted import plant_text
 
 BAD = {
     "env-list": ({"env": ["A=1"]}, "env is a list, not an object"),
@@ -90,3 +92,32 @@ def test_a_bad_row_fails_alone_on_kubernetes(kube, org, case):  # noqa: F811
     assert k8s_name(cluster, f"gp-{good.pk}-0") in names
     assert not {k8s_name(cluster, f"gp-{bad.pk}-{i}") for i in (0, 1)} & names
     assert_failed_alone(good, bad, field)
+
+
+# An allocation's own columns: a text SQLite holds in a number (loaded as its stand-in,
+# portal.tolerant), GPU indices that are no list of indices.
+BAD_ALLOCATION = {
+    "pod_index-text": ({"pod_index": "abc"}, "pod_index is not a number"),
+    "gpu_share-text": ({"gpu_share": "abc"}, "gpu_share is not a number"),
+    "gpu_indices-texts": ({"gpu_indices": '["x"]'}, "gpu_indices is not a list of GPU indices"),
+    "gpu_indices-object": ({"gpu_indices": '{"a": 1}'}, "gpu_indices is not a list of GPU"),
+}
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full", "targeted"])
+@pytest.mark.parametrize("case", BAD_ALLOCATION)
+def test_a_bad_allocation_fails_its_workload_alone(sim, org, case, full):  # noqa: F811
+    planted, field = BAD_ALLOCATION[case]
+    if "text" in case and connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL refuses the text")
+    good, bad = good_and_bad(org, Node.objects.get(name="node-0"), {})
+    plant_text(PodAllocation.objects.filter(workload=bad).first(), **planted)
+
+    result = reconcile_pass(sim, SimulatedBackend(sim), full=full)
+
+    assert result.reachable and result.errors == [], result.errors
+    assert set(SimulatedPod.objects.values_list("workload_id", flat=True)) == {good.pk}
+    assert_failed_alone(good, bad, field)
+    again = reconcile_pass(sim, SimulatedBackend(sim), full=True)  # its GPUs given back
+    assert again.errors == [] and again.released == 1, again.errors
+    assert not PodAllocation.objects.filter(workload=bad).exists()

@@ -20,6 +20,7 @@ from portal.models import AuditLog
 from scheduling.cycle import cycle_run
 from scheduling.models import CycleRun, Workload, WorkloadEvent, WorkloadState
 from tests import factories as f
+from tests.planted import plant_text
 from tests.scheduling.test_cli import gp  # noqa: F401 (the CLI against the live server)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,12 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def plant(workload: Workload) -> str:
     """Put an out-of-range cpu (and gpus) in the row behind the ORM's back; the value."""
     cpu, gpus = ("100000", "1000000") if connection.vendor == "sqlite" else ("99999.99", "999")
-    table = Workload._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET cpu = %s, gpus = %s WHERE id = %s",
-            [cpu, gpus, workload.pk],
-        )
+    plant_text(workload, cpu=cpu, gpus=gpus)  # on SQLite, past the CHECKs as an old row
     return cpu
 
 
@@ -158,3 +154,31 @@ def test_a_running_row_planted_bad_is_failed_and_keeps_its_gpus_until_its_pods_g
     assert {int(i) for a in running.allocations.all() for i in a.gpu_indices} == held
     assert overcommits() == []
     assert Workload.objects.filter(state=WorkloadState.ADMITTED).count() == 1
+
+
+INT32_MAX = 2**31 - 1
+
+
+def test_the_largest_values_the_columns_hold_break_no_page_and_no_cycle(
+    org, cluster, submit, client_as, api_as
+):
+    """On both databases: what the columns and their checks still take, at its extremes."""
+    bad = submit(org.researcher, org.project_a, "extreme", gpus=1)
+    good = submit(org.outsider, org.project_b, "honest", gpus=1)
+    extremes = {"max_runtime_s": INT32_MAX, "checkpoint_interval_s": INT32_MAX}
+    extremes |= {"restart_count": INT32_MAX, "priority": -INT32_MAX - 1, "exit_code": INT32_MAX}
+    plant_text(bad, **extremes)
+    for user in (org.researcher, org.outsider, org.platform_admin):
+        read_paths_answer(client_as, api_as, user, bad.pk if user != org.outsider else good.pk)
+
+    run = cycle_run()
+
+    assert run.ok and run.quarantined == 0, run.error
+    assert set(Workload.objects.values_list("state", flat=True)) == {WorkloadState.ADMITTED}
+    plant_text(bad, min_gpus=32767)  # a GPU range no single pod may have
+    again = cycle_run()
+    assert again.ok and again.quarantined == 1, again.error
+    event = WorkloadEvent.objects.get(workload=bad, type=WorkloadState.FAILED)
+    assert "a GPU range of 32767..1" in event.message, event.message
+    assert Workload.objects.get(pk=good.pk).state == WorkloadState.ADMITTED
+    read_paths_answer(client_as, api_as, org.researcher, bad.pk)
