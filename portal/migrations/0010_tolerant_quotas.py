@@ -10,7 +10,7 @@ import portal.tolerant
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0008_project_enforce_scheduler"),
+        ("portal", "0009_project_manifest_kinds"),
     ]
 
     operations = [
