@@ -17,8 +17,9 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scheduling.engine.apply import apply_result
 from scheduling.engine.types import EvictionReason, Snapshot, Workload
-from tests.engine.builders import cycles, dept, job, nodes, project, running, snapshot
+from tests.engine.builders import cycles, dept, job, nodes, project, run, running, snapshot
 from tests.engine.test_properties import FAST
 
 NOW = 100_000.0
@@ -158,6 +159,29 @@ def test_in_quota_work_blocked_by_borrowed_work_is_admitted_within_two_cycles(se
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_in_quota_work_takes_back_large_borrowed_jobs_within_two_cycles(seed: int) -> None:
     assert_owner_served(seed, *owner_blocked_by_large_borrowed_jobs(seed))
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_a_gang_reclaim_takes_no_victim_it_does_not_need(seed: int) -> None:
+    """Take the least work that frees what is needed: with any one of a gang's victims
+    left running (the others evicted), the gang would not fit. Before, one gang reclaim in
+    seven took a job it did not need (room was made one pod's worth at a time, cheapest
+    first, and a later, larger victim freed what an earlier one had been taken for)."""
+    for scenario in (owner_blocked_by_large_borrowed_jobs, owner_blocked_by_borrowers):
+        snap, gang, _ = scenario(seed)
+        result = run(snap, None, NOW)
+        taken = [e for e in result.evictions if e.beneficiary == gang]
+        if gang not in {a.workload_id for a in result.admissions} or len(taken) < 2:
+            continue
+        for spared in taken:
+            others = tuple(e for e in taken if e is not spared)
+            without = apply_result(snap, replace(result, admissions=(), evictions=others), NOW)
+            again = run(without, None, NOW)
+            fits = gang in {a.workload_id for a in again.admissions}
+            assert not (fits and not any(e.beneficiary == gang for e in again.evictions)), (
+                f"seed {seed}: {spared.workload_id} was not needed for {scenario.__name__}"
+            )
 
 
 def assert_owner_served(seed: int, snap: Snapshot, gang: str, deserved: dict[str, int]) -> None:

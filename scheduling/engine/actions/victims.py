@@ -300,6 +300,8 @@ def make_room(
         if ready():
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
+                if len(wl.pods) > 1 and len(evicted) > 1:
+                    return _only_those_needed(ctx, wl, pool, mark, evicted, cause, ready)
                 return evicted, slots
         batch = _cheapest_batch(ctx, wl, pool, models, need, candidates, rule, share)
         if not batch or len(evicted) + len(batch) > max_victims:
@@ -312,6 +314,47 @@ def make_room(
             evicted.append(victim.wl)
     ctx.stmt.discard(mark)
     return None
+
+
+def _only_those_needed(
+    ctx: Context,
+    wl: Workload,
+    pool: str,
+    mark: int,
+    evicted: list[Workload],
+    cause: Cause,
+    ready: Callable[[], bool],
+) -> tuple[list[Workload], list[PodSlot]]:
+    """A gang's room is made one pod's worth at a time, cheapest victims first, so a later
+    victim may free what an earlier one was taken for: each victim, the dearest first,
+    keeps running when the gang still fits without evicting it (issue 24: one gang reclaim
+    in seven took a job it did not need, which came back the next cycle)."""
+    needed = list(evicted)
+    for victim in reversed(evicted):
+        trial = [v for v in needed if v is not victim]
+        if _evict_and_place(ctx, wl, pool, mark, trial, cause, ready) is not None:
+            needed = trial
+    slots = _evict_and_place(ctx, wl, pool, mark, needed, cause, ready)
+    if slots is None:  # cannot happen: the same evictions placed it before
+        raise AssertionError(f"{wl.id} no longer fits after the evictions that made room")
+    return needed, slots
+
+
+def _evict_and_place(
+    ctx: Context,
+    wl: Workload,
+    pool: str,
+    mark: int,
+    victims: list[Workload],
+    cause: Cause,
+    ready: Callable[[], bool],
+) -> list[PodSlot] | None:
+    """From the search's start (`mark`): evict `victims`, then try to place wl."""
+    ctx.stmt.discard(mark)
+    for victim in victims:
+        why, detail = cause(victim)
+        ctx.stmt.evict(victim, why, wl.id, detail)
+    return ctx.placer.place(wl, pool) if ready() else None
 
 
 def _cheapest_batch(
