@@ -1,0 +1,87 @@
+"""Consolidation: rules that mutation testing found unguarded (docs/engine.md, "Mutation
+testing")."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine.actions.consolidate import MAX_ATTEMPTS
+from scheduling.engine.types import SchedulerConfig, Workload
+from tests.engine.builders import dept, evicted, job, nodes, placed, project, run, running, snapshot
+
+NOW = 100_000.0
+
+
+def _hopeless_then_movable(
+    hopeless: int, config: SchedulerConfig | None = None, decoy: Workload | None = None
+) -> set[str]:
+    """Pool a: 2 nodes of 4 GPUs, each holding 2 non-preemptible jobs, and `hopeless`
+    waiting 4-GPU jobs (4 GPUs free in total, on no node, and nothing may move). Pool b:
+    2 nodes of 2 GPUs, each holding one preemptible job, and the last waiting job asks
+    for 2 GPUs on one node: moving one job makes room. A decoy waits between them.
+    Returns what was placed."""
+    fixed = [
+        running(job(f"f{n}{i}", "p1", preemptible=False), f"n{n}", [i], started=0.0)
+        for n in range(2)
+        for i in range(2)
+    ]
+    movable = [running(job(f"v{n}", "p1"), f"m{n}", [0], started=0.0) for n in range(2)]
+    waiting = [job(f"w{i:02}", "p1", gpus=4, t=i, pools=("a",)) for i in range(hopeless)]
+    last = job("last", "p1", gpus=2, t=hopeless, pools=("b",))
+    cluster = (*nodes(2, gpus=4), *nodes(2, gpus=2, pool="b", prefix="m"))
+    work: list[Workload] = [*fixed, *movable, *waiting, last, *([decoy] if decoy else [])]
+    result = run(snapshot(cluster, [dept(), project("p1")], work), config, now=NOW)
+    return set(placed(result))
+
+
+def test_consolidation_tries_as_many_plans_as_it_may() -> None:
+    # 31 plans fail first: the 32nd, the last one allowed, still moves a job.
+    assert _hopeless_then_movable(MAX_ATTEMPTS - 1) == {"last", "v0"}
+
+
+def test_consolidation_stops_after_its_plans_per_cycle() -> None:
+    # 32 plans fail first: a 33rd is not tried, though it would have worked.
+    assert _hopeless_then_movable(MAX_ATTEMPTS) == set()
+
+
+@pytest.mark.parametrize(("moves", "moved"), [(1, {"last", "v0"}), (0, set())])
+def test_a_limit_of_one_move_still_consolidates_and_of_none_turns_it_off(
+    moves: int, moved: set[str]
+) -> None:
+    config = SchedulerConfig(max_consolidation_moves=moves)
+    assert _hopeless_then_movable(0, config) == moved
+
+
+@pytest.mark.parametrize(
+    "decoy",
+    [
+        # asks for a GPU model pool a does not have
+        job("decoy", "p1", t=MAX_ATTEMPTS - 1.5, pools=("a",), gpu_models=("H100",)),
+        # more GPUs than pool a has free, after 4-GPU jobs that fit there in total
+        job("decoy", "p1", gpus=5, t=MAX_ATTEMPTS - 1.5, pools=("a",)),
+    ],
+)
+def test_work_the_free_gpus_cannot_hold_in_total_spends_no_plan(decoy: Workload) -> None:
+    # The decoy waits on capacity but no move could place it: it is not tried, so the
+    # last job still gets the 32nd plan.
+    assert _hopeless_then_movable(MAX_ATTEMPTS - 1, decoy=decoy) == {"last", "v0"}
+
+
+def test_a_pool_without_room_in_total_is_passed_over_for_the_next_one() -> None:
+    # Pool a is full; pool b, the job's second pool, has room once a job moves.
+    fixed = [running(job(f"f{i}", "p1", preemptible=False), "n0", [i]) for i in range(2)]
+    movable = [running(job(f"v{n}", "p1"), f"m{n}", [0]) for n in range(2)]
+    last = job("last", "p1", gpus=2, pools=("a", "b"))
+    cluster = (*nodes(1, gpus=2), *nodes(2, gpus=2, pool="b", prefix="m"))
+    result = run(snapshot(cluster, [dept(), project("p1")], [*fixed, *movable, last]))
+    assert set(placed(result)) == {"last", "v0"}
+
+
+def test_one_consolidation_does_not_end_the_phase() -> None:
+    # Pool b: 4 nodes of 2 GPUs with one job each; two jobs of 2 GPUs each get a node.
+    movable = [running(job(f"v{n}", "p1"), f"m{n}", [0], started=0.0) for n in range(4)]
+    waiting = [job(f"w{i}", "p1", gpus=2, t=i) for i in range(2)]
+    cluster = nodes(4, gpus=2, pool="b", prefix="m")
+    result = run(snapshot(cluster, [dept(), project("p1", pool="b")], [*movable, *waiting]))
+    assert {"w0", "w1"} <= set(placed(result))
+    assert len(evicted(result)) == 2
