@@ -3,8 +3,21 @@ unguarded (docs/engine.md, "Mutation testing")."""
 
 from __future__ import annotations
 
-from scheduling.engine.types import EvictionReason, Queue, Resource
-from tests.engine.builders import dept, evicted, job, nodes, placed, quota, run, running, snapshot
+from dataclasses import replace
+
+from scheduling.engine.types import EvictionReason, PodPlacement, Queue, Resource
+from tests.engine.builders import (
+    dept,
+    evicted,
+    job,
+    nodes,
+    placed,
+    project,
+    quota,
+    run,
+    running,
+    snapshot,
+)
 
 NOW = 100_000.0
 BORROWED = str(EvictionReason.BORROWED)
@@ -40,3 +53,21 @@ def test_work_of_the_project_in_another_pool_does_not_end_the_split() -> None:
 
 def test_without_work_elsewhere_the_borrowed_job_is_taken_back() -> None:
     assert _p1_in_two_pools() == {"big": BORROWED}
+
+
+def test_an_admission_that_evicts_nothing_renews_the_split() -> None:
+    # p1 (quota 4) runs g (3 GPUs, guaranteed) and e (elastic, 2 pods, borrowed: 3 + 2 >
+    # 4). s1 takes e's extra pod, which evicts nothing; e then fits beside g (3 + 1) and
+    # is guaranteed, so s2, of the same priority, may not evict it.
+    g = running(job("g", "p1", gpus=3, t=0.0), "n0", range(3), started=0.0)
+    e = replace(
+        job("e", "p1", pods=2, t=1.0, elastic=True, min_pods=1),
+        placement=(PodPlacement(0, "n0", gpus=(3,)), PodPlacement(1, "n0", gpus=(4,))),
+        started_at=0.0,
+    )
+    theirs = running(job("o", "p2", gpus=3), "n0", range(5, 8), started=0.0)
+    queues = [dept(), project("p1", deserved=4), project("p2", deserved=4)]
+    work = [g, e, theirs, job("s1", "p1", t=NOW - 60), job("s2", "p1", t=NOW - 50)]
+    result = run(snapshot(nodes(1), queues, work), now=NOW)
+    assert list(placed(result)) == ["s1"]
+    assert result.evictions == ()
