@@ -71,3 +71,19 @@ def test_an_admission_that_evicts_nothing_renews_the_split() -> None:
     result = run(snapshot(nodes(1), queues, work), now=NOW)
     assert list(placed(result)) == ["s1"]
     assert result.evictions == ()
+
+
+def test_a_workload_evicted_earlier_in_a_plan_does_not_end_the_split() -> None:
+    # p1 (quota 4) borrows with a 6-GPU job; p2 (quota 8, above its fair share of 8.5)
+    # runs g (8 GPUs, guaranteed) and b1, b2 (borrowed). p1's 2-GPU job takes b1 (the
+    # cheapest), then b2: asked after b1's eviction, the split still finds b2 borrowed,
+    # so p1 does not fall back on its own 6-GPU job.
+    big = running(job("big", "p1", gpus=6, t=1.0), "n0", range(6), started=NOW - 3600)
+    b1 = running(job("b1", "p2", t=1.0), "n0", [6], started=NOW - 60)
+    b2 = running(job("b2", "p2", t=2.0), "n0", [7], started=NOW - 3600)
+    g = running(job("g", "p2", gpus=8, t=0.0), "n1", range(8), started=NOW - 3600)
+    queues = [project("p1", None, deserved=4, weight=7), project("p2", None, deserved=8)]
+    work = [big, b1, b2, g, job("s", "p1", gpus=2, t=NOW - 60)]
+    result = run(snapshot(nodes(2), queues, work), now=NOW)
+    assert evicted(result) == {"b1": "reclaim", "b2": "reclaim"}
+    assert placed(result) == {"s": [("n0", (6, 7))]}
