@@ -85,3 +85,28 @@ def test_one_consolidation_does_not_end_the_phase() -> None:
     result = run(snapshot(cluster, [dept(), project("p1", pool="b")], [*movable, *waiting]))
     assert {"w0", "w1"} <= set(placed(result))
     assert len(evicted(result)) == 2
+
+
+def _two_fragmented_pools(b_movable: bool) -> tuple[dict[str, str], set[str]]:
+    """Pools b (nodes v0, v1) and a (u0, u1): 2 GPUs a node, a 1-GPU job named after its
+    node on each (in pool b preemptible only if `b_movable`). A 2-GPU job allows pool
+    b, then pool a. Returns the evictions and what was placed."""
+    work = [
+        running(job(f"{p}{n}", "p1", preemptible=p == "u" or b_movable), f"{p}{n}", [0])
+        for p in ("v", "u")
+        for n in range(2)
+    ]
+    cluster = (*nodes(2, gpus=2, pool="b", prefix="v"), *nodes(2, gpus=2, prefix="u"))
+    last = job("last", "p1", gpus=2, pools=("b", "a"))
+    result = run(snapshot(cluster, [dept(), project("p1")], [*work, last]))
+    return evicted(result), set(placed(result))
+
+
+def test_a_kept_plan_ends_the_workloads_turn() -> None:
+    # Room made in pool b: pool a is not tried as well (the job would be placed twice).
+    assert _two_fragmented_pools(b_movable=True) == ({"v0": "consolidate"}, {"last", "v0"})
+
+
+def test_a_pool_where_no_plan_exists_is_passed_over_for_the_next_one() -> None:
+    # Nothing in pool b may move: the plan is made in pool a.
+    assert _two_fragmented_pools(b_movable=False) == ({"u0": "consolidate"}, {"last", "u0"})
