@@ -3,10 +3,12 @@ testing")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.engine.actions.consolidate import MAX_ATTEMPTS
-from scheduling.engine.types import SchedulerConfig, Workload
+from scheduling.engine.types import PodPlacement, SchedulerConfig, Workload
 from tests.engine.builders import dept, evicted, job, nodes, placed, project, run, running, snapshot
 
 NOW = 100_000.0
@@ -110,3 +112,30 @@ def test_a_kept_plan_ends_the_workloads_turn() -> None:
 def test_a_pool_where_no_plan_exists_is_passed_over_for_the_next_one() -> None:
     # Nothing in pool b may move: the plan is made in pool a.
     assert _two_fragmented_pools(b_movable=False) == ({"u0": "consolidate"}, {"last", "u0"})
+
+
+def _extras_on_two_nodes(config: SchedulerConfig) -> tuple[list[int], list[str]]:
+    """Three nodes of 4 GPUs: a non-preemptible elastic service runs its minimum pod on n1 (beside
+    a rigid 2-GPU job) and an extra pod on n0 and on n2. Two 4-GPU jobs wait: each
+    fits once one extra pod is taken. Returns the pods taken and the admitted workloads."""
+    pods = tuple(PodPlacement(i, node, gpus=(0,)) for i, node in enumerate(["n1", "n0", "n2"]))
+    svc = replace(
+        job("svc", "p", pods=3, min_pods=1, elastic=True, preemptible=False),
+        placement=pods,
+        started_at=100.0,
+    )
+    rigid = running(job("s", "p", gpus=2, preemptible=False), "n1", [1, 2], started=100)
+    waiting = [job(f"w{i}", "p", gpus=4, t=500 + i) for i in range(2)]
+    snap = snapshot(nodes(3, 4), [dept(), project("p", deserved=12)], [svc, rigid, *waiting])
+    result = run(snap, config)
+    taken = sorted(pod for r in result.resizes for pod in r.removed)
+    return taken, [a.workload_id for a in result.admissions]
+
+
+def test_extra_pods_taken_for_one_job_do_not_end_the_phase() -> None:
+    assert _extras_on_two_nodes(SchedulerConfig(preempt=False)) == ([1, 2], ["w0", "w1"])
+
+
+def test_a_limit_of_no_moves_takes_no_extra_pods_either() -> None:
+    config = SchedulerConfig(preempt=False, max_consolidation_moves=0)
+    assert _extras_on_two_nodes(config) == ([], [])
