@@ -139,3 +139,18 @@ def test_extra_pods_taken_for_one_job_do_not_end_the_phase() -> None:
 def test_a_limit_of_no_moves_takes_no_extra_pods_either() -> None:
     config = SchedulerConfig(preempt=False, max_consolidation_moves=0)
     assert _extras_on_two_nodes(config) == ([], [])
+
+
+def test_a_pool_where_the_queue_may_not_borrow_is_passed_over_for_the_next_one() -> None:
+    # p1 holds 5 of pool a's 8 GPUs, past twice its fair share there, while p2
+    # waits below its own: p1 may not borrow more in pool a, so its job, which allows
+    # pool a and then pool b, is consolidated in pool b.
+    mine = [running(job(f"a{i}", "p1"), "n0", [i]) for i in range(5)]
+    movable = [running(job(f"v{n}", "p1"), f"m{n}", [0]) for n in range(2)]
+    theirs = [job(f"t{i}", "p2", gpus=4, t=i) for i in range(2)]
+    last = job("last", "p1", gpus=2, t=5, pools=("a", "b"))
+    cluster = (*nodes(1), *nodes(2, gpus=2, pool="b", prefix="m"))
+    queues = [dept(), project("p1"), project("p2", deserved=6)]
+    result = run(snapshot(cluster, queues, [*mine, *movable, *theirs, last]))
+    assert placed(result)["last"] == [("m0", (0, 1))]
+    assert evicted(result)["v0"] == "consolidate"
