@@ -154,3 +154,18 @@ def test_a_pool_where_the_queue_may_not_borrow_is_passed_over_for_the_next_one()
     result = run(snapshot(cluster, queues, [*mine, *movable, *theirs, last]))
     assert placed(result)["last"] == [("m0", (0, 1))]
     assert evicted(result)["v0"] == "consolidate"
+
+
+def test_a_plan_undone_for_a_moved_job_without_a_place_passes_to_the_next_pool() -> None:
+    # Pool b: moving v0 (2 GPUs, pool b only) off m0 would make room, but its 2 GPUs
+    # fit on no other node of pool b: that plan is undone and pool a's is made.
+    work = [
+        running(job("v0", "p1", gpus=2, pools=("b",)), "m0", [0, 1]),
+        *(running(job(f"y{n}", "p1", preemptible=False), f"m{n}", [0]) for n in (1, 2)),
+        *(running(job(f"u{n}", "p1"), f"u{n}", [0]) for n in range(2)),
+        job("last", "p1", gpus=2, pools=("b", "a")),
+    ]
+    cluster = (*nodes(3, gpus=2, pool="b", prefix="m"), *nodes(2, gpus=2, prefix="u"))
+    result = run(snapshot(cluster, [dept(), project("p1")], work))
+    assert evicted(result) == {"u0": "consolidate"}
+    assert placed(result) == {"last": [("u0", (0, 1))], "u0": [("u1", (1,))]}
