@@ -9,7 +9,18 @@ import pytest
 
 from scheduling.engine.actions.consolidate import MAX_ATTEMPTS
 from scheduling.engine.types import PodPlacement, SchedulerConfig, Workload
-from tests.engine.builders import dept, evicted, job, nodes, placed, project, run, running, snapshot
+from tests.engine.builders import (
+    dept,
+    evicted,
+    frac,
+    job,
+    nodes,
+    placed,
+    project,
+    run,
+    running,
+    snapshot,
+)
 
 NOW = 100_000.0
 
@@ -20,8 +31,8 @@ def _hopeless_then_movable(
     """Pool a: 2 nodes of 4 GPUs, each holding 2 non-preemptible jobs, and `hopeless`
     waiting 4-GPU jobs (4 GPUs free in total, on no node, and nothing may move). Pool b:
     2 nodes of 2 GPUs, each holding one preemptible job, and the last waiting job asks
-    for 2 GPUs on one node: moving one job makes room. A decoy waits between them.
-    Returns what was placed."""
+    for 2 GPUs on one node: moving one job makes room. Pool c: one GPU, held by a
+    non-preemptible job. A decoy waits between them. Returns what was placed."""
     fixed = [
         running(job(f"f{n}{i}", "p1", preemptible=False), f"n{n}", [i], started=0.0)
         for n in range(2)
@@ -30,7 +41,12 @@ def _hopeless_then_movable(
     movable = [running(job(f"v{n}", "p1"), f"m{n}", [0], started=0.0) for n in range(2)]
     waiting = [job(f"w{i:02}", "p1", gpus=4, t=i, pools=("a",)) for i in range(hopeless)]
     last = job("last", "p1", gpus=2, t=hopeless, pools=("b",))
-    cluster = (*nodes(2, gpus=4), *nodes(2, gpus=2, pool="b", prefix="m"))
+    fixed.append(running(job("fc", "p1", preemptible=False), "c0", [0], started=0.0))
+    cluster = (
+        *nodes(2, gpus=4),
+        *nodes(2, gpus=2, pool="b", prefix="m"),
+        *nodes(1, gpus=1, pool="c", prefix="c"),
+    )
     work: list[Workload] = [*fixed, *movable, *waiting, last, *([decoy] if decoy else [])]
     result = run(snapshot(cluster, [dept(), project("p1")], work), config, now=NOW)
     return set(placed(result))
@@ -61,6 +77,8 @@ def test_a_limit_of_one_move_still_consolidates_and_of_none_turns_it_off(
         job("decoy", "p1", t=MAX_ATTEMPTS - 1.5, pools=("a",), gpu_models=("H100",)),
         # more GPUs than pool a has free, after 4-GPU jobs that fit there in total
         job("decoy", "p1", gpus=5, t=MAX_ATTEMPTS - 1.5, pools=("a",)),
+        # a fraction of a GPU in pool c, which has neither a free GPU nor a shared one
+        frac("decoy", "p1", 0.5, t=MAX_ATTEMPTS - 1.5, pools=("c",)),
     ],
 )
 def test_work_the_free_gpus_cannot_hold_in_total_spends_no_plan(decoy: Workload) -> None:
