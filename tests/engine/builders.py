@@ -82,6 +82,12 @@ def running(wl: Workload, node: str, gpus: Iterable[int], started: float = 0.0) 
     return replace(wl, placement=placement, started_at=started)
 
 
+def sharing(wid: str, queue: str, share: float, gpu: int, started: float) -> Workload:
+    """A fraction `share` of device `gpu` on n0, running since `started`."""
+    placement = (PodPlacement(0, "n0", shared_gpu=gpu, share=share),)
+    return replace(frac(wid, queue, share), placement=placement, started_at=started)
+
+
 def snapshot(
     node_list: Iterable[Node], queues: Iterable[Queue], workloads: Iterable[Workload]
 ) -> Snapshot:

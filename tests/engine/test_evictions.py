@@ -30,6 +30,7 @@ from tests.engine.builders import (
     quota,
     run,
     running,
+    sharing,
     snapshot,
 )
 
@@ -234,24 +235,24 @@ def test_consolidation_does_nothing_unless_every_moved_job_finds_a_new_place() -
     )
 
 
-def test_consolidation_moves_a_fraction_to_open_room_for_a_bigger_one_on_a_shared_gpu() -> None:
-    # GPU 0 holds 0.5 + 0.3 (0.2 free), GPU 1 holds 0.6 (0.4 free): 0.6 is free in total
-    # but no GPU has the 0.5 asked. Moving the 0.3 onto GPU 1 leaves 0.5 on GPU 0.
-    def sharing(wid: str, share: float, gpu: int, started: float) -> Workload:
-        placement = (PodPlacement(0, "n0", shared_gpu=gpu, share=share),)
-        return replace(frac(wid, "p1", share), placement=placement, started_at=started)
-
+@pytest.mark.parametrize(("y", "z"), [(0.3, 0.6), (0.25, 0.75)])
+def test_consolidation_moves_a_fraction_to_open_room_for_a_bigger_one_on_a_shared_gpu(
+    y: float, z: float
+) -> None:
+    # GPU 0 holds 0.5 + y (0.3: 0.2 free), GPU 1 holds z (0.6: 0.4 free): 0.6 free in total,
+    # but no GPU has the 0.5 asked. Moving y onto GPU 1 leaves 0.5 on GPU 0. With 0.25 and
+    # 0.75, both GPUs have 0.25 free: exactly the 0.5 asked, in total.
     work = [
-        sharing("x", 0.5, 0, 100.0),
-        sharing("y", 0.3, 0, 900.0),
-        sharing("z", 0.6, 1, 100.0),
+        sharing("x", "p1", 0.5, 0, 100.0),
+        sharing("y", "p1", y, 0, 900.0),
+        sharing("z", "p1", z, 1, 100.0),
         frac("half", "p1", 0.5),
     ]
     snap = snapshot(nodes(1, gpus=2), [dept(), project("p1", deserved=2)], work)
     result = run(snap, now=NOW)
     assert evicted(result) == {"y": "consolidate"}
     shared = {a.workload_id: [(p.shared_gpu, p.share) for p in a.pods] for a in result.admissions}
-    assert shared == {"half": [(0, 0.5)], "y": [(1, 0.3)]}
+    assert shared == {"half": [(0, 0.5)], "y": [(1, y)]}
 
 
 def _moves_to_another_pool(b_limit: float | None) -> Any:
