@@ -184,6 +184,21 @@ def test_a_gang_reclaim_takes_no_victim_it_does_not_need(seed: int) -> None:
             )
 
 
+def test_a_reclaim_for_one_pod_takes_only_the_job_it_needs() -> None:
+    # One 8-GPU node that b borrows whole but for c's GPU: three 1-GPU jobs started a
+    # minute ago (cheap to evict, so walked first) and a 4-GPU job. The owner's 4-GPU pod
+    # needs the 4-GPU job whatever else goes; the three small ones were taken beside it.
+    small = [running(job(f"s{i}", "b", t=i), "n0", [i], started=NOW - 60) for i in range(3)]
+    big = running(job("big", "b", gpus=4, t=5), "n0", [3, 4, 5, 6], started=NOW - 600)
+    held = running(job("c0", "c", t=6), "n0", [7], started=NOW - 60)
+    queues = [dept(), project("owner", deserved=4), project("b", deserved=0),
+              project("c", deserved=4)]  # fmt: skip
+    snap = snapshot(nodes(1), queues, [*small, big, held, job("want", "owner", gpus=4, t=NOW)])
+    result = run(snap, None, NOW)
+    assert [a.workload_id for a in result.admissions] == ["want"]
+    assert [e.workload_id for e in result.evictions] == ["big"]
+
+
 def assert_owner_served(seed: int, snap: Snapshot, gang: str, deserved: dict[str, int]) -> None:
     """The owner's gang starts within two cycles, and only other projects' work is
     taken, never below their deserved quotas. (A victim project's own job within its

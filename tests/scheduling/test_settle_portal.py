@@ -115,10 +115,11 @@ CHURNED_PRIORITIES = {
                 (2, "2", 1, 0, True), (3, "0.75", 1, 0, True), (3, "0.25", 1, 100, True),
                 (2, "0.75", 1, 50, True), (2, "1", 1, 0, True), (1, "2", 1, 0, False)],
 }  # fmt: skip
-# A state where the engine itself breaks the promise (its own replay evicts 2, 2, 2 and
-# one workload twice): reclaim makes room for a project's priority-0 job while its
-# priority-50 gang of two 0.75-GPU pods waits, and next cycle that gang preempts the job
-# and a victim of the first cycle that had come back. The portal now does the same.
+# A state where the engine itself broke the promise (its own replay evicted 2, 2, 2 and
+# one workload twice): reclaim made room for a project's priority-0 job with a victim it
+# did not need, which came back, and next cycle the project's priority-50 gang of two
+# 0.75-GPU pods preempted the job and that victim. A search now keeps running every
+# victim the room does not need (victims._only_those_needed), and it settles.
 ENGINE_EVICTS_TWICE = {
     "nodes": 3,
     "projects": 4,
@@ -332,6 +333,5 @@ def test_with_priorities_the_portal_evicts_no_more_than_the_engines_replay(state
     _rolled_back(_check_as_replayed, state, monkeypatch)
 
 
-@pytest.mark.xfail(strict=True, reason="the engine's own replay evicts a workload twice")
 def test_the_engine_itself_keeps_the_promise_with_priorities_inside_a_project(monkeypatch):
     _rolled_back(lambda: _check_promise(_check_as_replayed(ENGINE_EVICTS_TWICE, monkeypatch)))

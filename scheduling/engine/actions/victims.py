@@ -300,7 +300,7 @@ def make_room(
         if ready():
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
-                if len(wl.pods) > 1 and len(evicted) > 1:
+                if len(evicted) > 1:
                     return _only_those_needed(ctx, wl, pool, mark, evicted, cause, ready)
                 return evicted, slots
         batch = _cheapest_batch(ctx, wl, pool, models, need, candidates, rule, share)
@@ -325,10 +325,11 @@ def _only_those_needed(
     cause: Cause,
     ready: Callable[[], bool],
 ) -> tuple[list[Workload], list[PodSlot]]:
-    """A gang's room is made one pod's worth at a time, cheapest victims first, so a later
-    victim may free what an earlier one was taken for: each victim, the dearest first,
-    keeps running when the gang still fits without evicting it (issue 24: one gang reclaim
-    in seven took a job it did not need, which came back the next cycle)."""
+    """Room is made in cost order, cheapest victims first (and for a gang one pod's worth
+    at a time), so a later victim may free what an earlier one was taken for: each
+    victim, the dearest first, keeps running when wl still fits without evicting it
+    (issue 24: one gang reclaim in seven took a job it did not need, which came back the
+    next cycle; a 4-GPU pod took three 1-GPU jobs beside the 4-GPU job it needed)."""
     needed = list(evicted)
     for victim in reversed(evicted):
         trial = [v for v in needed if v is not victim]
