@@ -17,6 +17,7 @@ from portal.errors import ValidationFailed
 from portal.models import Department, Project
 from portal.permissions import can_admin_department, can_admin_project, can_submit_to_project
 from scheduling import bounds, sweeps
+from scheduling.isolation import isolation_errors
 from scheduling.kept import kept
 from scheduling.lifecycle import workload_event, workload_transition
 from scheduling.models import (
@@ -74,7 +75,7 @@ def workload_create_checked(
     if not errors:
         policy = kept(("policy", project.pk), lambda: effective_policy(project))
         apply_defaults(policy, fields)
-        errors = policy_errors(policy, kind, fields)
+        errors = policy_errors(policy, kind, fields) or isolation_errors(actor, fields)
     if "name" not in errors and not (name_free and kind != WorkloadKind.HPO):
         _check_names_free(project, name, kind, fields, errors)
     if errors:
