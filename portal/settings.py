@@ -80,7 +80,7 @@ _site = urlsplit(SITE_URL)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [f"{_site.scheme}://{_site.netloc}"])
 # Users' HTTP ports on an origin apart from the portal's: ":8001" (this host, another port)
 # or an origin of their own; unset, they are served sandboxed (workspaces/ports_origin.py).
-PORTS_ORIGIN = os.environ.get("GPUPOOL_PORTS_ORIGIN", "")
+PORTS_ORIGIN = env_str("GPUPOOL_PORTS_ORIGIN", "")
 ports_origin.parse(PORTS_ORIGIN)  # a wrong value stops the start, saying what to give
 # HTTPS: production (DEBUG off) and a site served over https (SITE_URL) send the session and
 # CSRF cookies over https only; a plain-http production deployment turns them off with
