@@ -129,6 +129,7 @@ class LocalBackend(Backend):
             "available": isolation.available,
             "reason": isolation.reason,
             "at": time.time(),
+            "for": self._report_for(),
             "limits": {"available": limits.available, "version": limits.version,
                        "reason": limits.reason},
         }  # fmt: skip
@@ -148,14 +149,23 @@ class LocalBackend(Backend):
         return cgroups.Support(bool(limits["available"]), int(limits["version"]),
                                str(limits["reason"]))  # fmt: skip
 
+    def _report_for(self) -> list:
+        """What a report answers for: this cluster record and its sandbox settings. A
+        report left by a cluster of the same name, or before the admin changed them, is
+        not this cluster's answer."""
+        return [self.cluster.pk, self._sandbox_enabled, self._egress]
+
     def _isolation_report(self) -> dict | None:
-        """The worker's report, unless it is older than ISOLATION_REPORT_TTL_S."""
+        """The worker's report for this cluster as it is configured now, unless it is
+        older than ISOLATION_REPORT_TTL_S."""
         try:
             report = json.loads(self._isolation_path.read_text())
         except (OSError, ValueError):
             return None
         fresh = (
-            isinstance(report, dict) and time.time() - report.get("at", 0) <= ISOLATION_REPORT_TTL_S
+            isinstance(report, dict)
+            and report.get("for") == self._report_for()
+            and time.time() - report.get("at", 0) <= ISOLATION_REPORT_TTL_S
         )
         return report if fresh else None
 

@@ -407,3 +407,16 @@ def test_isolation_tests_fail_rather_than_skip_where_pods_cannot_be_sandboxed(mo
     monkeypatch.setenv(isolation.OPT_OUT, "1")
     with pytest.raises(pytest.skip.Exception, match="no bubblewrap"):
         isolation.require_sandbox()
+
+
+@pytest.mark.django_db
+@needs_sandbox
+def test_a_report_left_by_another_cluster_of_the_same_name_is_not_this_ones():
+    """The worker's isolation report is kept under the cluster's name: one left by a
+    deleted cluster with sandboxing turned off said so for the next cluster of that name
+    (its researchers' submits were refused as unisolated)."""
+    old = make_cluster("same-name", config={"sandbox": False})
+    assert not LocalBackend(old).isolation().available  # the worker's report, kept in var/
+    old.delete()
+    new = make_cluster("same-name")
+    assert LocalBackend(new).reported_isolation() == sandbox.probe()  # available here
