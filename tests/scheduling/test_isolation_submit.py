@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.backends.simulated import description_parse
 from clusters.models import Backend, Cluster
 from clusters.tasks import sync_inventory
 from portal.errors import ValidationFailed
@@ -46,7 +47,19 @@ def test_a_researcher_naming_only_such_a_pool_is_refused_on_node_pools(org, unsa
     assert not Workload.objects.exists()
 
 
-def test_an_admin_and_work_that_may_run_elsewhere_are_queued(org, unsandboxed):
+@pytest.fixture
+def simulated(org):
+    """A simulated cluster (its pods are not this machine's processes) in pool a100."""
+    cluster = Cluster.objects.create(
+        name="sim", backend=Backend.SIMULATED,
+        config=description_parse("groups: [{prefix: a100, count: 1, gpus: 4, "
+                                 "labels: {gpupool.io/node-pool: a100}}]"),
+    )  # fmt: skip
+    sync_inventory(cluster.id)
+    return cluster
+
+
+def test_an_admin_and_work_that_may_run_elsewhere_are_queued(org, unsandboxed, simulated):
     workload_submit(actor=org.platform_admin, project=org.project_a, kind="training",
                     name="admins", node_pools=["local"], **JOB)  # fmt: skip
     workload_submit(actor=org.researcher, project=org.project_a, kind="training",
@@ -54,6 +67,32 @@ def test_an_admin_and_work_that_may_run_elsewhere_are_queued(org, unsandboxed):
     workload_submit(actor=org.researcher, project=org.project_a, kind="training",
                     name="anywhere", **JOB)  # fmt: skip
     assert Workload.objects.count() == 3
+
+
+def test_work_naming_no_pool_is_kept_to_the_pools_that_isolate_it(org, unsandboxed, simulated):
+    # The scheduler tries every pool for work that names none: a researcher's would have
+    # been placed on `local` and failed at its start.
+    mine = workload_submit(actor=org.researcher, project=org.project_a, kind="training",
+                           name="anywhere", **JOB)  # fmt: skip
+    assert mine.node_pools == ["a100"]
+    admins = workload_submit(actor=org.platform_admin, project=org.project_a, kind="training",
+                             name="admins", **JOB)  # fmt: skip
+    assert admins.node_pools == []  # an admin's work may run unsandboxed
+
+
+def test_work_naming_no_pool_is_refused_where_no_pool_isolates_it(org, unsandboxed):
+    with pytest.raises(ValidationFailed) as refused:
+        workload_submit(actor=org.researcher, project=org.project_a, kind="training",
+                        name="anywhere", **JOB)  # fmt: skip
+    (message,) = refused.value.errors["node_pools"]
+    assert "local: sandboxing is turned off" in message
+    assert not Workload.objects.exists()
+
+
+def test_without_unsafe_pools_work_naming_none_may_use_any(org, simulated):
+    mine = workload_submit(actor=org.researcher, project=org.project_a, kind="training",
+                           name="anywhere", **JOB)  # fmt: skip
+    assert mine.node_pools == []  # pools added later are used too
 
 
 def test_the_api_answers_400_naming_node_pools(client, org, unsandboxed):
