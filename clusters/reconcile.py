@@ -52,10 +52,15 @@ from clusters.sharing import (
     oom_message,
 )
 from portal.versioned import new_version
-from scheduling.lifecycle import workload_transition, workloads_pods_released, workloads_transition
+from scheduling.lifecycle import (
+    nominated_admit,
+    workload_transition,
+    workloads_pods_released,
+    workloads_transition,
+)
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
-from scheduling.signals import cycle_request
+from scheduling.signals import clusters_reconcile, cycle_request
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -74,6 +79,7 @@ class PassResult:
     transitions: list[str] = field(default_factory=list)
     finished: int = 0  # workloads that left ADMITTED/RUNNING in this pass
     released: int = 0
+    nominated: int = 0  # admitted here onto GPUs this pass released (pods to make)
     errors: list[str] = field(default_factory=list)
     full: bool = True  # a full pass (every spec built), else a targeted one
 
@@ -117,15 +123,18 @@ def cluster_reconcile(
     cluster: Cluster, *, backend: Backend | None = None, full: bool | None = None
 ) -> PassResult:
     """One pass, and a second at once when the first finished workloads, so that their
-    pods are deleted and their GPUs released without waiting for the next beat tick.
+    pods are deleted and their GPUs released without waiting for the next beat tick, or
+    admitted work onto GPUs it released, so that its pods are made.
     `full`: None lets `full_pass_due` choose."""
     backend = backend or get_backend(cluster)
     full = full_pass_due(cluster) if full is None else full
     result = reconcile_pass(cluster, backend, full=full)
     if not result.reachable:
         full_pass_next(cluster)  # back in reach: a full pass first
-    if result.reachable and result.finished:
+    if result.reachable and (result.finished or result.nominated):
         second = reconcile_pass(cluster, backend, full=False)
+        if second.nominated:  # its own release admitted more here: one more pass, later
+            clusters_reconcile([cluster.pk])
         result.created += second.created
         result.deleted += second.deleted
         result.released += second.released
@@ -181,7 +190,7 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         _record_statuses(allocations, report)
         _restarted(by_workload, report)
         _given_back(by_workload, report)
-        _release_finished(by_workload, report, result)
+        _release_finished(cluster, by_workload, report, result)
         _apply_phases(by_workload, report, result)
         # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
         cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors + native_errors))
@@ -472,10 +481,15 @@ def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
 
 
 def _release_finished(
-    by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
+    cluster: Cluster,
+    by_workload: dict[int, list[PodAllocation]],
+    report: ReconcileReport,
+    result: PassResult,
 ) -> None:
     """Workloads that stopped running and whose pods are all gone give their GPUs back,
-    all in one batch (a cycle's victims come here together)."""
+    all in one batch (a cycle's victims come here together); the work a cycle nominated
+    onto those GPUs is admitted at once (scheduling.lifecycle.nominated_admit): this
+    cluster's pods for it are made by the next pass, other clusters are reconciled."""
     released = [
         allocations[0].workload
         for allocations in by_workload.values()
@@ -485,6 +499,10 @@ def _release_finished(
     ]
     workloads_pods_released(released)  # also asks for a cycle: GPUs came free
     result.released += len(released)
+    if released:
+        admitted = nominated_admit()
+        result.nominated += cluster.pk in admitted
+        clusters_reconcile(admitted - {cluster.pk})
 
 
 def _apply_phases(

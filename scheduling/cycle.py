@@ -32,7 +32,7 @@ import traceback
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
@@ -57,7 +57,7 @@ from scheduling.models import (
     WorkloadKind,
     WorkloadState,
 )
-from scheduling.nominations import nominations_due, nominations_save
+from scheduling.nominations import nominations_due, nominations_save, nominations_waiting
 from scheduling.services import workload_stop
 from scheduling.signals import clusters_changed
 from scheduling.sweep_states import sweeps_update
@@ -190,11 +190,33 @@ def schedule(snapshot: t.Snapshot, config: t.SchedulerConfig, now: float) -> t.C
     return KEPT.engine.schedule(snapshot, config, now)
 
 
-def nodes_lock() -> None:
+def nodes_lock(*, nowait: bool = False) -> None:
     """Lock every node row (in primary-key order, so two cycles cannot deadlock) until the
     cycle's transaction ends: an overlapping cycle waits here, then reads what this one
-    wrote. SQLite has no row locks; it lets one write transaction at a time."""
-    list(Node.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+    wrote. SQLite has no row locks; it lets one write transaction at a time. `nowait`:
+    raise DatabaseError at once where another transaction holds one."""
+    rows = Node.objects.select_for_update(nowait=nowait).order_by("pk")
+    list(rows.values_list("pk", flat=True))
+
+
+def on_gpus_freed(sender: object, **kwargs: object) -> set[int]:
+    """scheduling.signals.gpus_freed's receiver (connected in scheduling/apps.py): admit,
+    in the releasing transaction, the nominations whose GPUs are free now, under the
+    nodes' lock a cycle takes, and answer with the clusters to reconcile for them.
+
+    Only where the lock is free at once: a cycle holding it admits them itself at its start
+    or, past that, the cycle the release requests does; a reconcile never waits on a cycle,
+    and a cycle waits on it for the rest of its transaction only (the capacity check and
+    the release's remaining writes)."""
+    if not nominations_waiting():
+        return set()
+    try:
+        with transaction.atomic():  # a savepoint: a lock not had leaves the caller's as it was
+            nodes_lock(nowait=True)
+            return nominations_apply().clusters
+    except DatabaseError:
+        logger.info("nominations left to the cycle: another transaction holds the nodes")
+        return set()
 
 
 def quarantine(read: adapters.SnapshotRead) -> set[int]:

@@ -34,7 +34,7 @@ from scheduling.models import (
     WorkloadEvent,
     WorkloadState,
 )
-from scheduling.signals import allocations_releasing, cycle_request
+from scheduling.signals import allocations_releasing, cycle_request, gpus_freed
 
 S = WorkloadState
 ALLOWED: dict[str, set[str]] = {
@@ -185,6 +185,17 @@ def workloads_pods_released(workloads: list[Workload], *, message: str = "") -> 
     ]
     if requeued:
         workloads_transition(requeued, S.PENDING, reason="Requeued")
+
+
+def nominated_admit() -> set[int]:
+    """Once a reconcile has released GPUs, admit in its transaction the workloads an
+    earlier cycle placed on them (scheduling/nominations.py), as the next cycle would
+    first thing: the work a reclaim was for starts at this reconcile, not one cycle later.
+    The clusters it admitted work on, to reconcile (their pods to make)."""
+    clusters: set[int] = set()
+    for _, admitted in gpus_freed.send(sender=__name__):
+        clusters |= admitted or set()
+    return clusters
 
 
 def _requeue_message(workload: Workload, message: str) -> str:

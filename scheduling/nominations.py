@@ -8,7 +8,10 @@ the plan then forgotten, the next cycle would decide afresh over GPUs that had b
 free: other work (the victims among it) would take them, and the work they were freed
 for would need new evictions, cycle after cycle, with nothing arriving. So the held-back
 admission is kept on its row (Workload.nominated) and admitted first, exactly there,
-once those GPUs are free: what the engine's own replay would already be running.
+once those GPUs are free: what the engine's own replay would already be running. The
+reconcile that releases them admits it in the same transaction (cycle.on_gpus_freed) and
+makes its pods; where a cycle holds the nodes' lock then, that cycle or the next admits it
+before reading its snapshot (cycle.nominations_apply).
 
 A nomination stands only while the workload is pending with the same request and every
 node it names can still take pods; MIG pods are not nominated (their instances are made
@@ -80,16 +83,24 @@ def nominations_save(
     Workload.objects.bulk_update(changed, ["nominated"], batch_size=500)
 
 
+def _waiting() -> Any:
+    return Workload.objects.filter(
+        state=WorkloadState.PENDING, allocations__isnull=True, nominated__isnull=False
+    )
+
+
+def nominations_waiting() -> bool:
+    """Whether any pending workload holds a nomination (one indexed read, before a
+    reconcile takes the nodes' lock for them)."""
+    return _waiting().exists()
+
+
 def nominations_due() -> tuple[list[Nomination], dict[str, Node]]:
     """Pending workloads with a nomination that still stands, each with its admission,
     and the nodes those name (by engine id). Nominations that no longer stand are
     dropped; those on GPUs a pod with a GPU range gave back but still holds wait.
     Whether their GPUs are otherwise free is for the caller to check (capacity_check)."""
-    rows = list(
-        Workload.objects.filter(
-            state=WorkloadState.PENDING, allocations__isnull=True, nominated__isnull=False
-        ).order_by("pk")
-    )
+    rows = list(_waiting().order_by("pk"))
     if not rows:
         return [], {}
     kept = {wl.pk: _nomination(wl) for wl in rows}

@@ -11,6 +11,12 @@ ready (scheduling/apps.py, clusters/apps.py), so neither app imports the other's
 Both are sent after the current transaction commits, so a receiver never sees a decision
 that is later rolled back.
 
+- gpus_freed: the sender's transaction has just released pods' GPUs (a reconcile saw a
+  cycle's victims gone). Sent in that transaction, not after it: a receiver admits there
+  the placements an earlier cycle nominated on those GPUs (scheduling/nominations.py) and
+  answers with the clusters it admitted work on, so that their pods are made at once
+  instead of after the next cycle.
+
 - allocations_releasing(allocation_ids, at): these PodAllocation rows are about to be
   deleted together, in the sender's transaction (their pods are gone). Sent in place of
   one post_delete per row, so that a receiver records all of them in a few statements
@@ -27,6 +33,7 @@ from django.dispatch import Signal
 cycle_wanted = Signal()
 clusters_changed = Signal()
 allocations_releasing = Signal()
+gpus_freed = Signal()
 
 
 def cycle_request() -> None:

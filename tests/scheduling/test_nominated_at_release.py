@@ -1,0 +1,117 @@
+"""The work a reclaim was for starts at the reconcile that sees its victims gone (issue 25).
+
+A cycle evicts the victims and nominates the work on their GPUs (scheduling/nominations.py).
+The reconcile that confirms their pods gone releases the GPUs and, in the same
+transaction, admits the nomination there (scheduling.lifecycle.nominated_admit) and makes
+its pods in a second pass: one cycle and one reconcile from submit to pod, where the
+admission used to wait for the next cycle (a whole cycle's CPU at 1,000 nodes). On
+PostgreSQL a reconcile never waits for the nodes' lock a cycle holds: it leaves the
+nomination to the cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from clusters.inventory import inventory_sync
+from clusters.models import Backend, Cluster, Node, NodePool, SimulatedPod
+from clusters.reconcile import cluster_reconcile
+from portal.models import DepartmentQuota
+from scheduling.cycle import run_locked
+from scheduling.models import CycleRun, Workload, WorkloadState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = WorkloadState
+
+
+@pytest.fixture(autouse=True)
+def _no_tasks(monkeypatch):
+    """The test drives every cycle and reconcile itself."""
+    from clusters.tasks import reconcile_cluster
+    from scheduling.tasks import run_cycle
+
+    for task in (run_cycle, reconcile_cluster):
+        monkeypatch.setattr(task, "delay", lambda *args, **kwargs: None)
+        monkeypatch.setattr(task, "apply_async", lambda *args, **kwargs: None)
+
+
+@pytest.fixture
+def reclaimed(org, submit):
+    """One simulated node of 8 GPUs; ml-vision runs 8 one-GPU jobs, 4 of them over its
+    quota; nlp's 2-GPU job arrives within its quota: the cycle evicts 2 and nominates it."""
+    cluster = Cluster.objects.create(
+        name="sim", backend=Backend.SIMULATED, node_pool_label="gpupool.io/node-pool",
+        config={"groups": [{"prefix": "n", "count": 1, "gpus": 8,
+                            "labels": {"gpupool.io/node-pool": "a100"}}]},
+    )  # fmt: skip
+    inventory_sync(cluster)
+    assert NodePool.objects.get(name="a100").nodes.count() == 1
+    DepartmentQuota.objects.update(gpus=4)
+    for i in range(8):
+        submit(org.researcher, org.project_a, f"v{i}", gpus=1)
+    run_locked(timezone.now())
+    cluster_reconcile(cluster)
+    owner = submit(org.outsider, org.project_b, "owner", gpus=2)
+    run_locked(timezone.now())
+    owner.refresh_from_db()
+    assert owner.state == S.PENDING and owner.nominated
+    assert Workload.objects.filter(state=S.PREEMPTED).count() == 2
+    return cluster, owner
+
+
+def test_the_reconcile_that_frees_the_gpus_admits_the_work_and_makes_its_pods(reclaimed):
+    cluster, owner = reclaimed
+    wanted = {(int(p["node_id"]), tuple(p["gpus"])) for p in owner.nominated["pods"]}
+    cycles = CycleRun.objects.count()
+    result = cluster_reconcile(cluster)
+    owner.refresh_from_db()
+    assert CycleRun.objects.count() == cycles  # no cycle ran in between
+    assert owner.state in (S.ADMITTED, S.RUNNING) and owner.nominated is None
+    assert {(a.node_id, tuple(a.gpu_indices)) for a in owner.allocations.all()} == wanted
+    pods = SimulatedPod.objects.filter(cluster=cluster, workload_id=owner.pk)
+    assert pods.count() == 1 and result.released == 2
+    # The victims went back to the queue; nothing holds a GPU twice.
+    assert Workload.objects.filter(state=S.PENDING).count() == 2
+    held = [i for pod in SimulatedPod.objects.all() for i in pod.gpu_indices]
+    assert len(held) == len(set(held)) == 8
+    # The next cycle finds the work running: it evicts and admits nothing more.
+    run = run_locked(timezone.now())
+    assert (run.admitted, run.evicted) == (0, 0)
+
+
+@pytest.mark.services
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="needs PostgreSQL's row locks: run under `python -m tests.services -- pytest ...`",
+)
+def test_a_reconcile_leaves_the_nomination_to_the_cycle_holding_the_nodes(reclaimed):
+    cluster, owner = reclaimed
+    locked, done = threading.Event(), threading.Event()
+
+    def cycle_holding_the_nodes() -> None:
+        try:
+            with transaction.atomic():
+                list(Node.objects.select_for_update().values_list("pk", flat=True))
+                locked.set()
+                done.wait(timeout=60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=cycle_holding_the_nodes)
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        cluster_reconcile(cluster)  # returns while the lock is held: it does not wait
+        owner.refresh_from_db()
+        assert owner.state == S.PENDING and owner.nominated  # released, left to the cycle
+        assert Workload.objects.filter(state=S.PREEMPTED).count() == 0
+    finally:
+        done.set()
+        holder.join(timeout=60)
+    run = run_locked(timezone.now())
+    owner.refresh_from_db()
+    assert owner.state == S.ADMITTED and run.admitted >= 1
