@@ -1,8 +1,16 @@
 """Which workload a GPU process belongs to.
 
-In order: the process's environment (the local backend sets GPUPOOL_WORKLOAD_ID), its
-process tree and group (the local backend records each pod's pid as backend_ref), then
-the pod UID in its cgroup path (Kubernetes; matched against backend_ref too).
+A pod's processes are found by what the pod cannot change, before anything it can: a
+process's environment is the pod's to write, and a pod that set GPUPOOL_WORKLOAD_ID to
+another workload's id used to have its GPU use (and its activity, which idle culling
+reads) counted as that workload's. In order:
+
+1. its kernel uid: the local backend runs each sandboxed pod as `UID_BASE` + its workload
+   id (clusters/pod_users.py), which nothing in the sandbox can change;
+2. the pod UID in its cgroup path (Kubernetes; matched against backend_ref);
+3. its process tree (the local backend records each pod's pid as backend_ref);
+4. last, for a process outside any sandbox (a platform admin's unsandboxed pod, whose
+   daemon left the tree), its environment.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from clusters.pod_users import workload_of_uid
 
 PROC = Path("/proc")
 POD_UID = re.compile(
@@ -34,6 +44,16 @@ def _read(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:  # the process ended, or belongs to another user
         return None
+
+
+def real_uid(pid: int, proc: Path = PROC) -> int | None:
+    """The process's real uid (the `Uid:` line of /proc/<pid>/status), or None."""
+    raw = _read(proc / str(pid) / "status")
+    for line in (raw or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
 
 
 def owner_from_environ(pid: int, proc: Path = PROC) -> Owner | None:
@@ -87,12 +107,32 @@ class ProcessMap:
         }
 
     def owner(self, pid: int) -> Owner | None:
-        found = owner_from_environ(pid, self.proc)
-        if found:
-            return found
+        uid = real_uid(pid, self.proc)
+        workload_id = None if uid is None else workload_of_uid(uid)
+        if workload_id is not None:
+            return self._sandboxed(pid, workload_id)
+        cgroup = _read(self.proc / str(pid) / "cgroup")
+        pod_uid = pod_uid_from_cgroup(cgroup.decode(errors="replace")) if cgroup else None
+        if pod_uid and pod_uid in self.by_ref:
+            return self.by_ref[pod_uid]
+        return self._by_tree(pid) or owner_from_environ(pid, self.proc)
+
+    def _by_tree(self, pid: int) -> Owner | None:
         for candidate in ancestors(pid, self.proc):
             if str(candidate) in self.by_ref:
                 return self.by_ref[str(candidate)]
-        cgroup = _read(self.proc / str(pid) / "cgroup")
-        uid = pod_uid_from_cgroup(cgroup.decode(errors="replace")) if cgroup else None
-        return self.by_ref.get(uid) if uid else None
+        return None
+
+    def _sandboxed(self, pid: int, workload_id: int) -> Owner:
+        """A sandboxed pod's process: its workload is its uid's; which of the workload's
+        pods here (a gang may have several on a node) from its tree, else the only one,
+        else what its environment names among them (a pod may only mislabel its own)."""
+        tree = self._by_tree(pid)
+        if tree is not None and tree.workload_id == workload_id:
+            return tree
+        pods = {o.pod_index for o in self.by_ref.values() if o.workload_id == workload_id}
+        if len(pods) == 1:
+            return Owner(workload_id, pods.pop())
+        said = owner_from_environ(pid, self.proc)
+        index = said.pod_index if said and said.workload_id == workload_id else None
+        return Owner(workload_id, index if index in pods else None)

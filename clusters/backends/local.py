@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from clusters.agent.mps import MpsDaemons, MpsError
+from clusters.agent.procmap import real_uid
 from clusters.backends import (
     Backend,
     BackendError,
@@ -62,6 +63,7 @@ from clusters.backends import (
 )
 from clusters.backends.localgpus import local_gpus, local_mig_sync
 from clusters.backends.relay import start_time as _proc_start_time
+from clusters.pod_users import pod_uid
 from clusters.sharing import client_visible_devices, mps_env
 
 log = logging.getLogger(__name__)
@@ -474,7 +476,7 @@ class LocalBackend(Backend):
         if not sandboxed:
             return command
         workdir = self.workload_dir(spec.workload_id)
-        uid, gid = sandbox.pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
+        uid, gid = pod_uid(spec.workload_id), sandbox.project_gid(spec.project_id)
         mounts = (*mounts, self._passwd_mount(spec.name, uid, gid, workdir))
         if self._egress:
             mounts = (*mounts, self._resolv_mount())
@@ -863,11 +865,19 @@ def _group(record: dict) -> cgroups.Group | None:
 
 def _members(record: dict) -> list[int]:
     """The pod's live processes: its cgroup's members; a pod without a cgroup (none on
-    this machine), those with its token in their environment."""
+    this machine), those with its token in their environment, and for a sandboxed pod only
+    those that run as its workload's user (clusters/pod_users.py): a pod may copy another's
+    token into its environment, never its uid, so it can pass itself off as no pod but
+    one of its own workload's (its wrapper and bwrap run as the worker's user, which no pod
+    can be)."""
     group = _group(record)
     if group is not None:
         return group.pids()
-    return _pids_with_token(record["token"])
+    pids = _pids_with_token(record["token"])
+    if record.get("sandboxed"):  # its wrapper runs as the worker's user, then the pod as its own
+        users = {pod_uid(int(record["workload_id"])), os.geteuid()}
+        pids = [pid for pid in pids if real_uid(pid) in users]
+    return pids
 
 
 def _signal_pod(pid: int, start_time: str, record: dict, sig: signal.Signals) -> list[int]:

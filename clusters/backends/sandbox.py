@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusters.backends.relay import start_time
+from clusters.pod_users import UID_BASE
 
-UID_BASE = 1_000_000_000  # + workload id: one user per workload
 GID_BASE = 1_500_000_000  # + project id: one group per project (shared data volumes)
 # Inside the sandbox: where the pod finds its socket folder (the host path stays hidden).
 SOCKET_DIR = "/run/gpupool"
@@ -242,10 +242,6 @@ def netns_remove(path: Path) -> None:
 def in_netns(path: Path, argv: list[str]) -> list[str]:
     """`argv` run in the namespace at `path` (nsenter execs it: no process in between)."""
     return ["nsenter", f"--net={path}", "--", *argv]
-
-
-def pod_uid(workload_id: int) -> int:
-    return UID_BASE + workload_id
 
 
 def project_gid(project_id: int) -> int:

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from clusters.agent.procmap import Owner, ProcessMap
 from clusters.backends import PodPhase, PodSpec, PortSpec, VolumeSpec, sandbox
 from clusters.backends.local import LocalBackend
+from clusters.pod_users import pod_uid
 from clusters.reconcile import cluster_reconcile
 from scheduling.models import WorkloadState
 from tests import isolation
@@ -127,7 +129,7 @@ def test_a_pod_cannot_read_the_portals_database_or_credentials_nor_write_its_vir
     assert report[str(venv_file)] == "ok"  # the interpreter's files are there, read-only
     assert report[f"write:{Path(sys.prefix) / 'planted.py'}"] == "OSError"  # read-only fs
     assert report[f"write:{Path(settings.VAR_DIR) / 'x'}"] == "PermissionError"
-    assert (report["uid"], report["gid"]) == (sandbox.pod_uid(1), sandbox.project_gid(0))
+    assert (report["uid"], report["gid"]) == (pod_uid(1), sandbox.project_gid(0))
 
 
 @needs_sandbox
@@ -150,7 +152,7 @@ def test_a_pod_sees_neither_another_pods_environment_nor_its_files(backend):
     # On the machine itself, the folder belongs to pod 1's user alone.
     info = other_folder.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (
-        sandbox.pod_uid(1), sandbox.project_gid(1), 0o700
+        pod_uid(1), sandbox.project_gid(1), 0o700
     )  # fmt: skip
 
 
@@ -241,7 +243,7 @@ def test_a_data_volume_is_bound_only_under_the_clusters_roots(db, tmp_path):
     )
     assert report["/data/README"] == "ok" and report["write:/data/out"] == "ok"
     assert report["/etc/shadow"] == "FileNotFoundError"
-    assert (root / "imagenet" / "out").stat().st_uid == sandbox.pod_uid(1)
+    assert (root / "imagenet" / "out").stat().st_uid == pod_uid(1)
 
     for number, outside in enumerate(("/etc", str(root / "imagenet" / ".." / ".." / "..")), 2):
         for fields in (
@@ -391,7 +393,7 @@ def test_a_virtualenv_under_tmp_is_seen_inside_the_sandbox(monkeypatch):
         monkeypatch.setattr(sys, "prefix", str(prefix))
         monkeypatch.setattr(sys, "exec_prefix", str(prefix))
         monkeypatch.setattr(sys, "executable", os.path.realpath(sys.executable))
-        argv = sandbox.wrap(["cat", str(prefix / "pyvenv.cfg")], uid=sandbox.pod_uid(1),
+        argv = sandbox.wrap(["cat", str(prefix / "pyvenv.cfg")], uid=pod_uid(1),
                             gid=sandbox.project_gid(1), workdir=None, mounts=())  # fmt: skip
         done = subprocess.run(argv, capture_output=True, timeout=60, check=False, env={})
     finally:
@@ -420,3 +422,67 @@ def test_a_report_left_by_another_cluster_of_the_same_name_is_not_this_ones():
     old.delete()
     new = make_cluster("same-name")
     assert LocalBackend(new).reported_isolation() == sandbox.probe()  # available here
+
+
+@needs_sandbox
+def test_the_agent_maps_a_pods_process_by_its_uid_not_the_workload_its_environment_names(
+    backend,
+):
+    # Workload 3's pod names workload 4 in its environment, then starts the process that
+    # would use a GPU: the node agent still counts that process as workload 3's.
+    code = (
+        "import os, sys, time\n"
+        "env = {**os.environ, 'GPUPOOL_WORKLOAD_ID': '4', 'GPUPOOL_POD_INDEX': '0'}\n"
+        "os.execve(sys.executable, [sys.executable, '-c', "
+        "'print(\"up\", flush=True); import time; time.sleep(60)'], env)\n"
+    )
+    status = backend.ensure_pod(spec(3, (PY, "-c", code)))
+    wait_until(lambda: "up" in backend.pod_logs("gp-3-0", "ns"))
+    record = json.loads((backend.state_dir / "gp-3-0.json").read_text())
+    forged = [
+        pid
+        for pid in _members_of(record)
+        if b"GPUPOOL_WORKLOAD_ID=4" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    ]
+    assert forged, "the pod's process with the forged environment was not found"
+    procmap = ProcessMap()
+    procmap.update([
+        {"workload_id": 3, "pod_index": 0, "backend_ref": f"{record['pid']}:x"},
+        {"workload_id": 4, "pod_index": 0, "backend_ref": "1:x"},
+    ])  # fmt: skip
+    assert {procmap.owner(pid) for pid in forged} == {Owner(3, 0)}
+    wait_until(lambda: backend.delete_pod(status, grace_period_s=0))
+
+
+def _members_of(record: dict) -> list[int]:
+    from clusters.backends.local import _members
+
+    return _members(record)
+
+
+@needs_sandbox
+def test_without_a_cgroup_a_pod_that_copies_anothers_token_is_not_taken_for_it(backend):
+    # Pod B's processes are found by its token where there is no cgroup (a machine
+    # without controllers). Pod A learns B's token and carries it: A's processes are not
+    # B's (else stopping B would signal A, and A's process could pass for B's).
+    sleeper = "print('up', flush=True); import time; time.sleep(60)"
+    b = backend.ensure_pod(spec(6, (PY, "-c", sleeper)))
+    wait_until(lambda: "up" in backend.pod_logs("gp-6-0", "ns"))
+    b_record = {**json.loads((backend.state_dir / "gp-6-0.json").read_text()), "cgroup": None}
+    code = (
+        "import os, sys\n"
+        f"env = {{**os.environ, 'GPUPOOL_POD_TOKEN': {b_record['token']!r}}}\n"
+        f"os.execve(sys.executable, [sys.executable, '-c', {sleeper!r}], env)\n"
+    )
+    a = backend.ensure_pod(spec(5, (PY, "-c", code)))
+    wait_until(lambda: "up" in backend.pod_logs("gp-5-0", "ns"))
+    a_record = json.loads((backend.state_dir / "gp-5-0.json").read_text())
+    a_pids = set(_members_of(a_record))
+    try:
+        copied = {pid for pid in _pids_with(b_record["token"]) if pid in a_pids}
+        assert copied, "pod A's process does not carry B's token"
+        assert not copied & set(_members_of(b_record))
+        assert _members_of(b_record)  # B's own processes are still found
+    finally:
+        for status in (a, b):
+            wait_until(lambda s=status: backend.delete_pod(s, grace_period_s=0))

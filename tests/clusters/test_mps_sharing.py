@@ -17,10 +17,11 @@ import pytest
 
 from clusters.agent.main import Agent, mps_wanted
 from clusters.agent.mps import MpsDaemons
-from clusters.backends import PodPhase, PodSpec, get_backend, sandbox
+from clusters.backends import PodPhase, PodSpec, get_backend
 from clusters.backends.local import LocalBackend
 from clusters.metrics.api import agent_pods
 from clusters.models import Backend, Gpu, Node, SimulatedPod
+from clusters.pod_users import pod_uid
 from clusters.podspecs import pod_specs_for
 from clusters.reconcile import cluster_reconcile
 from clusters.sharing import (
@@ -365,7 +366,7 @@ def test_a_sandboxed_sharer_reaches_its_pipe_folder_and_the_hosts_shared_memory(
         marker.unlink()
         backend.stop_all(grace_period_s=0)
         backend.mps.stop_all()
-    assert seen == {"pipe": True, "shm": True, "uid": sandbox.pod_uid(7)}
+    assert seen == {"pipe": True, "shm": True, "uid": pod_uid(7)}
 
 
 # --- the API and the workload page show what is enforced ------------------------------------

@@ -15,6 +15,7 @@ from clusters.agent.main import Agent, main, to_samples
 from clusters.agent.nvml import Sampler
 from clusters.agent.procmap import Owner, ProcessMap, pod_uid_from_cgroup
 from clusters.agent.shipper import Shipper
+from clusters.pod_users import UID_BASE
 from tests.metrics.fake_nvml import FakeNvml
 from tests.services import free_port
 
@@ -108,6 +109,55 @@ def test_the_pod_uid_is_read_from_cgroup_v1_and_v2_paths(cgroup, tmp_path):
     uid = "0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b"
     procmap.update([{"workload_id": 12, "pod_index": 3, "backend_ref": uid}])
     assert procmap.owner(900) == Owner(12, 3)
+
+
+def _fake_process(proc: Path, pid: int, *, uid: int, parent: int = 1, env: str = "",
+                  cgroup: str = "0::/user.slice\n") -> None:  # fmt: skip
+    """A recorded /proc entry: its status (real uid), stat (parent), environ, cgroup."""
+    folder = proc / str(pid)
+    folder.mkdir()
+    (folder / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (folder / "stat").write_text(f"{pid} (python) S {parent} {pid} {pid} 0")
+    (folder / "environ").write_bytes(env.replace(" ", "\0").encode())
+    (folder / "cgroup").write_text(cgroup)
+
+
+def test_a_sandboxed_pod_cannot_pass_its_gpu_use_off_as_another_workloads(tmp_path):
+    # Workload 7's pod (its kernel uid UID_BASE + 7) sets workload 31's id in its
+    # environment: its process is still workload 7's, with its own pod's index.
+    _fake_process(tmp_path, 900, uid=UID_BASE + 7,
+                  env="GPUPOOL_WORKLOAD_ID=31 GPUPOOL_POD_INDEX=2")  # fmt: skip
+    procmap = ProcessMap(proc=tmp_path)
+    procmap.update([
+        {"workload_id": 7, "pod_index": 1, "backend_ref": "800:1.0"},
+        {"workload_id": 31, "pod_index": 2, "backend_ref": "801:1.0"},
+    ])  # fmt: skip
+    assert procmap.owner(900) == Owner(7, 1)
+    # With two pods of workload 7 here, its environment may pick one of them only.
+    procmap.update([
+        {"workload_id": 7, "pod_index": 0, "backend_ref": "800:1.0"},
+        {"workload_id": 7, "pod_index": 2, "backend_ref": "802:1.0"},
+    ])  # fmt: skip
+    assert procmap.owner(900) == Owner(7, None)  # it names another workload's pod
+    _fake_process(tmp_path, 901, uid=UID_BASE + 7, env="GPUPOOL_WORKLOAD_ID=7 GPUPOOL_POD_INDEX=2")
+    assert procmap.owner(901) == Owner(7, 2)
+    _fake_process(tmp_path, 902, uid=UID_BASE + 7, env="GPUPOOL_WORKLOAD_ID=7 GPUPOOL_POD_INDEX=5")
+    assert procmap.owner(902) == Owner(7, None)  # no such pod of it here
+
+
+def test_a_kubernetes_pod_or_a_child_of_a_pod_is_not_what_its_environment_says(tmp_path):
+    pod_uid = "0f4c3b2a-1d2e-4f60-8a9b-0c1d2e3f4a5b"
+    _fake_process(tmp_path, 900, uid=0, env="GPUPOOL_WORKLOAD_ID=31",
+                  cgroup=f"0::/kubepods/burstable/pod{pod_uid}/91ab\n")  # fmt: skip
+    _fake_process(tmp_path, 800, uid=0)  # an unsandboxed local pod's wrapper
+    _fake_process(tmp_path, 950, uid=0, parent=800, env="GPUPOOL_WORKLOAD_ID=31")
+    procmap = ProcessMap(proc=tmp_path)
+    procmap.update([
+        {"workload_id": 12, "pod_index": 3, "backend_ref": pod_uid},
+        {"workload_id": 8, "pod_index": 0, "backend_ref": "800:1.0"},
+    ])  # fmt: skip
+    assert procmap.owner(900) == Owner(12, 3)
+    assert procmap.owner(950) == Owner(8, 0)
 
 
 def test_samples_carry_the_workload_of_the_gpus_largest_process():

@@ -19,7 +19,7 @@ import uvicorn
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from clusters.backends import sandbox
+from clusters.pod_users import pod_uid
 from portal.asgi import django_application
 from portal.services.ssh_keys import ssh_key_add
 from portal.tokens import api_token_issue
@@ -174,7 +174,7 @@ def test_gpupool_ssh_runs_a_command_in_the_workload_and_refuses_everyone_else(
         assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
         # The pod's own user in its sandbox, not root, not the portal's.
         done = _gpupool(tmp_path, portal_url, rita_token, *ssh, "--", "id", "-u")
-        assert done.stdout.strip() == str(sandbox.pod_uid(workspace.workload_id)), done.stderr
+        assert done.stdout.strip() == str(pod_uid(workspace.workload_id)), done.stderr
 
         # A key that is not on the owner's profile: sshd refuses it.
         stranger = ["ssh", str(workspace.workload_id), "-i", str(keys["stranger"]), *batch]
