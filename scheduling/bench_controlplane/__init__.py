@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,7 +40,7 @@ from django.db import connection
 from clusters.models import Cluster
 from scheduling.bench_controlplane import probe, state, steps
 from scheduling.engine.bench import load
-from scheduling.models import Workload
+from scheduling.models import Workload, WorkloadEvent
 
 STEADY_CYCLES = 3
 IDLE_CYCLES = 10
@@ -176,13 +177,26 @@ def _percentile(values: list[float | None], pct: int) -> float | None:
 
 
 def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
-    """Cycles with no arrivals, each followed by a reconcile: evictions of each."""
+    """Cycles with no arrivals, each followed by a reconcile: evictions of each. Also how
+    many workloads they evicted more than once, and why they evicted (the events' reasons):
+    evictions that go on serving work that arrived before them (a reclaim for each of a
+    burst's jobs, a few searches a cycle) differ from work evicted back and forth."""
+    first_event = WorkloadEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
     rows = []
     for _ in range(IDLE_CYCLES):
         rows.append(steps.cycle().as_dict())
         print(f"idle cycle {len(rows)}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
         steps.reconcile(cluster)
     record["idle_cycles"] = rows
+    evicted = WorkloadEvent.objects.filter(
+        pk__gt=first_event or 0, reason__startswith="Preempted:"
+    ).values_list("workload_id", "reason")
+    per_workload = Counter(wid for wid, _ in evicted)
+    record["idle_evictions"] = {
+        "workloads": len(per_workload),
+        "evicted_twice": sum(1 for n in per_workload.values() if n > 1),
+        "reasons": dict(Counter(reason for _, reason in evicted)),
+    }
     return [row["evicted"] for row in rows]
 
 
@@ -256,6 +270,7 @@ def _summary(
         "cycle_idle_after_reconcile_cpu_s": _median_total(record["idle_cycles"]),
         "evictions_idle_cycles": round(statistics.mean(evictions), 3),
         "evictions_idle_each": evictions,
+        "evicted_twice_idle": record["idle_evictions"]["evicted_twice"],
         "sql_per_cycle": steady["sql"],
         "peak_rss_mb": round(max(probe.peak_rss_mb(), cold["peak_rss_mb"]), 1),
         "submit_admitted_p50_s": latency["submit_admitted_p50_s"],

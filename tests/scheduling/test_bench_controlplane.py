@@ -73,6 +73,9 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     # Every eviction the cycles counted is a Preempted event on a workload.
     evicted = sum(CycleRun.objects.values_list("evicted", flat=True))
     assert WorkloadEvent.objects.filter(reason__startswith="Preempted:").count() == evicted
+    idle = steps["idle_evictions"]
+    assert sum(idle["reasons"].values()) == sum(each) >= idle["workloads"]
+    assert result["evicted_twice_idle"] == idle["evicted_twice"] <= idle["workloads"]
     assert result["sql_per_cycle"] == steps["cycle_steady"]["sql"] > 0
     assert steps["cycle_cold"]["db_cpu_s"] is not None  # the server runs on this machine
     assert len(steps["lock_wait"]) == 2 and result["database"] == "postgresql"
