@@ -149,7 +149,7 @@ class ApiError(Exception):
 
 @dataclass
 class Fault:
-    kind: str  # "500" | "timeout" | "409" | "429"
+    kind: str  # "500" | "timeout" | "409" | "429" | "404"
     remaining: int
     method: str | None = None
     path_contains: str | None = None
@@ -1343,6 +1343,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(500, status_body(500, "InternalError", "injected fault"))
             elif fault and fault.kind == "409":
                 return self._send(409, status_body(409, "Conflict", "injected conflict"))
+            elif fault and fault.kind == "404":  # a kind or API an older server lacks
+                message = f"the server could not find the requested resource {url.path}"
+                return self._send(404, status_body(404, "NotFound", message))
             elif fault and fault.kind == "429":  # API priority and fairness: come back later
                 body = status_body(429, "TooManyRequests", "too many requests, retry later")
                 return self._send(429, body, {"Retry-After": "1"})

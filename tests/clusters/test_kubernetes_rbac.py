@@ -393,3 +393,14 @@ def test_an_admin_may_make_the_role_bindings_and_keep_gpupool_from_binding(kube,
         "kubeflow.org", "v1", namespace, "pytorchjobs", pytorch_job("bert")
     )
     assert made["metadata"]["namespace"] == namespace
+
+
+def test_a_server_without_self_subject_reviews_gets_no_role_binding_and_pods_go_ahead(kube, org):  # noqa: F811
+    """Before Kubernetes 1.28 (404): GPUPool cannot know whom to bind; the namespace is made
+    all the same, and an admin makes the RoleBindings."""
+    fake = kube.require_fake()
+    fake.inject("404", 1, method="POST", path="/selfsubjectreviews")
+    backend = KubernetesBackend(kube.cluster())
+    backend.ensure_namespace(org.project_a.namespace, org.project_a.name)
+    assert ("", org.project_a.namespace) in fake.objects["namespaces"]
+    assert not fake.objects.get(f"{RBAC_API}/rolebindings")

@@ -461,8 +461,9 @@ class KubernetesBackend(Backend):
             self._adopt_namespace(name, labels, annotations)
         if not shared:  # where users' manifests are created (grants.py)
             if self._subject is None:
-                self._subject = grants.subject(self)
-            grants.ensure_grant(self, name, self._subject)
+                self._subject = grants.subject(self) or {}
+            if self._subject:
+                grants.ensure_grant(self, name, self._subject)
         self._namespaces.add(name)
 
     def _adopt_namespace(self, name: str, labels: dict[str, str], annotations: dict) -> None:

@@ -34,14 +34,23 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 SERVICE_ACCOUNT = "system:serviceaccount:"
 
 
-def subject(backend: KubernetesBackend) -> dict[str, str]:
+def subject(backend: KubernetesBackend) -> dict[str, str] | None:
     """The RoleBinding subject of the kubeconfig's user: a ServiceAccount (in the cluster,
-    `gpupool/gpupool`) or a User (a kubeconfig from outside)."""
+    `gpupool/gpupool`) or a User (a kubeconfig from outside); None where the API server is
+    older than SelfSubjectReviews (before 1.28: 404), said in the log: no RoleBinding is
+    made there, and an admin makes them (docs/kubernetes-native.md, "RBAC")."""
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     api = k8s.AuthenticationV1Api(backend.api.api_client)
     try:
         answer = backend.call(api.create_self_subject_review, review, _preload_content=False)
     except ApiException as exc:
+        if exc.status == 404:
+            log.warning(
+                "%s: no SelfSubjectReview (%s): RoleBindings are an admin's",
+                backend.cluster.name,
+                said(exc),
+            )
+            return None
         raise BackendError(
             f"who GPUPool is in the cluster (SelfSubjectReview): {said(exc)}"
         ) from exc
