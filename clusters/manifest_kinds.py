@@ -54,10 +54,12 @@ KINDS: dict[tuple[str, str], ManifestKind] = {
         )
     },
     (RAY, "RayCluster"): ManifestKind("rayclusters", tuple(f"spec.{p}" for p in RAY_CLUSTER)),
-    # The submitter pod a RayJob runs (`submitterPodTemplate`) asks for no GPU: it is left
-    # to the default scheduler; the RayCluster it makes is the gang GPUPool schedules.
+    # The RayCluster a RayJob makes is the gang; its submitter pod (K8sJobMode: a Job that
+    # KubeRay makes once the cluster is ready) names GPUPool's scheduler too, as a workload
+    # of its own (`with_defaults` writes KubeRay's default template out when none is given).
     (RAY, "RayJob"): ManifestKind(
-        "rayjobs", tuple(f"spec.rayClusterSpec.{path}" for path in RAY_CLUSTER)
+        "rayjobs",
+        (*(f"spec.rayClusterSpec.{path}" for path in RAY_CLUSTER), "spec.submitterPodTemplate?"),
     ),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): ManifestKind(
         "leaderworkersets",
@@ -65,6 +67,7 @@ KINDS: dict[tuple[str, str], ManifestKind] = {
     ),
 }
 NAMES = [f"{api_version} {kind}" for api_version, kind in KINDS]
+SUBMITTER = "submitterPodTemplate"  # a RayJob's
 MAX_TEMPLATES = 16  # a PyTorchJob has 2, a RayCluster 1 + its worker groups
 
 
@@ -76,6 +79,47 @@ def platform_kinds() -> list[str]:
 
 def kind_of(body: dict) -> ManifestKind | None:
     return KINDS.get((body.get("apiVersion"), body.get("kind")))  # type: ignore[arg-type]
+
+
+def with_defaults(body: dict) -> None:
+    """Write out the pod templates the kind's controller would make up itself, so that
+    their pods name GPUPool's scheduler too: a RayJob in K8sJobMode (the default) without
+    `submitterPodTemplate` gets KubeRay's own default (ray-operator's
+    GetDefaultSubmitterTemplate, v1.1 to v1.4: the head's image, 500m/200Mi requested, 1/1Gi
+    at most, restartPolicy Never). HTTPMode and InteractiveMode make no submitter pod;
+    SidecarMode's submitter is a container of the head pod."""
+    spec = body.get("spec")
+    if (body.get("apiVersion"), body.get("kind")) != (RAY, "RayJob") or not isinstance(spec, dict):
+        return
+    if spec.get("submissionMode", "K8sJobMode") != "K8sJobMode" or spec.get(SUBMITTER):
+        return
+    image = _head_image(spec.get("rayClusterSpec"))
+    if image is None:
+        return  # no head to take it from: pod_templates refuses the RayJob
+    spec[SUBMITTER] = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    "image": image,
+                    "resources": {
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        "requests": {"cpu": "500m", "memory": "200Mi"},
+                    },
+                }
+            ],
+        }
+    }
+
+
+def _head_image(cluster: Any) -> str | None:
+    """The image of the head's Ray container (its first), as KubeRay takes it."""
+    try:
+        image = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return image if isinstance(image, str) else None
 
 
 def pod_templates(body: dict) -> list[tuple[str, dict]]:

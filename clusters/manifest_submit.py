@@ -8,7 +8,8 @@ with kubectl (clusters/native.py, docs/kubernetes-native.md).
 2. the text: at most MANIFEST_MAX_BYTES, one YAML document, no anchors or aliases, a
    mapping, of a kind GPUPool can create (clusters/manifest_kinds.py) that the project
    allows (`Project.manifest_kinds`, among the platform's GPUPOOL_MANIFEST_KINDS), with
-   its pod templates where its kind has them;
+   its pod templates where its kind has them (those its controller would make up, as a
+   RayJob's default submitter, written out: `with_defaults`);
 3. the cluster: the Kubernetes one whose pools the project has quota in (the submitter
    picks when there are several);
 4. the object: its namespace is the project's (set when left out, refused when another),
@@ -39,7 +40,7 @@ from clusters.backends import MANAGED_BY, MANAGED_BY_LABEL, BackendError
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes import native as kube
 from clusters.backends.kubernetes.manifests import MPS_ROOT
-from clusters.manifest_kinds import KINDS, kind_of, platform_kinds, pod_templates
+from clusters.manifest_kinds import KINDS, kind_of, platform_kinds, pod_templates, with_defaults
 from clusters.models import Backend, Cluster
 from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
 from portal.audit import audit_log
@@ -75,6 +76,7 @@ def manifest_submit(
     if not can_submit_to_project(actor, project):
         raise PermissionDenied(f"You may not submit work to project {project.name}.")
     body = manifest_parse(text, project)
+    with_defaults(body)
     templates = pod_templates(body)
     _check_namespace(body, project.namespace)
     for path, template in templates:

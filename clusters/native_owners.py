@@ -107,9 +107,10 @@ def _grow(chain: list[OwnerRef], read: dict[str, dict | BackendError | None]) ->
 
 def _origin(chain: list[OwnerRef], read: dict[str, dict | BackendError | None]) -> Origin:
     """The top owner is the chain's last link; the gang is the highest link of a gang kind
-    (a JobSet over its Job, a RayJob over its RayCluster), sized by the highest such link
-    with a size at or below it. A link gone (404) ends the chain below it; a kind the
-    server does not serve makes the pod's own controller its gang."""
+    over the link below it (a JobSet over its Job, a RayJob over its RayCluster but not its
+    submitter Job, whose pod is a workload of its own, still shown under the RayJob), sized
+    by the highest such link with a size at or below it. A link gone (404) ends the chain
+    below it; a kind the server does not serve makes the pod's own controller its gang."""
     objects = [read.get(ref.uid) for ref in chain]
     for index, found in enumerate(objects):
         if isinstance(found, KindNotServed):
@@ -120,11 +121,20 @@ def _origin(chain: list[OwnerRef], read: dict[str, dict | BackendError | None]) 
         if found is None and chain[index].known is not None:
             chain, objects = chain[: max(index, 1)], objects[: max(index, 1)]
             break
-    gangs = [i for i, ref in enumerate(chain) if ref.known is not None and ref.known.gang]
+    gangs = [i for i, ref in enumerate(chain) if _gang_over(chain, i)]
     if not gangs:
         return Origin(chain[-1])
     sizes = (_size(chain[i], objects[i]) for i in range(gangs[-1], -1, -1))
     return Origin(chain[-1], chain[gangs[-1]], next((s for s in sizes if s is not None), None))
+
+
+def _gang_over(chain: list[OwnerRef], index: int) -> bool:
+    """Whether the chain's link runs a gang that holds the pods below it (a RayJob's is its
+    RayCluster's pods, not its submitter Job's)."""
+    kind = chain[index].known
+    if kind is None or not kind.gang:
+        return False
+    return not kind.over or (index > 0 and chain[index - 1].kind in kind.over)
 
 
 def _size(ref: OwnerRef, found: Any) -> int | None:

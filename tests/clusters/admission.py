@@ -4,7 +4,8 @@
   level a namespace enforces (label `pod-security.kubernetes.io/enforce`, else the
   cluster's default), with the checks and the message of k8s.io/pod-security-admission.
 - Priority: a pod's priorityClassName must name an existing PriorityClass.
-- RBAC: what a ClusterRole's rules allow, and the Forbidden message of the authorizer.
+- RBAC: what a ClusterRole's rules allow, and the Forbidden message of the authorizer; the
+  rules a namespace's RoleBindings grant; a RoleBinding's create refused as an escalation.
 """
 
 from __future__ import annotations
@@ -160,3 +161,96 @@ def rbac_forbidden(user: str, verb: str, group: str, resource: str, ns: str, nam
         f'{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
         f'in API group "{group}" {scope}'
     )
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_STORE = f"{RBAC_GROUP}/v1"
+# Granted to every authenticated user by the built-in system:basic-user ClusterRole.
+EVERYONE_MAY = {("create", "authentication.k8s.io", "selfsubjectreviews")}
+AUTHENTICATED = ("system:authenticated",)
+
+
+def user_groups(user: str) -> list[str]:
+    """The groups the authenticator gives a user: a ServiceAccount's, and everyone's."""
+    parts = user.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+        return ["system:serviceaccounts", f"system:serviceaccounts:{parts[2]}", *AUTHENTICATED]
+    return list(AUTHENTICATED)
+
+
+def _subject_is(subject: dict, user: str) -> bool:
+    kind, name = subject.get("kind"), subject.get("name")
+    if kind == "ServiceAccount":
+        return user == f"system:serviceaccount:{subject.get('namespace')}:{name}"
+    if kind == "Group":
+        return name in user_groups(user)
+    return kind == "User" and name == user
+
+
+def bound_rules(objects: dict, user: str, ns: str) -> list[dict]:
+    """The rules the RoleBindings of namespace `ns` grant `user` there (their Role, or the
+    ClusterRole they name, as stored; a binding to a role not there grants nothing)."""
+    if not ns:
+        return []
+    found: list[dict] = []
+    for (where, _), binding in (objects.get(f"{RBAC_STORE}/rolebindings") or {}).items():
+        if where != ns or not any(_subject_is(s, user) for s in binding.get("subjects") or []):
+            continue
+        found += role_rules(objects, binding.get("roleRef") or {}, ns) or []
+    return found
+
+
+def role_plural(ref: dict) -> str:
+    return "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+
+
+def role_rules(objects: dict, ref: dict, ns: str) -> list[dict] | None:
+    """The rules of the Role (in `ns`) or ClusterRole a roleRef names; None if not there."""
+    plural = role_plural(ref)
+    key = ("" if plural == "clusterroles" else ns, ref.get("name"))
+    role = (objects.get(f"{RBAC_STORE}/{plural}") or {}).get(key)
+    return None if role is None else list(role.get("rules") or [])
+
+
+def escalation_refusal(
+    objects: dict, rules: list[dict], user: str, ns: str, binding: dict
+) -> tuple[int, str, str] | None:
+    """A RoleBinding's create by a user who may not `bind` the role it names, refused as
+    the real RBAC storage refuses it (code, reason, message) unless the user holds every
+    permission that role grants (no privilege escalation); None: allowed."""
+    ref = binding.get("roleRef") or {}
+    plural = role_plural(ref)
+    wanted = role_rules(objects, ref, ns)
+    if wanted is None:
+        return 404, "NotFound", f'{plural}.{RBAC_GROUP} "{ref.get("name")}" not found'
+    missing = [
+        rule
+        for rule in wanted
+        if not all(
+            rbac_allows(rules, verb, group, resource)
+            for verb in rule.get("verbs") or []
+            for group in rule.get("apiGroups") or []
+            for resource in rule.get("resources") or []
+        )
+    ]
+    if not missing:
+        return None
+    name = (binding.get("metadata") or {}).get("name", "")
+    groups = " ".join(f'"{g}"' for g in user_groups(user))
+    held = "\n".join(
+        f"{{APIGroups:{_go(r.get('apiGroups'))}, Resources:{_go(r.get('resources'))}, "
+        f"Verbs:{_go(r.get('verbs'))}}}"
+        for r in missing
+    )
+    return (
+        403,
+        "Forbidden",
+        (
+            f'rolebindings.{RBAC_GROUP} "{name}" is forbidden: user "{user}" (groups=[{groups}]) '
+            f"is attempting to grant RBAC permissions not currently held:\n{held}"
+        ),
+    )
+
+
+def _go(values: Iterable[str] | None) -> str:
+    return "[" + " ".join(f'"{v}"' for v in values or []) + "]"

@@ -17,7 +17,10 @@ kube-system, kube-public and kube-node-lease; a new node is tainted
 (`pod-security.kubernetes.io/enforce`, else `pod_security_default`) is admitted as the real
 plugin does, with its message; a pod's priorityClassName must exist; pods get their QoS class
 and the real spec defaults (default-scheduler, restartPolicy Always, dnsPolicy, priority 0);
-with `rbac_rules` set (a ClusterRole's rules), any request they do not allow is 403 Forbidden;
+with `rbac_rules` set (a ClusterRole's rules), any request that neither they nor the
+RoleBindings of its namespace (to the user, of a Role or ClusterRole stored here) allow is 403
+Forbidden, and a RoleBinding's create must pass RBAC's escalation check (`bind` on its role,
+or all the role grants held); a SelfSubjectReview names the user (`rbac_user`) to anyone;
 env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
 or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
 kind, name and uid, and at most one is the controller.
@@ -63,7 +66,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.clusters.admission import pod_security_violation, rbac_allows, rbac_forbidden
+from tests.clusters.admission import (
+    EVERYONE_MAY,
+    RBAC_GROUP,
+    bound_rules,
+    escalation_refusal,
+    pod_security_violation,
+    rbac_allows,
+    rbac_forbidden,
+    role_plural,
+    user_groups,
+)
 from tests.clusters.fake_admission import mutate_pod
 from tests.clusters.fake_generic import (
     CUSTOM_KINDS,
@@ -136,7 +149,7 @@ class ApiError(Exception):
 
 @dataclass
 class Fault:
-    kind: str  # "500" | "timeout" | "409" | "429"
+    kind: str  # "500" | "timeout" | "409" | "429" | "404"
     remaining: int
     method: str | None = None
     path_contains: str | None = None
@@ -1232,6 +1245,7 @@ NAMESPACED = "pods|services|configmaps|events"
 POD_SUBRESOURCES = "binding|status|log|eviction"
 ROUTES = [
     (re.compile(r"^/version/?$"), "version"),
+    (re.compile(r"^/apis/authentication\.k8s\.io/v1/selfsubjectreviews$"), "self_review"),
     (re.compile(rf"^{CORE}/(nodes|namespaces|pods|services|events)$"), "collection"),
     (re.compile(rf"^{CORE}/(nodes|namespaces)/([^/]+)$"), "cluster_item"),
     (re.compile(rf"^{CORE}/namespaces/([^/]+)/({NAMESPACED})$"), "ns_collection"),
@@ -1329,12 +1343,15 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(500, status_body(500, "InternalError", "injected fault"))
             elif fault and fault.kind == "409":
                 return self._send(409, status_body(409, "Conflict", "injected conflict"))
+            elif fault and fault.kind == "404":  # a kind or API an older server lacks
+                message = f"the server could not find the requested resource {url.path}"
+                return self._send(404, status_body(404, "NotFound", message))
             elif fault and fault.kind == "429":  # API priority and fairness: come back later
                 body = status_body(429, "TooManyRequests", "too many requests, retry later")
                 return self._send(429, body, {"Retry-After": "1"})
             try:
-                self._authorize(method, url.path, query)
                 body = json.loads(raw) if raw else None
+                self._authorize(method, url.path, query, body)
                 result = self._route(method, url.path, query, body)
                 if method != "GET":
                     api.after_change()
@@ -1372,18 +1389,51 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 404, "NotFound", f"the server could not find the requested resource {path}"
             )
 
-        def _authorize(self, method: str, path: str, query: dict) -> None:
-            """RBAC: with rules set, a request they do not allow is 403 Forbidden."""
+        def _authorize(self, method: str, path: str, query: dict, body: Any) -> None:
+            """RBAC: with rules set (the user's ClusterRoleBinding), a request that neither
+            they nor the RoleBindings of the request's namespace allow is 403 Forbidden; a
+            RoleBinding's create must not grant more than the user holds there, unless the
+            user may `bind` its role."""
             attributes = request_attributes(method, path, query)
             if attributes is None or api.rbac_rules is None:
                 return
             verb, group, resource, ns, name = attributes
+            if (verb, group, resource) in EVERYONE_MAY:
+                return
             with api.lock:
-                if not rbac_allows(api.rbac_rules, verb, group, resource, name):
+                rules = api.rbac_rules + bound_rules(api.objects, api.rbac_user, ns)
+                if not rbac_allows(rules, verb, group, resource, name):
                     api.denied.append((verb, resource, ns))
                     message = rbac_forbidden(api.rbac_user, verb, group, resource, ns, name)
                     raise ApiError(403, "Forbidden", message)
+                if (verb, group, resource) == ("create", RBAC_GROUP, "rolebindings"):
+                    self._no_escalation(rules, ns, body if isinstance(body, dict) else {})
                 api.allowed.add((verb, group, resource))
+
+        def _no_escalation(self, rules: list[dict], ns: str, binding: dict) -> None:
+            """A RoleBinding is made by a user who may `bind` its role, or who holds all
+            it grants (the real RBAC storage's escalation check)."""
+            ref = binding.get("roleRef") or {}
+            plural = role_plural(ref)
+            if rbac_allows(rules, "bind", RBAC_GROUP, plural, str(ref.get("name", ""))):
+                api.allowed.add(("bind", RBAC_GROUP, plural))
+                return
+            refused = escalation_refusal(api.objects, rules, api.rbac_user, ns, binding)
+            if refused is not None:
+                api.denied.append(("bind", plural, ns))
+                raise ApiError(*refused)
+
+        def _self_review(self, method: str, *, query: dict, body: Any) -> tuple[int, Any]:
+            """Who the request's credentials are (kubectl auth whoami), for any user."""
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+            user = {"username": api.rbac_user, "groups": user_groups(api.rbac_user)}
+            return 201, {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "SelfSubjectReview",
+                "metadata": {"creationTimestamp": _now()},
+                "status": {"userInfo": user},
+            }
 
         # --- handlers ---------------------------------------------------------------------
         def _version(self, method: str, *, query: dict, body: Any) -> tuple[int, Any]:
@@ -2014,4 +2064,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Served by the module under its package name: fake_generic raises that module's
+    # ApiError (a 409, a 422), which __main__'s handler would not catch as its own.
+    from tests.clusters import fake_apiserver  # noqa: PLW0406 - __main__ is another module
+
+    fake_apiserver.main()

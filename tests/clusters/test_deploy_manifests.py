@@ -163,6 +163,7 @@ def test_both_setups_have_gpupools_processes(rendered):
             ("Namespace", "gpupool-agent"),
             ("ServiceAccount", "gpupool"),
             ("ClusterRole", "gpupool-controller"),
+            ("ClusterRole", "gpupool-manifests"),
             ("ClusterRoleBinding", "gpupool-controller"),
             ("PriorityClass", "gpupool-reservation"),
             ("ConfigMap", "gpupool-config"),

@@ -271,6 +271,86 @@ def test_rbac_refuses_what_the_role_does_not_allow_with_the_authorizers_message(
     assert k8s.VersionApi(api.api_client).get_code().git_version
 
 
+JOBS_ROLE = {
+    "metadata": {"name": "jobs"},
+    "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}],
+}
+SA = {"kind": "ServiceAccount", "name": "gpupool", "namespace": "gpupool"}
+
+
+def role_binding(name: str, subject: dict, role: str = "jobs") -> dict:
+    return {"metadata": {"name": name}, "subjects": [subject],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role}}  # fmt: skip
+
+
+def test_a_role_binding_grants_its_role_only_in_its_namespace_and_to_its_subjects(api, fake):
+    rbac = k8s.RbacAuthorizationV1Api(api.api_client)
+    jobs = k8s.BatchV1Api(api.api_client)
+    for name in ("team", "other"):
+        namespace(api, name)
+    rbac.create_cluster_role(JOBS_ROLE)
+    someone = {"kind": "ServiceAccount", "name": "gpupool", "namespace": "elsewhere"}
+    rbac.create_namespaced_role_binding("other", role_binding("not-us", someone))
+    rbac.create_namespaced_role_binding("team", role_binding("us", SA))
+    fake.allow([])
+    job = {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}}}  # fmt: skip
+    assert jobs.create_namespaced_job("team", job).metadata.namespace == "team"
+    status, message = refusal(jobs.create_namespaced_job, "other", job)
+    assert status == 403 and message.endswith(
+        'cannot create resource "jobs" in API group "batch" in the namespace "other"'
+    )
+    assert fake.denied == [("create", "jobs", "other")]
+    status, _ = refusal(jobs.list_job_for_all_namespaces)  # a binding is never cluster-wide
+    assert status == 403
+
+
+def test_a_role_binding_is_refused_to_a_user_who_may_not_bind_its_role_nor_holds_it(api, fake):
+    """RBAC's escalation check: `bind` on that role (by name), or all its rights held."""
+    rbac = k8s.RbacAuthorizationV1Api(api.api_client)
+    namespace(api, "team")
+    rbac.create_cluster_role(JOBS_ROLE)
+    may_bind = {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"],
+                "verbs": ["create"]}  # fmt: skip
+    bind_other = {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                  "resourceNames": ["another"], "verbs": ["bind"]}  # fmt: skip
+    fake.allow([may_bind, bind_other])
+    status, message = refusal(rbac.create_namespaced_role_binding, "team", role_binding("b", SA))
+    assert (status, message) == (
+        403,
+        'rolebindings.rbac.authorization.k8s.io "b" is forbidden: user '
+        '"system:serviceaccount:gpupool:gpupool" (groups=["system:serviceaccounts" '
+        '"system:serviceaccounts:gpupool" "system:authenticated"]) is attempting to grant '
+        'RBAC permissions not currently held:\n{APIGroups:["batch"], Resources:["jobs"], '
+        'Verbs:["create"]}',
+    )
+    status, message = refusal(
+        rbac.create_namespaced_role_binding, "team", role_binding("c", SA, "missing")
+    )
+    assert (status, message) == (
+        404,
+        'clusterroles.rbac.authorization.k8s.io "missing" not found',
+    )
+    assert not fake.objects.get("rbac.authorization.k8s.io/v1/rolebindings")
+    bind_jobs = {**bind_other, "resourceNames": ["jobs"]}
+    fake.allow([may_bind, bind_jobs])
+    rbac.create_namespaced_role_binding("team", role_binding("b", SA))
+    assert ("bind", "rbac.authorization.k8s.io", "clusterroles") in fake.allowed
+    holds = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}
+    fake.allow([may_bind, holds])  # holding all it grants is enough
+    rbac.create_namespaced_role_binding("team", role_binding("d", SA))
+
+
+def test_anyone_may_ask_who_they_are(api, fake):
+    fake.allow([])
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    answer = k8s.AuthenticationV1Api(api.api_client).create_self_subject_review(review)
+    assert answer.status.user_info.username == "system:serviceaccount:gpupool:gpupool"
+    assert answer.status.user_info.groups[-1] == "system:authenticated"
+    assert fake.denied == []
+
+
 def test_the_shipped_cluster_role_is_read_from_deploy(fake):
     role = next(
         doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc and doc["kind"] == "ClusterRole"

@@ -13,9 +13,11 @@ from django.utils import timezone
 from kubernetes import client as k8s
 
 from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.errors import message
+from clusters.backends.kubernetes.grants import MANIFESTS_ROLE
 from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.enforcement import enforcement_sync
-from clusters.manifest_kinds import NAMES
+from clusters.manifest_kinds import KINDS, NAMES
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, Gpu, MigInstance, Node
 from clusters.native_sharing import FRACTION, config_map_name, sharing_patch
@@ -36,11 +38,18 @@ from tests.clusters.test_native_owners import every_owner_kind, operators_remove
 S = WorkloadState
 pytestmark = pytest.mark.timeout(90)
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+RBAC_API = "rbac.authorization.k8s.io/v1"
 
 
-def cluster_role() -> dict:
+def cluster_role(name: str = "gpupool-controller") -> dict:
     docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
-    return next(d for d in docs if d["kind"] == "ClusterRole")
+    return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+
+
+def install_manifests_role(api_client) -> None:
+    """The ClusterRole gpupool-manifests, as `kubectl apply -k deploy/` makes it (as an
+    admin, before the fake answers as GPUPool's user)."""
+    k8s.RbacAuthorizationV1Api(api_client).create_cluster_role(cluster_role(MANIFESTS_ROLE))
 
 
 def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -54,8 +63,22 @@ def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
 
 
 def test_the_manifest_binds_the_role_to_gpupools_service_account():
-    docs = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text()) if d}
-    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    """The controller's role cluster-wide; the manifests' role in no ClusterRoleBinding
+    (GPUPool binds it per project namespace), and nothing it grants is cluster-wide."""
+    found = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in found) == [
+        ("ClusterRole", "gpupool-controller"),
+        ("ClusterRole", MANIFESTS_ROLE),
+        ("ClusterRoleBinding", "gpupool-controller"),
+        ("ServiceAccount", "gpupool"),
+    ]
+    docs = {d["kind"]: d for d in found}
+    manifests = granted(cluster_role(MANIFESTS_ROLE)["rules"])
+    assert not manifests & granted(cluster_role()["rules"])
+    assert {verb for verb, _, _ in manifests} == {"create"}
+    assert {resource for _, _, resource in manifests} == {k.plural for k in KINDS.values()} - {
+        "pods"  # GPUPool's own pods are made in every project namespace and its system one
+    }
     account = docs["ServiceAccount"]["metadata"]
     assert (account["name"], account["namespace"]) == ("gpupool", "gpupool")
     binding = docs["ClusterRoleBinding"]
@@ -109,6 +132,7 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     setup.api.create_namespace({"metadata": {"name": org.project_b.namespace}})
     setup.api.create_namespaced_pod(org.project_b.namespace, json_patch(shared, ops))
     install_webhook(setup.api.api_client, ("Secret", "MutatingWebhookConfiguration"))
+    install_manifests_role(setup.api.api_client)
     Cluster.objects.filter(name="setup").delete()
     rules = cluster_role()["rules"]
     fake.allow(rules)
@@ -235,7 +259,8 @@ def test_the_backend_needs_exactly_the_verbs_the_shipped_cluster_role_grants(kub
     assert (
         "gpupool.io/mig-layout" in fake.objects["nodes"][("", "gpu-a")]["metadata"]["annotations"]
     )
-    unused = granted(cluster_role()["rules"]) - fake.allowed
+    roles = granted(cluster_role()["rules"]) | granted(cluster_role(MANIFESTS_ROLE)["rules"])
+    unused = roles - fake.allowed
     assert not unused, f"granted but never used: {sorted(unused)}"
 
 
@@ -285,3 +310,97 @@ def test_the_fake_authorizes_every_api_group_as_a_real_server_does(kube):  # noq
         )
     assert refused.value.status == 403
     assert fake.denied == [("create", "jobs", "team")]
+
+
+def pytorch_job(name: str) -> dict:
+    worker = {"replicas": 1, "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+            "spec": {"pytorchReplicaSpecs": {"Worker": worker}}}  # fmt: skip
+
+
+def test_submitted_kinds_are_created_only_in_the_namespaces_gpupool_manages(kube, org):  # noqa: F811
+    """With the shipped roles, GPUPool's user may create a PyTorchJob in a project's
+    namespace (bound there when GPUPool made or adopted it) and nowhere else."""
+    fake = kube.require_fake()
+    fake.install_crds()
+    backend = KubernetesBackend(kube.cluster())
+    install_manifests_role(backend.api.api_client)
+    backend.api.create_namespace({"metadata": {"name": "team-tools"}})  # another tool's
+    fake.allow(cluster_role()["rules"])
+    objects = k8s.CustomObjectsApi(backend.api.api_client)
+
+    def create(namespace: str, name: str) -> dict:
+        return objects.create_namespaced_custom_object(
+            "kubeflow.org", "v1", namespace, "pytorchjobs", pytorch_job(name)
+        )
+
+    for namespace in ("team-tools", "kube-system", org.project_a.namespace):
+        with pytest.raises(k8s.ApiException) as refused:
+            create(namespace, "bert")
+        assert refused.value.status == 403
+        assert message(refused.value).endswith(
+            'cannot create resource "pytorchjobs" in API group "kubeflow.org" in the namespace '
+            f'"{namespace}"'
+        )
+    backend.ensure_namespace(org.project_a.namespace, org.project_a.name)
+    assert create(org.project_a.namespace, "bert")["metadata"]["namespace"] == "gp-ml-vision"
+    binding = fake.objects[f"{RBAC_API}/rolebindings"][(org.project_a.namespace, MANIFESTS_ROLE)]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpupool", "namespace": "gpupool"}
+    ]
+    with pytest.raises(k8s.ApiException) as refused:
+        create("team-tools", "bert")
+    assert refused.value.status == 403
+    assert fake.denied[-1] == ("create", "pytorchjobs", "team-tools")
+
+
+def test_a_kubeconfig_of_a_user_is_bound_as_that_user(kube, org):  # noqa: F811
+    """Outside the cluster (an admin's kubeconfig), the RoleBinding names the User the API
+    server says the credentials are."""
+    fake = kube.require_fake()
+    fake.rbac_user = "alice@example.org"
+    backend = KubernetesBackend(kube.cluster())
+    backend.ensure_namespace(org.project_a.namespace, org.project_a.name)
+    binding = fake.objects[f"{RBAC_API}/rolebindings"][(org.project_a.namespace, MANIFESTS_ROLE)]
+    assert binding["subjects"] == [
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice@example.org"}
+    ]
+    assert binding["roleRef"]["name"] == MANIFESTS_ROLE
+
+
+def test_an_admin_may_make_the_role_bindings_and_keep_gpupool_from_binding(kube, org):  # noqa: F811
+    """Without the two rbac.authorization.k8s.io rules, GPUPool's pods still go ahead in a
+    project namespace, and a manifest is created where an admin made the RoleBinding."""
+    fake = kube.require_fake()
+    fake.install_crds()
+    backend = KubernetesBackend(kube.cluster())
+    install_manifests_role(backend.api.api_client)
+    namespace = org.project_a.namespace
+    backend.api.create_namespace({"metadata": {"name": namespace}})
+    account = {"kind": "ServiceAccount", "name": "gpupool", "namespace": "gpupool"}
+    k8s.RbacAuthorizationV1Api(backend.api.api_client).create_namespaced_role_binding(
+        namespace,
+        {"metadata": {"name": "by-the-admin"}, "subjects": [account],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": MANIFESTS_ROLE}},
+    )  # fmt: skip
+    rules = [r for r in cluster_role()["rules"] if r["apiGroups"] != ["rbac.authorization.k8s.io"]]
+    fake.allow(rules)
+    backend.ensure_namespace(namespace, org.project_a.name)  # adopted; no error
+    assert fake.denied == [("create", "rolebindings", namespace)]
+    objects = k8s.CustomObjectsApi(backend.api.api_client)
+    made = objects.create_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", pytorch_job("bert")
+    )
+    assert made["metadata"]["namespace"] == namespace
+
+
+def test_a_server_without_self_subject_reviews_gets_no_role_binding_and_pods_go_ahead(kube, org):  # noqa: F811
+    """Before Kubernetes 1.28 (404): GPUPool cannot know whom to bind; the namespace is made
+    all the same, and an admin makes the RoleBindings."""
+    fake = kube.require_fake()
+    fake.inject("404", 1, method="POST", path="/selfsubjectreviews")
+    backend = KubernetesBackend(kube.cluster())
+    backend.ensure_namespace(org.project_a.namespace, org.project_a.name)
+    assert ("", org.project_a.namespace) in fake.objects["namespaces"]
+    assert not fake.objects.get(f"{RBAC_API}/rolebindings")

@@ -245,6 +245,93 @@ def test_each_kind_is_created_naming_gpupool_then_its_pods_are_queued_bound_and_
     assert {w.state for w in native_workloads()} <= {S.ADMITTED, S.RUNNING}
 
 
+KUBERAY_SUBMITTER = {  # ray-operator's GetDefaultSubmitterTemplate, as GPUPool writes it out
+    "name": "ray-job-submitter",
+    "image": "pytorch/pytorch:2.3",  # the head's
+    "resources": {
+        "limits": {"cpu": "1", "memory": "1Gi"},
+        "requests": {"cpu": "500m", "memory": "200Mi"},
+    },
+}
+
+
+def ray_job_submitter(kube, fake, obj: dict) -> None:  # noqa: F811
+    """KubeRay (K8sJobMode), once the RayCluster is ready: the submitter Job, owned by the
+    RayJob, from its submitterPodTemplate; the Job controller makes its pod."""
+    job = {"kind": "Job", "metadata": owned("rayjob-submitter", obj),
+           "spec": {"backoffLimit": 2,
+                    "template": copy.deepcopy(obj["spec"]["submitterPodTemplate"])}}  # fmt: skip
+    make(kube, "batch/v1", "jobs", job)
+    fake.run_controllers()
+
+
+def test_a_rayjobs_submitter_names_gpupool_and_is_a_workload_of_its_own_under_the_rayjob(
+    kube,  # noqa: F811
+    org,
+    cluster,  # noqa: F811
+    every_kind,
+):
+    """The default submitter (none given, K8sJobMode) is KubeRay's, written out naming
+    GPUPool; its pod, made after the cluster is ready, is not one of the gang's (which
+    neither waits for it nor takes it in) but a workload of its own, shown under the RayJob."""
+    fake = every_kind
+    submit(org, manifest("RayJob"))
+    obj = stored(fake, manifest("RayJob"))
+    submitter = obj["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["schedulerName"] == "gpupool" and submitter["restartPolicy"] == "Never"
+    assert submitter["containers"] == [KUBERAY_SUBMITTER]
+    ray_job_controller(kube, fake, obj)
+    step(cluster)
+    (gang,) = native_workloads()
+    assert gang.state in (S.ADMITTED, S.RUNNING)
+    ray_job_submitter(kube, fake, obj)
+    step(cluster)
+    gang_after, alone = native_workloads()
+    slots = gang_after.spec["native"]["pods"]
+    assert gang_after.pk == gang.pk and slots == gang.spec["native"]["pods"]
+    assert [slot[0] for slot in slots] == ["rayjob-head", "rayjob-worker-0"]
+    assert alone.spec["native"]["owner"]["kind"] == "RayJob"
+    assert alone.spec["native"]["owner"]["name"] == "rayjob"
+    assert (alone.pods, float(alone.gpus)) == (1, 0.0) and alone.state in (S.ADMITTED, S.RUNNING)
+    (pod,) = [p for p in fake.pods() if p["metadata"]["name"].startswith("rayjob-submitter-")]
+    assert pod["spec"]["nodeName"] and pod["spec"]["schedulerName"] == "gpupool"
+
+
+@pytest.mark.parametrize("mode", ["HTTPMode", "InteractiveMode", "SidecarMode"])
+def test_a_rayjob_whose_mode_makes_no_submitter_pod_gets_no_submitter_template(
+    kube,  # noqa: F811
+    org,
+    cluster,  # noqa: F811
+    every_kind,
+    mode,
+):
+    body = manifest("RayJob")
+    body["spec"]["submissionMode"] = mode
+    submit(org, body)
+    assert "submitterPodTemplate" not in stored(every_kind, body)["spec"]
+
+
+def test_a_rayjobs_own_submitter_template_is_kept_and_checked_as_its_other_templates(
+    kube,  # noqa: F811
+    org,
+    cluster,  # noqa: F811
+    every_kind,
+):
+    body = manifest("RayJob")
+    body["spec"]["submitterPodTemplate"] = template("submit")
+    submit(org, body)
+    kept = stored(every_kind, body)["spec"]["submitterPodTemplate"]
+    assert kept["metadata"] == {"labels": {"app": "submit"}}
+    assert kept["spec"]["schedulerName"] == "gpupool"
+    body = manifest("RayJob", "other")
+    body["spec"]["submitterPodTemplate"] = template("submit")
+    body["spec"]["submitterPodTemplate"]["spec"]["schedulerName"] = "volcano"
+    assert refusal(org, body).startswith(
+        "spec.submitterPodTemplate.spec.schedulerName: pods submitted here are scheduled by "
+        "gpupool (not 'volcano')"
+    )
+
+
 def test_a_kind_whose_crd_is_not_installed_is_refused_and_nothing_is_written(
     kube,  # noqa: F811
     org,
@@ -354,7 +441,7 @@ def test_the_project_form_offers_the_platforms_kinds_and_new_projects_allow_pod_
          "spec.pytorchReplicaSpecs.Worker: a mapping."),
         ("RayJob", lambda spec: spec["rayClusterSpec"].update(
             workerGroupSpecs=[copy.deepcopy(spec["rayClusterSpec"]["workerGroupSpecs"][0])
-                              for _ in range(16)]),  # and the head: 17
+                              for _ in range(16)]),  # and the head, the submitter: 18
          "spec: at most 16 pod templates in one object."),
     ],
     ids=["rayjob-without-cluster", "jobset-without-jobs", "replica-without-template",

@@ -80,7 +80,7 @@ def test_a_pod_whose_binding_was_lost_is_bound_by_the_targeted_pass(kube, org): 
     workload = make_workload(org.project_a, org.researcher, "train")
     admit(workload, node, pods=[{"gpu_indices": [0]}])
     name = k8s_name(cluster, f"gp-{workload.pk}-0")
-    fake.inject("500", 10, method="POST", path="binding")
+    fake.inject("500", 10, method="POST", path="/binding")  # not a RoleBinding
     a_pass(cluster, full=True, clean=False)
     fake.faults.clear()
     assert not fake.pod(NS, name)["spec"].get("nodeName")

@@ -67,7 +67,7 @@ from clusters.backends import (
     grace_for,
     never_runs,
 )
-from clusters.backends.kubernetes import native
+from clusters.backends.kubernetes import grants, native
 from clusters.backends.kubernetes.errors import refused_by_admission
 from clusters.backends.kubernetes.errors import said as _said
 from clusters.backends.kubernetes.foreign import FIELD_SELECTOR as FOREIGN_SELECTOR
@@ -116,6 +116,7 @@ class KubernetesBackend(Backend):
         self._owner: Owner | None = None
         self._api: k8s.CoreV1Api | None = None
         self._namespaces: set[str] = set()
+        self._subject: dict[str, str] | None = None  # who the kubeconfig is (grants.py)
         self._rendezvous: set[tuple[str, str]] = set()
         self._listed: list[dict] | None = None
         self._native: list[native.NativePod] | None = None
@@ -458,6 +459,11 @@ class KubernetesBackend(Backend):
             if exc.status != 409:
                 raise BackendError(f"namespace {name}: {_said(exc)}") from exc
             self._adopt_namespace(name, labels, annotations)
+        if not shared:  # where users' manifests are created (grants.py)
+            if self._subject is None:
+                self._subject = grants.subject(self) or {}
+            if self._subject:
+                grants.ensure_grant(self, name, self._subject)
         self._namespaces.add(name)
 
     def _adopt_namespace(self, name: str, labels: dict[str, str], annotations: dict) -> None:

@@ -66,12 +66,14 @@ def ray_gang(cluster: dict) -> int:
 class OwnerKind:
     """A kind of owner GPUPool reads: `plural` its resource; `size` the gang it runs, from
     its spec (None: not a gang of its own, as a ReplicaSet); `suspend` the path of its
-    flag (spec.suspend, spec.runPolicy.suspend), () where it has none."""
+    flag (spec.suspend, spec.runPolicy.suspend), () where it has none; `over` the kinds of
+    the objects it controls whose pods are of its gang (empty: any)."""
 
     plural: str
     size: Callable[[dict], int] | None = None
     suspend: tuple[str, ...] = ()
     gang: bool = True
+    over: tuple[str, ...] = ()
 
 
 SUSPEND = ("spec", "suspend")
@@ -91,7 +93,9 @@ OWNER_KINDS: dict[tuple[str, str], OwnerKind] = {
         )
     },
     (RAY, "RayCluster"): OwnerKind("rayclusters", ray_gang, SUSPEND),
-    (RAY, "RayJob"): OwnerKind("rayjobs", None, SUSPEND),  # its size is its RayCluster's
+    # Its gang is its RayCluster's (and its size); its submitter Job's pod (K8sJobMode, made
+    # once the cluster is ready) asks for no GPU and is a workload of its own.
+    (RAY, "RayJob"): OwnerKind("rayjobs", None, SUSPEND, over=("RayCluster",)),
     ("apps/v1", "ReplicaSet"): OwnerKind("replicasets", gang=False),  # read for its Deployment
 }
 
