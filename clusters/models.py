@@ -87,8 +87,11 @@ class Cluster(models.Model):
         """A local cluster's sandboxing (can it isolate tenants here?); None on others."""
         if self.backend != Backend.LOCAL:
             return None
-        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+        from clusters.backends import sandbox  # noqa: PLC0415 - it imports models
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415
 
+        if problem := self.record_problem:
+            return sandbox.Isolation(False, problem)
         return LocalBackend(self).reported_isolation()
 
     @property
@@ -96,9 +99,21 @@ class Cluster(models.Model):
         """A local cluster's resource limits per pod (cgroups); None on others."""
         if self.backend != Backend.LOCAL:
             return None
-        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+        from clusters.backends import cgroups  # noqa: PLC0415 - it imports models
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415
 
+        if problem := self.record_problem:
+            return cgroups.Support(False, 0, problem)
         return LocalBackend(self).reported_limits()
+
+    @property
+    def record_problem(self) -> str:
+        """Why no backend can be made of this row (another writer's config), or ''."""
+        from clusters.backends import RECORD_UNREADABLE  # noqa: PLC0415 - it imports models
+        from clusters.stored import cluster_problem  # noqa: PLC0415
+
+        problem = cluster_problem(self)
+        return f"{RECORD_UNREADABLE}: {problem}" if problem else ""
 
 
 class PlacementStrategy(models.TextChoices):

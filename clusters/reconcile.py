@@ -119,7 +119,12 @@ def cluster_reconcile(
     """One pass, and a second at once when the first finished workloads, so that their
     pods are deleted and their GPUs released without waiting for the next beat tick.
     `full`: None lets `full_pass_due` choose."""
-    backend = backend or get_backend(cluster)
+    try:
+        backend = backend or get_backend(cluster)
+    except BackendUnreachable as exc:  # a config no backend can be made of
+        cluster_mark_unreachable(cluster, str(exc))
+        full_pass_next(cluster)
+        return PassResult(reachable=False, errors=[str(exc)])
     full = full_pass_due(cluster) if full is None else full
     result = reconcile_pass(cluster, backend, full=full)
     if not result.reachable:
