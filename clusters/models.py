@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 
-from portal.tolerant import INT32_MAX, INT64_MAX, TolerantDecimalField, in_range, tolerant_count
+from portal.tolerant import (
+    INT32_MAX,
+    INT64_MAX,
+    TolerantDecimalField,
+    in_range,
+    json_is,
+    tolerant_count,
+)
 from portal.versioned import Versioned
 
 if TYPE_CHECKING:
@@ -78,6 +85,11 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            json_is("cluster", "config", "object"),
+            json_is("cluster", "topology_labels", "array"),
+            json_is("cluster", "data_volume_roots", "array"),
+        ]
 
     def __str__(self) -> str:
         return self.name

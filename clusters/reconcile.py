@@ -56,6 +56,7 @@ from scheduling.lifecycle import workload_transition, workloads_pods_released, w
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
 from scheduling.signals import cycle_request
+from scheduling.stored import addresses_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -470,10 +471,12 @@ def _update_each(model: type[Model], rows: list[Model], fields: list[str]) -> No
 
 def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
     """(phase, endpoint, backend_ref, ports) as an allocation records `status`; `endpoint`
-    and `ports`: what it holds now, kept where the status tells none."""
+    and `ports`: what it holds now, kept where the status tells none (ports another writer
+    left misshapen are not: the database's CHECK would refuse the whole pass's write)."""
     phase = "Terminating" if status.terminating else (status.reason or str(status.phase))
     phase = phase[: PodAllocation._meta.get_field("phase").max_length]
-    return (phase, status.endpoint or endpoint, status.backend_ref, status.ports or ports)
+    kept = {} if addresses_problem(ports) else ports
+    return (phase, status.endpoint or endpoint, status.backend_ref, status.ports or kept)
 
 
 def _release_finished(

@@ -12,6 +12,7 @@ from portal.tolerant import (  # TolerantDecimalField: named by migration 0006
     INT32_MAX,
     TolerantDecimalField,
     in_range,
+    json_is,
     one_of,
     tolerant_count,
     tolerant_datetime,
@@ -246,6 +247,7 @@ class PodAllocation(Versioned):
             in_range("allocation", "gpu_memory_mib", 0, INT32_MAX),
             in_range("allocation", "mig_gpu_index", 0, INT32_MAX, null=True),
             in_range("allocation", "mig_start", 0, 32767, null=True),
+            json_is("allocation", "ports", "object"),
         ]
 
 

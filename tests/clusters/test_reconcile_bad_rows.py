@@ -111,8 +111,8 @@ BAD_ALLOCATION = {
 @pytest.mark.parametrize("case", BAD_ALLOCATION)
 def test_a_bad_allocation_fails_its_workload_alone(sim, org, case, full):  # noqa: F811
     planted, field = BAD_ALLOCATION[case]
-    if "text" in case and connection.vendor != "sqlite":
-        pytest.skip("PostgreSQL refuses the text")
+    if ("text" in case or case == "ports-list") and connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL refuses it (a text in a number; ports: scheduling 0017's CHECK)")
     good, bad = good_and_bad(org, Node.objects.get(name="node-0"), {})
     plant_text(PodAllocation.objects.filter(workload=bad).first(), **planted)
 
