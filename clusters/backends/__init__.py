@@ -149,6 +149,9 @@ class PodSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cpu: float = 1
     memory_mib: int = 1024
+    # Processes and threads per pod, as the workload asked (local pods' cgroups); None: the
+    # cluster's `pids_max`, which also caps it.
+    pids_max: int | None = None
     gpu_indices: tuple[int, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
     shared_gpu_index: int | None = None
