@@ -9,7 +9,15 @@ from django.db import models
 from django.db.models import Q
 
 from portal.models import Department, Project, non_negative
-from portal.tolerant import TolerantDecimalField, tolerant_count, tolerant_datetime
+from portal.tolerant import (
+    INT32_MAX,
+    TolerantDecimalField,
+    in_range,
+    tolerant_count,
+    tolerant_datetime,
+)
+
+GPUS_MAX, CPU_MAX = Decimal("999.999"), Decimal("99999.99")  # what the decimal columns hold
 
 
 class ToolKind(models.TextChoices):
@@ -47,6 +55,12 @@ class Environment(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            in_range("environment", "port", 1, 65535),
+            in_range("environment", "default_gpus", 0, GPUS_MAX),
+            in_range("environment", "default_cpu", 0, CPU_MAX),
+            in_range("environment", "default_memory_mib", 0, INT32_MAX),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -70,7 +84,11 @@ class WorkspaceTemplate(models.Model):
     class Meta:
         ordering = ["project_id", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="unique_ws_template_name")
+            models.UniqueConstraint(fields=["project", "name"], name="unique_ws_template_name"),
+            in_range("template", "gpus", 0, GPUS_MAX),
+            in_range("template", "cpu", 0, CPU_MAX),
+            in_range("template", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("template", "memory_mib", 0, INT32_MAX),
         ]
 
     def __str__(self) -> str:
@@ -146,6 +164,9 @@ class IdlePolicy(models.Model):
                 name="idle_policy_warns_before_stopping",
                 condition=Q(warn_after_min__lte=models.F("stop_after_min")),
             ),
+            in_range("idle_policy", "warn_after_min", 0, INT32_MAX),
+            in_range("idle_policy", "stop_after_min", 0, INT32_MAX),
+            in_range("idle_policy", "gpu_util_threshold_pct", 0, 100),
         ]
 
     def __str__(self) -> str:
