@@ -17,6 +17,7 @@ from clusters.backends.simulated import description_parse
 from clusters.inventory import inventory_sync
 from clusters.models import Backend, Cluster, Node
 from clusters.tasks import reconcile_cluster, sync_inventory
+from clusters.webhook import _context
 from scheduling.isolation import pools_without_isolation
 from tests.clusters.conftest import make_cluster
 from tests.clusters.test_reconcile_targeted import sim  # noqa: F401 - the fixture
@@ -88,6 +89,7 @@ def test_that_cluster_is_skipped_saying_why_and_the_other_goes_on(
     assert page.status_code == 200 and escape(reason) in page.content.decode()
     edit = client_as(org.platform_admin).get(reverse("cluster_edit", args=[broken.pk]))
     assert edit.status_code == 200
+    assert client_as(org.platform_admin).get(reverse("node_list")).status_code == 200
 
 
 @pytest.mark.parametrize("case", ["config-list", "number-text", "topology-number"])
@@ -107,3 +109,10 @@ def test_a_local_cluster_whose_record_cannot_be_read_isolates_no_one_and_breaks_
     assert reason in pools_without_isolation()[org.pool.name]
     page = client_as(org.platform_admin).get(reverse("cluster_list"))
     assert page.status_code == 200 and escape(reason) in page.content.decode()
+
+
+def test_the_pod_webhook_answers_for_a_cluster_whose_config_is_no_object(org):
+    cluster = make_cluster("kube", Backend.KUBERNETES)
+    plant(cluster, "config", ["scheduler_name"])
+    context = _context(Cluster.objects.get(pk=cluster.pk), org.project_a.namespace, "uid-1")
+    assert context is not None and context.mps_root == ""
