@@ -43,6 +43,7 @@ from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.manifest_kinds import KINDS, kind_of, platform_kinds, pod_templates, with_defaults
 from clusters.models import Backend, Cluster
 from clusters.native import FRACTION, GANG, GPU_MEMORY, KIND, PREEMPTIBLE, PRIORITY
+from clusters.stored import config_of
 from portal.audit import audit_log
 from portal.errors import ValidationFailed
 from portal.models import Project
@@ -307,7 +308,7 @@ def _give_gpu_share(
         if path:
             continue
         config_map = sharing.config_map_of_new_pod(body, salt=uuid4().hex[:8])
-        root = str((cluster.config or {}).get("mps_root") or MPS_ROOT)
+        root = str(config_of(cluster).get("mps_root") or MPS_ROOT)
         operations = sharing.sharing_patch(body, config_map=config_map, mps_root=root)
         jsonpatch.apply_patch(body, operations, in_place=True)
 

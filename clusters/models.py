@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 
-from portal.tolerant import INT32_MAX, INT64_MAX, TolerantDecimalField, in_range, tolerant_count
+from portal.tolerant import (
+    INT32_MAX,
+    INT64_MAX,
+    TolerantDecimalField,
+    in_range,
+    json_is,
+    tolerant_count,
+)
 from portal.versioned import Versioned
 
 if TYPE_CHECKING:
@@ -78,6 +85,11 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            json_is("cluster", "config", "object"),
+            json_is("cluster", "topology_labels", "array"),
+            json_is("cluster", "data_volume_roots", "array"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -87,8 +99,11 @@ class Cluster(models.Model):
         """A local cluster's sandboxing (can it isolate tenants here?); None on others."""
         if self.backend != Backend.LOCAL:
             return None
-        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+        from clusters.backends import sandbox  # noqa: PLC0415 - it imports models
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415
 
+        if problem := self.record_problem:
+            return sandbox.Isolation(False, problem)
         return LocalBackend(self).reported_isolation()
 
     @property
@@ -96,9 +111,21 @@ class Cluster(models.Model):
         """A local cluster's resource limits per pod (cgroups); None on others."""
         if self.backend != Backend.LOCAL:
             return None
-        from clusters.backends.local import LocalBackend  # noqa: PLC0415 - it imports models
+        from clusters.backends import cgroups  # noqa: PLC0415 - it imports models
+        from clusters.backends.local import LocalBackend  # noqa: PLC0415
 
+        if problem := self.record_problem:
+            return cgroups.Support(False, 0, problem)
         return LocalBackend(self).reported_limits()
+
+    @property
+    def record_problem(self) -> str:
+        """Why no backend can be made of this row (another writer's config), or ''."""
+        from clusters.backends import RECORD_UNREADABLE  # noqa: PLC0415 - it imports models
+        from clusters.stored import cluster_problem  # noqa: PLC0415
+
+        problem = cluster_problem(self)
+        return f"{RECORD_UNREADABLE}: {problem}" if problem else ""
 
 
 class PlacementStrategy(models.TextChoices):

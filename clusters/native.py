@@ -58,6 +58,7 @@ from clusters.native_owners import (
     to_walk,
 )
 from clusters.sharing import mps_enabled
+from clusters.stored import config_of
 from portal.errors import ValidationFailed
 from portal.models import Project
 from scheduling.intake import intake_pass, workload_submit_native
@@ -390,7 +391,7 @@ def _share_fields(
             f"A pod asking for part of a GPU asks for no {GPU_RESOURCE}: "
             f"remove resources.limits[{GPU_RESOURCE}]."
         )
-    root, mps = str((cluster.config or {}).get("mps_root") or MPS_ROOT), mps_enabled(cluster.config)
+    root, mps = str(config_of(cluster).get("mps_root") or MPS_ROOT), mps_enabled(cluster.config)
     for member in group.waiting:
         if missing := sharing.missing_parts(member.raw, mps_root=root, mps=mps):
             errors.setdefault(key, []).append(

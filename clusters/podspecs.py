@@ -222,6 +222,7 @@ def pod_spec(
         env=env,
         cpu=float(workload.cpu),
         memory_mib=int(workload.memory_mib),
+        pids_max=workload.pids_max,
         gpu_indices=tuple(int(i) for i in allocation.gpu_indices or ()),
         gpu_uuids=tuple(uuids.get((node_id, int(i)), "") for i in allocation.gpu_indices or ()),
         **shared_gpu(allocation, uuids, memories),

@@ -61,6 +61,7 @@ from scheduling.lifecycle import (
 from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadState
 from scheduling.policies import termination_grace_periods
 from scheduling.signals import clusters_reconcile, cycle_request
+from scheduling.stored import addresses_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -126,7 +127,12 @@ def cluster_reconcile(
     pods are deleted and their GPUs released without waiting for the next beat tick, or
     admitted work onto GPUs it released, so that its pods are made.
     `full`: None lets `full_pass_due` choose."""
-    backend = backend or get_backend(cluster)
+    try:
+        backend = backend or get_backend(cluster)
+    except BackendUnreachable as exc:  # a config no backend can be made of
+        cluster_mark_unreachable(cluster, str(exc))
+        full_pass_next(cluster)
+        return PassResult(reachable=False, errors=[str(exc)])
     full = full_pass_due(cluster) if full is None else full
     result = reconcile_pass(cluster, backend, full=full)
     if not result.reachable:
@@ -474,10 +480,12 @@ def _update_each(model: type[Model], rows: list[Model], fields: list[str]) -> No
 
 def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
     """(phase, endpoint, backend_ref, ports) as an allocation records `status`; `endpoint`
-    and `ports`: what it holds now, kept where the status tells none."""
+    and `ports`: what it holds now, kept where the status tells none (ports another writer
+    left misshapen are not: the database's CHECK would refuse the whole pass's write)."""
     phase = "Terminating" if status.terminating else (status.reason or str(status.phase))
     phase = phase[: PodAllocation._meta.get_field("phase").max_length]
-    return (phase, status.endpoint or endpoint, status.backend_ref, status.ports or ports)
+    kept = {} if addresses_problem(ports) else ports
+    return (phase, status.endpoint or endpoint, status.backend_ref, status.ports or kept)
 
 
 def _release_finished(

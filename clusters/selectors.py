@@ -287,6 +287,8 @@ def pod_limits(allocation: PodAllocation) -> dict[str, Any] | None:
     cluster = allocation.node.cluster
     if cluster.backend != Backend.LOCAL:
         return None
+    if problem := cluster.record_problem:
+        return {"limited": False, "reason": problem}
     return get_backend(cluster).pod_limits(_name_of(allocation))  # type: ignore[attr-defined]
 
 

@@ -22,6 +22,7 @@ from clusters.crypto import KubeconfigKeyMissing, kubeconfig_encrypt
 from clusters.inventory import SyncResult, inventory_sync
 from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_mark_contacted, cluster_mark_unreachable
+from clusters.stored import config_of, texts_of
 from clusters.tasks import sync_inventory
 from portal.audit import audit_log, snapshot
 from portal.errors import ValidationFailed
@@ -271,9 +272,9 @@ def cluster_update(
         "node_pool_label": node_pool_label or "gpupool.io/node-pool",
         "topology_labels": list(topology_labels),
         "config": _with_publishing(
-            _config_for(cluster.backend, description, cluster.config), publishing
+            _config_for(cluster.backend, description, config_of(cluster)), publishing
         ),
-        "data_volume_roots": cluster.data_volume_roots
+        "data_volume_roots": texts_of(cluster.data_volume_roots)
         if data_volume_roots is None
         else _data_volume_roots(cluster.backend, data_volume_roots),
         "enabled": enabled,

@@ -100,7 +100,7 @@ def mps_enabled(cluster_config: dict | None) -> bool:
     """Whether a cluster enforces its shares through MPS: yes unless its config says
     `mps: false` (a Kubernetes cluster whose namespaces may not run hostIPC pods shares
     GPUs by bookkeeping only, and its pages say so)."""
-    return (cluster_config or {}).get("mps", True) is not False
+    return not (isinstance(cluster_config, dict) and cluster_config.get("mps", True) is False)
 
 
 def client_visible_devices(device: str) -> str:

@@ -14,6 +14,7 @@ from clusters.backends import BackendUnreachable
 from clusters.forms import ClusterForm
 from clusters.models import Backend, Cluster, NodePool
 from clusters.reconcile import cluster_mark_unreachable
+from clusters.stored import config_of, texts_of
 from portal.errors import ValidationFailed
 from portal.forms import show_errors
 from portal.permissions import platform_admin_required
@@ -46,11 +47,11 @@ def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "name": cluster.name,
         "backend": cluster.backend,
         "node_pool_label": cluster.node_pool_label,
-        "topology_labels": ", ".join(cluster.topology_labels or []),
+        "topology_labels": ", ".join(texts_of(cluster.topology_labels)),
         "description": _description_text(cluster),
-        "data_volume_roots": "\n".join(cluster.data_volume_roots),
+        "data_volume_roots": "\n".join(texts_of(cluster.data_volume_roots)),
         "enabled": cluster.enabled,
-        **{key: (cluster.config or {}).get(key, "") for key in services.PUBLISH_KEYS},
+        **{key: config_of(cluster).get(key, "") for key in services.PUBLISH_KEYS},
     }
     form = ClusterForm(request.POST or None, request.FILES or None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
@@ -72,9 +73,9 @@ def cluster_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _description_text(cluster: Cluster) -> str:
-    if cluster.backend != Backend.SIMULATED or not cluster.config:
+    if cluster.backend != Backend.SIMULATED or not config_of(cluster):
         return ""
-    return yaml.safe_dump(cluster.config, sort_keys=False)
+    return yaml.safe_dump(config_of(cluster), sort_keys=False)
 
 
 @platform_admin_required

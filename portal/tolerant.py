@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from django.db import models
+from django.db.models.lookups import Exact
 
 
 class TolerantDecimalField(models.DecimalField):
@@ -134,3 +135,22 @@ def one_of(table: str, column: str, choices: type[models.Choices]) -> models.Che
     """A CHECK that a choice column holds one of its choices."""
     condition = models.Q(**{f"{column}__in": choices.values})
     return models.CheckConstraint(condition=condition, name=f"{table}_{column}_is_a_choice")
+
+
+class JsonType(models.Func):
+    """A JSON column's type, in the word both databases use for an object or an array:
+    SQLite's json_type, PostgreSQL's jsonb_typeof (they differ on others: text/string)."""
+
+    function = "JSON_TYPE"
+    output_field = models.CharField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, Any]:
+        return super().as_sql(compiler, connection, function="JSONB_TYPEOF", **extra)
+
+
+def json_is(table: str, column: str, kind: str) -> models.CheckConstraint:
+    """A CHECK that a JSON column holds an `object` or an `array` (`kind`) at its top: code
+    that reads its keys or items then meets no text or number there (nested shapes are
+    checked where rows are read: scheduling/stored.py, clusters/stored.py)."""
+    condition = Exact(JsonType(column), kind)
+    return models.CheckConstraint(condition=condition, name=f"{table}_{column}_is_an_{kind}")

@@ -142,8 +142,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         fields = [
             "id", "project", "submitted_by", "parent", "kind", "name", "image", "command",
             "args", "env", "gpu_request", "gpus", "gpu_memory_mib", "mig_profile", "cpu",
-            "memory_mib", "pods", "min_pods", "node_pools", "gpu_model", "topology_level",
-            "topology_required",
+            "memory_mib", "pids_max", "pods", "min_pods", "node_pools", "gpu_model",
+            "topology_level", "topology_required",
             "priority_class", "priority", "preemptible", "max_runtime_s", "checkpoint_dir",
             "checkpoint_interval_s", "last_checkpoint_at", "spec", "state", "pending_reason",
             "message", "exit_code", "restart_count",
@@ -223,6 +223,12 @@ class SubmitSpecSerializer(SubmitSerializer):
     )
     cpu = bounded_decimal(bounds.CPU, required=False)
     memory_mib = bounded_integer(bounds.MEMORY_MIB, required=False)
+    pids_max = bounded_integer(
+        bounds.PIDS_MAX,
+        required=False,
+        help_text="processes and threads per pod (local clusters), at most the cluster's "
+        "pids_max; omitted: the cluster's (1024 unless its admin set another)",
+    )
     workers = bounded_integer(bounds.PODS, required=False, help_text="distributed")
     master = serializers.BooleanField(required=False, help_text="distributed")
     min_pods = bounded_integer(

@@ -95,6 +95,10 @@ CHECKPOINT_INTERVAL_S = Bound.of(60, 7 * DAY_S, unit="seconds")
 # 1,000 a second per replica; what one replica serves is for its owner to say.
 SCALE_TARGET_REQUESTS = Bound.of(1, 60_000, unit="requests per replica per minute")
 PORT = Bound.of(1, 65535)
+# Processes and threads per pod (a local pod's cgroup pids.max): enough for a data loader's
+# workers, and far below what the kernel's pid space holds (4 million). The cluster's own
+# `pids_max` (an admin's, default 1024) caps what a workload asks (clusters.backends.cgroups).
+PIDS_MAX = Bound.of(16, 1_048_576, unit="processes")
 # The command line, its arguments and the environment, each: far below what a Kubernetes
 # object (1.5 MB) or an exec() (ARG_MAX) can carry.
 PROGRAM_TEXT_MAX = 64 * 1024

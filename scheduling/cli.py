@@ -309,6 +309,11 @@ def submit_options(command: Any) -> Any:
             "--max-runtime", type=Bounded(bounds.RUNTIME_S), help="Seconds before it is stopped."
         ),
         click.option(
+            "--pids-max",
+            type=Bounded(bounds.PIDS_MAX),
+            help="Processes and threads per pod (local clusters), at most the cluster's limit.",
+        ),
+        click.option(
             "--duration", type=Bounded(bounds.DURATION_S), help="Simulated clusters: seconds."
         ),
         click.option("--ssh", is_flag=True, help="Start an SSH server with your keys."),

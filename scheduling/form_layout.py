@@ -35,6 +35,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         ),
         # The gang minimum, and an elastic range with its scaling rule.
         (
+            "pids_max",
             "min_pods",
             "max_pods",
             "handles_resize",

@@ -134,6 +134,13 @@ class WorkloadForm(forms.Form):
     )
     cpu = decimal_field(bounds.CPU, "CPU cores per pod", initial=1)
     memory_mib = whole_field(bounds.MEMORY_MIB, "Memory per pod (MiB)", initial=4096)
+    pids_max = whole_field(
+        bounds.PIDS_MAX,
+        "Processes per pod",
+        required=False,
+        help_text="Processes and threads each pod may run (local clusters), at most the "
+        "cluster's limit. Empty = the cluster's (1024 unless its admin set another).",
+    )
     min_gpus = whole_field(
         bounds.GPU_RANGE, "Minimum GPUs", required=False, help_text="A GPU range: with maximum."
     )
@@ -345,6 +352,7 @@ def initial_from(workload: Workload) -> dict[str, Any]:
             "mig_profile",
             "cpu",
             "memory_mib",
+            "pids_max",
             "topology_level",
             "topology_required",
             "priority_class",

@@ -12,6 +12,7 @@ from portal.tolerant import (  # TolerantDecimalField: named by migration 0006
     INT32_MAX,
     TolerantDecimalField,
     in_range,
+    json_is,
     one_of,
     tolerant_count,
     tolerant_datetime,
@@ -94,6 +95,10 @@ class Workload(Versioned):
     cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=1)
     memory_mib = tolerant_count(models.PositiveIntegerField(default=1024))
     pods = tolerant_count(models.PositiveIntegerField(default=1))
+    # Processes and threads per pod, at most the cluster's `pids_max`; empty: the cluster's.
+    pids_max = tolerant_count(
+        models.PositiveIntegerField("processes per pod", null=True, blank=True)
+    )
     min_pods = tolerant_count(models.PositiveIntegerField(default=1))
     # Elastic: runs with min_pods .. pods pods (replicas), grown with idle GPUs and shrunk
     # first when GPUs are reclaimed (scheduling/engine/actions/elastic.py).
@@ -186,6 +191,7 @@ class Workload(Versioned):
             in_range("workload", "max_runtime_s", 0, INT32_MAX, null=True),
             in_range("workload", "checkpoint_interval_s", 0, INT32_MAX, null=True),
             in_range("workload", "restart_count", 0, INT32_MAX),
+            in_range("workload", "pids_max", 16, 1_048_576, null=True),  # bounds.PIDS_MAX
             in_range("workload", "exit_code", -INT32_MAX - 1, INT32_MAX, null=True),
             one_of("workload", "state", WorkloadState),
             one_of("workload", "kind", WorkloadKind),
@@ -246,6 +252,7 @@ class PodAllocation(Versioned):
             in_range("allocation", "gpu_memory_mib", 0, INT32_MAX),
             in_range("allocation", "mig_gpu_index", 0, INT32_MAX, null=True),
             in_range("allocation", "mig_start", 0, 32767, null=True),
+            json_is("allocation", "ports", "object"),
         ]
 
 

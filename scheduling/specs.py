@@ -80,6 +80,7 @@ COLUMN_KEYS = {
     "mig_profile",
     "cpu",
     "memory_mib",
+    "pids_max",
     "pods",
     "min_pods",
     "node_pools",
@@ -288,6 +289,7 @@ def _clean_resources(raw: dict[str, Any], out: dict[str, Any], errors: Errors) -
     memory_mib = _integer(raw, "memory_mib", 1024, bounds.MEMORY_MIB, errors)
     out.update(gpu_request=request, gpus=gpus, gpu_memory_mib=memory, cpu=cpu)
     out["memory_mib"] = memory_mib
+    out["pids_max"] = _optional_integer(raw, "pids_max", bounds.PIDS_MAX, errors)
 
 
 def _clean_pods(kind: str, raw: dict[str, Any], out: dict[str, Any], errors: Errors) -> None:

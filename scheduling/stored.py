@@ -18,7 +18,8 @@ from portal.tolerant import unreadable_columns
 _JSON = {dict: "an object", list: "a list", str: "a text", bool: "a boolean"}
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in words: 'a list', 'a number'."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return "a number"
     return _JSON.get(type(value), type(value).__name__)
@@ -28,12 +29,12 @@ def _shaped(value: Any, field: str, shape: type) -> str:
     """'' when `value` is empty or of `shape`, else why not."""
     if value in (None, "", [], {}) or isinstance(value, shape):
         return ""
-    return f"{field} is {_kind(value)}, not {_kind(shape())}"
+    return f"{field} is {json_kind(value)}, not {json_kind(shape())}"
 
 
 def _port(i: int, port: Any) -> str:
     if not isinstance(port, dict):
-        return f"spec.ports[{i}] is {_kind(port)}, not an object"
+        return f"spec.ports[{i}] is {json_kind(port)}, not an object"
     number = port.get("port")
     if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 65536:
         return f"spec.ports[{i}] has no port number (1..65535)"
@@ -42,7 +43,7 @@ def _port(i: int, port: Any) -> str:
 
 def _volume(i: int, volume: Any) -> str:
     if not isinstance(volume, dict):
-        return f"spec.volumes[{i}] is {_kind(volume)}, not an object"
+        return f"spec.volumes[{i}] is {json_kind(volume)}, not an object"
     if not all(isinstance(volume.get(key), str) for key in ("claim", "mount_path")):
         return f"spec.volumes[{i}] needs a claim and a mount_path"
     return ""
@@ -59,8 +60,8 @@ def _items(spec: dict[str, Any], field: str, check: Callable[[int, Any], str]) -
 def _spec(spec: dict[str, Any]) -> list[str]:
     problems = _items(spec, "ports", _port) + _items(spec, "volumes", _volume)
     duration = spec.get("duration_s")
-    if duration is not None and not (_kind(duration) == "a number" and math.isfinite(duration)):
-        problems.append(f"spec.duration_s is {_kind(duration)}, not a finite number")
+    if duration is not None and not (json_kind(duration) == "a number" and math.isfinite(duration)):
+        problems.append(f"spec.duration_s is {json_kind(duration)}, not a finite number")
     native = spec.get("native")
     if _shaped(native, "spec.native", dict) or _shaped(
         (native or {}).get("pods"), "spec.native.pods", list
@@ -86,14 +87,26 @@ def _index_list(value: object) -> bool:
     return isinstance(value, list) and all(type(i) is int and i >= 0 for i in value)
 
 
+def addresses_problem(ports: object) -> str:
+    """Why an allocation's `ports` (port name -> the address it answers at, as the backend
+    reported it) cannot be dialled, or ''."""
+    if not isinstance(ports, dict):
+        return f"ports is {json_kind(ports)}, not an object"
+    if not all(isinstance(address, str) for address in ports.values()):
+        return "ports has an address that is not a text"
+    return ""
+
+
 def allocation_problem(alloc: Any) -> str:
     """Why this allocation row (a PodAllocation) cannot be read as a placement, naming its
     columns, or '': a text SQLite held in a number (portal.tolerant), GPU indices that are
-    no list of indices. The cycle fails its workload; reconcile makes no pod of it."""
+    no list of indices, port addresses that are no object of texts. The cycle fails its
+    workload; reconcile makes no pod of it."""
     problems = [f"{name} is not a number in the database" for name in unreadable_columns(alloc)]
     problems += [
         f"{name} is not a list of GPU indices"
         for name in ("gpu_indices", "releasing_gpu_indices")
         if not _index_list(getattr(alloc, name))
     ]
+    problems += [problem] if (problem := addresses_problem(alloc.ports)) else []
     return f"its allocation {alloc.pk}: {', '.join(problems)}" if problems else ""

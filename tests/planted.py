@@ -18,16 +18,17 @@ def plant_text(row: Model, **columns: str) -> tuple:
         columns = {**columns, "version": new_version()}  # as raw SQL must (portal.versioned)
     sets = ", ".join(f'"{name}" = %s' for name in columns)
     sqlite = connection.vendor == "sqlite"
+    where = f'"{row._meta.pk.column}" = %s'
     with connection.cursor() as cursor:
         if sqlite:
             cursor.execute("PRAGMA ignore_check_constraints = ON")
         try:
-            cursor.execute(f"UPDATE {table} SET {sets} WHERE id = %s", [*columns.values(), row.pk])
+            cursor.execute(f"UPDATE {table} SET {sets} WHERE {where}", [*columns.values(), row.pk])
         finally:
             if sqlite:
                 cursor.execute("PRAGMA ignore_check_constraints = OFF")
         if not sqlite:
             return ()
         types = ", ".join(f'typeof("{name}")' for name in columns if name != "version")
-        cursor.execute(f"SELECT {types} FROM {table} WHERE id = %s", [row.pk])
+        cursor.execute(f"SELECT {types} FROM {table} WHERE {where}", [row.pk])
         return cursor.fetchone()

@@ -21,6 +21,7 @@ from django.utils import timezone
 from clusters.metrics.models import GpuSample
 from portal.audit import audit_log
 from portal.errors import ValidationFailed
+from portal.tolerant import unreadable_columns
 from scheduling.lifecycle import workload_event
 from scheduling.models import WorkloadState
 from scheduling.services import workload_stop
@@ -112,6 +113,12 @@ def workspace_cull_check(workspace: Workspace, *, now: datetime) -> CullDecision
     policy = idle_policy_for(workspace.workload.project)
     if policy is None:
         return CullDecision("skip", "No idle policy applies.")
+    if unread := unreadable_columns(policy) + unreadable_columns(workspace):
+        # Another writer's text in a number or date (portal.tolerant): its stand-in would
+        # read as "idle for 56 years" or "stop after -1 minutes". Left alone, said why.
+        reason = f"Not checked: {', '.join(unread)} cannot be read in the database."
+        log.warning("idle check of workspace %s: %s", workspace.workload_id, reason)
+        return CullDecision("skip", reason)
     activity = tool_activity(workspace)
     workload = workspace.workload
     starts = [

@@ -9,6 +9,15 @@ from django.db import models
 from django.db.models import Q
 
 from portal.models import Department, Project, non_negative
+from portal.tolerant import (
+    INT32_MAX,
+    TolerantDecimalField,
+    in_range,
+    tolerant_count,
+    tolerant_datetime,
+)
+
+GPUS_MAX, CPU_MAX = Decimal("999.999"), Decimal("99999.99")  # what the decimal columns hold
 
 
 class ToolKind(models.TextChoices):
@@ -28,22 +37,30 @@ class Environment(models.Model):
     image = models.CharField(max_length=300)
     # The tool's executable and fixed arguments; the portal appends base URL, port and token.
     command = models.JSONField(default=list)
-    port = models.PositiveIntegerField(default=8888)
+    port = tolerant_count(models.PositiveIntegerField(default=8888))
     tool_kind = models.CharField(
         max_length=16, choices=ToolKind.choices, default=ToolKind.JUPYTERLAB
     )
-    default_gpus = models.DecimalField(
+    # A text SQLite holds in a number (another writer's) loads as its stand-in
+    # (portal.tolerant): the pages answer, and a launch of it is refused naming the field.
+    default_gpus = TolerantDecimalField(
         max_digits=6, decimal_places=3, default=0, validators=[non_negative]
     )
-    default_cpu = models.DecimalField(
+    default_cpu = TolerantDecimalField(
         max_digits=7, decimal_places=2, default=Decimal("1"), validators=[non_negative]
     )
-    default_memory_mib = models.PositiveIntegerField(default=4096)
+    default_memory_mib = tolerant_count(models.PositiveIntegerField(default=4096))
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            in_range("environment", "port", 1, 65535),
+            in_range("environment", "default_gpus", 0, GPUS_MAX),
+            in_range("environment", "default_cpu", 0, CPU_MAX),
+            in_range("environment", "default_memory_mib", 0, INT32_MAX),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -56,10 +73,10 @@ class WorkspaceTemplate(models.Model):
     name = models.CharField(max_length=100)
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="+")
     gpu_request = models.CharField(max_length=16, default="whole")
-    gpus = models.DecimalField(max_digits=6, decimal_places=3, default=0)
-    gpu_memory_mib = models.PositiveIntegerField(default=0)
-    cpu = models.DecimalField(max_digits=7, decimal_places=2, default=Decimal("1"))
-    memory_mib = models.PositiveIntegerField(default=4096)
+    gpus = TolerantDecimalField(max_digits=6, decimal_places=3, default=0)
+    gpu_memory_mib = tolerant_count(models.PositiveIntegerField(default=0))
+    cpu = TolerantDecimalField(max_digits=7, decimal_places=2, default=Decimal("1"))
+    memory_mib = tolerant_count(models.PositiveIntegerField(default=4096))
     node_pool = models.ForeignKey(
         "clusters.NodePool", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -67,7 +84,11 @@ class WorkspaceTemplate(models.Model):
     class Meta:
         ordering = ["project_id", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="unique_ws_template_name")
+            models.UniqueConstraint(fields=["project", "name"], name="unique_ws_template_name"),
+            in_range("template", "gpus", 0, GPUS_MAX),
+            in_range("template", "cpu", 0, CPU_MAX),
+            in_range("template", "gpu_memory_mib", 0, INT32_MAX),
+            in_range("template", "memory_mib", 0, INT32_MAX),
         ]
 
     def __str__(self) -> str:
@@ -94,11 +115,13 @@ class Workspace(models.Model):
     shared_with_project = models.BooleanField(default=False)
     data_volume = models.CharField(max_length=500, blank=True)
     idle_state = models.CharField(max_length=16, choices=IdleState.choices, default="active")
-    last_activity_at = models.DateTimeField(null=True, blank=True)
-    warned_at = models.DateTimeField(null=True, blank=True)
-    kept_alive_at = models.DateTimeField(null=True, blank=True)
-    checked_at = models.DateTimeField(null=True, blank=True)
-    answered_at = models.DateTimeField(null=True, blank=True)  # its tool last answered
+    # A text SQLite holds in a date loads as its stand-in (portal.tolerant): culling leaves
+    # the workspace alone (no clock to judge it by) and says so in the log.
+    last_activity_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    warned_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    kept_alive_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    checked_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))
+    answered_at = tolerant_datetime(models.DateTimeField(null=True, blank=True))  # tool answered
 
     def __str__(self) -> str:
         return str(self.workload)
@@ -125,9 +148,11 @@ class IdlePolicy(models.Model):
     project = models.OneToOneField(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy"
     )
-    warn_after_min = models.PositiveIntegerField(default=60)
-    stop_after_min = models.PositiveIntegerField(default=120)
-    gpu_util_threshold_pct = models.PositiveIntegerField(default=5)
+    # A text SQLite holds in one (another writer's) loads as its stand-in (portal.tolerant):
+    # culling by this policy stops, saying why, rather than stopping workspaces at once.
+    warn_after_min = tolerant_count(models.PositiveIntegerField(default=60))
+    stop_after_min = tolerant_count(models.PositiveIntegerField(default=120))
+    gpu_util_threshold_pct = tolerant_count(models.PositiveIntegerField(default=5))
 
     class Meta:
         constraints = [
@@ -139,6 +164,9 @@ class IdlePolicy(models.Model):
                 name="idle_policy_warns_before_stopping",
                 condition=Q(warn_after_min__lte=models.F("stop_after_min")),
             ),
+            in_range("idle_policy", "warn_after_min", 0, INT32_MAX),
+            in_range("idle_policy", "stop_after_min", 0, INT32_MAX),
+            in_range("idle_policy", "gpu_util_threshold_pct", 0, 100),
         ]
 
     def __str__(self) -> str:

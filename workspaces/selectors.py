@@ -19,6 +19,7 @@ from portal.models import Membership, Project, Role
 from portal.permissions import can_admin_project, can_view_project, visible_projects
 from scheduling.models import ACTIVE_STATES, Workload, WorkloadState
 from scheduling.policies import effective_policies
+from scheduling.stored import addresses_problem
 from workspaces.models import Environment, IdlePolicy, Workspace, WorkspaceTemplate
 
 
@@ -98,6 +99,8 @@ def workload_port_upstream(workload: Workload, name: str) -> str | None:
         return None
     allocation = workload.allocations.select_related("node__cluster").order_by("pod_index").first()
     if allocation is None:
+        return None
+    if addresses_problem(allocation.ports):  # another writer's; the cycle fails the workload
         return None
     if allocation.ports.get(name):
         return str(allocation.ports[name])

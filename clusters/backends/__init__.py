@@ -36,6 +36,9 @@ class BackendUnreachable(BackendError):
     """The cluster cannot be reached at all: mark it so, keep its workloads."""
 
 
+RECORD_UNREADABLE = "Its record cannot be read (fix it in the database)"
+
+
 class PodSpecInvalid(BackendError):
     """The cluster will never run this pod as specified (no command, an invalid manifest):
     the workload fails with this message instead of being retried forever."""
@@ -146,6 +149,9 @@ class PodSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cpu: float = 1
     memory_mib: int = 1024
+    # Processes and threads per pod, as the workload asked (local pods' cgroups); None: the
+    # cluster's `pids_max`, which also caps it.
+    pids_max: int | None = None
     gpu_indices: tuple[int, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
     shared_gpu_index: int | None = None
@@ -388,8 +394,13 @@ def grace_for(status: PodStatus, default: int, per_workload: Mapping[int, int] |
 
 
 def get_backend(cluster: Cluster) -> Backend:
-    """The backend for a cluster row. Imports lazily: the kubernetes client is heavy."""
+    """The backend for a cluster row. Imports lazily: the kubernetes client is heavy.
+    BackendUnreachable when the row holds what no backend can be made of (another writer's
+    config): its passes skip the cluster saying why, and other clusters go on."""
     from clusters.models import Backend as Kind  # noqa: PLC0415 - models need apps ready
+
+    if problem := cluster.record_problem:
+        raise BackendUnreachable(problem)
 
     if cluster.backend == Kind.LOCAL:
         from clusters.backends.local import LocalBackend  # noqa: PLC0415

@@ -26,13 +26,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduling import bounds
+
 MOUNTINFO = Path("/proc/self/mountinfo")
 V1_CONTROLLERS = ("memory", "cpu", "pids")  # cpuacct too where it is mounted apart (usage)
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CPU_PERIOD_US = 100_000
 # A pod's processes and threads unless the cluster's config says otherwise (`pids_max`).
 PIDS_MAX_DEFAULT = 1024
-PIDS_MAX_BOUNDS = (16, 1_048_576)
+PIDS_MAX_BOUNDS = (int(bounds.PIDS_MAX.low), int(bounds.PIDS_MAX.high))
 PROBE_TTL_S = 300.0
 NO_CONTROLLERS = "this machine has no cgroup controllers"
 # A pod the kernel killed for its cgroup's memory limit, as Kubernetes says it.
@@ -72,11 +74,16 @@ class Hierarchy:
     roots: dict[str, Path]
 
 
-def limits_of(memory_mib: int, cpus: float, config: dict | None) -> Limits:
-    """A pod's limits from its request, and the cluster's `pids_max` (bounded)."""
+def limits_of(
+    memory_mib: int, cpus: float, config: dict | None, pids_max: int | None = None
+) -> Limits:
+    """A pod's limits from its request: memory, CPU, and the processes it asked for
+    (`pids_max`) up to the cluster's `pids_max`, its admin's ceiling (both bounded)."""
     low, high = PIDS_MAX_BOUNDS
     wanted = (config or {}).get("pids_max", PIDS_MAX_DEFAULT)
     pids = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) else PIDS_MAX_DEFAULT
+    if isinstance(pids_max, int) and not isinstance(pids_max, bool):
+        pids = min(pids, pids_max)
     return Limits(max(0, int(memory_mib)), max(0.0, float(cpus)), min(max(pids, low), high))
 
 

@@ -445,7 +445,9 @@ class LocalBackend(Backend):
             # Its cgroup (cgroups.py): its limits, and which processes are the pod's.
             "cgroup": group.as_dict() if group else None,
             "limits": (
-                cgroups.limits_of(spec.memory_mib, spec.cpu, self.cluster.config).as_dict()
+                cgroups.limits_of(
+                    spec.memory_mib, spec.cpu, self.cluster.config, spec.pids_max
+                ).as_dict()
                 if group
                 else None
             ),

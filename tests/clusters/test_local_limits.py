@@ -212,25 +212,37 @@ def test_a_stopped_pods_cgroup_goes_with_it(backend):
     assert not group.exists()
 
 
-def test_the_workload_page_shows_the_limits_the_pod_runs_under(org, client_as, limits):
-    cluster = make_cluster(config={"node_name": "here"})
+# The workload's pids_max (None: the cluster's), the cluster's, and what the pod runs under:
+# the workload's, up to the cluster's (its admin's ceiling).
+PIDS = {"cluster's": (None, None, 1024), "fewer": (64, None, 64), "above": (4096, 2048, 2048)}
+
+
+@pytest.mark.parametrize("case", PIDS)
+def test_the_workload_page_shows_the_limits_the_pod_runs_under(org, client_as, limits, case):
+    asked, ceiling, pids = PIDS[case]
+    cluster = make_cluster(
+        config={"node_name": "here", **({"pids_max": ceiling} if ceiling else {})}
+    )
     node = make_node(cluster, "here")
     workload = make_workload(org.project_a, org.researcher, "nb", command=[PY, "-c", SLEEP])
-    workload.cpu, workload.memory_mib = 0.5, 512
-    workload.save(update_fields=["cpu", "memory_mib"])
+    workload.cpu, workload.memory_mib, workload.pids_max = 0.5, 512, asked
+    workload.save(update_fields=["cpu", "memory_mib", "pids_max"])
     admit(workload, node)
     cluster_reconcile(cluster)
     try:
         page = client_as(org.researcher).get(f"/workloads/{workload.pk}/").content.decode()
-        assert "0.5 CPU · 512 MiB memory · 1024 processes" in page
+        assert f"0.5 CPU · 512 MiB memory · {pids} processes" in page
         assert f"cgroup v{limits.version}" in page
         api = APIClient()
         api.force_authenticate(org.researcher)
         body = api.get(reverse("api-workload", args=[workload.pk])).json()
+        assert body["pids_max"] == asked
         assert body["allocations"][0]["pod_limits"] == {
             "limited": True, "version": limits.version, "memory_mib": 512, "cpus": 0.5,
-            "pids": 1024,
+            "pids": pids,
         }  # fmt: skip
+        group = group_of(LocalBackend(cluster), f"gp-{workload.pk}-0")
+        assert (group._folder("pids") / "pids.max").read_text().strip() == str(pids)  # the kernel's
         LocalBackend(cluster).list_inventory()  # the worker's answer, for the clusters page
         page = client_as(org.platform_admin).get("/clusters/").content.decode()
         assert "limits enforced" in page and "no limits" not in page

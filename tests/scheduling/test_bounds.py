@@ -320,6 +320,7 @@ COLUMNS = [
     (Workload, "min_pods", bounds.PODS),
     (Workload, "max_runtime_s", bounds.RUNTIME_S),
     (Workload, "checkpoint_interval_s", bounds.CHECKPOINT_INTERVAL_S),
+    (Workload, "pids_max", bounds.PIDS_MAX),
     (WorkloadPolicy, "max_gpus_per_workload", bounds.POLICY_GPUS),
     (WorkloadPolicy, "default_runtime_s", bounds.RUNTIME_S),
     (WorkloadPolicy, "max_runtime_s", bounds.RUNTIME_S),

@@ -26,6 +26,7 @@ WORKLOAD = {
     "max_runtime_s": -1,
     "checkpoint_interval_s": -1,
     "restart_count": -1,
+    "pids_max": 8,  # bounds.PIDS_MAX: 16 at least
     "state": "bogus",
     "kind": "bogus",
     "gpu_request": "bogus",

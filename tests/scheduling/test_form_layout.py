@@ -39,7 +39,7 @@ def test_the_form_comes_in_sections_with_advanced_fields_folded(client_as, org, 
         "node_pools", "gpu_model", "priority_class", "max_runtime_s", "duration_s"
     ]  # fmt: skip
     assert [b.name for b in by_title["Compute"].advanced] == [
-        "min_pods", "max_pods", "handles_resize"
+        "pids_max", "min_pods", "max_pods", "handles_resize"
     ]  # fmt: skip
     page = response.content.decode()
     assert page.count('<details class="advanced">') == 3  # folded: nothing filled in
