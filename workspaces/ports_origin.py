@@ -1,11 +1,13 @@
-"""Users' HTTP ports on an origin apart from the portal's.
+"""Users' HTTP ports and workspaces' tools on an origin apart from the portal's.
 
 A tool a workload serves (TensorBoard, a notebook's app, anything on a declared HTTP port)
-runs its own scripts. Served on the portal's origin, those scripts would run with the
+runs its own scripts, and so does JupyterLab (a notebook's output is HTML and JavaScript
+its author wrote). Served on the portal's origin, those scripts would run with the
 visitor's portal session: read the API as them, post forms with their CSRF token. So
-when `GPUPOOL_PORTS_ORIGIN` names another origin, the proxy serves ports only there, sends
-a browser that asks for one on the portal's origin there (307), and answers nothing else
-on it:
+when `GPUPOOL_PORTS_ORIGIN` names another origin, the proxy serves ports
+(`/workloads/<id>/ports/<name>/`) and workspaces' tools (`/workspaces/<id>/lab/`) only
+there, sends a browser that asks for one on the portal's origin there (307), and answers
+nothing else on it:
 
 - `:8001`: the portal's own host name on another port. Browsers send cookies to every port
   of a host, so the proxy still sees the visitor's session; the origins differ, so a
@@ -14,9 +16,13 @@ on it:
 - `https://ports.example.com`: a host of its own; the session cookie must reach it
   (SESSION_COOKIE_DOMAIN=.example.com).
 
+Tools on that origin share it: a tool's page may act on the visitor's other tools and
+workspaces there (never on the portal). Only a host name per workload would part them.
+
 Unset, ports are served on the portal's origin in a CSP sandbox: their scripts get an
 opaque origin, which keeps the portal safe but breaks tools whose scripts call their own
-server (docs/workspaces.md)."""
+server. JupyterLab cannot run sandboxed (its scripts call its server, and read its own
+cookies) and is served on the portal's origin as it is: set the origin."""
 
 from __future__ import annotations
 
