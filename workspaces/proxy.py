@@ -38,7 +38,7 @@ from workspaces import activity, ports_origin, proxy_auth
 
 log = logging.getLogger(__name__)
 
-LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|\Z)")
+LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d{1,18})/lab(?:/|\Z)")
 # The paths of scheduling.selectors.port_path and ssh_path; ids fit the database's integers.
 PORT_PATH = re.compile(
     r"^/workloads/(?P<id>\d{1,18})/ports/(?P<name>[a-z0-9-]{1,15})(?P<rest>/(?s:.*))?\Z"
@@ -87,14 +87,17 @@ class WorkspaceProxy:
             return await self._lifespan(receive, send)
         path = scope.get("path", "")
         port, lab = PORT_PATH.match(path), LAB_PATH.match(path)
+        workload_id = int((port or lab)["id"]) if port or lab else 0
         there = ports_origin.on_ports_origin(scope)
+        if there and not ports_origin.serves(scope, workload_id):
+            port = lab = None  # another workload's host name: nothing of this one's
         if (port or lab) and not there and ports_origin.enabled() and scope["type"] == "http":
             # A browser that asks the portal's origin for a tool (a port, JupyterLab) is
             # sent to the ports' origin: the tool's scripts never run with the portal's.
-            location = ports_origin.url_on_ports_origin(scope)
+            location = ports_origin.url_on_ports_origin(scope, workload_id)
             return await send_refusal(send, proxy_auth.Access(307, location=location))
         if lab is not None:
-            return await self.lab(scope, receive, send, int(lab["id"]), there)
+            return await self.lab(scope, receive, send, workload_id, there)
         if port is not None or there:
             return await self.ports(scope, receive, send, port)
         if (ssh := SSH_PATH.match(path)) is not None and scope["type"] == "websocket":

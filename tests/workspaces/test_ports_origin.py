@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -109,8 +110,14 @@ def test_the_setting_takes_a_port_or_an_origin_and_refuses_anything_else():
         "ports.example.com",
         9000,
     )
+    assert ports_origin.parse("https://*.ports.example.com") == (
+        "https",
+        "*.ports.example.com",
+        443,
+    )
     for bad in ("ports.example.com", ":0", ":99999", ":x", "http://h/path", "ftp://h",
-                "http://u@h", "http://h:port"):  # fmt: skip
+                "http://u@h", "http://h:port", "https://*ports.example.com",
+                "https://a.*.example.com", "https://*", "https://*."):  # fmt: skip
         with pytest.raises(ImproperlyConfigured, match="GPUPOOL_PORTS_ORIGIN"):
             ports_origin.parse(bad)
 
@@ -234,3 +241,28 @@ def _printed(ws) -> str:
         message = json.loads(ws.recv(timeout=60))
         if message["msg_type"] == "stream":
             return message["content"]["text"]
+
+
+def test_with_a_host_name_per_workload_each_serves_its_own_workload_only(
+    client, org, board, served, settings
+):
+    """`*.ports...`: workload 7's page can neither read workload 8's answers (another
+    origin) nor act on it through the proxy: its host serves 8 nothing, and what its
+    scripts send 8's host carries its own Origin."""
+    portal, ports = served
+    port = urlsplit(ports).port
+    settings.PORTS_ORIGIN = f"http://*.ports.test:{port}"
+    cookies = _signed_in(client, org.researcher)
+    own, other = f"{board.pk}.ports.test:{port}", f"{board.pk + 1}.ports.test:{port}"
+    for path in (f"/workloads/{board.pk}/ports/http/", f"/workspaces/{board.pk}/lab/tree"):
+        answer = httpx.get(portal + path, cookies=cookies)
+        assert (answer.status_code, answer.headers["location"]) == (307, f"http://{own}{path}")
+        answer = httpx.get(ports + path, cookies=cookies, headers={"Host": other})
+        assert (answer.status_code, answer.text) == (404, "Not found.\n"), path
+    path = f"/workloads/{board.pk}/ports/http/"
+    answer = httpx.get(ports + path, cookies=cookies, headers={"Host": own})
+    assert (answer.status_code, answer.content) == (200, TOOL_PAGE)
+    # What another workload's page sends this one's host is refused (its Origin).
+    evil = {"Host": own, "Origin": f"http://{other}"}
+    answer = httpx.post(ports + path, cookies=cookies, headers=evil)
+    assert answer.status_code == 403 and "another site" in answer.text
