@@ -187,19 +187,20 @@ class WorkspaceProxy:
         policy: bytes = b"",
     ) -> None:
         """`policy`: a Content-Security-Policy added to the tool's answers."""
-        if access.status == 404 and ports_origin.on_ports_origin(scope):
+        there = ports_origin.on_ports_origin(scope)
+        if access.status == 404 and there:
             return await send_not_found(send)  # the portal's page is not for this origin
         if access.status == 404:
             # The portal's own 404 page, as for an address it does not know (no route of
             # its lies below the proxy's paths): a link of what one may not see answers as
             # its page does, with the same body, navigation and log-out form.
             return await self.app(scope, receive, send)
-        if access.status == 302 and ports_origin.on_ports_origin(scope):
+        if access.status == 302 and there:
             # Nobody signed in: the login page is the portal's, on its origin; it sends the
             # browser back to the tool's path there, and from there here (307).
             access = replace(access, location=settings.SITE_URL + access.location)
         if not access.allowed:
-            return await send_refusal(send, access)
+            return await send_refusal(send, access, there)
         body = await read_body(receive)
         host, socket_path = upstream_address(access.upstream)
         # A socket's client lives for one request: sockets come and go with workspaces.
@@ -211,7 +212,7 @@ class WorkspaceProxy:
             content=body,
         )
         try:
-            await forward(client, request, send, access, policy)
+            await forward(client, request, send, access, policy, there)
         finally:
             if socket_path is not None:
                 await client.aclose()
@@ -223,13 +224,14 @@ async def forward(
     send: Any,
     access: proxy_auth.Access,
     policy: bytes = b"",
+    on_ports_origin: bool = False,
 ) -> None:
     try:
         response = await client.send(request, stream=True)
     except httpx.HTTPError as exc:
         log.warning("workspace proxy: %s unreachable: %s", access.upstream, exc)
         refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
-        return await send_refusal(send, refusal)
+        return await send_refusal(send, refusal, on_ports_origin)
     try:
         await relay_response(response, send, access.token, policy)
     finally:
@@ -326,11 +328,11 @@ async def send_not_found(send: Any) -> None:
     await send({"type": "http.response.body", "body": b"Not found.\n"})
 
 
-async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
+async def send_refusal(send: Any, access: proxy_auth.Access, on_ports_origin: bool = False) -> None:
     headers = [(b"content-type", b"text/html; charset=utf-8")]
     if access.location:
         headers.append((b"location", access.location.encode()))
-    body = proxy_auth.refusal_page(access).encode()
+    body = proxy_auth.refusal_page(access, on_ports_origin=on_ports_origin).encode()
     await send({"type": "http.response.start", "status": access.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -202,6 +202,22 @@ def test_a_lab_asked_of_the_portal_is_sent_to_the_ports_origin(
     assert [r.status_code for r in answer.history] == [307, 302]
 
 
+def test_a_refusal_on_the_ports_origin_links_to_the_portal(client, org, board, served, settings):
+    """The portal's pages are not served there: a refusal's navigation and styles are the
+    portal's own, at SITE_URL."""
+    portal, ports = served
+    settings.SITE_URL = portal
+    cookies = _signed_in(client, org.researcher)
+    answer = httpx.get(ports + f"/workspaces/{board.pk}/lab/", cookies=cookies)
+    assert answer.status_code == 503 and "This workspace is not running." in answer.text
+    assert f'<base href="{portal}/">' in answer.text
+    assert answer.text.index("<base ") < answer.text.index('rel="stylesheet"')
+    # On the portal's own origin its links stay its own.
+    settings.PORTS_ORIGIN = ""
+    answer = httpx.get(portal + f"/workspaces/{board.pk}/lab/", cookies=cookies)
+    assert answer.status_code == 503 and "<base " not in answer.text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_jupyter_answers_on_the_ports_origin_with_the_viewers_session(
