@@ -1,6 +1,7 @@
 """The portal's web server: uvicorn serving `portal.asgi:application` at --host:--port and,
 when GPUPOOL_PORTS_ORIGIN is `:<port>`, at that port of the same host too, where users'
-HTTP ports are served on an origin apart from the portal's (workspaces/ports_origin.py).
+HTTP ports and workspaces' JupyterLab are served on an origin apart from the portal's
+(workspaces/ports_origin.py).
 One process and one event loop for both, so a signal stops both.
 
     python -m portal.serve --host 127.0.0.1 --port 8000

@@ -4,9 +4,11 @@
 the workspace's tool; `/workloads/<id>/ports/<name>/...` to a workload's HTTP port (with
 that prefix taken off: TensorBoard, a web demo); the WebSocket `/workloads/<id>/ssh`
 carries a TCP stream to its SSH server (`gpupool ssh-proxy`); everything else goes to
-Django. Every HTTP request and every WebSocket handshake is checked against the portal's
-session (or an API token: the CLI): only the owner, or the project's members when the owner
-shares it, get through. The tool's token is added here, server-side, so the browser never
+Django. With `GPUPOOL_PORTS_ORIGIN` set, a browser asking the portal's origin for a port
+or a workspace's tool is sent to that origin (307; workspaces/ports_origin.py). Every HTTP
+request and every WebSocket handshake is checked against the portal's session (or an API
+token: the CLI): only the owner, or the project's members when the owner shares it, get
+through. The tool's token is added here, server-side, so the browser never
 holds it.
 
 On the local backend a tool listens on a unix socket (`unix:/path` as its upstream) in a
@@ -21,12 +23,13 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+from django.conf import settings
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
@@ -35,7 +38,7 @@ from workspaces import activity, ports_origin, proxy_auth
 
 log = logging.getLogger(__name__)
 
-LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d+)/lab(?:/|\Z)")
+LAB_PATH = re.compile(r"^/workspaces/(?P<id>\d{1,18})/lab(?:/|\Z)")
 # The paths of scheduling.selectors.port_path and ssh_path; ids fit the database's integers.
 PORT_PATH = re.compile(
     r"^/workloads/(?P<id>\d{1,18})/ports/(?P<name>[a-z0-9-]{1,15})(?P<rest>/(?s:.*))?\Z"
@@ -83,15 +86,29 @@ class WorkspaceProxy:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         path = scope.get("path", "")
-        port = PORT_PATH.match(path)
-        if port is not None or ports_origin.on_ports_origin(scope):
+        port, lab = PORT_PATH.match(path), LAB_PATH.match(path)
+        workload_id = int((port or lab)["id"]) if port or lab else 0
+        there = ports_origin.on_ports_origin(scope)
+        if there and not ports_origin.serves(scope, workload_id):
+            port = lab = None  # another workload's host name: nothing of this one's
+        if (port or lab) and not there and ports_origin.enabled() and scope["type"] == "http":
+            # A browser that asks the portal's origin for a tool (a port, JupyterLab) is
+            # sent to the ports' origin: the tool's scripts never run with the portal's.
+            location = ports_origin.url_on_ports_origin(scope, workload_id)
+            return await send_refusal(send, proxy_auth.Access(307, location=location))
+        if lab is not None:
+            return await self.lab(scope, receive, send, workload_id, there)
+        if port is not None or there:
             return await self.ports(scope, receive, send, port)
         if (ssh := SSH_PATH.match(path)) is not None and scope["type"] == "websocket":
             return await self.ssh(scope, receive, send, int(ssh["id"]))
-        match = LAB_PATH.match(path)
-        if match is None:
-            return await self.app(scope, receive, send)
-        workspace_id = int(match["id"])
+        return await self.app(scope, receive, send)
+
+    async def lab(
+        self, scope: Scope, receive: Any, send: Any, workspace_id: int, there: bool
+    ) -> None:
+        """A workspace's tool (JupyterLab) at `/workspaces/<id>/lab/`, the path unchanged
+        (its base URL). On the ports' origin, framed only by pages of that origin."""
         check = partial(proxy_auth.authorize, scope["headers"], workspace_id, scope["path"])
         access = await check()
         if access.allowed:
@@ -99,20 +116,16 @@ class WorkspaceProxy:
         if scope["type"] == "websocket":
             touch = partial(activity.proxied, workspace_id)
             return await proxy_websocket(scope, receive, send, access, check, touch)
-        return await self.proxy_http(scope, receive, send, access)
+        policy = ports_origin.OWN_ORIGIN.encode() if there else b""
+        return await self.proxy_http(scope, receive, send, access, policy=policy)
 
     async def ports(self, scope: Scope, receive: Any, send: Any, port: re.Match | None) -> None:
-        """A port's address, or anything asked of the ports' origin, which serves nothing
-        but ports (workspaces/ports_origin.py). A browser that asks the portal's origin for
-        a port is sent to the ports' origin, when there is one."""
+        """A port's address, or anything else asked of the ports' origin, which serves
+        nothing but ports and workspaces' tools (workspaces/ports_origin.py)."""
         if port is None and scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         if port is None:
             return await send_not_found(send)
-        elsewhere = ports_origin.enabled() and not ports_origin.on_ports_origin(scope)
-        if elsewhere and scope["type"] == "http":
-            location = ports_origin.url_on_ports_origin(scope)
-            return await send_refusal(send, proxy_auth.Access(307, location=location))
         return await self.port(scope, receive, send, int(port["id"]), port["name"], port["rest"])
 
     async def port(
@@ -174,15 +187,20 @@ class WorkspaceProxy:
         policy: bytes = b"",
     ) -> None:
         """`policy`: a Content-Security-Policy added to the tool's answers."""
-        if access.status == 404 and ports_origin.on_ports_origin(scope):
+        there = ports_origin.on_ports_origin(scope)
+        if access.status == 404 and there:
             return await send_not_found(send)  # the portal's page is not for this origin
         if access.status == 404:
             # The portal's own 404 page, as for an address it does not know (no route of
             # its lies below the proxy's paths): a link of what one may not see answers as
             # its page does, with the same body, navigation and log-out form.
             return await self.app(scope, receive, send)
+        if access.status == 302 and there:
+            # Nobody signed in: the login page is the portal's, on its origin; it sends the
+            # browser back to the tool's path there, and from there here (307).
+            access = replace(access, location=settings.SITE_URL + access.location)
         if not access.allowed:
-            return await send_refusal(send, access)
+            return await send_refusal(send, access, there)
         body = await read_body(receive)
         host, socket_path = upstream_address(access.upstream)
         # A socket's client lives for one request: sockets come and go with workspaces.
@@ -194,7 +212,7 @@ class WorkspaceProxy:
             content=body,
         )
         try:
-            await forward(client, request, send, access, policy)
+            await forward(client, request, send, access, policy, there)
         finally:
             if socket_path is not None:
                 await client.aclose()
@@ -206,13 +224,14 @@ async def forward(
     send: Any,
     access: proxy_auth.Access,
     policy: bytes = b"",
+    on_ports_origin: bool = False,
 ) -> None:
     try:
         response = await client.send(request, stream=True)
     except httpx.HTTPError as exc:
         log.warning("workspace proxy: %s unreachable: %s", access.upstream, exc)
         refusal = proxy_auth.Access(502, message="The workspace's tool did not answer.")
-        return await send_refusal(send, refusal)
+        return await send_refusal(send, refusal, on_ports_origin)
     try:
         await relay_response(response, send, access.token, policy)
     finally:
@@ -309,11 +328,11 @@ async def send_not_found(send: Any) -> None:
     await send({"type": "http.response.body", "body": b"Not found.\n"})
 
 
-async def send_refusal(send: Any, access: proxy_auth.Access) -> None:
+async def send_refusal(send: Any, access: proxy_auth.Access, on_ports_origin: bool = False) -> None:
     headers = [(b"content-type", b"text/html; charset=utf-8")]
     if access.location:
         headers.append((b"location", access.location.encode()))
-    body = proxy_auth.refusal_page(access).encode()
+    body = proxy_auth.refusal_page(access, on_ports_origin=on_ports_origin).encode()
     await send({"type": "http.response.start", "status": access.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

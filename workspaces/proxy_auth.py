@@ -189,12 +189,15 @@ authorize_port = sync_to_async(authorize_port_sync, thread_sensitive=False)
 REFUSAL_TITLES = {403: "Forbidden", 404: "Not found", 503: "Not running"}
 
 
-def refusal_page(access: Access) -> str:
+def refusal_page(access: Access, *, on_ports_origin: bool = False) -> str:
     """The portal's styled error page, with its navigation for a signed-in user (rendered
-    without a request: the proxy runs outside Django's, and the header needs only the user)."""
+    without a request: the proxy runs outside Django's, and the header needs only the user).
+    On the ports' origin, which serves nothing of the portal's, its links and styles are
+    the portal's, at SITE_URL."""
     context = {
         "title": REFUSAL_TITLES.get(access.status, "Refused"),
         "message": access.message,
         "user": access.user or AnonymousUser(),
+        "base_href": f"{settings.SITE_URL}/" if on_ports_origin else "",
     }
     return render_to_string("error.html", context)

@@ -1,5 +1,7 @@
-"""The researcher's daily path in a real browser, against a real uvicorn server process:
-launch JupyterLab from the form, open it through the proxy, run a cell; a stranger is refused.
+"""The researcher's daily path in a real browser, against a real server process served as
+`make demo` serves it (portal.serve, with the ports' origin on the next socket): launch
+JupyterLab from the form, open it through the proxy (on the ports' origin, where a
+notebook's scripts cannot act as its viewer on the portal), run a cell; a stranger is refused.
 
 The server runs in another process, so it must see this test's database: the PostgreSQL
 test database (run under tests/services.py). The cycle and reconciliation run in this
@@ -12,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -48,14 +51,22 @@ def _test_database_url() -> str:
     return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
 
 
+@dataclass(frozen=True)
+class Served:
+    portal: str
+    ports: str  # GPUPOOL_PORTS_ORIGIN: where JupyterLab runs
+
+
 @pytest.fixture
 def asgi_server(tmp_path):
-    """uvicorn serving portal.asgi (Django + the workspace proxy) on a free port."""
+    """portal.serve (uvicorn: Django + the workspace proxy) on a free port, and the ports'
+    origin on another, as `make demo` runs them."""
     if connection.vendor != "postgresql" or "DATABASE_URL" not in os.environ:
         pytest.skip(
             "the server process needs the PostgreSQL test database: run under tests.services"
         )
-    port = free_port()
+    port, ports_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
         "DATABASE_URL": _test_database_url(),
@@ -63,17 +74,18 @@ def asgi_server(tmp_path):
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         # A development server, as `make demo` runs: static files from their folders.
         "DEBUG": "1",
+        "SITE_URL": url,
+        "GPUPOOL_PORTS_ORIGIN": f":{ports_port}",
     }
     log = (tmp_path / "uvicorn.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "portal.asgi:application",
+        [sys.executable, "-m", "portal.serve",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _answers(url, proc, tmp_path), 90, "uvicorn to answer")
-        yield url
+        yield Served(url, f"http://127.0.0.1:{ports_port}")
     finally:
         kill_group(proc.pid)
         proc.wait(timeout=30)
@@ -128,8 +140,8 @@ def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(
     )  # fmt: skip
     rita = chromium.new_context()
     rita.set_default_timeout(30_000)
-    page = _log_in(rita, asgi_server, "rita")
-    page.goto(f"{asgi_server}/workspaces/new/")
+    page = _log_in(rita, asgi_server.portal, "rita")
+    page.goto(f"{asgi_server.portal}/workspaces/new/")
     page.select_option("#id_project", label="ml-vision")
     page.click("label.env-card:has-text('JupyterLab')")
     page.fill("#id_name", "my-lab")
@@ -145,7 +157,8 @@ def test_a_researcher_runs_a_cell_in_jupyterlab_and_a_stranger_gets_403(
             page.click("#open-lab")
         lab = opened.value
         lab.set_default_timeout(LAB_TIMEOUT_MS)
-        lab.wait_for_url(re.compile(rf"^{asgi_server}/workspaces/{workspace_id}/lab/"))
+        # The portal's link sends the browser to the ports' origin (307).
+        lab.wait_for_url(re.compile(rf"^{asgi_server.ports}/workspaces/{workspace_id}/lab/"))
         try:
             _run_print_in_a_new_notebook(lab)
         except Exception:
@@ -174,25 +187,29 @@ def _run_print_in_a_new_notebook(lab) -> None:
     assert output.inner_text().strip() == "42"
 
 
-def _a_stranger_gets_403(chromium, url: str, workspace_id: int, lab, rita) -> None:
-    kernels = lab.request.get(f"{url}/workspaces/{workspace_id}/lab/api/kernels").json()
-    channels = f"/workspaces/{workspace_id}/lab/api/kernels/{kernels[0]['id']}/channels"
-    ws_url = url.replace("http://", "ws://") + channels
+def _a_stranger_gets_403(chromium, served: Served, workspace_id: int, lab, rita) -> None:
+    base = f"/workspaces/{workspace_id}/lab/"
+    kernels = lab.request.get(f"{served.ports}{base}api/kernels").json()
+    ws_url = (
+        served.ports.replace("http://", "ws://") + f"{base}api/kernels/{kernels[0]['id']}/channels"
+    )
     # The owner's session opens the kernel's WebSocket through the proxy...
-    with connect(ws_url, additional_headers={"Cookie": _cookie_header(rita)}) as ws:
+    owner = {"Cookie": _cookie_header(rita), "Origin": served.ports}
+    with connect(ws_url, additional_headers=owner) as ws:
         assert ws.protocol.state.name == "OPEN"
     otto = chromium.new_context()
     try:
-        tab = _log_in(otto, url, "otto")
-        response = tab.goto(f"{url}/workspaces/{workspace_id}/lab/tree")
+        tab = _log_in(otto, served.portal, "otto")
+        response = tab.goto(f"{served.portal}{base}tree")
         # Another project's researcher may not see the workspace: 404, as its page says
-        # (a 403 told him it exists)...
-        assert response.status == 404
-        assert "There is nothing here, or nothing you may see." in tab.content()
+        # (a 403 told him it exists); on the ports' origin, nothing of the portal's...
+        assert (response.status, tab.url) == (404, f"{served.ports}{base}tree")
+        assert tab.inner_text("body").strip() == "Not found."
         # ...and the same handshake is refused (a WebSocket refused before it is accepted
         # is answered HTTP 403, whatever the reason).
+        stranger = {"Cookie": _cookie_header(otto), "Origin": served.ports}
         with pytest.raises(InvalidStatus) as refused:
-            connect(ws_url, additional_headers={"Cookie": _cookie_header(otto)})
+            connect(ws_url, additional_headers=stranger)
         assert refused.value.response.status_code == 403
     finally:
         otto.close()
