@@ -163,6 +163,16 @@ def test_the_idle_clock_starts_when_the_gpus_went_quiet_not_at_the_last_jupyter_
     assert warning.message.startswith("Idle for 15 minutes.")
 
 
+# A tool that answers HTTP (404 for every path but its folder's files), on a port of the
+# kernel's choosing, which it prints first.
+TOOL = (
+    "import http.server\n"
+    "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n"
+    "print(s.server_address[1], flush=True)\n"
+    "s.serve_forever()\n"
+)
+
+
 @pytest.mark.django_db(transaction=True)  # the proxy reads the session from another thread
 def test_a_tool_without_jupyters_api_is_culled_by_its_use_through_the_proxy(org, client):
     """TensorBoard or VS Code server report no activity of their own: the last request or
@@ -170,12 +180,18 @@ def test_a_tool_without_jupyters_api_is_culled_by_its_use_through_the_proxy(org,
     import subprocess
     import sys
 
-    from tests.workspaces.helpers import free_port, kill_group
+    from tests.workspaces.helpers import kill_group
     from tests.workspaces.test_proxy import _session_cookie, call_http
     from workspaces import activity
     from workspaces.models import Environment, ToolKind
 
-    port = free_port()
+    # The tool binds a port the kernel picks and says which: a port picked free before it
+    # starts can be taken meanwhile by another suite on the machine (a 502 under load).
+    server = subprocess.Popen(
+        [sys.executable, "-c", TOOL], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    port = int(server.stdout.readline())
     workspace = make_running_workspace(
         owner=org.researcher, project=org.project_a, endpoint=f"127.0.0.1:{port}"
     )
@@ -185,10 +201,6 @@ def test_a_tool_without_jupyters_api_is_culled_by_its_use_through_the_proxy(org,
     )
     workspace.save()
     later = timezone.now() + timedelta(hours=5)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
     try:
         wait_until(lambda: workspaces_cull(now=later) != {"skip": 1}, 30, "the tool to answer")
         workspace.refresh_from_db()
