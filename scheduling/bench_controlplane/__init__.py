@@ -40,7 +40,7 @@ from django.db import connection
 from clusters.models import Cluster
 from scheduling.bench_controlplane import probe, state, steps
 from scheduling.engine.bench import load
-from scheduling.models import Workload, WorkloadEvent
+from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadEvent
 
 STEADY_CYCLES = 3
 IDLE_CYCLES = 10
@@ -184,7 +184,10 @@ def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
     first_event = WorkloadEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
     rows = []
     for _ in range(IDLE_CYCLES):
-        rows.append(steps.cycle().as_dict())
+        # Workloads whose pods are still going: while any is, a cycle evicts nothing
+        # (scheduling.cycle._config), so a row with some is no evidence of settling.
+        releasing = _releasing()
+        rows.append(steps.cycle().as_dict() | {"releasing_before": releasing})
         print(f"idle cycle {len(rows)}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
         steps.reconcile(cluster)
     record["idle_cycles"] = rows
@@ -198,6 +201,15 @@ def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
         "reasons": dict(Counter(reason for _, reason in evicted)),
     }
     return [row["evicted"] for row in rows]
+
+
+def _releasing() -> int:
+    return (
+        PodAllocation.objects.exclude(workload__state__in=ACTIVE_STATES)
+        .values("workload_id")
+        .distinct()
+        .count()
+    )
 
 
 def _median_total(rows: list[dict[str, Any]]) -> float | None:
