@@ -13,6 +13,7 @@ from typing import Any
 
 from clusters.models import Backend, Cluster, Node
 from portal.permissions import is_platform_admin
+from scheduling.kept import kept
 
 
 def pools_without_isolation() -> dict[str, str]:
@@ -46,7 +47,7 @@ def isolation_errors(actor: Any, fields: dict[str, Any]) -> dict[str, list[str]]
     if actor is None or is_platform_admin(actor):
         return {}
     pools = fields.get("node_pools") or []
-    every, unsafe = _pools()
+    every, unsafe = kept("isolation", _pools)  # once per native intake pass
     if not unsafe:
         return {}
     if not pools:
