@@ -217,6 +217,9 @@ def on_gpus_freed(sender: object, **kwargs: object) -> set[int]:
     except DatabaseError:
         logger.info("nominations left to the cycle: another transaction holds the nodes")
         return set()
+    except OvercommitRefused:  # the cycle admits what fits, and says why the rest waits
+        logger.exception("nominations left to the cycle")
+        return set()
 
 
 def quarantine(read: adapters.SnapshotRead) -> set[int]:

@@ -115,3 +115,24 @@ def test_a_reconcile_leaves_the_nomination_to_the_cycle_holding_the_nodes(reclai
     run = run_locked(timezone.now())
     owner.refresh_from_db()
     assert owner.state == S.ADMITTED and run.admitted >= 1
+
+
+def test_an_admission_the_capacity_check_refuses_leaves_the_reconcile_whole(reclaimed, monkeypatch):
+    # A nomination the final per-GPU check refuses (the fitting step made to pass it while
+    # other work holds one of its GPUs) is left to the cycle; the release and the rest of
+    # the pass stand.
+    import scheduling.cycle
+    from scheduling.models import PodAllocation
+
+    cluster, owner = reclaimed
+    first = owner.nominated["pods"][0]
+    holder = Workload.objects.filter(state=S.RUNNING).first()
+    PodAllocation.objects.create(
+        workload=holder, pod_index=9, node_id=int(first["node_id"]), gpu_indices=[first["gpus"][0]]
+    )
+    monkeypatch.setattr(scheduling.cycle, "capacity_fitting", lambda admissions, nodes: admissions)
+    result = cluster_reconcile(cluster)
+    owner.refresh_from_db()
+    assert owner.state == S.PENDING and owner.nominated  # waits for the cycle
+    assert result.released == 2 and not result.errors
+    assert Workload.objects.filter(state=S.PREEMPTED).count() == 0
