@@ -130,7 +130,7 @@ def test_the_first_hour_as_admin_and_researcher(
         name="JupyterLab", image="quay.io/jupyter/minimal-notebook",
         command=[sys.executable, "-m", "jupyterlab"], description="Python 3 notebooks",
     )  # fmt: skip
-    tour = Tour(chromium, asgi_server, width)
+    tour = Tour(chromium, asgi_server.portal, width)
     page = tour.page
     try:
         # 1. The admin onboards a department and a project, and invites Nia into it.
@@ -184,7 +184,8 @@ def test_the_first_hour_as_admin_and_researcher(
                 page.click("#open-lab")
             lab = opened.value
             lab.set_default_timeout(jupyterlab.LAB_TIMEOUT_MS)
-            lab.wait_for_url(re.compile(rf"^{asgi_server}/workspaces/{workspace_id}/lab/"))
+            # JupyterLab runs on the ports' origin, as in `make demo`.
+            lab.wait_for_url(re.compile(rf"^{asgi_server.ports}/workspaces/{workspace_id}/lab/"))
             jupyterlab._run_print_in_a_new_notebook(lab)
             lab.screenshot(path=str(ARTIFACTS / f"{width}-9-jupyterlab.png"))
             lab.close()
@@ -193,8 +194,9 @@ def test_the_first_hour_as_admin_and_researcher(
 
         # 4. From the CLI: a job that prints, its log followed to the end; one that fails,
         # and says why everywhere it shows.
-        cli = _Cli(tmp_path / "cli", asgi_server)
-        cli("login", "--url", asgi_server, "--username", username, "--password", NEW_PASSWORD)
+        portal = asgi_server.portal
+        cli = _Cli(tmp_path / "cli", portal)
+        cli("login", "--url", portal, "--username", username, "--password", NEW_PASSWORD)
         cli("project", "set", "arm-control")
         ok = cli.submitted("hello", "python", "-c", "print(6*7)")
         follow = cli.start("logs", "-f", str(ok))
