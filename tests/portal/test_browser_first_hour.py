@@ -59,8 +59,10 @@ class Tour:
     """One browser tab at one width, against the server at `url`; every request it makes
     to another host is kept in `foreign`."""
 
-    def __init__(self, chromium, url: str, width: int) -> None:
+    def __init__(self, chromium, url: str, width: int, ports: str = "") -> None:
         self.url, self.width = url, width
+        # The portal's own hosts: its origin, and the ports' origin JupyterLab runs on.
+        self.own = {urlsplit(url).netloc} | ({urlsplit(ports).netloc} if ports else set())
         self.context = chromium.new_context(viewport={"width": width, "height": 900})
         self.context.set_default_timeout(30_000)
         self.foreign: list[str] = []
@@ -69,10 +71,7 @@ class Tour:
 
     def _seen(self, request) -> None:
         parts = urlsplit(request.url)
-        if (
-            parts.scheme in ("http", "https", "ws", "wss")
-            and parts.netloc != urlsplit(self.url).netloc
-        ):
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.netloc not in self.own:
             self.foreign.append(request.url)
 
     def go(self, path: str) -> None:
@@ -130,7 +129,7 @@ def test_the_first_hour_as_admin_and_researcher(
         name="JupyterLab", image="quay.io/jupyter/minimal-notebook",
         command=[sys.executable, "-m", "jupyterlab"], description="Python 3 notebooks",
     )  # fmt: skip
-    tour = Tour(chromium, asgi_server.portal, width)
+    tour = Tour(chromium, asgi_server.portal, width, ports=asgi_server.ports)
     page = tour.page
     try:
         # 1. The admin onboards a department and a project, and invites Nia into it.
