@@ -22,17 +22,23 @@ def pools_without_isolation() -> dict[str, str]:
 
 
 def _pools() -> tuple[set[str], dict[str, str]]:
-    """Every pool with nodes, and those of them that cannot isolate tenants, with why."""
-    clusters = {c.pk: c for c in Cluster.objects.all()}
+    """Every pool with nodes, and those of them that cannot isolate tenants, with why;
+    (set(), {}) without reading the nodes where every cluster can isolate (a submit's
+    common case: no local cluster, or one that sandboxes)."""
+    reasons = {
+        c.pk: isolation.reason
+        for c in Cluster.objects.filter(backend=Backend.LOCAL)
+        if (isolation := c.isolation) is not None and not isolation.available
+    }
+    if not reasons:
+        return set(), {}
     unsafe: dict[str, str] = {}
     safe: set[str] = set()
     for cluster_id, pool in Node.objects.values_list("cluster_id", "pool__name").distinct():
-        cluster = clusters.get(cluster_id)
-        if pool is None or cluster is None:
+        if pool is None:
             continue
-        isolation = cluster.isolation if cluster.backend == Backend.LOCAL else None
-        if isolation is not None and not isolation.available:
-            unsafe.setdefault(pool, isolation.reason)
+        if cluster_id in reasons:
+            unsafe.setdefault(pool, reasons[cluster_id])
         else:
             safe.add(pool)
     return safe | set(unsafe), {pool: why for pool, why in unsafe.items() if pool not in safe}
