@@ -184,15 +184,27 @@ def test_a_newcomer_placed_on_extra_pods_is_not_placed_again_in_its_next_pool() 
     assert (placed(result), evicted(result)) == ({"w": [("n0", (3,))]}, {})
 
 
-def test_no_preemption_that_leaves_the_newcomer_over_its_limit() -> None:
-    # p (limit 2) runs two low 1-GPU jobs on a 3-GPU node: evicting one makes room for a
-    # 2-GPU job next to the free GPU, but p would then hold 3 GPUs, over its limit.
+def test_a_newcomer_at_its_projects_limit_evicts_what_its_quota_needs() -> None:
+    # p (limit 2) runs two low 1-GPU jobs on a 3-GPU node. Evicting one makes room for a
+    # 2-GPU job next to the free GPU, but p would then hold 3 GPUs, over its limit: the
+    # search goes on to the second, and the newcomer starts within the limit (it used to
+    # evict nothing and wait for ever, the search stopping once the room was there).
     lows = [running(job(f"low{i}", "p"), "n0", [i]) for i in range(2)]
     w = job("w", "p", gpus=2, priority=5)
     queues = [dept(), project("p", deserved=2, limit=2)]
     result = run(snapshot(nodes(1, 3), queues, [*lows, w]))
+    assert evicted(result) == {"low0": PREEMPT, "low1": PREEMPT}
+    assert list(placed(result)) == ["w"]
+    assert len(placed(result)["w"][0][1]) == 2
+
+
+def test_a_newcomer_over_its_limit_even_without_its_victims_evicts_nothing() -> None:
+    # As above with a limit of 1: the 2-GPU job is over it whatever p stops.
+    lows = [running(job(f"low{i}", "p"), "n0", [i]) for i in range(2)]
+    w = job("w", "p", gpus=2, priority=5)
+    queues = [dept(), project("p", deserved=1, limit=1)]
+    result = run(snapshot(nodes(1, 3), queues, [*lows, w]))
     assert (placed(result), evicted(result)) == ({}, {})
-    assert result.pending_reasons["w"] == "project p is at its limit of 2 GPUs in pool a"
 
 
 def test_a_newcomer_that_preempted_in_one_pool_does_not_preempt_in_the_next() -> None:

@@ -297,13 +297,20 @@ def make_room(
     share = wl.pods[0] if len(wl.pods) == 1 and wl.pods[0].is_shared else None
     evicted: list[Workload] = []
     while len(evicted) <= max_victims:
-        if ready():
+        allowed = ready()
+        if allowed:
             slots = ctx.placer.place(wl, pool)
             if slots is not None:
                 if len(evicted) > 1:
                     return _only_those_needed(ctx, wl, pool, mark, evicted, cause, ready)
                 return evicted, slots
         batch = _cheapest_batch(ctx, wl, pool, models, need, candidates, rule, share)
+        if not batch and not allowed and _has_room(ctx, wl, pool):
+            # The room is there; wl's quota is what the victims taken so far leave short
+            # (a project at its limit whose newcomer outranks several of its small jobs):
+            # the cheapest victim frees quota, wherever it runs in the pool.
+            batch = next(_usable(ctx, wl, candidates, rule), None)
+            batch = [] if batch is None else [batch]
         if not batch or len(evicted) + len(batch) > max_victims:
             break
         for victim in batch:
@@ -379,6 +386,25 @@ def _cheapest_batch(
     waited less than that victim's checkpoint interval (the bound: cycles that always
     land just before its checkpoints cannot keep wl waiting for ever).
     """
+    progress: dict[int, _NodePlan | None] = {}
+    pods = len(wl.pods)
+    # The host room one pod of wl needs (the largest asks of its pods)
+    pod = PodRequest(cpu=max(p.cpu for p in wl.pods), memory_mib=max(p.memory_mib for p in wl.pods))
+    for victim in _usable(ctx, wl, candidates, rule):
+        for order in victim.nodes:
+            if order not in progress:
+                node = ctx.state.nodes[order]
+                progress[order] = _NodePlan.start(node, pool, models, need, share, pods, pod)
+            plan = progress[order]
+            if plan is not None and plan.add(ctx, victim):
+                return plan.chosen
+    return []
+
+
+def _usable(ctx: Context, wl: Workload, candidates: Candidates, rule: Rule) -> Iterator[Victim]:
+    """The victims wl may take, in cost order: not evicted yet, freeing devices, allowed
+    by the rule, and not due for a checkpoint the rule waits for (noted for wl's pending
+    reason); at most MAX_WALK of them."""
     evicted = ctx.stmt.evicted
     ok = rule.allowed()
     stream: Iterable[Victim] = candidates.ordered
@@ -386,14 +412,10 @@ def _cheapest_batch(
         # Walk only the accepted queues' victims, merged in cost order: most queues are
         # turned away, and skipping their victims one by one would dominate the search.
         stream = candidates.accepted_by(ok)
-    progress: dict[int, _NodePlan | None] = {}
     budget = MAX_WALK
     slots = ctx.state.slots
     waited = ctx.now - wl.submit_time
     wait = rule.wait_for_checkpoints
-    pods = len(wl.pods)
-    # The host room one pod of wl needs (the largest asks of its pods)
-    pod = PodRequest(cpu=max(p.cpu for p in wl.pods), memory_mib=max(p.memory_mib for p in wl.pods))
     for victim in stream:
         if victim.wl.id in evicted or not _frees_devices(slots.get(victim.wl.id, ())):
             continue
@@ -404,15 +426,16 @@ def _cheapest_batch(
             continue
         budget -= 1
         if budget < 0:
-            break
-        for order in victim.nodes:
-            if order not in progress:
-                node = ctx.state.nodes[order]
-                progress[order] = _NodePlan.start(node, pool, models, need, share, pods, pod)
-            plan = progress[order]
-            if plan is not None and plan.add(ctx, victim):
-                return plan.chosen
-    return []
+            return
+        yield victim
+
+
+def _has_room(ctx: Context, wl: Workload, pool: str) -> bool:
+    """Whether wl's pods would be placed in the pool now (tried, then undone)."""
+    mark = ctx.state.mark()
+    slots = ctx.placer.place(wl, pool)
+    ctx.state.rollback(mark)
+    return slots is not None
 
 
 def _note_checkpoint_wait(ctx: Context, wl: Workload, victim: Workload, waited: float) -> None:
