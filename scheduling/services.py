@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from portal.audit import audit_entry, audit_log, audit_log_many, snapshot
@@ -114,7 +114,8 @@ def workloads_create_checked(
     thousands): one INSERT each for the rows, their first events and their audit rows, in
     one transaction, and one cycle asked for. Each answer is the workload, or why it was
     refused: a name taken since it was read free refuses that submit alone (the batch is
-    then written one by one). A sweep (its trials) goes one by one too."""
+    then written one by one). A sweep (its trials) goes one by one too, as does everything
+    where the database gives no primary keys back from a bulk INSERT."""
     one_by_one = not connection.features.can_return_rows_from_bulk_insert  # no pks back
     if one_by_one or len(submits) < 2 or any(s.kind == WorkloadKind.HPO for s in submits):
         return [_created_or_refused(actor, s) for s in submits]
@@ -126,7 +127,9 @@ def workloads_create_checked(
                 _submitted(row, s.origin, actor) for row, s in zip(rows, submits, strict=True)
             )
             audit_log_many([_audit_submit(actor, row) for row in rows])
-    except IntegrityError:
+    except DatabaseError:
+        # A name taken since its check, or a row the database refuses: one by one, so
+        # that only that submit fails (as it did when each was its own submit).
         return [_created_or_refused(actor, s) for s in submits]
     cycle_request()
     return list(rows)
