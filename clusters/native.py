@@ -61,7 +61,12 @@ from clusters.sharing import mps_enabled
 from clusters.stored import config_of
 from portal.errors import ValidationFailed
 from portal.models import Project
-from scheduling.intake import intake_pass, workload_submit_native
+from scheduling.intake import (
+    Checked,
+    intake_pass,
+    workload_check_native,
+    workloads_submit_native,
+)
 from scheduling.lifecycle import workload_transition
 from scheduling.models import FINISHED_STATES, PriorityClass, Workload, WorkloadKind
 from scheduling.models import WorkloadState as S
@@ -139,6 +144,7 @@ class Intake:
     pools: list[str]
     submitter: Any
     taken: set[tuple[int, str]]  # (project pk, workload name)
+    checked: list[tuple[Group, Checked]] = field(default_factory=list)  # queued together
 
 
 def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
@@ -174,6 +180,8 @@ def native_sync(cluster: Cluster, backend: KubernetesBackend) -> list[str]:
                     _enforce_stop(backend, group)
             except BackendError as exc:
                 errors.append(str(exc))
+        if intake is not None:
+            errors += _queue_checked(backend, cluster, intake)
     for key, workload in active.items():
         if key not in groups:  # every pod gone: no slot holds one
             _fill_slots(workload, Group(key, "", None, None))
@@ -280,7 +288,8 @@ def _gang_size(value: str) -> int:
 def _queue(
     backend: KubernetesBackend, cluster: Cluster, project: Project, group: Group, intake: Intake
 ) -> None:
-    """A workload for a new group, or the reason it cannot be one on each of its pods."""
+    """A new group checked as a workload (into `intake.checked`: queued with the pass's
+    others), or the reason it cannot be one on each of its pods."""
     first = group.waiting[0]
     if group.error is not None:
         raise group.error
@@ -297,7 +306,7 @@ def _queue(
     try:
         kind, spec = _submit_spec(cluster, group, first, intake.pools)
         name = _free_name(project, group, intake.taken)
-        workload = workload_submit_native(
+        checked = workload_check_native(
             actor=intake.submitter,
             project=project,
             kind=kind,
@@ -310,16 +319,44 @@ def _queue(
             origin=f"From Kubernetes: {_described(group, first)}.",
         )
     except ValidationFailed as exc:
-        message = "GPUPool cannot queue this pod: " + "; ".join(
-            f"{_field_source(name, first)}: {' '.join(texts)}"
-            for name, texts in sorted(exc.errors.items())
-        )
-        for pod in group.waiting:
-            kube.tell_waiting(backend, pod, message)
+        _refused(backend, group, exc)
         return
     intake.taken.add((project.pk, name))
+    intake.checked.append((group, checked))
+
+
+def _queue_checked(backend: KubernetesBackend, cluster: Cluster, intake: Intake) -> list[str]:
+    """The pass's checked groups queued together; each pod told what became of it."""
+    errors = []
+    answers = workloads_submit_native(
+        actor=intake.submitter, checked=[checked for _, checked in intake.checked]
+    )
+    for (group, _), answer in zip(intake.checked, answers, strict=True):
+        try:
+            if isinstance(answer, ValidationFailed):
+                _refused(backend, group, answer)
+            else:
+                _queued(backend, cluster, answer, group)
+        except BackendError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def _refused(backend: KubernetesBackend, group: Group, exc: ValidationFailed) -> None:
+    """Each waiting pod says why GPUPool cannot queue it, naming what to change."""
+    first = group.waiting[0]
+    message = "GPUPool cannot queue this pod: " + "; ".join(
+        f"{_field_source(name, first)}: {' '.join(texts)}"
+        for name, texts in sorted(exc.errors.items())
+    )
+    for pod in group.waiting:
+        kube.tell_waiting(backend, pod, message)
+
+
+def _queued(backend: KubernetesBackend, cluster: Cluster, workload: Workload, group: Group) -> None:
     _fill_slots(workload, group)
-    log.info("%s: queued %s as workload %s", cluster.name, _described(group, first), workload.pk)
+    described = _described(group, group.waiting[0])
+    log.info("%s: queued %s as workload %s", cluster.name, described, workload.pk)
     if group.note:  # grouped by the pod's own controller: say so where its owner looks
         log.warning("%s: grouped by the pods' controller: %s", cluster.name, group.note)
         for pod in group.waiting:

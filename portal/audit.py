@@ -32,7 +32,14 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def audit_log(
+def audit_log(**entry: Any) -> AuditLog:
+    """Record a change (`audit_entry`'s fields). Must run inside the transaction that makes
+    the change."""
+    (written,) = audit_log_many([audit_entry(**entry)])
+    return written
+
+
+def audit_entry(
     *,
     actor: Any,
     action: str,
@@ -41,10 +48,8 @@ def audit_log(
     after: dict[str, Any] | None = None,
     department: Department | None = None,
 ) -> AuditLog:
-    """Record a change. Must run inside the transaction that makes the change."""
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("audit_log must be called inside the change's transaction")
-    return AuditLog.objects.create(
+    """An audit row not yet written: `audit_log_many` writes many at once."""
+    return AuditLog(
         actor=actor if getattr(actor, "is_authenticated", False) else None,
         action=action,
         object_type=type(obj).__name__.lower(),
@@ -54,3 +59,10 @@ def audit_log(
         before=before,
         after=after,
     )
+
+
+def audit_log_many(entries: list[AuditLog]) -> list[AuditLog]:
+    """Record many changes in one statement. Must run inside the changes' transaction."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("audit_log must be called inside the change's transaction")
+    return AuditLog.objects.bulk_create(entries)

@@ -6,15 +6,16 @@ in the same transaction, and asks for a scheduling cycle only once the change co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from portal.audit import audit_log, snapshot
+from portal.audit import audit_entry, audit_log, audit_log_many, snapshot
 from portal.errors import ValidationFailed
-from portal.models import Department, Project
+from portal.models import AuditLog, Department, Project
 from portal.permissions import can_admin_department, can_admin_project, can_submit_to_project
 from scheduling import bounds, sweeps
 from scheduling.isolation import isolation_errors
@@ -24,6 +25,7 @@ from scheduling.models import (
     FINISHED_STATES,
     PriorityClass,
     Workload,
+    WorkloadEvent,
     WorkloadKind,
     WorkloadPolicy,
     WorkloadState,
@@ -56,6 +58,25 @@ def workload_submit(*, actor: Any, project: Project, kind: str, name: str, **spe
 
 
 def workload_create_checked(
+    actor: Any, project: Project, kind: str, name: str, spec: dict, **check: Any
+) -> Workload:
+    """Create a workload after the checks every submit gets (`workload_check`, whose
+    options `check` are), whoever asked (permission is the caller's)."""
+    return _create_refusing_taken(actor, workload_check(actor, project, kind, name, spec, **check))
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A submit that passed every check, not yet written: its row's fields."""
+
+    project: Project
+    kind: str
+    name: str
+    fields: dict[str, Any]
+    origin: str
+
+
+def workload_check(
     actor: Any,
     project: Project,
     kind: str,
@@ -65,12 +86,13 @@ def workload_create_checked(
     extra: dict | None = None,
     origin: str = "",
     name_free: bool = False,
-) -> Workload:
-    """Create a workload after the checks every submit gets (bounds, the project's
-    policy, a name free in the project), whoever asked (permission is the caller's).
-    `name_free`: the caller chose a name it read free (a native intake pass reads the
-    names of all its groups at once); a name taken meanwhile is still refused, by the
-    table's unique constraint."""
+) -> Checked:
+    """The checks every submit gets (bounds, the project's policy, a name free in the
+    project), writing nothing; raises ValidationFailed. `extra` are fields the form has
+    none for (its `spec` merged into the checked one); `origin` says where the submit came
+    from, in its first event. `name_free`: the caller chose a name it read free (a native
+    intake pass reads the names of all its groups at once); a name taken meanwhile is
+    still refused, by the table's unique constraint, when the row is written."""
     fields, errors = clean_spec(kind, name, spec)
     if not errors:
         policy = kept(("policy", project.pk), lambda: effective_policy(project))
@@ -82,12 +104,52 @@ def workload_create_checked(
         raise ValidationFailed(errors)
     extra = dict(extra or {})
     fields["spec"] = {**fields.get("spec", {}), **extra.pop("spec", {})}
+    return Checked(project, kind, name, {**fields, **extra}, origin)
+
+
+def workloads_create_checked(
+    actor: Any, submits: list[Checked]
+) -> list[Workload | ValidationFailed]:
+    """Create many checked submits of one actor together (a native intake pass queues up to
+    thousands): one INSERT each for the rows, their first events and their audit rows, in
+    one transaction, and one cycle asked for. Each answer is the workload, or why it was
+    refused: a name taken since it was read free refuses that submit alone (the batch is
+    then written one by one). A sweep (its trials) goes one by one too, as does everything
+    where the database gives no primary keys back from a bulk INSERT."""
+    one_by_one = not connection.features.can_return_rows_from_bulk_insert  # no pks back
+    if one_by_one or len(submits) < 2 or any(s.kind == WorkloadKind.HPO for s in submits):
+        return [_created_or_refused(actor, s) for s in submits]
+    rows = [_row(actor, s) for s in submits]
     try:
         with transaction.atomic():
-            workload = _create(actor, project, kind, name, {**fields, **extra}, origin=origin)
+            Workload.objects.bulk_create(rows)
+            WorkloadEvent.objects.bulk_create(
+                _submitted(row, s.origin, actor) for row, s in zip(rows, submits, strict=True)
+            )
+            audit_log_many([_audit_submit(actor, row) for row in rows])
+    except DatabaseError:
+        # A name taken since its check, or a row the database refuses: one by one, so
+        # that only that submit fails (as it did when each was its own submit).
+        return [_created_or_refused(actor, s) for s in submits]
+    cycle_request()
+    return list(rows)
+
+
+def _created_or_refused(actor: Any, checked: Checked) -> Workload | ValidationFailed:
+    try:
+        return _create_refusing_taken(actor, checked)
+    except ValidationFailed as exc:
+        return exc
+
+
+def _create_refusing_taken(actor: Any, checked: Checked) -> Workload:
+    try:
+        with transaction.atomic():
+            return _create(actor, checked)
     except IntegrityError as exc:  # a concurrent submit took the name between check and insert
-        raise ValidationFailed({"name": [f"{name} is already taken in {project.name}."]}) from exc
-    return workload
+        raise ValidationFailed(
+            {"name": [f"{checked.name} is already taken in {checked.project.name}."]}
+        ) from exc
 
 
 def _check_names_free(
@@ -114,27 +176,41 @@ def trial_name(sweep_name: str, index: int) -> str:
     return f"{sweep_name}-trial-{index}"
 
 
-def _create(
-    actor: Any, project: Project, kind: str, name: str, fields: dict, *, origin: str = ""
-) -> Workload:
-    workload = Workload.objects.create(
-        project=project,
+def _row(actor: Any, checked: Checked) -> Workload:
+    """The new row, not yet written (its version a fresh one, from the field's default)."""
+    return Workload(
+        project=checked.project,
         submitted_by=actor,
-        kind=kind,
-        name=name,
+        kind=checked.kind,
+        name=checked.name,
         queued_at=timezone.now(),
-        **fields,
+        **checked.fields,
     )
-    workload_event(workload, type="pending", reason="Submitted", message=origin or f"By {actor}.")
-    if kind == WorkloadKind.HPO:
-        _create_trials(workload)
-    audit_log(
+
+
+def _submitted(workload: Workload, origin: str, actor: Any) -> WorkloadEvent:
+    return WorkloadEvent(
+        workload=workload, type="pending", reason="Submitted", message=origin or f"By {actor}."
+    )
+
+
+def _audit_submit(actor: Any, workload: Workload) -> AuditLog:
+    return audit_entry(
         actor=actor,
         action="workload.submit",
         obj=workload,
         after=snapshot(workload, AUDIT_FIELDS),
-        department=project.department,
+        department=workload.project.department,
     )
+
+
+def _create(actor: Any, checked: Checked) -> Workload:
+    workload = _row(actor, checked)
+    workload.save(force_insert=True)
+    _submitted(workload, checked.origin, actor).save(force_insert=True)
+    if checked.kind == WorkloadKind.HPO:
+        _create_trials(workload)
+    audit_log_many([_audit_submit(actor, workload)])
     cycle_request()
     return workload
 

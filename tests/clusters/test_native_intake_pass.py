@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from kubernetes import client as k8s
 
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.native import native_sync
 from clusters.reconcile import cluster_reconcile
+from portal.models import AuditLog
 from scheduling.cycle import cycle_run
+from scheduling.models import WorkloadEvent
 from scheduling.models import WorkloadState as S
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import (  # noqa: F401 - the fixture
@@ -80,3 +86,44 @@ def test_with_a_watch_the_pass_waits_for_it_to_show_the_binding_instead(kube, se
     assert ("GET", f"/api/v1/namespaces/{NS}/pods/trainer") not in fake.requests
     cluster.refresh_from_db()
     assert int(cluster.watch_state["native"]) >= int(pod["metadata"]["resourceVersion"])
+
+
+def _intake_statements(cluster, make) -> tuple[int, int]:
+    """SQL statements of one intake pass after `make()` created its pods; workloads it
+    queued."""
+    before = len(native_workloads())
+    make()
+    with CaptureQueriesContext(connection) as queries:
+        errors = native_sync(cluster, KubernetesBackend(cluster))
+    assert errors == []
+    return len(queries), len(native_workloads()) - before
+
+
+def test_an_intake_pass_costs_statements_that_do_not_grow_with_its_groups(kube, setup, org):  # noqa: F811
+    """The workloads of one pass, their first events and their audit rows are written
+    together: 20 groups (bare pods and Jobs of two) cost what 2 do, give or take a few
+    statements, not a few per workload."""
+    fake = kube.require_fake()  # its Job controller makes the Jobs' pods before the pass
+    cluster, core = setup
+    batch = k8s.BatchV1Api(core.api_client)
+
+    def groups(prefix: str, count: int):
+        def make():
+            for index in range(count):
+                if index % 2:
+                    batch.create_namespaced_job(NS, job_body(f"{prefix}-job-{index}", 2))
+                else:
+                    core.create_namespaced_pod(NS, pod_body(f"{prefix}-pod-{index}"))
+            fake.run_controllers()
+
+        return make
+
+    few, queued_few = _intake_statements(cluster, groups("few", 2))
+    many, queued_many = _intake_statements(cluster, groups("many", 20))
+    assert (queued_few, queued_many) == (2, 20)
+    assert many <= few + 6, (few, many)
+    events = WorkloadEvent.objects.filter(workload__name__startswith="many-", reason="Submitted")
+    assert events.count() == 20
+    audits = AuditLog.objects.filter(action="workload.submit", object_repr__contains="many-")
+    assert audits.count() == 20
+    assert len({w.version for w in native_workloads()}) == 22  # each row its own stamp

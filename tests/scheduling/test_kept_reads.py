@@ -8,10 +8,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from portal.errors import ValidationFailed
+from portal.models import AuditLog
 from scheduling.fits import node_rooms
 from scheduling.kept import reads_kept
-from scheduling.models import Workload
-from scheduling.services import workload_create_checked
+from scheduling.models import Workload, WorkloadEvent
+from scheduling.services import workload_check, workload_create_checked, workloads_create_checked
 from tests.scheduling.conftest import make_nodes
 
 
@@ -64,3 +65,50 @@ def test_a_name_read_free_but_taken_meanwhile_is_still_refused(org, cluster):
         )
     assert "name" in refused.value.errors
     assert Workload.objects.filter(name="dup").count() == 1
+
+
+def test_checked_submits_written_together_refuse_only_a_name_taken_since(org, cluster):
+    """workloads_create_checked: a name taken after its check fails the batch's INSERT;
+    the batch is then written one by one, so that submit alone is refused and the others
+    are queued with their event and audit row (none for the refused one)."""
+    spec = {"image": "pytorch/pytorch:2.3", "gpus": 1}
+    checked = [
+        workload_check(org.platform_admin, org.project_a, "training", name, dict(spec))
+        for name in ("first", "later-taken", "third")
+    ]
+    workload_create_checked(org.platform_admin, org.project_a, "training", "later-taken", spec)
+    answers = workloads_create_checked(org.platform_admin, checked)
+    assert [type(a).__name__ for a in answers] == ["Workload", "ValidationFailed", "Workload"]
+    assert "name" in answers[1].errors
+    assert Workload.objects.filter(name="later-taken").count() == 1
+    names = ["first", "third"]
+    assert WorkloadEvent.objects.filter(workload__name__in=names, reason="Submitted").count() == 2
+    audits = AuditLog.objects.filter(
+        action="workload.submit", object_id__in=[a.pk for a in answers[::2]]
+    )
+    assert audits.count() == 2
+
+
+def test_checked_submits_written_together_are_each_a_workload_with_its_event_and_audit(
+    org, cluster
+):
+    """The rows, their first events and their audit rows: one INSERT each for all, each row
+    with a version of its own (the cycle's kept rows read a row again when it changes)."""
+    spec = {"image": "pytorch/pytorch:2.3", "gpus": 1}
+    checked = [
+        workload_check(org.platform_admin, org.project_a, "training", f"many-{i}", dict(spec))
+        for i in range(12)
+    ]
+    with CaptureQueriesContext(connection) as seen:
+        answers = workloads_create_checked(org.platform_admin, checked)
+    inserts = [q["sql"].split()[2].strip('"') for q in seen if q["sql"].startswith("INSERT")]
+    assert sorted(inserts) == ["portal_auditlog", "scheduling_workload", "scheduling_workloadevent"]
+    rows = Workload.objects.filter(name__startswith="many-")
+    assert sorted(w.pk for w in answers) == sorted(rows.values_list("pk", flat=True))
+    assert len(set(rows.values_list("version", flat=True))) == 12
+    events = WorkloadEvent.objects.filter(workload__in=rows, reason="Submitted")
+    assert sorted(events.values_list("workload_id", flat=True)) == sorted(w.pk for w in answers)
+    audits = AuditLog.objects.filter(
+        action="workload.submit", object_id__in=[w.pk for w in answers]
+    )
+    assert sorted(a.after["name"] for a in audits) == sorted(f"many-{i}" for i in range(12))
