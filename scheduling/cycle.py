@@ -29,10 +29,12 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import Counter
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import DatabaseError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
@@ -213,7 +215,9 @@ def on_gpus_freed(sender: object, **kwargs: object) -> set[int]:
     try:
         with transaction.atomic():  # a savepoint: a lock not had leaves the caller's as it was
             nodes_lock(nowait=True)
-            return nominations_apply().clusters
+            nominated = nominations_apply()
+            admitted_at_release_count(nominated.by_cycle)
+            return nominated.clusters
     except DatabaseError:
         logger.info("nominations left to the cycle: another transaction holds the nodes")
         return set()
@@ -326,7 +330,7 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
         else:
             admissions.append(admission)
     clusters |= admissions_apply(read, admissions)
-    nominations_save(read.workloads, held_back, run.started_at)
+    nominations_save(read.workloads, held_back, run.started_at, run.pk)
     reasons = {**result.pending_reasons, **read.throttled, **waiting}
     reasons_save(read, reasons)
     run.admitted = len(admissions)
@@ -391,6 +395,17 @@ def _blocked_by(
 class Nominated(NamedTuple):
     clusters: set[int]
     admitted: int
+    by_cycle: Counter[int]  # admitted, per CycleRun id of the cycle that nominated them
+
+
+def admitted_at_release_count(by_cycle: Counter[int]) -> None:
+    """Count a reconcile's admissions on the rows of the cycles that decided them
+    (CycleRun.admitted_at_release), where the cycles page shows them: that cycle's
+    evictions made the room, and its row was written before the room came free."""
+    for cycle, count in sorted(by_cycle.items()):
+        CycleRun.objects.filter(pk=cycle).update(
+            admitted_at_release=F("admitted_at_release") + count
+        )
 
 
 def nominations_apply() -> Nominated:
@@ -405,7 +420,9 @@ def nominations_apply() -> Nominated:
     workloads = {str(n.workload.pk): n.workload for n in due}
     stamps = {str(n.workload.pk): n.at for n in due}
     clusters = admissions_write(nodes, workloads, admissions, stamps)
-    return Nominated(clusters, len(admissions))
+    cycles = {str(n.workload.pk): n.cycle for n in due}
+    by_cycle = Counter(cycles[a.workload_id] for a in admissions if cycles[a.workload_id])
+    return Nominated(clusters, len(admissions), by_cycle)
 
 
 def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:

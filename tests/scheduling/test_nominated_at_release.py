@@ -83,6 +83,25 @@ def test_the_reconcile_that_frees_the_gpus_admits_the_work_and_makes_its_pods(re
     assert (run.admitted, run.evicted) == (0, 0)
 
 
+def test_the_reconciles_admission_is_counted_on_the_cycle_that_nominated_it(
+    reclaimed, client_as, org
+):
+    cluster, _ = reclaimed
+    nominating = CycleRun.objects.order_by("-pk").first()
+    assert (nominating.admitted, nominating.evicted) == (0, 2)
+    cluster_reconcile(cluster)
+    counts = dict(CycleRun.objects.values_list("pk", "admitted_at_release"))
+    assert counts == {pk: int(pk == nominating.pk) for pk in counts}
+    client = client_as(org.platform_admin)
+    page = client.get("/workloads/cycles/").content.decode()
+    assert page.count("+1 at release</span>") == 1
+    rows = {row["id"]: row for row in client.get("/api/v1/cycles/").json()}
+    assert rows[nominating.pk]["admitted_at_release"] == 1
+    # The cycle after finds it running and admits nothing: counted once, where decided.
+    run_locked(timezone.now())
+    assert sum(CycleRun.objects.values_list("admitted_at_release", flat=True)) == 1
+
+
 @pytest.mark.services
 @pytest.mark.skipif(
     connection.vendor != "postgresql",
@@ -115,6 +134,8 @@ def test_a_reconcile_leaves_the_nomination_to_the_cycle_holding_the_nodes(reclai
     run = run_locked(timezone.now())
     owner.refresh_from_db()
     assert owner.state == S.ADMITTED and run.admitted >= 1
+    # admitted by a cycle, counted there, not as admitted at release
+    assert not CycleRun.objects.filter(admitted_at_release__gt=0).exists()
 
 
 def test_an_admission_the_capacity_check_refuses_leaves_the_reconcile_whole(reclaimed, monkeypatch):
