@@ -11,10 +11,12 @@ nomination to the cycle.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.inventory import inventory_sync
@@ -81,6 +83,25 @@ def test_the_reconcile_that_frees_the_gpus_admits_the_work_and_makes_its_pods(re
     # The next cycle finds the work running: it evicts and admits nothing more.
     run = run_locked(timezone.now())
     assert (run.admitted, run.evicted) == (0, 0)
+
+
+# The targeted pass's one read of every allocation (clusters.reconcile._INDEX), whatever
+# the database (SQLite's reads name each column again, as it guards their types).
+INDEX_READ = re.compile(r'^SELECT "scheduling_podallocation"\."workload_id"( AS "\w+")?, ')
+ONLY = re.compile(r'"scheduling_podallocation"\."workload_id" IN \(([^)]*)\)')
+
+
+def test_the_second_pass_reads_only_the_workloads_the_first_acted_on(reclaimed, org, submit):
+    cluster, owner = reclaimed
+    victims = set(Workload.objects.filter(state=S.PREEMPTED).values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        result = cluster_reconcile(cluster)
+    reads = [q["sql"] for q in queries if INDEX_READ.match(q["sql"]) and '."endpoint"' in q["sql"]]
+    assert len(reads) == 2 and not ONLY.search(reads[0])  # the first pass: every allocation
+    [ids] = ONLY.findall(reads[1])
+    assert {int(i) for i in ids.split(",")} == victims | {owner.pk}
+    assert result.released == 2 and result.created == 1  # the owner's pod, by the second
+    assert SimulatedPod.objects.filter(workload_id=owner.pk).count() == 1
 
 
 def test_the_reconciles_admission_is_counted_on_the_cycle_that_nominated_it(
