@@ -81,6 +81,9 @@ class PassResult:
     finished: int = 0  # workloads that left ADMITTED/RUNNING in this pass
     released: int = 0
     nominated: int = 0  # admitted here onto GPUs this pass released (pods to make)
+    # The workloads this pass acted on (a targeted pass: those that needed work) and those
+    # it admitted here: all a second pass at once may find to do (cluster_reconcile).
+    acted: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     full: bool = True  # a full pass (every spec built), else a targeted one
 
@@ -125,7 +128,9 @@ def cluster_reconcile(
 ) -> PassResult:
     """One pass, and a second at once when the first finished workloads, so that their
     pods are deleted and their GPUs released without waiting for the next beat tick, or
-    admitted work onto GPUs it released, so that its pods are made.
+    admitted work onto GPUs it released, so that its pods are made. The second looks at
+    those workloads only (`PassResult.acted`), not at every allocation again: anything
+    else that changed meanwhile was asked a reconcile of its own by whoever changed it.
     `full`: None lets `full_pass_due` choose."""
     try:
         backend = backend or get_backend(cluster)
@@ -138,7 +143,9 @@ def cluster_reconcile(
     if not result.reachable:
         full_pass_next(cluster)  # back in reach: a full pass first
     if result.reachable and (result.finished or result.nominated):
-        second = reconcile_pass(cluster, backend, full=False)
+        # after a full pass, every workload was acted on: the second reads them all anyway
+        only = None if result.full else result.acted
+        second = reconcile_pass(cluster, backend, full=False, only=only)
         if second.nominated:  # its own release admitted more here: one more pass, later
             clusters_reconcile([cluster.pk])
         result.created += second.created
@@ -149,11 +156,14 @@ def cluster_reconcile(
     return result
 
 
-def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> PassResult:
+def reconcile_pass(
+    cluster: Cluster, backend: Backend, *, full: bool = True, only: set[int] | None = None
+) -> PassResult:
     """1. observe the cluster; 2. requeue workloads whose pods vanished (node lost);
     3. create missing pods, delete pods nobody wants; 4. record phases and endpoints;
     5. release workloads whose pods are all gone; 6. move states from the phases seen.
-    Not `full` (and the backend can): steps 2-6 for the workloads that need work only."""
+    Not `full` (and the backend can): steps 2-6 for the workloads that need work only,
+    and with `only`, only among those workloads (every other pod stays as it is)."""
     full = full or not backend.partial_reconcile
     result = PassResult(full=full)
     try:
@@ -162,10 +172,11 @@ def reconcile_pass(cluster: Cluster, backend: Backend, *, full: bool = True) -> 
         if full:
             allocations, subset = _allocations(cluster), {}
         else:
-            changed, kept = _needing_work(cluster, observed)
+            changed, kept = _needing_work(cluster, observed, only)
             allocations = _allocations(cluster, changed)
             subset = {"keep": kept, "observed": observed}
         by_workload = _group(allocations)
+        result.acted |= set(by_workload)
         missing = [a for a in allocations if _runs(a.workload) and _gone(a, observed)]
         present = nodes_present(backend, missing)  # outside the transaction: a cluster call
         with transaction.atomic():
@@ -306,21 +317,28 @@ _INDEX = (
 
 
 def _needing_work(
-    cluster: Cluster, observed: dict[str, PodStatus]
+    cluster: Cluster, observed: dict[str, PodStatus], only: set[int] | None = None
 ) -> tuple[list[int], frozenset[str]]:
     """The workloads a full pass would act on (create, delete, requeue, release, record or
     move), by comparing every allocation's recorded phase and workload state with the pods
-    observed; and the names of the other workloads' pods, which stay as they are."""
+    observed; and the names of the other workloads' pods, which stay as they are. `only`:
+    among these workloads alone, every pod of the others staying as it is."""
+    rows_read = PodAllocation.objects.filter(node__cluster=cluster)
+    if only is not None:
+        rows_read = rows_read.filter(workload_id__in=sorted(only))
     by_workload: dict[int, list[tuple]] = defaultdict(list)
-    for row in PodAllocation.objects.filter(node__cluster=cluster).values_list(*_INDEX):
+    for row in rows_read.values_list(*_INDEX):
         by_workload[row[0]].append(row)
-    changed, keep = [], []
+    changed, keep, acting = [], [], []
     for workload_id, rows in by_workload.items():
         names = [pod_name(workload_id, row[1]) for row in rows]
         if _needs_work(rows, [observed.get(name) for name in names]):
             changed.append(workload_id)
+            acting += names
         else:
             keep += names
+    if only is not None:
+        return changed, frozenset(observed.keys() - set(acting))
     return changed, frozenset(keep)
 
 
@@ -509,8 +527,10 @@ def _release_finished(
     result.released += len(released)
     if released:
         admitted = nominated_admit()
-        result.nominated += cluster.pk in admitted
-        clusters_reconcile(admitted - {cluster.pk})
+        here = admitted.pop(cluster.pk, set())
+        result.nominated += bool(here)
+        result.acted |= here
+        clusters_reconcile(set(admitted))
 
 
 def _apply_phases(

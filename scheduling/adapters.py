@@ -252,6 +252,9 @@ def read_snapshot() -> SnapshotRead:
     )
     # Pods of stopped or preempted workloads, and pods elastic ones gave back.
     releasing = [a for a in allocations if a.workload_id not in managed or a.releasing]
+    # Pods with a GPU range that gave GPUs back (few): only those are checked, not every
+    # allocation of the cluster each cycle (most of a steady cycle's adapter time).
+    given_back = [a for a in allocations if a.releasing_gpu_indices]
     # Pods on an unreachable (or disabled) cluster may never confirm they are gone; they
     # keep their GPUs, but must not hold back evictions everywhere else.
     settling = {
@@ -266,7 +269,7 @@ def read_snapshot() -> SnapshotRead:
         },
         nodes={engine_node_id(node.pk): node for node in nodes},
         held_elsewhere=settling,
-        held_devices=_devices(readable(releasing)) | _given_back_gpus(readable(allocations)),
+        held_devices=_devices(readable(releasing)) | _given_back_gpus(readable(given_back)),
         throttled=throttled,
         unrunnable=unrunnable,
         placed={str(row.wl.pk): row.allocations for row in managed_rows},

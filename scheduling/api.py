@@ -594,7 +594,7 @@ class CycleSerializer(serializers.ModelSerializer):
         model = CycleRun
         fields = [
             "id", "started_at", "duration_ms", "engine_ms", "workloads", "nodes", "admitted",
-            "evicted", "stopped", "pending", "ok", "error",
+            "admitted_at_release", "evicted", "stopped", "pending", "ok", "error",
         ]  # fmt: skip
 
 

@@ -29,10 +29,12 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import Counter
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import DatabaseError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from clusters.models import Gpu, Node, NodePool
@@ -199,27 +201,30 @@ def nodes_lock(*, nowait: bool = False) -> None:
     list(rows.values_list("pk", flat=True))
 
 
-def on_gpus_freed(sender: object, **kwargs: object) -> set[int]:
+def on_gpus_freed(sender: object, **kwargs: object) -> dict[int, set[int]]:
     """scheduling.signals.gpus_freed's receiver (connected in scheduling/apps.py): admit,
     in the releasing transaction, the nominations whose GPUs are free now, under the
-    nodes' lock a cycle takes, and answer with the clusters to reconcile for them.
+    nodes' lock a cycle takes, and answer with the workloads admitted, by the cluster to
+    reconcile for them.
 
     Only where the lock is free at once: a cycle holding it admits them itself at its start
     or, past that, the cycle the release requests does; a reconcile never waits on a cycle,
     and a cycle waits on it for the rest of its transaction only (the capacity check and
     the release's remaining writes)."""
     if not nominations_waiting():
-        return set()
+        return {}
     try:
         with transaction.atomic():  # a savepoint: a lock not had leaves the caller's as it was
             nodes_lock(nowait=True)
-            return nominations_apply().clusters
+            nominated = nominations_apply()
+            admitted_at_release_count(nominated.by_cycle)
+            return nominated.by_cluster
     except DatabaseError:
         logger.info("nominations left to the cycle: another transaction holds the nodes")
-        return set()
+        return {}
     except OvercommitRefused:  # the cycle admits what fits, and says why the rest waits
         logger.exception("nominations left to the cycle")
-        return set()
+        return {}
 
 
 def quarantine(read: adapters.SnapshotRead) -> set[int]:
@@ -326,7 +331,7 @@ def decisions_apply(read: adapters.SnapshotRead, result: t.CycleResult, run: Cyc
         else:
             admissions.append(admission)
     clusters |= admissions_apply(read, admissions)
-    nominations_save(read.workloads, held_back, run.started_at)
+    nominations_save(read.workloads, held_back, run.started_at, run.pk)
     reasons = {**result.pending_reasons, **read.throttled, **waiting}
     reasons_save(read, reasons)
     run.admitted = len(admissions)
@@ -391,6 +396,18 @@ def _blocked_by(
 class Nominated(NamedTuple):
     clusters: set[int]
     admitted: int
+    by_cycle: Counter[int]  # admitted, per CycleRun id of the cycle that nominated them
+    by_cluster: dict[int, set[int]]  # the workloads admitted, by cluster of their pods
+
+
+def admitted_at_release_count(by_cycle: Counter[int]) -> None:
+    """Count a reconcile's admissions on the rows of the cycles that decided them
+    (CycleRun.admitted_at_release), where the cycles page shows them: that cycle's
+    evictions made the room, and its row was written before the room came free."""
+    for cycle, count in sorted(by_cycle.items()):
+        CycleRun.objects.filter(pk=cycle).update(
+            admitted_at_release=F("admitted_at_release") + count
+        )
 
 
 def nominations_apply() -> Nominated:
@@ -405,7 +422,15 @@ def nominations_apply() -> Nominated:
     workloads = {str(n.workload.pk): n.workload for n in due}
     stamps = {str(n.workload.pk): n.at for n in due}
     clusters = admissions_write(nodes, workloads, admissions, stamps)
-    return Nominated(clusters, len(admissions))
+    cycles = {str(n.workload.pk): n.cycle for n in due}
+    by_cycle = Counter(cycles[a.workload_id] for a in admissions if cycles[a.workload_id])
+    by_cluster: dict[int, set[int]] = {}
+    for admission in admissions:
+        for pod in admission.pods:
+            by_cluster.setdefault(nodes[pod.node_id].cluster_id, set()).add(
+                int(admission.workload_id)
+            )
+    return Nominated(clusters, len(admissions), by_cycle, by_cluster)
 
 
 def admissions_apply(read: adapters.SnapshotRead, admissions: list[t.Admission]) -> set[int]:

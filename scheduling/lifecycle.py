@@ -187,14 +187,16 @@ def workloads_pods_released(workloads: list[Workload], *, message: str = "") -> 
         workloads_transition(requeued, S.PENDING, reason="Requeued")
 
 
-def nominated_admit() -> set[int]:
+def nominated_admit() -> dict[int, set[int]]:
     """Once a reconcile has released GPUs, admit in its transaction the workloads an
     earlier cycle placed on them (scheduling/nominations.py), as the next cycle would
     first thing: the work a reclaim was for starts at this reconcile, not one cycle later.
-    The clusters it admitted work on, to reconcile (their pods to make)."""
-    clusters: set[int] = set()
+    The workloads admitted, by the cluster they were admitted on, to reconcile (their pods
+    to make)."""
+    clusters: dict[int, set[int]] = {}
     for _, admitted in gpus_freed.send(sender=__name__):
-        clusters |= admitted or set()
+        for cluster, workloads in (admitted or {}).items():
+            clusters.setdefault(cluster, set()).update(workloads)
     return clusters
 
 

@@ -346,6 +346,13 @@ class CycleRun(models.Model):
     evicted = models.PositiveIntegerField(default=0)
     pending = models.PositiveIntegerField(default=0)
     stopped = models.PositiveIntegerField(default=0, help_text="Stopped for max runtime.")
+    # A cycle that evicts nominates the work the room is for (scheduling/nominations.py);
+    # the reconcile that sees the victims gone admits it, after this row was written.
+    admitted_at_release = models.PositiveIntegerField(
+        default=0,
+        help_text="Admitted later by the reconcile that freed the GPUs this cycle placed "
+        "them on (its nominations).",
+    )
     ok = models.BooleanField(default=True)
     state = models.CharField(
         max_length=16, choices=CycleState.choices, default=CycleState.OK, db_index=True

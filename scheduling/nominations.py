@@ -57,13 +57,15 @@ class Nomination(NamedTuple):
     workload: Workload
     admission: t.Admission
     at: datetime  # when the cycle that placed it ran
+    cycle: int | None  # that cycle's CycleRun id (None: kept before it was recorded)
 
 
 def nominations_save(
-    workloads: dict[str, Workload], admissions: list[t.Admission], at: datetime
+    workloads: dict[str, Workload], admissions: list[t.Admission], at: datetime, cycle: int
 ) -> None:
-    """Keep each held-back admission on its workload's row, with the cycle's time (the
-    time it was first chosen, while a later cycle chooses the same again)."""
+    """Keep each held-back admission on its workload's row, with the cycle's time and
+    CycleRun id (the first cycle to choose it, while a later cycle chooses the same
+    again)."""
     changed = []
     for admission in admissions:
         wl = workloads.get(admission.workload_id)
@@ -78,7 +80,7 @@ def nominations_save(
         old = wl.nominated if isinstance(wl.nominated, dict) else {}
         if {key: old.get(key) for key in kept} == kept:
             continue  # placed there again while it waits: kept as first chosen
-        wl.nominated = {**kept, "at": at.isoformat()}
+        wl.nominated = {**kept, "at": at.isoformat(), "cycle": cycle}
         changed.append(wl)
     Workload.objects.bulk_update(changed, ["nominated"], batch_size=500)
 
@@ -143,7 +145,9 @@ def _nomination(wl: Workload) -> Nomination | None:
         return None
     if not pods or len({pod.pod for pod in pods}) != len(pods) or at.tzinfo is None:
         return None
-    return Nomination(wl, t.Admission(str(wl.pk), pods), at)
+    cycle = kept.get("cycle")
+    cycle = cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else None
+    return Nomination(wl, t.Admission(str(wl.pk), pods), at, cycle)
 
 
 def _devices(admission: t.Admission) -> set[tuple[str, int]]:

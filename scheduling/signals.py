@@ -14,8 +14,8 @@ that is later rolled back.
 - gpus_freed: the sender's transaction has just released pods' GPUs (a reconcile saw a
   cycle's victims gone). Sent in that transaction, not after it: a receiver admits there
   the placements an earlier cycle nominated on those GPUs (scheduling/nominations.py) and
-  answers with the clusters it admitted work on, so that their pods are made at once
-  instead of after the next cycle.
+  answers with the workloads it admitted, by cluster ({cluster id: workload ids}), so that
+  their pods are made at once instead of after the next cycle.
 
 - allocations_releasing(allocation_ids, at): these PodAllocation rows are about to be
   deleted together, in the sender's transaction (their pods are gone). Sent in place of

@@ -11,12 +11,15 @@ runs submit, cycle and reconcile in a chain, as a worker would soon after.
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.test import Client
@@ -42,6 +45,7 @@ RECEIVERS = (
     (signals.clusters_changed, on_clusters_changed, "clusters.reconcile"),
 )
 CHANGED_LABEL = "gpupool.io/bench-tick"
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -248,11 +252,12 @@ def arrival(submitter: Submitter, cluster: Cluster, *, full: bool, rounds: int =
     steps = [{"step": "submit"} | cost.as_dict()]
     done = 0
     while done < rounds and not _pod_of(cluster, wid):
-        made = cycle()
+        kind = "full_pass" if full else "targeted"
+        made = profiled(f"arrival-{kind}-cycle-{done}", cycle)
         steps.append({"step": "cycle"} | made.as_dict())
         if full:
             full_pass_next(cluster)
-        cost, result = reconcile(cluster)
+        cost, result = profiled(f"arrival-{kind}-reconcile-{done}", lambda: reconcile(cluster))
         steps.append({"step": "reconcile", "full": result.get("full")} | cost.as_dict())
         done += 1
     return Arrival(steps, done, _pod_of(cluster, wid) is not None)
@@ -310,3 +315,17 @@ def lock_wait(cluster: Cluster, share: float, tick: str) -> dict[str, float]:
         run_cycle()
         thread.join()
     return {"lock_wait_s": round(max(waits, default=0.0), 4), "sync_s": round(sync["seconds"], 4)}
+
+
+def profiled(name: str, step: Callable[[], T]) -> T:
+    """step(), under cProfile when GPUPOOL_BENCH_PROFILE_DIR names a folder: its
+    statistics go to <folder>/<name>.prof (read them with pstats). Profiling roughly
+    doubles the step's CPU: the figures of a profiled run are not comparable."""
+    folder = os.environ.get("GPUPOOL_BENCH_PROFILE_DIR")
+    if not folder:
+        return step()
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(step)
+    finally:
+        profile.dump_stats(Path(folder) / f"{name}.prof")

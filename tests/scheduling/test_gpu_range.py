@@ -9,6 +9,7 @@ import pytest
 from clusters.podspecs import pod_specs_for
 from clusters.reconcile import cluster_reconcile
 from portal.errors import ValidationFailed
+from scheduling.adapters import engine_node_id, read_snapshot
 from scheduling.cli import gpu_request
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload, WorkloadPolicy
@@ -70,6 +71,8 @@ def test_reclaim_shrinks_a_gpu_range_first_and_restarts_its_pod_with_the_new_cou
     assert event.reason == "Shrunk"
     assert "From 4 to 2 GPUs (range 1..4): room for nlp/needs2" in event.message
     # Its given-back GPUs stay held until the old pod is gone.
+    given_back = {(engine_node_id(row.node_id), i) for i in row.releasing_gpu_indices}
+    assert given_back <= read_snapshot().held_devices
     cycle_run()
     other.refresh_from_db()
     assert other.state == "pending"

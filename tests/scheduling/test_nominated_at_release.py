@@ -11,10 +11,12 @@ nomination to the cycle.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.inventory import inventory_sync
@@ -83,6 +85,44 @@ def test_the_reconcile_that_frees_the_gpus_admits_the_work_and_makes_its_pods(re
     assert (run.admitted, run.evicted) == (0, 0)
 
 
+# The targeted pass's one read of every allocation (clusters.reconcile._INDEX), whatever
+# the database (SQLite's reads name each column again, as it guards their types).
+INDEX_READ = re.compile(r'^SELECT "scheduling_podallocation"\."workload_id"( AS "\w+")?, ')
+ONLY = re.compile(r'"scheduling_podallocation"\."workload_id" IN \(([^)]*)\)')
+
+
+def test_the_second_pass_reads_only_the_workloads_the_first_acted_on(reclaimed, org, submit):
+    cluster, owner = reclaimed
+    victims = set(Workload.objects.filter(state=S.PREEMPTED).values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        result = cluster_reconcile(cluster)
+    reads = [q["sql"] for q in queries if INDEX_READ.match(q["sql"]) and '."endpoint"' in q["sql"]]
+    assert len(reads) == 2 and not ONLY.search(reads[0])  # the first pass: every allocation
+    [ids] = ONLY.findall(reads[1])
+    assert {int(i) for i in ids.split(",")} == victims | {owner.pk}
+    assert result.released == 2 and result.created == 1  # the owner's pod, by the second
+    assert SimulatedPod.objects.filter(workload_id=owner.pk).count() == 1
+
+
+def test_the_reconciles_admission_is_counted_on_the_cycle_that_nominated_it(
+    reclaimed, client_as, org
+):
+    cluster, _ = reclaimed
+    nominating = CycleRun.objects.order_by("-pk").first()
+    assert (nominating.admitted, nominating.evicted) == (0, 2)
+    cluster_reconcile(cluster)
+    counts = dict(CycleRun.objects.values_list("pk", "admitted_at_release"))
+    assert counts == {pk: int(pk == nominating.pk) for pk in counts}
+    client = client_as(org.platform_admin)
+    page = client.get("/workloads/cycles/").content.decode()
+    assert page.count("+1 at release</span>") == 1
+    rows = {row["id"]: row for row in client.get("/api/v1/cycles/").json()}
+    assert rows[nominating.pk]["admitted_at_release"] == 1
+    # The cycle after finds it running and admits nothing: counted once, where decided.
+    run_locked(timezone.now())
+    assert sum(CycleRun.objects.values_list("admitted_at_release", flat=True)) == 1
+
+
 @pytest.mark.services
 @pytest.mark.skipif(
     connection.vendor != "postgresql",
@@ -115,6 +155,8 @@ def test_a_reconcile_leaves_the_nomination_to_the_cycle_holding_the_nodes(reclai
     run = run_locked(timezone.now())
     owner.refresh_from_db()
     assert owner.state == S.ADMITTED and run.admitted >= 1
+    # admitted by a cycle, counted there, not as admitted at release
+    assert not CycleRun.objects.filter(admitted_at_release__gt=0).exists()
 
 
 def test_an_admission_the_capacity_check_refuses_leaves_the_reconcile_whole(reclaimed, monkeypatch):
