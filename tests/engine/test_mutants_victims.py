@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduling.engine.types import EvictionReason, Gpu, Node, PodPlacement, Workload
+from scheduling.engine.types import (
+    EvictionReason,
+    Gpu,
+    Node,
+    PodPlacement,
+    Queue,
+    Resource,
+    SchedulerConfig,
+    Workload,
+)
 from tests.engine.builders import (
     GPU_MEMORY,
     dept,
@@ -18,8 +27,10 @@ from tests.engine.builders import (
     nodes,
     placed,
     project,
+    quota,
     run,
     running,
+    sharing,
     snapshot,
 )
 
@@ -209,3 +220,113 @@ def test_a_gang_reclaims_room_for_a_further_pod_where_one_eviction_gives_it() ->
     result = run(snapshot(nodes(2, gpus=4), queues, work), now=1000.0)
     assert evicted(result) == {"b": str(EvictionReason.RECLAIM)}
     assert sorted(placed(result)["g"]) == [("n0", (2, 3)), ("n1", (0, 1))]
+
+
+# make_room, the fifth run (docs/engine.md): what the search takes, and its bounds.
+
+NOW_5 = 10_000.0
+
+
+def test_a_fraction_reclaims_room_on_a_device_it_cannot_have_whole() -> None:
+    # The one device holds c's guaranteed half (never a victim) and b's two borrowed
+    # quarters: the owner's half fits once both quarters go, though no device can be
+    # freed whole (a search for a whole device finds no plan, and the owner waits).
+    c_half = replace(sharing("c-half", "c", 0.5, 0, NOW_5 - 3600), preemptible=False)
+    quarters = [sharing(f"b{i}", "b", 0.25, 0, NOW_5 - 600) for i in range(2)]
+    queues = [dept(), project("own", deserved=1), project("b"), project("c", deserved=0.5)]
+    snap = snapshot(nodes(1, 1), queues, [c_half, *quarters, frac("w", "own", 0.5)])
+    result = run(snap, now=NOW_5)
+    assert evicted(result) == {"b0": "reclaim", "b1": "reclaim"}
+    assert [a.workload_id for a in result.admissions] == ["w"]
+
+
+def test_the_cycles_victim_searches_are_a_bound() -> None:
+    # own's 2-GPU job may run in pool a or b. In a, b's borrowed jobs sit one per node
+    # beside c's guaranteed ones: the search finds no plan. In b, b's two jobs share a
+    # node: reclaimed there, on the third search. With two searches in the cycle, a's
+    # failed ones spend them and b is not searched.
+    def q(qid: str, a: float, b: float) -> Queue:
+        return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
+
+    work = [running(job(f"ba{i}", "b", t=i), f"a{i}", [0], NOW_5 - 600) for i in range(2)]
+    work += [
+        replace(running(job(f"c{i}", "c", t=i), f"a{i}", [1], NOW_5 - 600), preemptible=False)
+        for i in range(2)
+    ]
+    work += [running(job(f"bb{i}", "b", t=i), "b0", [i], NOW_5 - 600) for i in range(2)]
+    cluster = (*nodes(2, 2, prefix="a"), *nodes(1, 2, pool="b", prefix="b"))
+    queues = [dept(), q("own", 2, 2), q("b", 0, 0), q("c", 2, 0)]
+    w = job("w", "own", gpus=2, t=NOW_5, pools=("a", "b"))
+    snap = snapshot(cluster, queues, [*work, w])
+    assert evicted(run(snap, now=NOW_5)) == {"bb0": "reclaim", "bb1": "reclaim"}
+    assert run(snap, SchedulerConfig(max_victim_searches=3), now=NOW_5).evictions != ()
+    assert run(snap, SchedulerConfig(max_victim_searches=2), now=NOW_5).evictions == ()
+
+
+def test_a_search_may_take_exactly_its_most_victims() -> None:
+    # A 64-GPU owner on a node of 64 one-GPU borrowed jobs: all 64 (MAX_VICTIMS) go.
+    lows = [running(job(f"b{i:02}", "b", t=i), "n0", [i], NOW_5 - 600) for i in range(64)]
+    queues = [dept(), project("own", deserved=64), project("b")]
+    snap = snapshot(nodes(1, 64), queues, [*lows, job("w", "own", gpus=64)])
+    result = run(snap, now=NOW_5)
+    assert len(result.evictions) == 64
+    assert [a.workload_id for a in result.admissions] == ["w"]
+
+
+def test_work_admitted_but_not_started_is_the_cheapest_victim() -> None:
+    # b's job admitted last cycle whose pod has not started has lost nothing yet.
+    old = running(job("old", "b", t=0.0), "n0", [0], NOW_5 - 600)
+    new = replace(running(job("new", "b", t=1.0), "n0", [1]), started_at=None)
+    queues = [dept(), project("own", deserved=1), project("b")]
+    result = run(snapshot(nodes(1, 2), queues, [old, new, job("w", "own")]), now=NOW_5)
+    assert evicted(result) == {"new": "reclaim"}
+
+
+def test_between_victims_that_lose_nothing_the_smaller_goes() -> None:
+    # Both of p's low jobs checkpointed just now; its urgent job needs one GPU: the 1-GPU
+    # job goes, not the 2-GPU one (which started later, the older tie-break).
+    def saved(wl: Workload) -> Workload:
+        return replace(wl, checkpoint_interval_s=1800.0, last_checkpoint_time=NOW_5)
+
+    big = saved(running(job("big", "p", gpus=2, t=1.0), "n0", [0, 1], NOW_5 - 100))
+    small = saved(running(job("small", "p", t=0.0), "n0", [2], NOW_5 - 200))
+    urgent = job("urgent", "p", priority=10, t=NOW_5)
+    result = run(snapshot(nodes(1, 3), [dept(), project("p")], [big, small, urgent]), now=NOW_5)
+    assert evicted(result) == {"small": "preempt"}
+
+
+def test_a_victim_whose_checkpoint_is_due_is_passed_over_for_the_next() -> None:
+    # p's urgent 1-GPU job preempts over its quota: the cheaper low job's checkpoint is
+    # due (it waits for that one), and the dearer one, which saves nothing, goes instead.
+    due = replace(
+        running(job("due", "p", t=0.0), "n0", [0], NOW_5 - 3600),
+        checkpoint_interval_s=600.0,
+        last_checkpoint_time=NOW_5 - 400,
+    )
+    dear = running(job("dear", "p", t=1.0), "n0", [1], NOW_5 - 3600)
+    urgent = job("urgent", "p", priority=10, t=NOW_5 - 60)
+    result = run(snapshot(nodes(1, 2), [dept(), project("p")], [due, dear, urgent]), now=NOW_5)
+    assert evicted(result) == {"dear": "preempt"}
+
+
+def _walked(singles: int) -> dict[str, str]:
+    """b borrows every GPU: `singles` one-GPU nodes (one job each, cheapest first), then a
+    two-GPU node whose two jobs are the dearest. The owner's 2-GPU job fits only there, so
+    the search must walk every single first: what it evicts."""
+    work = [
+        running(job(f"s{i:03}", "b", t=i), f"s{i:03}", [0], NOW_5 - 10 * (i + 1))
+        for i in range(singles)
+    ]
+    work += [running(job(f"pair{i}", "b", t=i), "p0", [i], NOW_5 - 10_000 - i) for i in range(2)]
+    cluster = (*nodes(singles, 1, prefix="s"), *nodes(1, 2, prefix="p"))
+    cluster = tuple(replace(n, id=f"s{int(n.id[1:]):03}") if n.id[0] == "s" else n for n in cluster)
+    queues = [dept(), project("own", deserved=2), project("b")]
+    snap = snapshot(cluster, queues, [*work, job("w", "own", gpus=2, t=NOW_5)])
+    return evicted(run(snap, now=NOW_5))
+
+
+def test_a_victim_search_walks_at_most_512_victims() -> None:
+    # The pair's second job is the 512th usable victim walked: found. The 513th: not,
+    # and the owner waits for a later cycle (the walk's bound keeps a cycle's time).
+    assert _walked(510) == {"pair0": "reclaim", "pair1": "reclaim"}
+    assert _walked(511) == {}

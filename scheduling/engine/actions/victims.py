@@ -2,7 +2,10 @@
 
 A victim's cost is the work it loses: GPU-seconds since its last checkpoint (or its
 start) plus `restart_cost_s` for each earlier restart beyond the first, then its
-priority, then the most recently started goes first.
+priority, then the fewest GPUs (between victims that lose the same work, often none just
+after their checkpoints, the smaller one is taken: a newcomer that needs one GPU does not
+stop an 8-GPU job when a 1-GPU job loses no more; issue 24), then the most recently
+started goes first.
 
 Why restarts count: a workload that has just resumed from its checkpoint has almost no
 unsaved work, so by unsaved work alone it is always the cheapest victim, and the same
@@ -50,15 +53,15 @@ MAX_WALK = 512
 
 def victim_cost(
     wl: Workload, gpus: float, now: float, restart_cost_s: float = 0.0
-) -> tuple[float, int, float, str]:
+) -> tuple[float, int, float, float, str]:
     """Sort key of a victim: least work lost (unsaved work plus a charge per earlier
-    restart beyond the first), lowest priority, most recently started."""
+    restart beyond the first), lowest priority, fewest GPUs, most recently started."""
     started = now if wl.started_at is None else wl.started_at
     since = started
     if wl.last_checkpoint_time is not None:
         since = max(started, wl.last_checkpoint_time)
     lost = max(now - since, 0.0) + max(wl.restarts - 1, 0) * restart_cost_s
-    return (gpus * lost, wl.priority, -started, wl.id)
+    return (gpus * lost, wl.priority, gpus, -started, wl.id)
 
 
 @dataclass(slots=True, eq=False)
@@ -66,7 +69,7 @@ class Victim:
     """A running workload that could be evicted: its cost and GPUs held per pool."""
 
     wl: Workload
-    cost: tuple[float, int, float, str]
+    cost: tuple[float, int, float, float, str]
     gpus: dict[str, float]
     nodes: tuple[int, ...]
     due: bool = False  # its checkpoint is due soon (checkpoint_due)
@@ -139,7 +142,7 @@ class Candidates:
         return found
 
 
-def _cost(victim: Victim) -> tuple[float, int, float, str]:
+def _cost(victim: Victim) -> tuple[float, int, float, float, str]:
     return victim.cost
 
 
