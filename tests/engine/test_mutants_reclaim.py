@@ -3,8 +3,29 @@ testing")."""
 
 from __future__ import annotations
 
-from scheduling.engine.types import EvictionReason
-from tests.engine.builders import dept, evicted, job, nodes, placed, project, run, running, snapshot
+from dataclasses import replace
+
+from scheduling.engine.types import (
+    EvictionReason,
+    PodPlacement,
+    PodRequest,
+    Queue,
+    Resource,
+    SchedulerConfig,
+    Workload,
+)
+from tests.engine.builders import (
+    dept,
+    evicted,
+    job,
+    nodes,
+    placed,
+    project,
+    quota,
+    run,
+    running,
+    snapshot,
+)
 
 
 def test_a_reclaim_that_lifts_its_department_past_its_share_takes_only_from_that_department() -> (
@@ -44,3 +65,106 @@ def test_a_reclaim_says_how_many_gpus_it_takes_back_in_words() -> None:
         result = run(snapshot(nodes(1, gpus=4), queues, work), now=1000.0)
         details = {e.detail for e in result.evictions}
         assert details == {f"{words} in pool a; p1 holds 0 of its deserved 2"}
+
+
+# The fifth run (docs/engine.md): reclaim alone (preemption and consolidation off, which
+# would otherwise take the same borrowed work back by their own paths).
+ALONE = SchedulerConfig(preempt=False, consolidate=False)
+NOW_5 = 10_000.0
+RECLAIM = str(EvictionReason.RECLAIM)
+
+
+def _two_pools(qid: str, a: float, b: float) -> Queue:
+    return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
+
+
+def _borrowed(name: str, node: str, gpu: int, queue: str = "b") -> Workload:
+    return running(job(name, queue, t=gpu), node, [gpu], NOW_5 - 600)
+
+
+def _reclaimed_in_b(
+    own_a: Queue, a_work: list[Workload], jobs: int = 1, c_in_a: float = 2
+) -> dict[str, str]:
+    """own's 2-GPU jobs may run in pool a (two 2-GPU nodes holding `a_work`) or b (one
+    node of b's borrowed 1-GPU jobs, two per job): what reclaim alone evicts."""
+    in_b = [_borrowed(f"bb{i}", f"b{i // 2}", i % 2) for i in range(2 * jobs)]
+    cluster = (*nodes(2, 2, prefix="a"), *nodes(jobs, 2, pool="b", prefix="b"))
+    own = Queue("own", "dept", {**own_a.quotas, ("b", Resource.GPU): quota(2 * jobs)})
+    queues = [dept(), own, _two_pools("b", 0, 0), _two_pools("c", c_in_a, 0)]
+    ask = (PodRequest(gpus=2, cpu=1.0),)
+    mine = [
+        replace(job(f"w{i}", "own", t=NOW_5 + i, pools=("a", "b")), pods=ask) for i in range(jobs)
+    ]
+    result = run(snapshot(cluster, queues, [*a_work, *in_b, *mine]), ALONE, now=NOW_5)
+    assert sorted(placed(result)) == [f"w{i}" for i in range(jobs)]
+    return evicted(result)
+
+
+def test_a_reclaim_that_fails_in_one_pool_goes_on_to_the_next() -> None:
+    # In a, b's jobs sit one per node beside c's guaranteed ones (no plan), or a holds
+    # only c's guaranteed work (nothing borrowed), or own has nothing deserved there, or
+    # its CPU limit there is below the job's ask (1 core): the jobs are served in b. A second job
+    # like the first is not turned away from b by the failure remembered in a.
+    def c_job(i: int) -> Workload:
+        return replace(_borrowed(f"c{i}", f"a{i}", 1, "c"), preemptible=False)
+
+    scattered = [_borrowed(f"ba{i}", f"a{i}", 0) for i in range(2)] + [c_job(i) for i in range(2)]
+    guaranteed = [
+        replace(c_job(i), placement=(PodPlacement(0, f"a{i // 2}", gpus=(i % 2,)),))
+        for i in range(4)
+    ]
+    cpu_capped = Queue(
+        "own",
+        "dept",
+        {("a", Resource.GPU): quota(2), ("a", Resource.CPU): quota(0, limit=0.5)},
+    )
+    b_pair = {"bb0": RECLAIM, "bb1": RECLAIM}
+    assert _reclaimed_in_b(_two_pools("own", 2, 0), scattered) == b_pair
+    assert _reclaimed_in_b(_two_pools("own", 2, 0), guaranteed, c_in_a=4) == b_pair
+    assert _reclaimed_in_b(_two_pools("own", 0, 0), scattered) == b_pair
+    assert _reclaimed_in_b(cpu_capped, [_borrowed(f"ba{i}", "a0", i) for i in (0, 1)]) == b_pair
+    twice = _reclaimed_in_b(_two_pools("own", 2, 0), scattered, jobs=2)
+    assert twice == {f"bb{i}": RECLAIM for i in range(4)}
+
+
+def test_a_reclaim_that_placed_its_workload_tries_no_further_pool() -> None:
+    work = [_borrowed("ba", "a0", 0), _borrowed("bb", "b0", 0)]
+    cluster = (*nodes(1, 1, prefix="a"), *nodes(1, 1, pool="b", prefix="b"))
+    queues = [dept(), _two_pools("own", 1, 1), _two_pools("b", 0, 0)]
+    w = job("w", "own", t=NOW_5, pools=("a", "b"))
+    result = run(snapshot(cluster, queues, [*work, w]), ALONE, now=NOW_5)
+    assert (evicted(result), placed(result)) == ({"ba": RECLAIM}, {"w": [("a0", (0,))]})
+
+
+def test_one_search_left_still_serves_a_reclaim() -> None:
+    queues = [dept(), project("own", deserved=1), project("b")]
+    snap = snapshot(nodes(1, 1), queues, [_borrowed("b0", "n0", 0), job("w", "own", t=NOW_5)])
+    result = run(snap, replace(ALONE, max_victim_searches=1), now=NOW_5)
+    assert evicted(result) == {"b0": RECLAIM}
+
+
+def test_a_failed_reclaim_is_remembered_for_its_own_pool_only() -> None:
+    # o1's job (older, first in line) finds no plan in pool a; o2's job of the same size,
+    # allowed only in b, is not answered by that failure.
+    in_a = [_borrowed(f"ba{i}", f"a{i}", 0) for i in range(2)]
+    in_a += [replace(_borrowed(f"c{i}", f"a{i}", 1, "c"), preemptible=False) for i in range(2)]
+    in_b = [_borrowed(f"bb{i}", "b0", i) for i in range(2)]
+    cluster = (*nodes(2, 2, prefix="a"), *nodes(1, 2, pool="b", prefix="b"))
+    queues = [dept(), _two_pools("o1", 2, 0), _two_pools("o2", 0, 2), _two_pools("b", 0, 0)]
+    queues.append(_two_pools("c", 2, 0))
+    w1 = job("w1", "o1", gpus=2, t=NOW_5 - 60, pools=("a",))
+    w2 = job("w2", "o2", gpus=2, t=NOW_5, pools=("b",))
+    result = run(snapshot(cluster, queues, [*in_a, *in_b, w1, w2]), ALONE, now=NOW_5)
+    assert (evicted(result), list(placed(result))) == ({"bb0": RECLAIM, "bb1": RECLAIM}, ["w2"])
+
+
+def test_extra_pods_are_reclaimed_where_no_whole_workload_may_be() -> None:
+    # b's elastic job (non-preemptible, 1 to 4 pods) runs 4 pods on the node: its extra
+    # pods are all reclaim may take, and the owner gets one.
+    e = replace(job("e", "b", pods=4, min_pods=1, elastic=True), preemptible=False)
+    e = replace(e, placement=tuple(PodPlacement(i, "n0", gpus=(i,)) for i in range(4)))
+    e = replace(e, started_at=NOW_5 - 600)
+    queues = [dept(), project("own", deserved=1), project("b")]
+    result = run(snapshot(nodes(1, 4), queues, [e, job("w", "own", t=NOW_5)]), ALONE, now=NOW_5)
+    assert list(placed(result)) == ["w"]
+    assert [(r.workload_id, r.delta, r.beneficiary) for r in result.resizes] == [("e", -1, "w")]
