@@ -5,8 +5,33 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduling.engine.types import PodPlacement, Resource, Workload
-from tests.engine.builders import dept, job, nodes, project, run, snapshot
+from scheduling.engine.apply import apply_result
+from scheduling.engine.fairshare import EPS
+from scheduling.engine.types import (
+    CycleResult,
+    Gpu,
+    Node,
+    PodPlacement,
+    PodRequest,
+    Resource,
+    TopologyConstraint,
+    TopologyMode,
+    Workload,
+)
+from tests.engine.builders import (
+    GPU_MEMORY,
+    cycles,
+    dept,
+    evicted,
+    job,
+    nodes,
+    placed,
+    project,
+    run,
+    running,
+    snapshot,
+)
+from tests.engine.test_elastic_reclaim_order import elastic_mix
 
 
 def _elastic_on_n0(wid: str, low: int, high: int, devices: list[int]) -> Workload:
@@ -40,3 +65,101 @@ def test_idle_gpus_grow_a_projects_elastic_jobs_by_priority() -> None:
     y = replace(_elastic_on_n0("y", 1, 2, [1]), priority=5, submit_time=1.0)
     result = run(snapshot(nodes(1, 3), [dept(), project("e")], [x, y]))
     assert [(r.workload_id, [p.gpus for p in r.added]) for r in result.resizes] == [("y", [(2,)])]
+
+
+def _running(wl: Workload, *pods: tuple[str, tuple[int, ...]]) -> Workload:
+    """wl running its first pods on (node, devices) each."""
+    placement = tuple(PodPlacement(i, node, gpus=gpus) for i, (node, gpus) in enumerate(pods))
+    return replace(wl, placement=placement, started_at=0.0)
+
+
+def _grown(result: CycleResult) -> list[tuple[str, list[tuple[int, str, tuple[int, ...]]]]]:
+    return [(r.workload_id, [(p.pod, p.node_id, p.gpus) for p in r.added]) for r in result.resizes]
+
+
+def test_an_eviction_does_not_keep_other_elastic_jobs_from_growing() -> None:
+    # h (priority 5) preempts the elastic job a for GPUs 0-1; GPU 3 stays idle and b,
+    # the project's other elastic job, grows onto it (within the limit of 4) in the same
+    # cycle, whatever the order of their ids.
+    queues = [dept(), project("p", deserved=4, limit=4)]
+    a = _running(job("a", "p", gpus=2, pods=2, min_pods=1, elastic=True), ("n0", (0, 1)))
+    b = _running(job("b", "p", pods=2, min_pods=1, elastic=True, preemptible=False), ("n0", (2,)))
+    h = job("h", "p", gpus=2, priority=5, t=500)
+    result = run(snapshot(nodes(1, 4), queues, [a, b, h]))
+    assert evicted(result) == {"a": "preempt"}
+    assert placed(result) == {"h": [("n0", (0, 1))]}
+    assert _grown(result) == [("b", [(1, "n0", (3,))])]
+
+
+def test_growth_counts_each_jobs_own_pod_size_against_the_limit() -> None:
+    # p holds 3 of its limit of 4: a's next pod (2 GPUs, a goes first by priority) would
+    # pass the limit, b's (1 GPU) fits it.
+    queues = [dept(), project("p", deserved=0, limit=4)]
+    a = _running(
+        job("a", "p", gpus=2, pods=2, min_pods=1, elastic=True, priority=5), ("n0", (0, 1))
+    )
+    b = _running(job("b", "p", pods=2, min_pods=1, elastic=True), ("n0", (2,)))
+    result = run(snapshot(nodes(1, 8), queues, [a, b]))
+    assert _grown(result) == [("b", [(1, "n0", (3,))])]
+
+
+def test_an_elastic_job_grows_only_on_the_gpu_models_it_asks_for() -> None:
+    # n0 has two A100s and two H100s; the job asks for A100s: it grows by one pod only.
+    models = ("A100", "A100", "H100", "H100")
+    node = Node("n0", "a", tuple(Gpu(j, m, GPU_MEMORY) for j, m in enumerate(models)))
+    wl = job("e", "p", pods=4, min_pods=1, elastic=True, gpu_models=("A100",))
+    result = run(
+        snapshot((node,), [dept(), project("p", deserved=8)], [_running(wl, ("n0", (0,)))])
+    )
+    assert _grown(result) == [("e", [(1, "n0", (1,))])]
+
+
+def test_an_elastic_job_that_prefers_a_rack_grows_outside_it_when_the_rack_is_full() -> None:
+    # Rack r0 is n0 (2 GPUs, both held); a preference, unlike a requirement, lets the job
+    # grow on n1 in rack r1.
+    preferred = TopologyConstraint("rack", TopologyMode.PREFERRED)
+    wl = job("e", "p", pods=4, min_pods=1, elastic=True, topology=preferred)
+    work = [running(job("f", "p"), "n0", [1]), _running(wl, ("n0", (0,)))]
+    result = run(snapshot(nodes(2, 2, racks=2), [dept(), project("p", deserved=16)], work))
+    assert _grown(result) == [("e", [(1, "n1", (0,)), (2, "n1", (1,))])]
+
+
+def test_preemption_takes_one_half_gpu_extra_for_a_half_gpu_newcomer() -> None:
+    # p is at its limit of 2 with e's four half-GPU pods on two GPUs; the half-GPU
+    # newcomer (higher priority) needs only the newest of them back, not a whole GPU.
+    half = PodRequest(gpu_fraction=0.5)
+    e = Workload("e", "p", (half,) * 4, min_pods=1, elastic=True, started_at=0.0)
+    on = tuple(PodPlacement(i, "n0", shared_gpu=i // 2, share=0.5) for i in range(4))
+    w = Workload("w", "p", (half,), priority=5, submit_time=500.0)
+    queues = [dept(), project("p", deserved=2, limit=2)]
+    result = run(snapshot(nodes(1, 2), queues, [replace(e, placement=on), w]))
+    assert [(r.workload_id, r.removed, r.beneficiary) for r in result.resizes] == [("e", (3,), "w")]
+    assert [(a.workload_id, a.pods[0].shared_gpu) for a in result.admissions] == [("w", 1)]
+
+
+def test_no_resize_adds_and_removes_pods_in_one_cycle() -> None:
+    """A workload shrunk for another in a cycle does not grow in it, even onto GPUs that
+    stay idle (a resize names one direction; its pods are not deleted and made again).
+    Mix 110 shrinks a job and leaves GPUs idle in one cycle."""
+    for seed in range(200):
+        for _, result in cycles(elastic_mix(seed), 4):
+            assert not [r for r in result.resizes if r.added and r.removed], seed
+
+
+def test_a_project_that_reclaimed_ends_the_cycle_within_its_fair_share() -> None:
+    """Growth too stops a project that reclaimed GPUs at its fair share (the reason
+    reclaims do not flip-flop, actions/reclaim.py). Mix 118 reclaims for an elastic job
+    and leaves GPUs idle."""
+    for seed in range(200):
+        for before, result in cycles(elastic_mix(seed), 4):
+            queue_of = {w.id: w.queue_id for w in before.workloads}
+            reclaimers = {
+                queue_of[e.beneficiary] for e in result.evictions if e.reason == "reclaim"
+            }
+            held: dict[str, float] = {}
+            for wl in apply_result(before, result, 0.0).workloads:
+                for pod in wl.placement or ():
+                    share = pod.share if pod.shared_gpu is not None else 0.0
+                    held[wl.queue_id] = held.get(wl.queue_id, 0.0) + len(pod.gpus) + share
+            for qid in reclaimers:
+                assert held[qid] <= result.fair_shares[(qid, "a", Resource.GPU)] + EPS, seed
