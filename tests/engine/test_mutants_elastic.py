@@ -14,6 +14,7 @@ from scheduling.engine.types import (
     PodPlacement,
     PodRequest,
     Resource,
+    SchedulerConfig,
     TopologyConstraint,
     TopologyMode,
     Workload,
@@ -163,3 +164,34 @@ def test_a_project_that_reclaimed_ends_the_cycle_within_its_fair_share() -> None
                     held[wl.queue_id] = held.get(wl.queue_id, 0.0) + len(pod.gpus) + share
             for qid in reclaimers:
                 assert held[qid] <= result.fair_shares[(qid, "a", Resource.GPU)] + EPS, seed
+
+
+def test_preemption_takes_extras_back_until_the_newcomer_fits_within_its_limit() -> None:
+    # p is at its limit of 3 with e's three pods and one GPU idle: the 2-GPU newcomer
+    # would fit after one extra goes, but only two keep p within its limit.
+    queues = [dept(), project("p", deserved=0, limit=3)]
+    e = job("e", "p", pods=3, min_pods=1, elastic=True)
+    e = _running(e, ("n0", (0,)), ("n0", (1,)), ("n0", (2,)))
+    w = job("w", "p", gpus=2, priority=5, t=500)
+    result = run(snapshot(nodes(1, 4), queues, [e, w]))
+    assert [(r.workload_id, r.removed, r.beneficiary) for r in result.resizes] == [
+        ("e", (1, 2), "w")
+    ]
+    assert placed(result) == {"w": [("n0", (1, 2))]}
+
+
+def test_consolidation_takes_an_extra_of_another_project_above_its_fair_share() -> None:
+    # q (over-quota weight 0: a fair share of 0) holds its service's extra pod alone on
+    # n0; p, above its deserved 1 (no reclaim) but within its fair share, needs a whole
+    # node for w: consolidation takes q's extra back rather than leave w waiting.
+    queues = [dept(), project("p", deserved=1), project("q", deserved=0, weight=0.0)]
+    svc = job("svc", "q", pods=2, min_pods=1, elastic=True, preemptible=False)
+    svc = replace(_running(svc, ("n1", (0,)), ("n0", (0,))), started_at=100.0)
+    rigid = running(job("s", "p", gpus=2, preemptible=False), "n1", [1, 2], started=100)
+    snap = snapshot(nodes(2, 4), queues, [svc, rigid, job("w", "p", gpus=4, t=500)])
+    result = run(snap, SchedulerConfig(preempt=False))
+    assert [(r.workload_id, r.removed, r.beneficiary) for r in result.resizes] == [
+        ("svc", (1,), "w")
+    ]
+    assert placed(result) == {"w": [("n0", (0, 1, 2, 3))]}
+    assert evicted(result) == {}
