@@ -195,3 +195,32 @@ def test_consolidation_takes_an_extra_of_another_project_above_its_fair_share() 
     ]
     assert placed(result) == {"w": [("n0", (0, 1, 2, 3))]}
     assert evicted(result) == {}
+
+
+def test_preemption_takes_half_gpu_extras_back_for_a_gang_of_half_gpu_pods() -> None:
+    # As above, for two half-GPU pods: two extras on one device make room for both (the
+    # newcomer needs one freed device, not two), and e keeps running.
+    half = PodRequest(gpu_fraction=0.5)
+    e = Workload("e", "p", (half,) * 4, min_pods=1, elastic=True, started_at=0.0)
+    on = tuple(PodPlacement(i, "n0", shared_gpu=i // 2, share=0.5) for i in range(4))
+    w = Workload("w", "p", (half, half), priority=5, submit_time=500.0)
+    queues = [dept(), project("p", deserved=2, limit=2)]
+    result = run(snapshot(nodes(1, 2), queues, [replace(e, placement=on), w]))
+    assert [(r.workload_id, r.removed, r.beneficiary) for r in result.resizes] == [
+        ("e", (2, 3), "w")
+    ]
+    assert evicted(result) == {}
+
+
+def test_reclaim_takes_back_dozens_of_extras_for_a_large_gang_before_evicting_whole() -> None:
+    # e holds all 40 GPUs (39 beyond its minimum); q's 34-pod gang, within q's deserved
+    # 34, is served by 34 extras (one placement try each), e keeps running at 6.
+    queues = [dept(), project("p", deserved=0), project("q", deserved=34)]
+    e = job("e", "p", pods=40, min_pods=1, elastic=True)
+    e = _running(e, *[(f"n{i // 8}", (i % 8,)) for i in range(40)])
+    result = run(snapshot(nodes(5, 8), queues, [e, job("w", "q", pods=34)]))
+    assert evicted(result) == {}
+    assert [(r.workload_id, len(r.removed), r.beneficiary) for r in result.resizes] == [
+        ("e", 34, "w")
+    ]
+    assert [len(a.pods) for a in result.admissions] == [34]
