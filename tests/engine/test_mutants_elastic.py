@@ -224,3 +224,37 @@ def test_reclaim_takes_back_dozens_of_extras_for_a_large_gang_before_evicting_wh
         ("e", 34, "w")
     ]
     assert [len(a.pods) for a in result.admissions] == [34]
+
+
+def _service_of_q(gpus: int) -> Workload:
+    """q's non-preemptible elastic service of two `gpus`-GPU pods: its minimum on n1, its
+    extra alone on n0."""
+    svc = job("svc", "q", gpus=gpus, pods=2, min_pods=1, elastic=True, preemptible=False)
+    devices = tuple(range(gpus))
+    return replace(_running(svc, ("n1", devices), ("n0", devices)), started_at=100.0)
+
+
+def test_consolidation_frees_a_node_for_non_preemptible_work_with_anothers_extra() -> None:
+    # As above with p's job non-preemptible (within p's deserved 6) and reclaim off:
+    # consolidation alone takes q's extra back.
+    queues = [dept(), project("p", deserved=6), project("q", deserved=0, weight=0.0)]
+    rigid = running(job("s", "p", gpus=2, preemptible=False), "n1", [1, 2], started=100)
+    w = job("w", "p", gpus=4, t=500, preemptible=False)
+    snap = snapshot(nodes(2, 4), queues, [_service_of_q(1), rigid, w])
+    result = run(snap, SchedulerConfig(preempt=False, reclaim=False))
+    assert [(r.workload_id, r.removed, r.beneficiary) for r in result.resizes] == [
+        ("svc", (1,), "w")
+    ]
+    assert placed(result) == {"w": [("n0", (0, 1, 2, 3))]}
+
+
+def test_consolidation_never_takes_extras_that_would_leave_their_project_below_its_share() -> None:
+    # q holds 4 GPUs against a fair share of 3: its 2-GPU extra may not go, so w, which
+    # fits only on a whole node, waits.
+    queues = [dept(), project("p", deserved=1), project("q", deserved=3, weight=0.0)]
+    rigid = running(job("s", "p", gpus=2, preemptible=False), "n1", [2, 3], started=100)
+    snap = snapshot(nodes(2, 6), queues, [_service_of_q(2), rigid, job("w", "p", gpus=6, t=500)])
+    result = run(snap, SchedulerConfig(preempt=False))
+    assert result.fair_shares[("q", "a", Resource.GPU)] == 3.0
+    assert (result.resizes, result.admissions) == ((), ())
+    assert "largest free block in pool a is 4" in result.pending_reasons["w"]
