@@ -70,9 +70,9 @@ def test_idle_gpus_grow_a_projects_elastic_jobs_by_priority() -> None:
 
 
 def _running(wl: Workload, *pods: tuple[str, tuple[int, ...]]) -> Workload:
-    """wl running its first pods on (node, devices) each."""
+    """wl running its first pods on (node, devices) each (since 0 unless it says)."""
     placement = tuple(PodPlacement(i, node, gpus=gpus) for i, (node, gpus) in enumerate(pods))
-    return replace(wl, placement=placement, started_at=0.0)
+    return replace(wl, placement=placement, started_at=wl.started_at or 0.0)
 
 
 def _grown(result: CycleResult) -> list[tuple[str, list[tuple[int, str, tuple[int, ...]]]]]:
@@ -270,3 +270,25 @@ def test_every_shrink_names_the_workload_its_pods_went_to() -> None:
             ids = {w.id for w in before.workloads}
             for resize in result.resizes:
                 assert not resize.removed or resize.beneficiary in ids, (seed, resize)
+
+
+def _reclaimed_from(first: Workload, second: Workload) -> list[str]:
+    """Whose extra pod reclaim takes for q's 1-GPU job when p's two elastic jobs (one
+    extra pod each) fill n0."""
+    queues = [dept(), project("p", deserved=0), project("q", deserved=1)]
+    a = _running(first, ("n0", (0,)), ("n0", (1,)))
+    b = _running(second, ("n0", (2,)), ("n0", (3,)))
+    result = run(snapshot(nodes(1, 4), queues, [a, b, job("w", "q", t=900)]))
+    assert evicted(result) == {}
+    return [r.workload_id for r in result.resizes if r.removed]
+
+
+def test_reclaim_takes_the_extra_of_the_most_recently_resized_or_started_job_first() -> None:
+    def elastic(wid: str, started: float, resized: float | None = None) -> Workload:
+        wl = job(wid, "p", pods=2, min_pods=1, elastic=True)
+        return replace(wl, started_at=started, resized_at=resized)
+
+    # a grew at 500, after b started at 200: a's extra is the newest.
+    assert _reclaimed_from(elastic("a", 100.0, 500.0), elastic("b", 200.0)) == ["a"]
+    # Neither resized: b started last.
+    assert _reclaimed_from(elastic("a", 100.0), elastic("b", 200.0)) == ["b"]
