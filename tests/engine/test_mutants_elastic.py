@@ -292,3 +292,23 @@ def test_reclaim_takes_the_extra_of_the_most_recently_resized_or_started_job_fir
     assert _reclaimed_from(elastic("a", 100.0, 500.0), elastic("b", 200.0)) == ["a"]
     # Neither resized: b started last.
     assert _reclaimed_from(elastic("a", 100.0), elastic("b", 200.0)) == ["b"]
+
+
+def test_an_elastic_job_whose_node_left_the_cluster_is_evicted_and_the_cycle_goes_on() -> None:
+    # g runs on node "gone", which the snapshot no longer lists: it holds none of its
+    # minimum and is evicted as a stale gang; x is admitted on n0 as usual.
+    gone = _running(job("g", "e", pods=4, min_pods=1, elastic=True), ("gone", (0,)), ("gone", (1,)))
+    queues = [dept(), project("e", deserved=1, limit=1)]
+    result = run(snapshot(nodes(1, 2), queues, [gone, job("x", "e", priority=5)]))
+    assert evicted(result) == {"g": "stale_gang"}
+    assert placed(result) == {"x": [("n0", (0,))]}
+
+
+def test_an_elastic_job_of_a_project_missing_from_the_snapshot_does_not_stop_the_cycle() -> None:
+    # The project of g was deleted between the reads of workloads and of projects: the
+    # fair share leaves it out, and everyone else is scheduled as usual.
+    orphan = _running(job("g", "deleted", pods=4, min_pods=1, elastic=True), ("n0", (0,)))
+    snap = snapshot(nodes(1, 8), [dept(), project("e", deserved=2)], [orphan, job("x", "e")])
+    result = run(snap)
+    assert placed(result)["x"] == [("n0", (1,))]
+    assert not [k for k in result.fair_shares if k[0] == "deleted"]
