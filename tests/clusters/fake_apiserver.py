@@ -47,7 +47,6 @@ write and kubelet change, and on `run_controllers()`.
 from __future__ import annotations
 
 import bisect
-import copy
 import itertools
 import json
 import random
@@ -81,6 +80,7 @@ from tests.clusters.fake_admission import mutate_pod
 from tests.clusters.fake_generic import (
     CUSTOM_KINDS,
     JOBS,
+    clone,
     controller_uid,
     generic_route,
     sync_jobs,
@@ -515,7 +515,7 @@ def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
     """RFC 7386 (application/merge-patch+json): maps merge, null deletes, the rest replaces;
     strategic (application/strategic-merge-patch+json) also merges the lists of MERGE_KEYS."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -528,11 +528,11 @@ def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
 
 
 def _merge_list(current: list, patch: list, key: str) -> list:
-    merged = copy.deepcopy(current)
+    merged = clone(current)
     for item in patch:
         index = next((i for i, old in enumerate(merged) if old.get(key) == item.get(key)), None)
         if index is None:
-            merged.append(copy.deepcopy(item))
+            merged.append(clone(item))
         else:
             merged[index] = merge_patch(merged[index], item, strategic=True)
     return merged
@@ -559,7 +559,7 @@ def patched(obj: dict, body: Any, content_type: str | None) -> dict:
 def json_patch(obj: dict, operations: list[dict]) -> dict:
     """RFC 6902 (add, remove, replace, test); an operation that cannot apply is 422, as the
     real server answers it."""
-    document = copy.deepcopy(obj)
+    document = clone(obj)
     for operation in operations:
         keys = [k.replace("~1", "/").replace("~0", "~") for k in operation["path"].split("/")[1:]]
         try:
@@ -575,7 +575,7 @@ def json_patch(obj: dict, operations: list[dict]) -> dict:
 
 def _apply(operation: dict, parent: Any, key: str) -> None:
     """One operation on the container its path ends in; a failure raises."""
-    kind, value = operation.get("op"), copy.deepcopy(operation.get("value"))
+    kind, value = operation.get("op"), clone(operation.get("value"))
     at: Any = key
     if isinstance(parent, list):
         at = len(parent) if key == "-" else int(key)
@@ -715,7 +715,7 @@ def _check_pod_update(name: str, old: dict, new: dict) -> None:
 
 def _frozen(spec: dict, gated: bool) -> dict:
     """The part of a pod's spec no update may change."""
-    frozen = copy.deepcopy(spec)
+    frozen = clone(spec)
     mutable = ["activeDeadlineSeconds", "schedulingGates", "tolerations"]
     for field in mutable + (["nodeSelector", "affinity"] if gated else []):
         frozen.pop(field, None)
@@ -953,6 +953,7 @@ class FakeApiServer:
         self.before: dict[int, dict] = {}  # MODIFIED event's version -> what selectors read before
         self.logs: dict[tuple[str, str], str] = {}
         self.devices: dict[tuple[str, str], tuple[str, list[int]]] = {}  # pod -> node, GPUs
+        self.gpus_held: dict[str, set[int]] = {}  # node -> its GPUs in `devices` (an index)
         self.handler = _handler_for(self)
         self.server = _Server(("127.0.0.1", 0), self.handler)
         self.server.daemon_threads = True
@@ -1019,7 +1020,7 @@ class FakeApiServer:
             self._store("nodes", "", node, "ADDED")
             if ready:
                 self.set_ready(name, True)
-        return copy.deepcopy(self.objects["nodes"][("", name)])
+        return clone(self.objects["nodes"][("", name)])
 
     def install_crds(self, *resources: tuple[str, str]) -> None:
         """Serve these custom resources ((apiVersion, plural), of fake_generic.CUSTOM_KINDS;
@@ -1051,19 +1052,19 @@ class FakeApiServer:
 
     def pods(self) -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(p) for p in self.objects["pods"].values()]
+            return [clone(p) for p in self.objects["pods"].values()]
 
     def pod(self, namespace: str, name: str) -> dict | None:
         with self.lock:
-            return copy.deepcopy(self.objects["pods"].get((namespace, name)))
+            return clone(self.objects["pods"].get((namespace, name)))
 
     def services(self) -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(s) for s in self.objects["services"].values()]
+            return [clone(s) for s in self.objects["services"].values()]
 
     def namespaces(self) -> dict[str, dict]:
         with self.lock:
-            return {k[1]: copy.deepcopy(v) for k, v in self.objects["namespaces"].items()}
+            return {k[1]: clone(v) for k, v in self.objects["namespaces"].items()}
 
     def finish(self, namespace: str, name: str, exit_code: int = 0) -> None:
         with self.lock:
@@ -1107,7 +1108,7 @@ class FakeApiServer:
         """The core/v1 Events stored (of one namespace, or all), oldest first."""
         with self.lock:
             events = [
-                copy.deepcopy(e)
+                clone(e)
                 for (ns, _), e in self.objects["events"].items()
                 if namespace is None or ns == namespace
             ]
@@ -1181,7 +1182,7 @@ class FakeApiServer:
 
     def _delete(self, resource: str, ns: str, name: str) -> dict:
         obj = self.objects[resource].pop((ns, name))
-        self.devices.pop((ns, name), None)
+        self._release_devices((ns, name))
         self._selected.pop((resource, ns, name), None)
         rv = next(self.rv)
         self.last_rv = rv
@@ -1211,17 +1212,23 @@ class FakeApiServer:
         if not wanted:
             return True
         total = int(self.objects["nodes"][("", node)]["status"]["allocatable"].get(GPU, 0))
-        used = {i for (n, devices) in self.devices.values() if n == node for i in devices}
+        used = self.gpus_held.setdefault(node, set())
         free = [i for i in range(total) if i not in used]
         if len(free) < wanted:
             return False
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self._release_devices(key)
         self.devices[key] = (node, free[:wanted])
+        used.update(free[:wanted])
         self.logs[key] = "".join(f"GPU-{node}-{i}\n" for i in free[:wanted])
         return True
 
+    def _release_devices(self, key: tuple[str, str]) -> None:
+        if held := self.devices.pop(key, None):
+            self.gpus_held[held[0]].difference_update(held[1])
+
     def _event(self, rv: int, resource: str, kind: str, obj: dict) -> None:
-        self.history.append((rv, resource, kind, copy.deepcopy(obj)))
+        self.history.append((rv, resource, kind, clone(obj)))
         for old, *_ in self.history[: -self.event_window]:
             self.before.pop(old, None)
         del self.history[: -self.event_window]
@@ -1510,8 +1517,8 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 for field in fixed:
                     meta.pop(field, None)
                 meta.update({k: v for k, v in pod["metadata"].items() if k in fixed})
-                pod["metadata"], pod["spec"] = meta, copy.deepcopy(new["spec"])
-                return 200, copy.deepcopy(api._store("pods", ns, pod, "MODIFIED"))
+                pod["metadata"], pod["spec"] = meta, clone(new["spec"])
+                return 200, clone(api._store("pods", ns, pod, "MODIFIED"))
 
         def _update_event(self, method: str, ns: str, name: str, body: dict):
             """An Event's update (a recorder bumps count and lastTimestamp): checked again
@@ -1520,7 +1527,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 event = self._get("events", ns, name, copy_=False)
                 if method == "PUT":
                     self._check_rv(event, body)
-                    new = copy.deepcopy(body)
+                    new = clone(body)
                 else:
                     new = patched(event, body, self.headers.get("Content-Type"))
                 keep = {
@@ -1530,13 +1537,13 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 new["metadata"] = {**(new.get("metadata") or {}), **keep}
                 new.update(apiVersion="v1", kind="Event")
                 _validate_event(new, ns)
-                return 200, copy.deepcopy(api._store("events", ns, new, "MODIFIED"))
+                return 200, clone(api._store("events", ns, new, "MODIFIED"))
 
         def _patch_metadata(self, resource: str, ns: str, name: str, body: dict):
             """A merge patch of labels and annotations (all GPUPool patches)."""
             with api.lock:
                 obj = self._get(resource, ns, name, copy_=False)
-                merged = copy.deepcopy(obj["metadata"])
+                merged = clone(obj["metadata"])
                 for field in ("labels", "annotations"):
                     patch = (body.get("metadata") or {}).get(field)
                     _check_string_map(patch, field)
@@ -1549,7 +1556,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 obj["metadata"] = merged  # all or nothing, as the real server
                 if resource == "namespaces":  # the API server keeps it, whatever a patch says
                     obj["metadata"].setdefault("labels", {})[NAME_LABEL] = name
-                return 200, copy.deepcopy(api._store(resource, ns, obj, "MODIFIED"))
+                return 200, clone(api._store(resource, ns, obj, "MODIFIED"))
 
         def _pod_sub(self, method: str, ns: str, name: str, sub: str, *, query: dict, body: Any):
             with api.lock:
@@ -1564,7 +1571,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if sub == "status" and method in ("PUT", "PATCH"):
                     return self._write_status(method, pod, body or {})
                 if sub == "status" and method == "GET":
-                    return 200, copy.deepcopy(pod)
+                    return 200, clone(pod)
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/{sub}")
 
         def _bind(self, pod: dict, body: dict) -> tuple[int, dict]:
@@ -1625,15 +1632,13 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     )
                     raise ApiError(400, "BadRequest", message)
                 self._check_rv(pod, body)
-                status = copy.deepcopy(body.get("status") or {})
+                status = clone(body.get("status") or {})
             else:
                 self._check_rv(pod, body)
                 status = patched(pod, body, self.headers.get("Content-Type")).get("status") or {}
             _validate_pod_conditions(status.get("conditions") or [])
             pod["status"] = status
-            return 200, copy.deepcopy(
-                api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED")
-            )
+            return 200, clone(api._store("pods", pod["metadata"]["namespace"], pod, "MODIFIED"))
 
         def _evict(self, pod: dict, body: dict) -> tuple[int, dict]:
             """EvictionREST: a policy/v1 (or v1beta1) Eviction naming the pod. A pod that is
@@ -1701,7 +1706,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if obj is None:
                     kind = resource.rstrip("s")
                     raise ApiError(404, "NotFound", f'{resource} "{name}" not found ({kind})')
-                return copy.deepcopy(obj) if copy_ else obj
+                return clone(obj) if copy_ else obj
 
         def _check_rv(self, obj: dict, body: dict) -> None:
             wanted = (body.get("metadata") or {}).get("resourceVersion")
@@ -1723,7 +1728,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
                 if resource == "namespaces" and name in api.forbidden_namespaces:
                     raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden')
-                obj = copy.deepcopy(body)
+                obj = clone(body)
                 obj.setdefault("apiVersion", API_VERSIONS.get(resource, "v1"))
                 obj["kind"] = KINDS[resource]
                 meta = obj["metadata"]
@@ -1759,7 +1764,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     count = len(api.objects["services"])
                     obj["spec"]["clusterIP"] = f"10.96.{count // 250}.{count % 250 + 1}"
                 stored = obj if dry_run else self._stored(resource, ns, obj)
-                return 201, copy.deepcopy(stored)
+                return 201, clone(stored)
 
         def _stored(self, resource: str, ns: str, obj: dict) -> dict:
             stored = api._store(resource, ns, obj, "ADDED")
@@ -1876,19 +1881,19 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             with api.lock:
                 obj = self._get(resource, ns, name, copy_=False)
                 if resource != "pods":
-                    return 200, copy.deepcopy(api._delete(resource, ns, name))
+                    return 200, clone(api._delete(resource, ns, name))
                 seconds = _delete_grace(
                     obj, query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
                 )
                 meta = obj["metadata"]
                 if api.deferred_delete and seconds and meta.get("deletionTimestamp"):
-                    return 200, copy.deepcopy(obj)  # pending already: kept, unless grace 0
+                    return 200, clone(obj)  # pending already: kept, unless grace 0
                 meta["deletionTimestamp"] = _now(seconds)
                 meta["deletionGracePeriodSeconds"] = seconds
                 if api.deferred_delete and seconds:
                     api._store(resource, ns, obj, "MODIFIED")
-                    return 200, copy.deepcopy(obj)
-                return 200, copy.deepcopy(api._delete(resource, ns, name))
+                    return 200, clone(obj)
+                return 200, clone(api._delete(resource, ns, name))
 
         def _list(self, resource: str, ns: str | None, query: dict):
             fields = _field_terms(resource, query.get("fieldSelector"))
@@ -1898,7 +1903,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             with api.lock:
                 api.list_calls[resource] += 1
                 items = [
-                    copy.deepcopy(obj)
+                    clone(obj)
                     for (obj_ns, _), obj in sorted(api.objects[resource].items())
                     if (ns is None or obj_ns == ns)
                     and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
@@ -1960,7 +1965,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 oldest = api.history[0][0] if api.history else api.last_rv + 1
                 current = api.last_rv
                 if since in (None, 0):
-                    return current, [copy.deepcopy(o) for o in api.objects[resource].values()]
+                    return current, [clone(o) for o in api.objects[resource].values()]
                 if since < oldest - 1 and since < current:
                     message = f"too old resource version: {since} ({oldest - 1})"
                     return self._error(410, "Expired", message)

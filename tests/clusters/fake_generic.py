@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import marshal
 import re
 import uuid
 from collections import Counter
@@ -96,6 +97,17 @@ DATA_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 USER_PRIORITY_MAX = 1_000_000_000
 
 
+def clone(document: Any) -> Any:
+    """A deep copy of a JSON document (what the fake server stores, keeps for watches and
+    answers): marshal's round trip, about four times cheaper than copy.deepcopy for a pod
+    and the same result for dicts, lists, strings, numbers, booleans and None (shared
+    parts stay shared, as with deepcopy); anything else falls back to deepcopy."""
+    try:
+        return marshal.loads(marshal.dumps(document))
+    except ValueError:  # a type marshal does not write (a dict subclass, an object)
+        return copy.deepcopy(document)
+
+
 def generic_route(
     api: Any, method: str, path: str, query: dict, body: Any, content_type: str | None = None
 ):
@@ -121,8 +133,8 @@ def generic_route(
             return _list(api, store, api_version, kind, ns, query)
         obj = _get(api, store, ns, name or "", parts["resource"])
         item_methods = {
-            "GET": lambda: (200, copy.deepcopy(obj)),
-            "DELETE": lambda: (200, copy.deepcopy(api._delete(store, ns, obj["metadata"]["name"]))),
+            "GET": lambda: (200, clone(obj)),
+            "DELETE": lambda: (200, clone(api._delete(store, ns, obj["metadata"]["name"]))),
             "PATCH": lambda: _patch(api, store, obj, body, content_type, resource),
         }
         if method in item_methods:
@@ -164,7 +176,7 @@ def _patch(api: Any, store: str, obj: dict, body: Any, content_type: str | None,
     if new.get("spec") != obj.get("spec") and "generation" in obj["metadata"]:
         new["metadata"]["generation"] = obj["metadata"]["generation"] + 1
     ns = obj["metadata"].get("namespace", "")
-    return 200, copy.deepcopy(api._store(store, ns, new, "MODIFIED"))
+    return 200, clone(api._store(store, ns, new, "MODIFIED"))
 
 
 def _error(code: int, reason: str, message: str) -> NoReturn:
@@ -191,7 +203,7 @@ def _list(api: Any, store: str, api_version: str, kind: str, ns: str, query: dic
     from tests.clusters.fake_apiserver import _matches
 
     items = [
-        copy.deepcopy(obj)
+        clone(obj)
         for (obj_ns, _), obj in sorted(api.objects[store].items())
         if (not ns or obj_ns == ns)
         and _matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
@@ -240,7 +252,7 @@ def _create(
     store_objects = api.objects[store]
     if (ns, name) in store_objects:
         _error(409, "AlreadyExists", f'{kind} "{name}" already exists')
-    obj = {"apiVersion": api_version, "kind": kind, **copy.deepcopy(body)}
+    obj = {"apiVersion": api_version, "kind": kind, **clone(body)}
     CHECKS.get(kind, lambda _obj: None)(obj)
     meta = obj.setdefault("metadata", {})
     meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
@@ -259,7 +271,7 @@ def _create(
             obj["spec"].setdefault(field, value)
     if dry_run:
         return 201, obj
-    return 201, copy.deepcopy(api._store(store, ns, obj, "ADDED"))
+    return 201, clone(api._store(store, ns, obj, "ADDED"))
 
 
 def _now() -> str:
@@ -320,7 +332,7 @@ def _workload(obj: dict) -> None:
     allowed = ("OnFailure", "Never") if obj["kind"] == "Job" else ("Always",)
     if policy not in allowed:
         _error(422, "Invalid", f'spec.template.spec.restartPolicy: Unsupported value: "{policy}"')
-    pod_spec = copy.deepcopy(template.get("spec") or {})
+    pod_spec = clone(template.get("spec") or {})
     for claim in spec.get("volumeClaimTemplates") or []:  # a StatefulSet's pods mount these
         name = (claim.get("metadata") or {}).get("name", "")
         pod_spec.setdefault("volumes", []).append(
@@ -495,9 +507,11 @@ def sync_jobs(api: Any, client: Any, uids: set[str] | None = None) -> bool:
     """One pass of the Job controller over every Job (or those with these uids); True
     when it wrote anything."""
     changed = False
-    for job in [j for _, j in sorted(api.objects.get(JOBS, {}).items())]:
-        if uids is None or job["metadata"].get("uid") in uids:
-            changed = _sync_job(api, client, job) or changed
+    jobs = api.objects.get(JOBS, {}).items()
+    if uids is not None:  # only those (a write touches one Job: not every Job sorted)
+        jobs = [(key, job) for key, job in jobs if job["metadata"].get("uid") in uids]
+    for _, job in sorted(jobs):
+        changed = _sync_job(api, client, job) or changed
     return changed
 
 
@@ -512,7 +526,7 @@ def _sync_job(api: Any, client: Any, job: dict) -> bool:
     4. status (active, ready, terminating, succeeded, failed, conditions) written if changed."""
     from tests.clusters.fake_apiserver import _now as now
 
-    spec, status = job["spec"], copy.deepcopy(job.get("status") or {})
+    spec, status = job["spec"], clone(job.get("status") or {})
     if _condition_true(status, "Complete") or _condition_true(status, "Failed"):
         return False
     uid, ns = job["metadata"]["uid"], job["metadata"]["namespace"]
@@ -630,9 +644,9 @@ def _make_pods(client: Any, job: dict, count: int) -> bool:
         "blockOwnerDeletion": True,
     }
     for _ in range(max(0, count)):
-        pod_meta = copy.deepcopy(template.get("metadata") or {})
+        pod_meta = clone(template.get("metadata") or {})
         pod_meta.update(generateName=f"{meta['name']}-", ownerReferences=[owner])
-        body = {"metadata": pod_meta, "spec": copy.deepcopy(template.get("spec") or {})}
+        body = {"metadata": pod_meta, "spec": clone(template.get("spec") or {})}
         try:
             client._create("pods", meta["namespace"], body)
         except ApiError as err:

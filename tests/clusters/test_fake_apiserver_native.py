@@ -16,6 +16,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.clusters.fake_apiserver import FakeApiServer
+from tests.clusters.fake_generic import clone
 
 pytestmark = pytest.mark.timeout(30)
 NS = "team-a"
@@ -91,6 +92,59 @@ def test_a_binding_sets_the_node_copies_its_annotations_and_marks_the_pod_schedu
     conditions = {c["type"]: c for c in stored["status"]["conditions"]}
     assert conditions["PodScheduled"]["status"] == "True"
     assert conditions["PodScheduled"]["lastTransitionTime"]
+
+
+def test_the_device_plugin_gives_out_each_gpu_once_and_takes_it_back_with_the_pod(api):
+    """The kubelet's device plugin: a bound pod gets the node's lowest free GPUs (its log
+    names them, as nvidia-smi would); with none free the pod fails at admission
+    (UnexpectedAdmissionError); a deleted pod's GPUs go to the next pod."""
+    gpu = [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    for name in ("a", "b", "c"):
+        api.create_namespaced_pod(NS, pod(name, containers=gpu))
+        bind(api, name)
+    assert [api.read_namespaced_pod_log(n, NS) for n in ("a", "b")] == [
+        "GPU-gpu-a-0\n",
+        "GPU-gpu-a-1\n",
+    ]
+    refused = api.read_namespaced_pod("c", NS).status
+    assert (refused.phase, refused.reason) == ("Failed", "UnexpectedAdmissionError")
+    api.delete_namespaced_pod("a", NS, grace_period_seconds=0)
+    api.create_namespaced_pod(NS, pod("d", containers=gpu))
+    bind(api, "d")
+    assert api.read_namespaced_pod_log("d", NS) == "GPU-gpu-a-0\n"
+
+
+def test_a_watch_shows_each_version_of_a_pod_as_it_was_then(api):
+    """The watch cache keeps each version as written (etcd's revisions): a Binding that
+    changes the stored pod afterwards does not change the ADDED event already kept."""
+    since = api.list_namespaced_pod(NS).metadata.resource_version
+    api.create_namespaced_pod(NS, pod("p"))
+    bind(api, "p")
+    stream = k8s_watch.Watch().stream(
+        api.list_namespaced_pod, NS, resource_version=since, timeout_seconds=1
+    )
+    seen = [(e["type"], e["object"].spec.node_name, e["object"].metadata.resource_version)
+            for e in stream]  # fmt: skip
+    assert [(kind, node) for kind, node, _ in seen] == [("ADDED", None), ("MODIFIED", "gpu-a")]
+    assert int(seen[0][2]) < int(seen[1][2])
+
+
+def test_the_servers_copies_share_nothing_with_what_it_stores():
+    """clone: what the server keeps and what it answers are separate documents, value for
+    value (booleans stay booleans); a type marshal cannot write is copied all the same."""
+    shared = {"a": [1, 2]}
+    document = {"x": shared, "y": shared, "flag": True, "n": None, "f": 0.5}
+    copied = clone(document)
+    assert copied == document and type(copied["flag"]) is bool
+    copied["x"]["a"].append(3)
+    assert shared == {"a": [1, 2]}
+    assert copied["y"]["a"] == [1, 2, 3]  # shared within the copy, as deepcopy keeps it
+
+    class Labels(dict):
+        pass
+
+    odd = clone({"labels": Labels(k="v")})
+    assert type(odd["labels"]) is Labels and odd["labels"] == {"k": "v"}
 
 
 def test_the_kubelet_keeps_a_pods_conditions(api, fake):
