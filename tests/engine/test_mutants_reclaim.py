@@ -168,3 +168,20 @@ def test_extra_pods_are_reclaimed_where_no_whole_workload_may_be() -> None:
     result = run(snapshot(nodes(1, 4), queues, [e, job("w", "own", t=NOW_5)]), ALONE, now=NOW_5)
     assert list(placed(result)) == ["w"]
     assert [(r.workload_id, r.delta, r.beneficiary) for r in result.resizes] == [("e", -1, "w")]
+
+
+def test_the_fallback_to_borrowed_work_takes_extra_pods_before_whole_workloads() -> None:
+    # b (deserved 0, weight 3) holds its fair share of 2 with its elastic job's two pods
+    # (one beyond its minimum); c is above its share with non-preemptible work. Reclaim
+    # above the fair shares finds nothing, and its fallback (borrowed work, down to the
+    # deserved quotas) takes b's extra pod, not b's whole job.
+    e = job("e", "b", pods=2, min_pods=1, elastic=True)
+    e = replace(e, placement=tuple(PodPlacement(i, "n0", gpus=(i,)) for i in range(2)))
+    e = replace(e, started_at=NOW_5 - 600)
+    c_work = [replace(_borrowed(f"c{i}", "n0", i + 2, "c"), preemptible=False) for i in (0, 1)]
+    queues = [dept(), project("own", deserved=1), project("b", weight=3.0), project("c")]
+    snap = snapshot(nodes(1, 4), queues, [e, *c_work, job("w", "own", t=NOW_5)])
+    for config in (ALONE, SchedulerConfig()):
+        result = run(snap, config, now=NOW_5)
+        assert (evicted(result), list(placed(result))) == ({}, ["w"])
+        assert [(r.workload_id, r.delta, r.beneficiary) for r in result.resizes] == [("e", -1, "w")]

@@ -135,7 +135,8 @@ def _evict_for(
 
     1. other projects' work above their fair shares, cheapest first (`rule`; None when
        what they hold above their shares cannot cover wl);
-    2. their borrowed work (what their deserved quota does not cover), each victim's
+    2. their borrowed work (what their deserved quota does not cover: extra pods of
+       elastic workloads first, then whole workloads), each victim's
        side keeping its deserved quota, not its fair share (OverQuotaRule): the
        guarantee is kept even when the only borrowed work is a job too large to take
        within the holder's fair share (issue 24: an owner at 0 of its 4 GPUs waited
@@ -148,6 +149,14 @@ def _evict_for(
     rules: list[ReclaimRule] = [] if rule is None else [rule]
     rules.append(OverQuotaRule(ctx, wl, pool, guarantee))
     for each in rules:
+        if isinstance(each, OverQuotaRule) and ctx.book.originals:
+            # The fallback's extra pods go before its whole workloads too (reclaim's own
+            # went first, above the fair shares): a project below its fair share but over
+            # its deserved quota lost a whole job while its elastic job kept an extra pod.
+            extras = OverQuotaRule(ctx, wl, pool, guarantee, extras=True)
+            slots = shrink_for(ctx, wl, pool, extras)
+            if slots is not None:
+                return slots
         found = make_room(ctx, wl, pool, index.pool(pool), each, cause, MAX_VICTIMS)
         if found is not None:
             return found[1]
