@@ -205,9 +205,11 @@ def reconcile_pass(
     with transaction.atomic():
         _refresh_states(by_workload)
         _record_statuses(allocations, report)
-        _restarted(by_workload, report)
+        freed = _restarted(by_workload, report)
         _given_back(by_workload, report)
-        _release_finished(cluster, by_workload, report, result)
+        freed |= _release_finished(by_workload, report, result)
+        if freed:
+            _nominated_admit(cluster, result)
         _apply_phases(by_workload, report, result)
         # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
         cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors + native_errors))
@@ -359,20 +361,24 @@ def _needs_work(rows: list[tuple], statuses: list[PodStatus | None]) -> bool:
     return _next_state(state, statuses, len(rows)) is not None  # type: ignore[arg-type]
 
 
-def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+def _restarted(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> bool:
     """An elastic job restarting with a new size: once all its old pods are gone, its
-    pods are created again (next pass) with the new rank and world size."""
+    pods are created again (next pass) with the new rank and world size. Whether GPUs a
+    GPU range gave back came free."""
+    freed = False
     for allocations in by_workload.values():
         workload = allocations[0].workload
         if workload.restarting and not any(_name(a) in report.statuses for a in allocations):
             workload.restarting = False
             workload.save(update_fields=["restarting"])
             for allocation in allocations:
+                freed = freed or bool(allocation.releasing_gpu_indices)
                 allocation.backend_ref = allocation.phase = ""
                 allocation.releasing_gpu_indices = []  # a GPU range's given-back GPUs: free
             PodAllocation.objects.bulk_update(
                 allocations, ["backend_ref", "phase", "releasing_gpu_indices"]
             )
+    return freed
 
 
 def _given_back(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
@@ -507,15 +513,10 @@ def _observed_fields(status: PodStatus, endpoint: str, ports: dict) -> tuple:
 
 
 def _release_finished(
-    cluster: Cluster,
-    by_workload: dict[int, list[PodAllocation]],
-    report: ReconcileReport,
-    result: PassResult,
-) -> None:
+    by_workload: dict[int, list[PodAllocation]], report: ReconcileReport, result: PassResult
+) -> bool:
     """Workloads that stopped running and whose pods are all gone give their GPUs back,
-    all in one batch (a cycle's victims come here together); the work a cycle nominated
-    onto those GPUs is admitted at once (scheduling.lifecycle.nominated_admit): this
-    cluster's pods for it are made by the next pass, other clusters are reconciled."""
+    all in one batch (a cycle's victims come here together). Whether any did."""
     released = [
         allocations[0].workload
         for allocations in by_workload.values()
@@ -525,12 +526,18 @@ def _release_finished(
     ]
     workloads_pods_released(released)  # also asks for a cycle: GPUs came free
     result.released += len(released)
-    if released:
-        admitted = nominated_admit()
-        here = admitted.pop(cluster.pk, set())
-        result.nominated += bool(here)
-        result.acted |= here
-        clusters_reconcile(set(admitted))
+    return bool(released)
+
+
+def _nominated_admit(cluster: Cluster, result: PassResult) -> None:
+    """GPUs came free (pods gone, or a GPU range's given-back GPUs): the work a cycle
+    nominated onto them is admitted at once (scheduling.lifecycle.nominated_admit). This
+    cluster's pods for it are made by the next pass; other clusters are reconciled."""
+    admitted = nominated_admit()
+    here = admitted.pop(cluster.pk, set())
+    result.nominated += bool(here)
+    result.acted |= here
+    clusters_reconcile(set(admitted))
 
 
 def _apply_phases(

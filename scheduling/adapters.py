@@ -256,10 +256,12 @@ def read_snapshot() -> SnapshotRead:
     # allocation of the cluster each cycle (most of a steady cycle's adapter time).
     given_back = [a for a in allocations if a.releasing_gpu_indices]
     # Pods on an unreachable (or disabled) cluster may never confirm they are gone; they
-    # keep their GPUs, but must not hold back evictions everywhere else.
+    # keep their GPUs, but must not hold back evictions everywhere else. A pod giving back
+    # part of its GPU range settles too: until it has, the work it shrank for is nominated
+    # on GPUs still held, and a reclaim for that work again would shrink a second pod.
     settling = {
         str(a.workload_id)
-        for a in releasing
+        for a in (*releasing, *given_back)
         if (node := node_by_id.get(a.node_id)) is not None and node.cluster.reachable
     }
     return SnapshotRead(

@@ -76,6 +76,10 @@ def test_reclaim_shrinks_a_gpu_range_first_and_restarts_its_pod_with_the_new_cou
     cycle_run()
     other.refresh_from_db()
     assert other.state == "pending"
+    # While the range gives its GPUs back, the cycle does not reclaim for the same work
+    # again (it shrank or evicted a second job, and moved the nomination there).
+    again = Workload.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk")
+    assert [(j.state, j.restarting) for j in again] == [("admitted", j.pk == job.pk) for j in again]
     cluster_reconcile(sixteen[0].cluster)  # deletes the old pod: it starts again with 2
     row.refresh_from_db()
     job.refresh_from_db()
