@@ -185,3 +185,14 @@ def test_the_fallback_to_borrowed_work_takes_extra_pods_before_whole_workloads()
         result = run(snap, config, now=NOW_5)
         assert (evicted(result), list(placed(result))) == ({}, ["w"])
         assert [(r.workload_id, r.delta, r.beneficiary) for r in result.resizes] == [("e", -1, "w")]
+
+
+def test_a_project_that_reclaimed_borrows_nothing_more_in_that_cycle() -> None:
+    # own (deserved 1) takes back b's borrowed 2-GPU job for its 1-GPU job: the second
+    # GPU freed does not go to own's next job, which would be borrowing past its share.
+    big = running(job("big", "b", gpus=2), "n0", [0, 1], NOW_5 - 600)
+    mine = [job("w1", "own", t=NOW_5 - 10), job("w2", "own", t=NOW_5)]
+    queues = [dept(), project("own", deserved=1), project("b")]
+    result = run(snapshot(nodes(1, 2), queues, [big, *mine]), ALONE, now=NOW_5)
+    assert (evicted(result), list(placed(result))) == ({"big": RECLAIM}, ["w1"])
+    assert result.pending_reasons["w2"].startswith("project own reclaimed GPUs this cycle")
