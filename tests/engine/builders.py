@@ -56,6 +56,11 @@ def project(qid: str, dept: str | None = "dept", pool: str = "a", **kw: object) 
     return Queue(qid, dept, {(pool, Resource.GPU): quota(**kw)})  # type: ignore[arg-type]
 
 
+def in_pools_a_b(qid: str, a: float, b: float) -> Queue:
+    """A project of the department "dept" deserving `a` GPUs in pool a and `b` in pool b."""
+    return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
+
+
 def dept(qid: str = "dept", pool: str = "a", **kw: object) -> Queue:
     return Queue(qid, None, {(pool, Resource.GPU): quota(**kw)} if kw else {})  # type: ignore[arg-type]
 

@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine.types import PodPlacement, Queue, Resource, SchedulerConfig, Workload
+from scheduling.engine.types import PodPlacement, SchedulerConfig, Workload
 from tests.engine.builders import (
     dept,
     evicted,
+    in_pools_a_b,
     job,
     nodes,
     placed,
     project,
-    quota,
     run,
     running,
     snapshot,
@@ -24,10 +24,6 @@ from tests.engine.builders import (
 NOW = 100_000.0
 PREEMPT = "preempt"
 Outcome = tuple[dict[str, list[tuple[str, tuple[int, ...]]]], dict[str, str]]
-
-
-def _in_pools_a_b(qid: str, a: float, b: float) -> Queue:
-    return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
 
 
 def _elastic_on_n0(owner_priority: int, preemptible: bool = False) -> Workload:
@@ -123,7 +119,7 @@ def _fails_in_a_then_b(config: SchedulerConfig | None = None, a_nodes: int = 2) 
     work += [job(f"w{i}", "p", gpus=2, priority=5, t=i, pools=("a", "b")) for i in range(2)]
     work.append(job("x", "p", priority=4, pools=("b",)))
     cluster = (*nodes(a_nodes, 1, prefix="a"), *nodes(2, 2, pool="b", prefix="b"))
-    result = run(snapshot(cluster, [dept(), _in_pools_a_b("p", 2, 4)], work), config)
+    result = run(snapshot(cluster, [dept(), in_pools_a_b("p", 2, 4)], work), config)
     return placed(result), evicted(result)
 
 
@@ -150,7 +146,7 @@ def test_non_preemptible_work_over_its_quota_in_one_pool_preempts_in_the_next() 
     work = [running(job("la", "p"), "a0", [0]), running(job("lb", "p"), "b0", [0])]
     w = job("w", "p", priority=5, preemptible=False, pools=("a", "b"))
     cluster = (*nodes(1, 1, prefix="a"), *nodes(1, 1, pool="b", prefix="b"))
-    result = run(snapshot(cluster, [dept(), _in_pools_a_b("p", 0, 1)], [*work, w]))
+    result = run(snapshot(cluster, [dept(), in_pools_a_b("p", 0, 1)], [*work, w]))
     assert (placed(result), evicted(result)) == ({"w": [("b0", (0,))]}, {"lb": PREEMPT})
 
 
@@ -179,7 +175,7 @@ def test_a_newcomer_placed_on_extra_pods_is_not_placed_again_in_its_next_pool() 
     lb = running(job("lb", "p"), "b0", [0])
     w = job("w", "p", priority=5, t=10.0, pools=("a", "b"))
     cluster = (*nodes(1, 4), *nodes(1, 1, pool="b", prefix="b"))
-    snap = snapshot(cluster, [dept(), _in_pools_a_b("p", 4, 1)], [_elastic_on_n0(0), lb, w])
+    snap = snapshot(cluster, [dept(), in_pools_a_b("p", 4, 1)], [_elastic_on_n0(0), lb, w])
     result = run(snap, now=NOW)
     assert (placed(result), evicted(result)) == ({"w": [("n0", (3,))]}, {})
 
@@ -212,7 +208,7 @@ def test_a_newcomer_that_preempted_in_one_pool_does_not_preempt_in_the_next() ->
     work = [running(job("la", "p"), "a0", [0]), running(job("lb", "p"), "b0", [0])]
     w = job("w", "p", priority=5, pools=("a", "b"))
     cluster = (*nodes(1, 1, prefix="a"), *nodes(1, 1, pool="b", prefix="b"))
-    result = run(snapshot(cluster, [dept(), _in_pools_a_b("p", 1, 1)], [*work, w]))
+    result = run(snapshot(cluster, [dept(), in_pools_a_b("p", 1, 1)], [*work, w]))
     assert (placed(result), evicted(result)) == ({"w": [("a0", (0,))]}, {"la": PREEMPT})
 
 

@@ -17,6 +17,7 @@ from scheduling.engine.types import (
 from tests.engine.builders import (
     dept,
     evicted,
+    in_pools_a_b,
     job,
     nodes,
     placed,
@@ -74,10 +75,6 @@ NOW_5 = 10_000.0
 RECLAIM = str(EvictionReason.RECLAIM)
 
 
-def _two_pools(qid: str, a: float, b: float) -> Queue:
-    return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
-
-
 def _borrowed(name: str, node: str, gpu: int, queue: str = "b") -> Workload:
     return running(job(name, queue, t=gpu), node, [gpu], NOW_5 - 600)
 
@@ -90,7 +87,7 @@ def _reclaimed_in_b(
     in_b = [_borrowed(f"bb{i}", f"b{i // 2}", i % 2) for i in range(2 * jobs)]
     cluster = (*nodes(2, 2, prefix="a"), *nodes(jobs, 2, pool="b", prefix="b"))
     own = Queue("own", "dept", {**own_a.quotas, ("b", Resource.GPU): quota(2 * jobs)})
-    queues = [dept(), own, _two_pools("b", 0, 0), _two_pools("c", c_in_a, 0)]
+    queues = [dept(), own, in_pools_a_b("b", 0, 0), in_pools_a_b("c", c_in_a, 0)]
     ask = (PodRequest(gpus=2, cpu=1.0),)
     mine = [
         replace(job(f"w{i}", "own", t=NOW_5 + i, pools=("a", "b")), pods=ask) for i in range(jobs)
@@ -119,18 +116,18 @@ def test_a_reclaim_that_fails_in_one_pool_goes_on_to_the_next() -> None:
         {("a", Resource.GPU): quota(2), ("a", Resource.CPU): quota(0, limit=0.5)},
     )
     b_pair = {"bb0": RECLAIM, "bb1": RECLAIM}
-    assert _reclaimed_in_b(_two_pools("own", 2, 0), scattered) == b_pair
-    assert _reclaimed_in_b(_two_pools("own", 2, 0), guaranteed, c_in_a=4) == b_pair
-    assert _reclaimed_in_b(_two_pools("own", 0, 0), scattered) == b_pair
+    assert _reclaimed_in_b(in_pools_a_b("own", 2, 0), scattered) == b_pair
+    assert _reclaimed_in_b(in_pools_a_b("own", 2, 0), guaranteed, c_in_a=4) == b_pair
+    assert _reclaimed_in_b(in_pools_a_b("own", 0, 0), scattered) == b_pair
     assert _reclaimed_in_b(cpu_capped, [_borrowed(f"ba{i}", "a0", i) for i in (0, 1)]) == b_pair
-    twice = _reclaimed_in_b(_two_pools("own", 2, 0), scattered, jobs=2)
+    twice = _reclaimed_in_b(in_pools_a_b("own", 2, 0), scattered, jobs=2)
     assert twice == {f"bb{i}": RECLAIM for i in range(4)}
 
 
 def test_a_reclaim_that_placed_its_workload_tries_no_further_pool() -> None:
     work = [_borrowed("ba", "a0", 0), _borrowed("bb", "b0", 0)]
     cluster = (*nodes(1, 1, prefix="a"), *nodes(1, 1, pool="b", prefix="b"))
-    queues = [dept(), _two_pools("own", 1, 1), _two_pools("b", 0, 0)]
+    queues = [dept(), in_pools_a_b("own", 1, 1), in_pools_a_b("b", 0, 0)]
     w = job("w", "own", t=NOW_5, pools=("a", "b"))
     result = run(snapshot(cluster, queues, [*work, w]), ALONE, now=NOW_5)
     assert (evicted(result), placed(result)) == ({"ba": RECLAIM}, {"w": [("a0", (0,))]})
@@ -150,8 +147,8 @@ def test_a_failed_reclaim_is_remembered_for_its_own_pool_only() -> None:
     in_a += [replace(_borrowed(f"c{i}", f"a{i}", 1, "c"), preemptible=False) for i in range(2)]
     in_b = [_borrowed(f"bb{i}", "b0", i) for i in range(2)]
     cluster = (*nodes(2, 2, prefix="a"), *nodes(1, 2, pool="b", prefix="b"))
-    queues = [dept(), _two_pools("o1", 2, 0), _two_pools("o2", 0, 2), _two_pools("b", 0, 0)]
-    queues.append(_two_pools("c", 2, 0))
+    queues = [dept(), in_pools_a_b("o1", 2, 0), in_pools_a_b("o2", 0, 2), in_pools_a_b("b", 0, 0)]
+    queues.append(in_pools_a_b("c", 2, 0))
     w1 = job("w1", "o1", gpus=2, t=NOW_5 - 60, pools=("a",))
     w2 = job("w2", "o2", gpus=2, t=NOW_5, pools=("b",))
     result = run(snapshot(cluster, queues, [*in_a, *in_b, w1, w2]), ALONE, now=NOW_5)

@@ -13,8 +13,6 @@ from scheduling.engine.types import (
     Gpu,
     Node,
     PodPlacement,
-    Queue,
-    Resource,
     SchedulerConfig,
     Workload,
 )
@@ -23,11 +21,11 @@ from tests.engine.builders import (
     dept,
     evicted,
     frac,
+    in_pools_a_b,
     job,
     nodes,
     placed,
     project,
-    quota,
     run,
     running,
     sharing,
@@ -245,9 +243,6 @@ def test_the_cycles_victim_searches_are_a_bound() -> None:
     # beside c's guaranteed ones: the search finds no plan. In b, b's two jobs share a
     # node: reclaimed there, on the third search. With two searches in the cycle, a's
     # failed ones spend them and b is not searched.
-    def q(qid: str, a: float, b: float) -> Queue:
-        return Queue(qid, "dept", {("a", Resource.GPU): quota(a), ("b", Resource.GPU): quota(b)})
-
     work = [running(job(f"ba{i}", "b", t=i), f"a{i}", [0], NOW_5 - 600) for i in range(2)]
     work += [
         replace(running(job(f"c{i}", "c", t=i), f"a{i}", [1], NOW_5 - 600), preemptible=False)
@@ -255,7 +250,7 @@ def test_the_cycles_victim_searches_are_a_bound() -> None:
     ]
     work += [running(job(f"bb{i}", "b", t=i), "b0", [i], NOW_5 - 600) for i in range(2)]
     cluster = (*nodes(2, 2, prefix="a"), *nodes(1, 2, pool="b", prefix="b"))
-    queues = [dept(), q("own", 2, 2), q("b", 0, 0), q("c", 2, 0)]
+    queues = [dept(), in_pools_a_b("own", 2, 2), in_pools_a_b("b", 0, 0), in_pools_a_b("c", 2, 0)]
     w = job("w", "own", gpus=2, t=NOW_5, pools=("a", "b"))
     snap = snapshot(cluster, queues, [*work, w])
     assert evicted(run(snap, now=NOW_5)) == {"bb0": "reclaim", "bb1": "reclaim"}

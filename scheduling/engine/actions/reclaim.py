@@ -146,21 +146,21 @@ def _evict_for(
     cheaper victims, and the Philly week lost 127.7 GPU-hours instead of 110.1.)
     """
     cause = owed(ctx, wl, pool)
-    rules: list[ReclaimRule] = [] if rule is None else [rule]
-    rules.append(OverQuotaRule(ctx, wl, pool, guarantee))
-    for each in rules:
-        if isinstance(each, OverQuotaRule) and ctx.book.originals:
-            # The fallback's extra pods go before its whole workloads too (reclaim's own
-            # went first, above the fair shares): a project below its fair share but over
-            # its deserved quota lost a whole job while its elastic job kept an extra pod.
-            extras = OverQuotaRule(ctx, wl, pool, guarantee, extras=True)
-            slots = shrink_for(ctx, wl, pool, extras)
-            if slots is not None:
-                return slots
-        found = make_room(ctx, wl, pool, index.pool(pool), each, cause, MAX_VICTIMS)
+    if rule is not None:
+        found = make_room(ctx, wl, pool, index.pool(pool), rule, cause, MAX_VICTIMS)
         if found is not None:
             return found[1]
-    return None
+    if ctx.book.originals:
+        # The fallback's extra pods go before its whole workloads too (reclaim's own went
+        # first, above the fair shares): a project below its fair share but over its
+        # deserved quota lost a whole job while its elastic job kept an extra pod.
+        extras = OverQuotaRule(ctx, wl, pool, guarantee, extras=True)
+        slots = shrink_for(ctx, wl, pool, extras)
+        if slots is not None:
+            return slots
+    fallback = OverQuotaRule(ctx, wl, pool, guarantee)
+    found = make_room(ctx, wl, pool, index.pool(pool), fallback, cause, MAX_VICTIMS)
+    return None if found is None else found[1]
 
 
 def owed(ctx: Context, wl: Workload, pool: str) -> Cause:
