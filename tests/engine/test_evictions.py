@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduling.engine.types import (
+    CycleResult,
     Eviction,
     EvictionReason,
     PodPlacement,
@@ -103,17 +104,40 @@ def test_with_equal_loss_reclaim_takes_the_lowest_priority_first() -> None:
     assert evicted(run(snap, now=NOW)) == {"b2": "reclaim"}
 
 
-def test_reclaim_never_pushes_the_victim_below_its_own_fair_share() -> None:
-    # p2 deserves 1 and holds two 2-GPU jobs; taking both would leave it with 0.
-    snap = snapshot(
-        nodes(1, gpus=4),
-        _two_projects(p1=3, p2=1),
-        [*_borrowing_p2(count=2, gpus=2), *(job(f"m{i}", "p1", t=i) for i in range(3))],
-    )
-    result = run(snap, now=NOW)
-    assert evicted(result) == {"b1": "reclaim"}
-    assert sorted(placed(result)) == ["m0", "m1"]
-    assert "m2" in result.pending_reasons
+def test_an_owner_takes_back_borrowed_work_larger_than_its_projects_quota() -> None:
+    # p2 deserves 1 and holds two 2-GPU jobs: neither fits its quota, so both are
+    # borrowed. p1 deserves 3 and wants 3: the first job goes above p2's fair share, and
+    # the second too, although p2 is left with none (it used to keep one, and p1's third
+    # job, within its guarantee, waited for ever behind work over p2's quota).
+    result = _p1_owed_three(count=2, gpus=2)
+    assert evicted(result) == {"b0": "reclaim", "b1": "reclaim"}
+    assert sorted(placed(result)) == ["m0", "m1", "m2"]
+
+
+def test_reclaim_leaves_the_victims_project_its_guaranteed_work() -> None:
+    # As above with p2's jobs of 1 GPU: the one within p2's quota stays.
+    result = _p1_owed_three(count=4, gpus=1)
+    assert len(result.evictions) == 3 and sorted(placed(result)) == ["m0", "m1", "m2"]
+
+
+def _p1_owed_three(count: int, gpus: int) -> CycleResult:
+    """p1 (deserved 3) wants three 1-GPU jobs; p2 (deserved 1) holds the 4-GPU node."""
+    work = [*_borrowing_p2(count=count, gpus=gpus), *(job(f"m{i}", "p1", t=i) for i in range(3))]
+    return run(snapshot(nodes(1, gpus=4), _two_projects(p1=3, p2=1), work), now=NOW)
+
+
+def test_reclaim_takes_a_projects_lower_priority_work_before_its_urgent_job() -> None:
+    # "low" borrows both GPUs: an old priority-0 job and an urgent job started 10 s ago,
+    # which loses less. Taken, the urgent job would come back and preempt the old one
+    # (priority decides inside a project): two evictions where one does. The owner's
+    # reclaim takes the old job, and nothing is evicted after.
+    old = running(job("old", "low", priority=0, t=1), "n0", [0], started=NOW - 600)
+    urgent = running(job("urgent", "low", priority=100, t=2), "n0", [1], started=NOW - 10)
+    queues = [dept(), project("own", deserved=2), project("low", deserved=0)]
+    snap = snapshot(nodes(1, gpus=2), queues, [old, urgent, job("mine", "own", t=NOW)])
+    steps = cycles(snap, 3, start=NOW)
+    assert [evicted(result) for _, result in steps] == [{"old": "reclaim"}, {}, {}]
+    assert "mine" in placed(steps[0][1])
 
 
 def test_reclaim_never_evicts_non_preemptible_work() -> None:

@@ -90,25 +90,43 @@ def _running_jobs(rng: random.Random, held: dict[str, int], node_count: int) -> 
     return found
 
 
-def owner_blocked_by_large_borrowed_jobs(seed: int) -> tuple[Snapshot, str, dict[str, int]]:
+def owner_blocked_by_large_borrowed_jobs(
+    seed: int, partly_deserved: bool = False
+) -> tuple[Snapshot, str, dict[str, int]]:
     """Like owner_blocked_by_borrowers, but what the other projects hold over their
     quotas is jobs of 2, 4 or 8 GPUs (each on one node), their in-quota work one-GPU
-    jobs: taking a large job may leave its project below its fair share, never below its
-    deserved quota. The owner's gang of one-GPU pods fits in the free GPUs plus those
-    large jobs, within what its quota still owes it."""
+    jobs: taking a large job may leave its project below its fair share, never without
+    its one-GPU jobs. The owner's gang of one-GPU pods fits in the free GPUs plus those
+    large jobs, within what its quota still owes it. `partly_deserved`: a project's
+    quota may also cover part of one of its large jobs (a 4-GPU job of a project owed 1
+    more GPU), which no split of the quota holds, so the job is borrowed whole. The
+    third value is what each project keeps: its one-GPU jobs (the owner's quota)."""
     rng = random.Random(seed)
     while True:  # until some GPUs are free or borrowed: else nothing could make room
         node_count, small, workloads, free, over = _large_borrowed_jobs(rng)
-        if over + free:
+        extras = _partly_deserved(rng, workloads) if partly_deserved else {}
+        if over + free - sum(extras.values()) > 0:
             break
-    need = rng.randint(1, min(over + free, 16))
-    deserved = {qid: count for qid, count in small.items() if qid != "owner"}
-    deserved["owner"] = small["owner"] + need
+    need = rng.randint(1, min(over + free - sum(extras.values()), 16))
+    kept = {qid: count for qid, count in small.items() if qid != "owner"}
+    deserved = {qid: count + extras.get(qid, 0) for qid, count in kept.items()}
+    deserved["owner"] = kept["owner"] = small["owner"] + need
     gang = job("gang", "owner", gpus=1, pods=need, t=NOW - 30)
     queues = [dept(), *(project(q, deserved=d) for q, d in sorted(deserved.items()))]
     workloads.append(gang)
     rng.shuffle(workloads)
-    return snapshot(nodes(node_count), queues, workloads), gang.id, deserved
+    return snapshot(nodes(node_count), queues, workloads), gang.id, kept
+
+
+def _partly_deserved(rng: random.Random, workloads: list[Workload]) -> dict[str, int]:
+    """For some projects, a deserved quota above their one-GPU jobs by less than one of
+    their large jobs: project -> the GPUs added."""
+    extras: dict[str, int] = {}
+    for wl in workloads:
+        size = wl.pods[0].gpus
+        if size > 1 and wl.queue_id not in extras and rng.random() < 0.5:
+            extras[wl.queue_id] = rng.randint(1, int(size) - 1)
+    return extras
 
 
 def _large_borrowed_jobs(rng: random.Random) -> tuple:
@@ -163,6 +181,12 @@ def test_in_quota_work_takes_back_large_borrowed_jobs_within_two_cycles(seed: in
 
 @FAST
 @given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_in_quota_work_takes_back_jobs_larger_than_their_projects_quota(seed: int) -> None:
+    assert_owner_served(seed, *owner_blocked_by_large_borrowed_jobs(seed, partly_deserved=True))
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_a_gang_reclaim_takes_no_victim_it_does_not_need(seed: int) -> None:
     """Take the least work that frees what is needed: with any one of a gang's victims
     left running (the others evicted), the gang would not fit. Before, one gang reclaim in
@@ -199,9 +223,11 @@ def test_a_reclaim_for_one_pod_takes_only_the_job_it_needs() -> None:
     assert [e.workload_id for e in result.evictions] == ["big"]
 
 
-def assert_owner_served(seed: int, snap: Snapshot, gang: str, deserved: dict[str, int]) -> None:
+def assert_owner_served(seed: int, snap: Snapshot, gang: str, kept: dict[str, int]) -> None:
     """The owner's gang starts within two cycles, and only other projects' work is
-    taken, never below their deserved quotas. (A victim project's own job within its
+    taken, never their work within their quotas (`kept`: what each project's quota holds
+    of its running work; a job larger than what the quota leaves is borrowed whole and
+    may go, leaving the project below its deserved quota). (A victim project's own job within its
     guarantee may then take back a job of that project that runs over the quota: its
     business, at the same priority, named `borrowed`.)"""
     steps = cycles(snap, 2, start=NOW)
@@ -224,8 +250,8 @@ def assert_owner_served(seed: int, snap: Snapshot, gang: str, deserved: dict[str
         for admission in result.admissions:
             wl = by_id[admission.workload_id]
             after[wl.queue_id] = after.get(wl.queue_id, 0) + sum(p.gpus for p in wl.pods)
-        for qid in reclaimed:  # a reclaim never leaves its victims below their guarantee
-            assert after[qid] >= min(deserved[qid], held[qid]), (seed, qid, held, after)
+        for qid in reclaimed:  # a reclaim never takes its victims' guaranteed work
+            assert after[qid] >= min(kept[qid], held[qid]), (seed, qid, held, after)
 
 
 def _held_gpus(snap: Snapshot) -> dict[str, int]:

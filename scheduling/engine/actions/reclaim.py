@@ -337,7 +337,26 @@ class OverQuotaRule(BorrowedRule):
     its deserved quota, not its fair share (a share above the deserved quota is a share
     of idle GPUs, not a guarantee). The victim's queue cannot take the GPUs back by
     reclaim (it holds its deserved quota), and the reclaimer stays within its own
-    deserved quota and fair share, so this cannot flip-flop either."""
+    deserved quota and fair share, so this cannot flip-flop either.
+
+    The victim's own project is the exception: there the victim being borrowed is the
+    test, not what the project holds above its quota. A 2-GPU job of a project that
+    deserves 1 is borrowed whole (no split of the project's work within its quota holds
+    it), and counting only the 1 GPU above the quota kept an owner at 0 of its deserved
+    quota waiting behind it for ever. The project keeps its guaranteed work; the evicted
+    job cannot reclaim its way back (it is larger than the project's deserved quota), so
+    this cannot flip-flop. Its department keeps at least its deserved quota, as before,
+    and so does the project when extra pods of its elastic jobs are taken."""
 
     def donors(self) -> dict[str, float]:
         return over_quota(self.ctx, self.pool)
+
+    def victim_ok(self, victim: Victim) -> bool:
+        if self.extras:  # extra pods: each queue on the side keeps its deserved quota
+            return super().victim_ok(victim)
+        qid = victim.wl.queue_id
+        if victim.wl.id not in self._borrowed(qid):
+            return False
+        freed = victim.gpus.get(self.pool, 0.0) - EPS
+        donors = self.donors()
+        return all(q == qid or donors.get(q, 0.0) >= freed for q in self._their_side(qid))

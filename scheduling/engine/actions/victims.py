@@ -37,6 +37,7 @@ next victim alone costs more than the best plan found, no unseen node can do bet
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -55,7 +56,8 @@ def victim_cost(
     wl: Workload, gpus: float, now: float, restart_cost_s: float = 0.0
 ) -> tuple[float, int, float, float, str]:
     """Sort key of a victim: least work lost (unsaved work plus a charge per earlier
-    restart beyond the first), lowest priority, fewest GPUs, most recently started."""
+    restart beyond the first), lowest priority, fewest GPUs, most recently started.
+    VictimIndex raises the work lost to its queue's lower-priority victims' (_outranked_first)."""
     started = now if wl.started_at is None else wl.started_at
     since = started
     if wl.last_checkpoint_time is not None:
@@ -192,6 +194,7 @@ class VictimIndex:
             due = checkpoint_due(wl, ctx.now)
             self.by_queue.setdefault(wl.queue_id, []).append(Victim(wl, cost, gpus, nodes, due))
         for victims in self.by_queue.values():
+            _outranked_first(victims)
             victims.sort(key=lambda v: v.cost)
 
     def live(self, queue_id: str, pool: str) -> list[Victim]:
@@ -226,6 +229,29 @@ class VictimIndex:
                 v for victims in self.by_queue.values() for v in victims if pool in v.gpus
             )
         return self._pools[pool]
+
+
+def _outranked_first(victims: list[Victim]) -> None:
+    """Within one queue and pool, a victim loses no less than the cheapest of the
+    queue's victims of lower priority there. Evicted, it would come back and preempt
+    that one (priority decides inside a project), so taking it costs that one's work
+    too, and a second eviction; with equal costs the lower priority goes first. (A
+    just-admitted urgent job used to be reclaimed for losing nothing, then preempted its
+    own project's older work on its return, and was reclaimed again.)"""
+    floors: dict[int, float] = {}  # id(victim) -> the least its eviction costs
+    for pool in {pool for victim in victims for pool in victim.gpus}:
+        cheapest, below, level = math.inf, math.inf, None
+        there = [v for v in victims if pool in v.gpus]
+        for victim in sorted(there, key=lambda v: v.wl.priority):
+            if victim.wl.priority != level:
+                below, level = cheapest, victim.wl.priority
+            if below < math.inf:
+                floors[id(victim)] = max(floors.get(id(victim), 0.0), below)
+            cheapest = min(cheapest, victim.cost[0])
+    for victim in victims:
+        floor = floors.get(id(victim), 0.0)
+        if victim.cost[0] < floor:
+            victim.cost = (floor, *victim.cost[1:])
 
 
 def checkpoint_due(wl: Workload, now: float) -> bool:
