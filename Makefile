@@ -49,6 +49,7 @@ MUTANTS ?=
 MUTATION_CHILDREN ?= 2
 mutation: $(VENV)/.test
 	$(PY) -m pip install -q -r requirements-mutation.txt
+	$(PY) -m pip install -q --no-deps -r requirements-mutmut.txt
 	PYTEST_TIMEOUT=120 nice -n 10 \
 		$(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)
 	$(VENV)/bin/mutmut results
