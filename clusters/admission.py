@@ -95,9 +95,10 @@ def give_gpu_share(pod: dict, context: Context) -> list[dict]:
     """A pod GPUPool will schedule (it names GPUPool's scheduler, or `set_scheduler` gives
     it) that asks for part of a GPU (`gpupool.io/gpu-fraction`, `gpupool.io/gpu-memory`)
     gets what sharing needs and a pod cannot be given once made (clusters/native_sharing.py):
-    hostIPC, the MPS root mounted, its GPU environment from a ConfigMap GPUPool writes
-    before it binds the pod. A pod made from `generateName` (a Job's) has no name yet: its
-    ConfigMap's name takes the review's uid, unique to this creation."""
+    hostIPC, its GPU's MPS pipe mounted from the MPS root, its GPU environment from a
+    ConfigMap GPUPool writes before it binds the pod. A pod made from `generateName` (a
+    Job's) has no name yet: its ConfigMap's name takes the review's uid, unique to this
+    creation."""
     # Imported here: the portal's processes start without the Kubernetes client.
     from clusters.backends.kubernetes.manifests import MPS_ROOT  # noqa: PLC0415
     from clusters.native_sharing import config_map_of_new_pod, sharing_patch  # noqa: PLC0415

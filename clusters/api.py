@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -17,7 +18,8 @@ from rest_framework.views import APIView
 from clusters import selectors, services
 from clusters.metrics.api import AgentView
 from clusters.mig import mig_report_store
-from clusters.models import Backend, Cluster
+from clusters.models import Backend, Cluster, Node
+from clusters.mps_report import mps_report_store
 from portal.api import call, valid
 from portal.errors import ValidationFailed
 from portal.permissions import is_platform_admin, visible_projects
@@ -156,18 +158,37 @@ class NodeListView(APIView):
         )
 
 
-class NodeMigReportView(AgentView):
-    """A node's agent reports its MIG devices (Kubernetes, clusters/agent/kubenode.py):
-    {"layout", "mig_mode", "devices", "errors"}; stored under the token's node only."""
+class NodeReportView(AgentView):
+    """What a node's agent reports of its node (Kubernetes), stored under the token's node
+    only (`store`, which refuses a malformed report whole); `said`: what the answer says."""
+
+    store: Callable[[Node, Any], dict[str, Any]]
+    said: Callable[[dict[str, Any]], dict[str, Any]]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
         node = request.auth.node
         try:
-            stored = mig_report_store(node, request.data)
+            stored = type(self).store(node, request.data)
         except ValidationFailed as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
-        return Response({"node": node.name, "layout": stored["layout"]})
+        return Response({"node": node.name, **type(self).said(stored)})
+
+
+class NodeMigReportView(NodeReportView):
+    """Its MIG devices (clusters/agent/kubenode.py): {"layout", "mig_mode", "devices",
+    "errors"}."""
+
+    store = staticmethod(mig_report_store)
+    said = staticmethod(lambda stored: {"layout": stored["layout"]})
+
+
+class NodeMpsReportView(NodeReportView):
+    """The MPS daemons it runs, and for which allocations (clusters/mps_report.py):
+    {"running": {device: [allocation id, ...]}}."""
+
+    store = staticmethod(mps_report_store)
+    said = staticmethod(lambda stored: {"devices": len(stored["running"])})
 
 
 class ManifestSerializer(serializers.Serializer):

@@ -13,4 +13,5 @@ urlpatterns = [
     path("manifests/", api.ManifestSubmitView.as_view(), name="api-manifests"),
     path("nodes/", api.NodeListView.as_view(), name="api-nodes"),
     path("nodes/mig-report", api.NodeMigReportView.as_view(), name="api-node-mig-report"),
+    path("nodes/mps-report", api.NodeMpsReportView.as_view(), name="api-node-mps-report"),
 ]

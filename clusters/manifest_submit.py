@@ -289,8 +289,9 @@ def _check_baseline(templates: list[tuple[str, dict]], namespace: str, level: st
 def _give_gpu_share(
     body: dict, templates: list[tuple[str, dict]], project: Project, cluster: Cluster
 ) -> None:
-    """A Pod asking for part of a GPU gets what sharing needs (hostIPC, the MPS root, its
-    GPU environment from a ConfigMap named after it), as the webhook gives kubectl's pods.
+    """A Pod asking for part of a GPU gets what sharing needs (hostIPC, its GPU's MPS pipe
+    mounted from the MPS root, its GPU environment from a ConfigMap named after it), as the
+    webhook gives kubectl's pods.
     The pods of other kinds are named only when their controller makes them: the project's
     webhook names each one's ConfigMap, so they ask for a share only where the project
     enforces GPUPool's scheduler. Pod Security then checks the result (`baseline` forbids

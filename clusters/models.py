@@ -191,6 +191,10 @@ class Node(Versioned):
     # What the node's agent last reported of its MIG instances (Kubernetes: the layout id
     # it applied, its GPUs in MIG mode, the MIG devices, NVML's errors); clusters/mig.py.
     mig_report = models.JSONField(default=dict, blank=True)
+    # What the node's agent last reported of its MPS daemons: {"running": {device:
+    # [allocation id, ...]}, "at": ...}; a native sharer is bound once its GPU's daemon runs
+    # for it (clusters/mps_report.py).
+    mps_report = models.JSONField(default=dict, blank=True)
     # Held by pods GPUPool did not bind (another scheduler's, another GPUPool's, DaemonSets'),
     # as the last inventory sync found them; the snapshot takes them out of the node's free
     # capacity. foreign_pods: {"count": n, "names": ["namespace/name", ...]} (a few).

@@ -7,14 +7,25 @@ under the same MPS limits, written by the same function (`clusters.sharing.mps_e
 
 Which GPU, and so the pod's environment, is known only when GPUPool binds it, and a pod's
 spec cannot change once it is made. So the pod's GPU container takes its GPU environment
-from a ConfigMap (`envFrom: [{configMapRef: {name: <pod>-gpupool-gpu}}]`, not optional),
-which the kubelet reads only when it starts the container, after binding. GPUPool writes that
-ConfigMap (owned by the pod: the garbage collector deletes it with the pod) before it posts
-the Binding. What the spec needs from its creation, for MPS: `hostIPC: true` and the node's
-MPS root (the agent's --mps-root) mounted from the host (type Directory) at MPS_MOUNT, where
-CUDA_MPS_PIPE_DIRECTORY points into it. `missing_parts` says what a pod lacks (a pod that
-lacks any is refused, naming it); `sharing_patch` is the JSON patch that adds them (for the
-admission webhook, or to see what to write by hand).
+from a ConfigMap (`envFrom: [..., {configMapRef: {name: <pod>-gpupool-gpu}}]`, not optional,
+the last source: a later one would win over it), which the kubelet reads only when it
+starts the container, after binding. GPUPool writes that ConfigMap (owned by the pod: the
+garbage collector deletes it with the pod) before it posts the Binding. What the spec needs
+from its creation, for MPS: `hostIPC: true`, and the node's MPS root (the agent's
+--mps-root, hostPath type Directory) mounted by the GPU container with `subPathExpr:
+$(GPUPOOL_MPS_PIPE)` at /run/nvidia-mps. The ConfigMap sets GPUPOOL_MPS_PIPE to
+`<device>/pipe`, and the kubelet expands subPathExpr from the container's environment: the
+container sees its own GPU's pipe folder alone, as GPUPool's own sharers do, and a process
+that changes CUDA_MPS_PIPE_DIRECTORY finds no other GPU's daemon. So no other mount of that
+volume (by any container), no other hostPath volume in or above the MPS root, and no `env`
+of the GPU variables (a container's `env` wins over its `envFrom`). `missing_parts` says
+what a pod lacks (a pod that lacks any is refused, naming it; a pod made with the whole
+root mounted, as GPUPool asked before, is refused so); `sharing_patch` is the JSON patch
+that adds them (for the admission webhook, or to see what to write by hand).
+
+The kubelet makes a missing subPath folder itself, so it does not wait for the GPU's MPS
+daemon: GPUPool binds a native sharer only once the node's agent has reported that daemon
+running for it (clusters/mps_report.py).
 
 Pure functions of dicts: no Django, no client.
 """
@@ -26,22 +37,24 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from clusters.backends.kubernetes.manifests import GPU_RESOURCE, mps_pipe_host_path
-from clusters.sharing import MpsLimits, mps_env
+from clusters.backends.kubernetes.manifests import GPU_RESOURCE
+from clusters.sharing import POD_PIPE_DIRECTORY, MpsLimits, mps_env
 from scheduling import bounds
 
 FRACTION = "gpupool.io/gpu-fraction"
 GPU_MEMORY = "gpupool.io/gpu-memory"
 CONFIG_SUFFIX = "-gpupool-gpu"
 MPS_VOLUME = "gpupool-mps"
-# Where the node's MPS root is mounted in the pod: the pipe of GPU <device> is
-# <MPS_MOUNT>/<device>/pipe, as the agent names it on the host.
-MPS_MOUNT = "/run/gpupool/mps"
+# The GPU's pipe folder under the node's MPS root (<device>/pipe, as the agent names it),
+# which the ConfigMap sets and the kubelet expands into the mount's subPathExpr.
+MPS_PIPE = "GPUPOOL_MPS_PIPE"
+PIPE_EXPR = f"$({MPS_PIPE})"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # What the ConfigMap sets. A container's own `env` wins over its `envFrom`: one that sets
 # any of these would escape its GPU or its limits.
 GPU_ENV = (
     VISIBLE_DEVICES,
+    MPS_PIPE,
     "CUDA_MPS_PIPE_DIRECTORY",
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -128,59 +141,126 @@ def _gpu_container(pod: dict) -> tuple[int, dict]:
     return 0, containers[0]
 
 
+def _ours(source: dict) -> bool:
+    """An envFrom source that names a GPU ConfigMap (`...-gpupool-gpu`)."""
+    return str((source.get("configMapRef") or {}).get("name") or "").endswith(CONFIG_SUFFIX)
+
+
 def gpu_config_of(pod: dict) -> str:
-    """The name of the ConfigMap the GPU container takes its GPU environment from (an
-    envFrom configMapRef, not optional, named `...-gpupool-gpu`); "" when none."""
+    """The name of the ConfigMap the GPU container takes its GPU environment from: its last
+    envFrom source (a later one would win over it), a configMapRef named `...-gpupool-gpu`,
+    not optional, no prefix; "" when none."""
     _, container = _gpu_container(pod)
-    for source in container.get("envFrom") or []:
-        ref = source.get("configMapRef") or {}
-        name = str(ref.get("name") or "")
-        if name.endswith(CONFIG_SUFFIX) and not ref.get("optional") and not source.get("prefix"):
-            return name
+    sources = container.get("envFrom") or [{}]
+    last = sources[-1]
+    ref = last.get("configMapRef") or {}
+    if _ours(last) and not ref.get("optional") and not last.get("prefix"):
+        return str(ref["name"])
     return ""
+
+
+def _norm(path: Any) -> str:
+    """A host or container path without empty or `.` parts ("" for none)."""
+    if not path:
+        return ""
+    return "/" + "/".join(p for p in str(path).split("/") if p not in ("", "."))
 
 
 def _mps_volume(pod: dict, mps_root: str) -> str:
     """The name of the pod's volume that is the host's MPS root (type Directory); ""."""
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         host = volume.get("hostPath") or {}
-        if _same_path(host.get("path"), mps_root) and host.get("type") == "Directory":
+        if _norm(host.get("path")) == _norm(mps_root) and host.get("type") == "Directory":
             return str(volume.get("name") or "")
     return ""
 
 
-def _mounted(container: dict, volume: str) -> bool:
-    """The container mounts the whole of `volume` at MPS_MOUNT."""
-    return any(
-        m.get("name") == volume
-        and _same_path(m.get("mountPath"), MPS_MOUNT)
-        and not m.get("subPath")
-        and not m.get("subPathExpr")
-        for m in container.get("volumeMounts") or []
+def _reaching(pod: dict, mps_root: str, volume: str) -> list[str]:
+    """The pod's other hostPath volumes in or above the MPS root (the root itself, `/`,
+    another GPU's folder): each would show other GPUs' pipes."""
+    root, found = _norm(mps_root), []
+    for item in (pod.get("spec") or {}).get("volumes") or []:
+        path = _norm((item.get("hostPath") or {}).get("path"))
+        if item.get("name") == volume or not path:
+            continue
+        if path == root or root.startswith(path.rstrip("/") + "/") or path.startswith(root + "/"):
+            found.append(f"{item.get('name')} (hostPath {path})")
+    return found
+
+
+Mount = tuple[str, int, int]  # (containers, initContainers...; container index; mount index)
+
+
+def _mounts_of(pod: dict, volume: str) -> dict[Mount, dict]:
+    """Every mount of `volume`, by any container of the pod."""
+    spec = pod.get("spec") or {}
+    return {
+        (field, c, m): mount
+        for field in ("initContainers", "containers", "ephemeralContainers")
+        for c, container in enumerate(spec.get(field) or [])
+        for m, mount in enumerate(container.get("volumeMounts") or [])
+        if mount.get("name") == volume
+    }
+
+
+def _pipe_mount(volume: str) -> dict:
+    """Its GPU's pipe folder alone: <MPS root>/<device>/pipe, the ConfigMap's MPS_PIPE."""
+    return {"name": volume, "mountPath": POD_PIPE_DIRECTORY, "subPathExpr": PIPE_EXPR}
+
+
+def _pipe_of(mounts: dict[Mount, dict], index: int) -> Mount | None:
+    """The GPU container's (at `index`) mount of its pipe, as `_pipe_mount` writes it."""
+    return next(
+        (
+            at
+            for at, mount in mounts.items()
+            if at[:2] == ("containers", index)
+            and _norm(mount.get("mountPath")) == POD_PIPE_DIRECTORY
+            and mount.get("subPathExpr") == PIPE_EXPR
+            and not mount.get("subPath")
+        ),
+        None,
     )
 
 
-def _same_path(path: Any, root: str) -> bool:
-    return str(path or "").rstrip("/") == root.rstrip("/")
+def _container_name(pod: dict, at: Mount) -> str:
+    container = ((pod.get("spec") or {}).get(at[0]) or [])[at[1]]
+    return f"{at[0]}[{container.get('name', '')}]"
 
 
 def missing_parts(pod: dict, *, mps_root: str, mps: bool = True) -> list[str]:
-    """What the pod's spec lacks to share a GPU, each named as a field to add; [] when it
-    has all. `mps`: the cluster enforces shares through MPS (its config's `mps`)."""
+    """What the pod's spec lacks to share a GPU, or has that it must not, each named as a
+    field to change; [] when it has all. `mps`: the cluster enforces shares through MPS
+    (its config's `mps`)."""
     spec = pod.get("spec") or {}
-    _, container = _gpu_container(pod)
+    index, container = _gpu_container(pod)
     where = f"containers[{container.get('name', '')}]"
     missing = []
     if mps and spec.get("hostIPC") is not True:
         missing.append("spec.hostIPC: true")
-    volume = _mps_volume(pod, mps_root)
+    volume = _mps_volume(pod, mps_root) if mps else ""
     if mps and not volume:
         missing.append(f"spec.volumes hostPath {mps_root} (type Directory)")
-    if mps and volume and not _mounted(container, volume):
-        missing.append(f"{where}.volumeMounts {volume} at {MPS_MOUNT}")
+    mounts = _mounts_of(pod, volume) if volume else {}
+    pipe = _pipe_of(mounts, index)
+    if volume and pipe is None:
+        missing.append(
+            f"{where}.volumeMounts {volume} at {POD_PIPE_DIRECTORY} with subPathExpr "
+            f"{PIPE_EXPR} (its GPU's pipe alone)"
+        )
+    missing += [
+        f"no other mount of {volume}: {_container_name(pod, at)} at {mount.get('mountPath')}"
+        for at, mount in mounts.items()
+        if at != pipe
+    ]
+    if mps:
+        reaching = _reaching(pod, mps_root, volume)
+        missing += [f"no spec.volumes {v}: in or above the MPS root" for v in reaching]
     if not gpu_config_of(pod):
         name = config_map_name(str((pod.get("metadata") or {}).get("name") or "<pod>"))
-        missing.append(f"{where}.envFrom configMapRef {name} (not optional, no prefix)")
+        missing.append(
+            f"{where}.envFrom configMapRef {name} (not optional, no prefix, the last source)"
+        )
     missing += [
         f"no {where}.env {env['name']} (GPUPool sets it)"
         for env in container.get("env") or []
@@ -191,9 +271,11 @@ def missing_parts(pod: dict, *, mps_root: str, mps: bool = True) -> list[str]:
 
 def sharing_patch(pod: dict, *, config_map: str, mps_root: str) -> list[dict]:
     """RFC 6902 operations that give a pod asking for a GPU share what `missing_parts`
-    wants (hostIPC, the MPS root's volume and mount, the envFrom of `config_map`; GPU
-    variables of its own env removed). [] for a pod that asks none, or has them all: so
-    applying its result and asking again gives []."""
+    wants (hostIPC, the MPS root's volume and its pipe mount, the envFrom of `config_map`
+    last), and take away what it must not have (other mounts of that volume, an envFrom of
+    another GPU ConfigMap, GPU variables of its own env). A hostPath volume of its own in
+    or above the MPS root is the pod's to change: left, and refused. [] for a pod that asks
+    none, or has them all: so applying its result and asking again gives []."""
     if not asks_share((pod.get("metadata") or {}).get("annotations") or {}):
         return []
     spec = pod.get("spec") or {}
@@ -207,9 +289,22 @@ def sharing_patch(pod: dict, *, config_map: str, mps_root: str) -> list[dict]:
         volume = MPS_VOLUME
         body = {"name": volume, "hostPath": {"path": mps_root, "type": "Directory"}}
         ops += _append(spec, "volumes", "/spec", body, replace_name=volume)
-    if not _mounted(container, volume):
-        ops += _append(container, "volumeMounts", at, {"name": volume, "mountPath": MPS_MOUNT})
+    mounts = _mounts_of(pod, volume)
+    pipe = _pipe_of(mounts, index)
+    ops += [
+        {"op": "remove", "path": f"/spec/{field}/{c}/volumeMounts/{m}"}
+        for field, c, m in sorted(mounts, reverse=True)
+        if (field, c, m) != pipe
+    ]
+    if pipe is None:
+        ops += _append(container, "volumeMounts", at, _pipe_mount(volume))
     if not gpu_config_of(pod):
+        sources = container.get("envFrom") or []
+        ops += [
+            {"op": "remove", "path": f"{at}/envFrom/{i}"}
+            for i in reversed(range(len(sources)))
+            if _ours(sources[i])
+        ]
         ops += _append(container, "envFrom", at, {"configMapRef": {"name": config_map}})
     envs = container.get("env") or []
     ops += [
@@ -237,9 +332,12 @@ def _append(
 def gpu_env(device: str, limits: MpsLimits | None) -> dict[str, str]:
     """The environment of a sharer of GPU `device` (the UUID its reservation pod holds):
     that GPU alone, and its MPS limits (none where the cluster does not enforce them)."""
-    env = {VISIBLE_DEVICES: device}
+    # Its pipe folder under the MPS root, as the agent names it (MpsDaemons.pipe_dir): set
+    # where MPS is off too, for a pod that mounts it all the same (the kubelet cannot start
+    # a container whose subPathExpr names an unset variable).
+    env = {VISIBLE_DEVICES: device, MPS_PIPE: f"{device}/pipe"}
     if limits is not None:
-        env.update(mps_env(limits, mps_pipe_host_path(MPS_MOUNT, device)))
+        env.update(mps_env(limits, POD_PIPE_DIRECTORY))
     return env
 
 

@@ -19,6 +19,7 @@ from clusters.backends import (
 from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
+from clusters.mps_report import mps_running_for
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 from portal.selectors import ssh_authorized_keys
@@ -273,7 +274,8 @@ def _native_spec(
 ) -> PodSpec:
     """A pod someone else made: bound where the cycle placed it. Nothing is written into
     it; a share of a GPU (`shared`) is written into the ConfigMap its spec names, before
-    the Binding (clusters/native_sharing.py)."""
+    the Binding (clusters/native_sharing.py), once the node's agent reported that GPU's MPS
+    daemon running for it (`mps_running`)."""
     workload = allocation.workload
     return PodSpec(
         name=pod_name(workload.pk, allocation.pod_index),
@@ -292,6 +294,7 @@ def _native_spec(
         termination_grace_s=(graces or {}).get(workload.pk),
         backend_ref=allocation.backend_ref,
         native_pod=native_slot(workload, allocation.pod_index),
+        mps_running=mps_running_for(allocation.node.mps_report, allocation.pk),
     )
 
 

@@ -55,6 +55,22 @@ def mps_wanted(pods: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
+def mps_running(pods: list[dict[str, Any]], daemons: MpsDaemons) -> dict[str, list[int]]:
+    """The devices whose daemon runs now, each with the allocations (`id`) the portal said
+    share it: a native sharer is bound once its own is listed (clusters/mps_report.py)."""
+    running: dict[str, list[int]] = {}
+    for device in sorted(set(mps_wanted(pods))):
+        if daemons.pid(device) is not None:
+            running[device] = sorted(
+                int(p["id"])
+                for p in pods
+                if p.get("mps_device") == device
+                and p.get("shared_gpu_index") is not None
+                and isinstance(p.get("id"), int)
+            )
+    return running
+
+
 class Agent:
     def __init__(
         self,
@@ -73,8 +89,9 @@ class Agent:
         self.pods_at = float("-inf")
 
     def tick(self) -> bool:
-        """1. refresh the pod map now and then, the MPS daemons of shared GPUs and (on
-        Kubernetes) the MIG instances its Node asks for; 2. sample; 3. buffer; 4. send."""
+        """1. refresh the pod map now and then, the MPS daemons of shared GPUs (and say which
+        run, for which allocations) and (on Kubernetes) the MIG instances its Node asks for;
+        2. sample; 3. buffer; 4. send."""
         if time.monotonic() - self.pods_at >= self.pods_every_s:
             pods = self.shipper.pods()
             if pods is not None:
@@ -82,6 +99,7 @@ class Agent:
                 self.pods_at = time.monotonic()
                 if self.mps is not None:
                     self.mps.sync(mps_wanted(pods))
+                    self.shipper.report_mps(mps_running(pods, self.mps))
                 if self.mig is not None:
                     self.mig.sync(self.shipper)
         self.shipper.add(to_samples(self.sampler.read(), self.procmap))

@@ -116,18 +116,26 @@ class Shipper:
     def report_mig(self, report: dict[str, Any]) -> bool:
         """Post this node's MIG devices and errors (clusters/agent/kubenode.py); True once
         the portal stored them. A refused report is logged: the next one replaces it."""
+        return self._report("mig-report", report, "MIG report")
+
+    def report_mps(self, running: dict[str, list[int]]) -> bool:
+        """Post which MPS daemons run, and for which allocations (clusters/mps_report.py);
+        True once the portal stored it. A refused report is logged: the next replaces it."""
+        return self._report("mps-report", {"running": running}, "MPS report")
+
+    def _report(self, endpoint: str, body: dict[str, Any], what: str) -> bool:
         try:
             response = self.session.post(
-                f"{self.portal}/api/v1/nodes/mig-report",
-                json=report,
+                f"{self.portal}/api/v1/nodes/{endpoint}",
+                json=body,
                 headers=self.headers,
                 timeout=self.timeout_s,
             )
         except requests.RequestException as exc:
-            log.warning("portal unreachable for the MIG report: %s", exc)
+            log.warning("portal unreachable for the %s: %s", what, exc)
             return False
         if response.status_code != 200:
-            log.error("portal refused the MIG report (%s): %.300s", response.status_code,
+            log.error("portal refused the %s (%s): %.300s", what, response.status_code,
                       response.text)  # fmt: skip
         return response.status_code == 200
 

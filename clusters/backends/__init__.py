@@ -185,6 +185,9 @@ class PodSpec:
     # A pod GPUPool did not make (kubectl, Helm, an operator: clusters/native.py): its name
     # in the cluster. "Creating" it binds that pod to `node_name`; "" for GPUPool's own pods.
     native_pod: str = ""
+    # A native sharer: the devices whose MPS daemon its node's agent reported running for
+    # its allocation. It is bound only once its GPU's is one (clusters/mps_report.py).
+    mps_running: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -66,10 +66,12 @@ class MetricsIngestView(AgentView):
 
 def agent_pods(node_id: int) -> list[dict[str, Any]]:
     """The pods placed on a node, and for a sharer the device whose MPS daemon its agent
-    must run (clusters.agent.mps): while any allocation shares a GPU, it stays shared."""
+    must run (clusters.agent.mps): while any allocation shares a GPU, it stays shared. `id`:
+    the allocation's, which the agent names when it reports that daemon running
+    (clusters/mps_report.py)."""
     rows = list(
         PodAllocation.objects.filter(node_id=node_id).values(
-            "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"
+            "id", "workload_id", "pod_index", "backend_ref", "gpu_indices", "shared_gpu_index"
         )
     )
     devices = dict(

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from django.core.cache import cache
 
+from clusters.agent.main import mps_running
 from clusters.backends import cgroups, sandbox
+from clusters.metrics.api import agent_pods
 from clusters.models import Backend, Cluster, Gpu, Node, NodePool
+from clusters.mps_report import mps_report_store
 from scheduling.models import PodAllocation, Workload, WorkloadState
 
 
@@ -81,3 +84,18 @@ def admit(workload: Workload, node: Node, *, pods: list[dict] | None = None) -> 
     workload.state = WorkloadState.ADMITTED
     workload.save(update_fields=["state"])
     return workload
+
+
+class _Up:
+    """A node agent's MPS daemons, each one up."""
+
+    def pid(self, device: str) -> int:
+        return 1
+
+
+def agents_report(cluster: Cluster) -> None:
+    """What each node's agent does after it synced its MPS daemons (all came up): say which
+    run, for the allocations its pods endpoint listed (clusters/mps_report.py): a native
+    sharer is bound only then."""
+    for node in Node.objects.filter(cluster=cluster):
+        mps_report_store(node, {"running": mps_running(agent_pods(node.pk), _Up())})

@@ -21,7 +21,8 @@ with `rbac_rules` set (a ClusterRole's rules), any request that neither they nor
 RoleBindings of its namespace (to the user, of a Role or ClusterRole stored here) allow is 403
 Forbidden, and a RoleBinding's create must pass RBAC's escalation check (`bind` on its role,
 or all the role grants held); a SelfSubjectReview names the user (`rbac_user`) to anyone;
-env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a name
+env names are checked as Kubernetes 1.30+ does (printable ASCII but '=', not empty); a volume
+mount's subPath and subPathExpr are relative paths without '..', not both; a name
 or generateName is required (generated: 5 more characters); ownerReferences name apiVersion,
 kind, name and uid, and at most one is the controller.
 Native scheduling: a Binding refuses a pod bound already, gated (schedulingGates) or being
@@ -37,11 +38,13 @@ two budgets select it (500); pod and event lists and watches take the real field
 selectors (`spec.nodeName=` for unbound pods, `involvedObject.name=` for a pod's events),
 other kinds metadata.name and metadata.namespace; any other field is 400.
 
-A tiny kubelet: pods bound to a node start Running at once (auto_run), with the kubelet's
-conditions (PodScheduled, Initialized, ContainersReady, Ready...), `finish()` ends them with
-an exit code (no longer ready); deletions wait for `complete_deletions()` when `deferred_delete`.
-With `job_controller=True`, the Job controller (fake_generic.sync_jobs) runs after every
-write and kubelet change, and on `run_controllers()`.
+A tiny kubelet: pods bound to a node start Running at once (auto_run), once their envFrom
+ConfigMaps exist and each subPathExpr's variables have values (`sub_paths` keeps what each
+expanded to), with the kubelet's conditions (PodScheduled, Initialized, ContainersReady,
+Ready...), `finish()` ends them with an exit code (no longer ready); deletions wait for
+`complete_deletions()` when `deferred_delete`. With `job_controller=True`, the Job
+controller (fake_generic.sync_jobs) runs after every write and kubelet change, and on
+`run_controllers()`.
 """
 
 from __future__ import annotations
@@ -336,12 +339,34 @@ def _validate_pod(pod: dict) -> None:
         _validate_env(container)
         _validate_env_from(container)
         _validate_resources(container)
+    for container in containers + (spec.get("initContainers") or []):
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") not in volumes:
                 message = f'spec.containers[0].volumeMounts.name: Not found: "{mount.get("name")}"'
                 raise ApiError(422, "Invalid", message)
             if not str(mount.get("mountPath", "")).startswith("/"):
                 raise ApiError(422, "Invalid", "spec.containers[0].volumeMounts.mountPath")
+            _validate_sub_path(mount)
+
+
+def _validate_sub_path(mount: dict) -> None:
+    """As ValidateVolumeMounts: subPath and subPathExpr (before expansion) each a relative
+    path with no '..' part, and not both (the field paths are the real server's: the
+    index on the exclusion alone)."""
+    sub_path, expr = str(mount.get("subPath") or ""), str(mount.get("subPathExpr") or "")
+    if expr and sub_path:
+        raise ApiError(
+            422,
+            "Invalid",
+            f'spec.containers[0].volumeMounts[0].subPathExpr: Invalid value: "{expr}": '
+            "subPathExpr and subPath are mutually exclusive",
+        )
+    for field, value in (("subPath", sub_path), ("subPathExpr", expr)):
+        where = f'spec.containers[0].volumeMounts.{field}: Invalid value: "{value}"'
+        if value.startswith("/"):
+            raise ApiError(422, "Invalid", f"{where}: must be a relative path")
+        if ".." in value.split("/"):
+            raise ApiError(422, "Invalid", f"{where}: must not contain '..'")
 
 
 def _validate_env(container: dict) -> None:
@@ -796,6 +821,35 @@ def _missing_env_from(pod: dict, config_maps: dict) -> list[str]:
     ]
 
 
+EXPANSION = re.compile(r"\$\(([^)]*)\)")
+
+
+def _sub_paths(pod: dict, config_maps: dict) -> tuple[dict[tuple[str, str], str], list[str]]:
+    """What the kubelet mounts for each subPathExpr, by (container, mountPath): its $(VAR)
+    expanded from the container's environment (its envFrom ConfigMaps in order, a prefix
+    before their keys, then its env values, a later one winning: makeEnvironmentVariables),
+    and the variables unset or empty, for which it makes no container ("missing value for
+    VAR": ExpandContainerVolumeMounts)."""
+    namespace = pod["metadata"]["namespace"]
+    paths: dict[tuple[str, str], str] = {}
+    unset: list[str] = []
+    for container in pod["spec"]["containers"]:
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            ref = source.get("configMapRef") or {}
+            data = (config_maps.get((namespace, ref.get("name"))) or {}).get("data") or {}
+            env.update({f"{source.get('prefix') or ''}{k}": str(v) for k, v in data.items()})
+        env.update({e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e})
+        for mount in container.get("volumeMounts") or []:
+            expr = mount.get("subPathExpr") or ""
+            lacking = [name for name in EXPANSION.findall(expr) if not env.get(name)]
+            unset += lacking
+            if expr and not lacking:
+                path = EXPANSION.sub(lambda m, env=env: env[m.group(1)], expr)
+                paths[(container["name"], mount["mountPath"])] = path
+    return paths, unset
+
+
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 NODE_PORTS = range(30000, 32768)  # the API server's default --service-node-port-range
 
@@ -938,6 +992,9 @@ class FakeApiServer:
         self.down = False
         self.timeout_s = 2.0
         self.requests: list[tuple[str, str]] = []
+        # What the kubelet mounted for each subPathExpr of a pod it started, by (namespace,
+        # name): {(container, mountPath): the expanded path within its volume}.
+        self.sub_paths: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         self.queries: list[tuple[str, str, dict]] = []  # method, path, query parameters
         # Watches: the server's timeoutSeconds when a client sets none (the real one picks
         # 30 to 60 minutes), how often BOOKMARKs go out (about a minute on the real one,
@@ -1830,10 +1887,13 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 not in api.objects["configmaps"]
             ]
             unset = _missing_env_from(pod, api.objects["configmaps"])
-            if missing or unset:  # no volume to mount, or no environment: the pod waits
+            sub_paths, no_value = _sub_paths(pod, api.objects["configmaps"])
+            if missing or unset or no_value:  # no volume, environment or subPath: it waits
                 waiting = {
                     "reason": "ContainerCreating" if missing else "CreateContainerConfigError",
-                    "message": f'configmap "{(missing or unset)[0]}" not found',
+                    "message": f'configmap "{(missing or unset)[0]}" not found'
+                    if missing or unset
+                    else f"missing value for {', '.join(sorted(set(no_value)))}",
                 }
                 pod["status"]["containerStatuses"] = [
                     {
@@ -1854,6 +1914,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     "message": f"Allocate failed: not enough {GPU} on {node}",
                 }
                 return
+            api.sub_paths[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = sub_paths
             pod["status"] = {
                 **pod.get("status", {}),
                 "phase": "Running",

@@ -35,11 +35,13 @@ from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.enforcement import enforcement_sync
 from clusters.models import Backend, Cluster
 from clusters.native_sharing import gpu_config_of, missing_parts
+from clusters.sharing import POD_PIPE_DIRECTORY
 from clusters.tasks import sync_inventory
 from clusters.webhook_cert import Target, webhook_cert_ensure
 from portal.models import Project
 from portal.services import organisation as org_services
 from scheduling.models import Workload, WorkloadState
+from tests.clusters.conftest import agents_report
 from tests.clusters.fake_apiserver import json_patch
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_deploy_manifests import SCHEMA_VERSIONS, render
@@ -586,8 +588,12 @@ def test_an_opted_in_projects_half_gpu_pod_is_made_ready_queued_and_runs(webhook
     core.create_namespaced_pod(ns, body)
     made = core.read_namespaced_pod("half", ns)
     assert (made.spec.scheduler_name, made.spec.host_ipc) == ("gpupool", True)
-    for _ in range(2):  # the reservation pod's device, then the binding
+    # Its GPU's pipe folder alone, from the MPS root (clusters/native_sharing.py).
+    [mount] = made.spec.containers[0].volume_mounts
+    assert (mount.mount_path, mount.sub_path_expr) == (POD_PIPE_DIRECTORY, "$(GPUPOOL_MPS_PIPE)")
+    for _ in range(3):  # the reservation pod's device, its MPS daemon, then the binding
         step(cluster)
+        agents_report(cluster)
     workload = Workload.objects.get(spec__native__namespace=ns)
     assert (workload.gpu_request, float(workload.gpus)) == ("fraction", 0.5)
     assert core.read_namespaced_config_map("half-gpupool-gpu", ns).data["NVIDIA_VISIBLE_DEVICES"]

@@ -6,6 +6,7 @@ import pytest
 
 from clusters.metrics.services import node_token_issue
 from clusters.models import Backend, Cluster, Node
+from clusters.mps_report import mps_running_for
 from tests.clusters.conftest import admit, make_cluster, make_node, make_workload
 from tests.conftest import PERSONAS
 
@@ -145,13 +146,71 @@ def test_a_malformed_mig_report_is_a_400_naming_its_field_and_changes_nothing(
 
 
 @pytest.mark.parametrize("persona", [None, *PERSONAS])
-def test_only_a_node_token_may_report_mig_devices(org, client, client_as, persona):
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/api/v1/nodes/mig-report", GOOD, "mig_report"),
+        ("/api/v1/nodes/mps-report", {"running": {"GPU-x": [1]}}, "mps_report"),
+    ],
+)
+def test_only_a_node_token_may_report_its_node(org, client, client_as, persona, url, body, field):
     node = make_node(make_cluster("k", Backend.KUBERNETES), "gpu-m", gpus=8)
     who = client if persona is None else client_as(getattr(org, persona))
-    response = who.post(REPORT, GOOD, content_type="application/json")
+    response = who.post(url, body, content_type="application/json")
     assert response.status_code in (401, 403)
     node.refresh_from_db()
-    assert node.mig_report == {}
+    assert getattr(node, field) == {}
+
+
+# --- a node's agent reports the MPS daemons it runs (Kubernetes native sharers) ------------
+
+MPS_REPORT = "/api/v1/nodes/mps-report"
+
+
+def test_a_nodes_agent_stores_its_mps_report_under_its_own_node_only(db, client):
+    cluster = make_cluster("k", Backend.KUBERNETES)
+    mine, other = make_node(cluster, "gpu-m", gpus=8), make_node(cluster, "gpu-o", gpus=8)
+    body = {"running": {"GPU-8f2c": [7, 3, 7]}, "node": "gpu-o"}
+    response = client.post(MPS_REPORT, body, content_type="application/json", **_agent(mine))
+    assert response.status_code == 200
+    assert response.json() == {"node": "gpu-m", "devices": 1}
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert mine.mps_report["running"] == {"GPU-8f2c": [3, 7]}
+    assert mps_running_for(mine.mps_report, 3) == ("GPU-8f2c",)
+    assert mps_running_for(mine.mps_report, 4) == ()
+    assert other.mps_report == {}
+    # The next report replaces it: a daemon stopped is no longer said to run.
+    client.post(MPS_REPORT, {"running": {}}, content_type="application/json", **_agent(mine))
+    mine.refresh_from_db()
+    assert mps_running_for(mine.mps_report, 3) == ()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"running": []},
+        {"running": {"../etc": [1]}},
+        {"running": {"GPU-x": [1, "2"]}},
+        {"running": {"GPU-x": [0]}},
+        {"running": {"GPU-x": [True]}},
+        {"running": {"GPU-x": 1}},
+        {"running": {f"GPU-{i}": [] for i in range(65)}},
+    ],
+)
+def test_a_malformed_mps_report_is_a_400_and_changes_nothing(db, client, body):
+    node = make_node(make_cluster("k", Backend.KUBERNETES), "gpu-m", gpus=8)
+    response = client.post(MPS_REPORT, body, content_type="application/json", **_agent(node))
+    assert response.status_code == 400
+    assert list(response.json()) == ["running"]
+    node.refresh_from_db()
+    assert node.mps_report == {}
+
+
+@pytest.mark.parametrize("stored", [[], "x", {"running": []}, {"running": {"GPU-x": "3"}}])
+def test_a_stored_mps_report_of_another_shape_says_no_daemon_runs(stored):
+    assert mps_running_for(stored, 3) == ()
 
 
 @pytest.mark.parametrize("persona", PERSONAS)

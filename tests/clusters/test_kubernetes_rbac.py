@@ -28,7 +28,7 @@ from portal.models import Project
 from scheduling.lifecycle import workload_transition
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
-from tests.clusters.conftest import admit, make_workload
+from tests.clusters.conftest import admit, agents_report, make_workload
 from tests.clusters.fake_apiserver import json_patch, request_attributes
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_admission_webhook import install_webhook
@@ -208,8 +208,9 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     # Conflicts on create: the pod, and the headless Service, are read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
-    for _ in range(5):  # reservation; its device; the shared pods; the native one again
+    for _ in range(5):  # reservation; its device (its MPS daemon); the shared pods; the native
         cluster_reconcile(cluster)
+        agents_report(cluster)
     for _ in range(2):  # the pod, bound after its create; its phase
         cluster_reconcile(bound)
         cluster_reconcile(published)  # the pod, its Service and Ingress; its phase

@@ -18,11 +18,13 @@ from clusters.backends.kubernetes.native import SUBMISSION, ManifestRefused
 from clusters.manifest_kinds import pod_templates
 from clusters.manifest_submit import manifest_submit
 from clusters.models import Cluster, NodePool
+from clusters.sharing import POD_PIPE_DIRECTORY
 from portal.errors import ValidationFailed
 from portal.models import AuditLog
 from scheduling.bounds import MANIFEST_MAX_BYTES
 from scheduling.models import Workload, WorkloadState
 from tests import factories as f
+from tests.clusters.conftest import agents_report
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import job_body, pod_body, step
 from tests.scheduling.test_cli import gp, logged_in  # noqa: F401 - the fixtures
@@ -244,9 +246,13 @@ def test_a_pod_asking_half_a_gpu_is_given_what_sharing_needs_queued_and_runs(
     )
     pod = core(kube).read_namespaced_pod(made.name, made.namespace)
     assert pod.spec.host_ipc is True
-    assert pod.spec.containers[0].env_from[0].config_map_ref.name == "lone-gpupool-gpu"
-    for _ in range(2):  # the reservation pod's device, then the binding
+    assert pod.spec.containers[0].env_from[-1].config_map_ref.name == "lone-gpupool-gpu"
+    # Its GPU's pipe folder alone, from the MPS root (clusters/native_sharing.py).
+    [mount] = pod.spec.containers[0].volume_mounts
+    assert (mount.mount_path, mount.sub_path_expr) == (POD_PIPE_DIRECTORY, "$(GPUPOOL_MPS_PIPE)")
+    for _ in range(3):  # the reservation pod's device, its MPS daemon, then the binding
         step(cluster)
+        agents_report(cluster)
     workload = Workload.objects.get(spec__native__namespace=made.namespace)
     assert (workload.gpu_request, float(workload.gpus)) == ("fraction", 0.5)
     assert core(kube).read_namespaced_pod(made.name, made.namespace).status.phase == "Running"

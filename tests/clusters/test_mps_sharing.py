@@ -310,9 +310,14 @@ class _Shipper:
     def __init__(self, answers):
         self.answers = list(answers)
         self.buffer: list = []
+        self.reports: list = []
 
     def pods(self):
         return self.answers.pop(0)
+
+    def report_mps(self, running):
+        self.reports.append(running)
+        return True
 
     def add(self, samples):
         self.buffer += samples
@@ -329,20 +334,24 @@ class _Sampler:
 def test_the_agent_runs_a_daemon_per_shared_gpu_and_stops_none_while_cut_off(tmp_path):
     with tempfile.TemporaryDirectory(dir="/tmp") as root:
         daemons = MpsDaemons(Path(root) / "mps", path=f"{FAKE}:{os.environ['PATH']}")
-        pod = {"workload_id": 1, "pod_index": 0, "backend_ref": "", "shared_gpu_index": 2,
-               "mps_device": "GPU-x-2"}  # fmt: skip
-        whole = {"workload_id": 2, "pod_index": 0, "backend_ref": "", "shared_gpu_index": None,
-                 "mps_device": ""}  # fmt: skip
-        agent = Agent(
-            _Sampler(), _Shipper([[pod, whole], None, [whole]]), pods_every_s=0, mps=daemons
-        )
+        pod = {"id": 11, "workload_id": 1, "pod_index": 0, "backend_ref": "",
+               "shared_gpu_index": 2, "mps_device": "GPU-x-2"}  # fmt: skip
+        whole = {"id": 12, "workload_id": 2, "pod_index": 0, "backend_ref": "",
+                 "shared_gpu_index": None, "mps_device": ""}  # fmt: skip
+        # A daemon that cannot start (its pipe's path too long for a socket) is not said to run.
+        stuck = {**pod, "id": 13, "shared_gpu_index": 3, "mps_device": "GPU-" + "y" * 90}
+        shipper = _Shipper([[pod, whole, stuck], None, [whole]])
+        agent = Agent(_Sampler(), shipper, pods_every_s=0, mps=daemons)
         try:
             agent.tick()
             assert daemons.keys() == ["GPU-x-2"] and daemons.pid("GPU-x-2") is not None
-            agent.tick()  # the portal did not answer: nothing stops
-            assert daemons.pid("GPU-x-2") is not None
+            # It says the daemon runs, for the allocation it was told of (a native sharer's
+            # Binding waits for that: clusters/mps_report.py).
+            assert shipper.reports == [{"GPU-x-2": [11]}]
+            agent.tick()  # the portal did not answer: nothing stops, nothing said
+            assert daemons.pid("GPU-x-2") is not None and len(shipper.reports) == 1
             agent.tick()  # no sharer left on that GPU
-            assert daemons.keys() == []
+            assert daemons.keys() == [] and shipper.reports[-1] == {}
         finally:
             daemons.stop_all()
 

@@ -3,15 +3,22 @@ with `gpupool.io/gpu-fraction` or `gpupool.io/gpu-memory`, shares a GPU as porta
 (a reservation pod holds it), and takes its GPU environment (the GPU's UUID, its MPS limits)
 from a ConfigMap GPUPool writes before it binds the pod (clusters/native_sharing.py).
 
+The pod mounts its GPU's pipe folder alone (the MPS root with subPathExpr
+$(GPUPOOL_MPS_PIPE), which the ConfigMap sets), and is bound only once its node's agent has
+reported that GPU's MPS daemon running for it (clusters/mps_report.py).
+
 Against the in-suite API server, whose kubelet starts no container whose envFrom ConfigMap
-is missing (CreateContainerConfigError), as a real kubelet does."""
+is missing (CreateContainerConfigError), and expands subPathExpr from the container's
+environment, as a real kubelet does."""
 
 from __future__ import annotations
 
 import pytest
 
+from clusters import native_sharing
 from clusters.backends.kubernetes.manifests import MPS_ROOT
 from clusters.backends.kubernetes.reservations import UUID_ANNOTATION
+from clusters.mps_report import mps_report_store
 from clusters.native_sharing import (
     FRACTION,
     GPU_MEMORY,
@@ -21,9 +28,10 @@ from clusters.native_sharing import (
     sharing_patch,
 )
 from clusters.reconcile import cluster_reconcile
-from clusters.sharing import MpsLimits
+from clusters.sharing import POD_PIPE_DIRECTORY, MpsLimits
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload
+from tests.clusters.conftest import agents_report
 from tests.clusters.fake_apiserver import json_patch
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
 from tests.clusters.test_kubernetes_native import (
@@ -57,13 +65,15 @@ def share_pod(name: str, annotations: dict[str, str], *, patch: bool = True) -> 
     return body
 
 
-def bind_all(cluster, rounds: int = 4) -> None:
-    """A reconcile (intake), a cycle, then passes: the reservation pod, its device, the
-    Bindings."""
+def bind_all(cluster, rounds: int = 4, *, agents: bool = True) -> None:
+    """A reconcile (intake), a cycle, then passes, each followed by the agents' reports: the
+    reservation pod, its device (the agent's daemon), the Bindings."""
     cluster_reconcile(cluster)
     cycle_run()
     for _ in range(rounds):
         cluster_reconcile(cluster)
+        if agents:
+            agents_report(cluster)
 
 
 def test_sharing_patch_gives_a_bare_pod_what_a_share_needs_and_is_idempotent():
@@ -75,7 +85,8 @@ def test_sharing_patch_gives_a_bare_pod_what_a_share_needs_and_is_idempotent():
     assert missing_parts(bare, mps_root=MPS_ROOT) == [
         "spec.hostIPC: true",
         f"spec.volumes hostPath {MPS_ROOT} (type Directory)",
-        "containers[main].envFrom configMapRef bare-gpupool-gpu (not optional, no prefix)",
+        "containers[main].envFrom configMapRef bare-gpupool-gpu (not optional, no prefix, "
+        "the last source)",
         "no containers[main].env NVIDIA_VISIBLE_DEVICES (GPUPool sets it)",
     ]
     patched = json_patch(
@@ -94,6 +105,85 @@ def test_sharing_patch_gives_a_bare_pod_what_a_share_needs_and_is_idempotent():
     assert len(missing_parts(only_env, mps_root=MPS_ROOT)) == 2
     whole = pod_body("whole")  # asks for no share: nothing to add
     assert sharing_patch(whole, config_map="x-gpupool-gpu", mps_root=MPS_ROOT) == []
+
+
+WHOLE_ROOT = {"name": "gpupool-mps", "mountPath": "/run/gpupool/mps"}  # as GPUPool asked before
+PIPE_MOUNT = {"name": "gpupool-mps", "mountPath": POD_PIPE_DIRECTORY,
+              "subPathExpr": "$(GPUPOOL_MPS_PIPE)"}  # fmt: skip
+
+
+def test_a_pod_mounting_the_whole_mps_root_is_refused_and_the_patch_mounts_its_pipe_alone():
+    old = share_pod("old", {FRACTION: "0.5"})
+    spec = old["spec"]
+    spec["containers"][0]["volumeMounts"] = [dict(WHOLE_ROOT)]
+    init_mount = {**PIPE_MOUNT, "mountPath": "/mps"}  # its own env could name any GPU
+    spec["initContainers"] = [{"name": "setup", "image": "x", "volumeMounts": [init_mount]}]
+    assert missing_parts(old, mps_root=MPS_ROOT) == [
+        "containers[main].volumeMounts gpupool-mps at /run/nvidia-mps with subPathExpr "
+        "$(GPUPOOL_MPS_PIPE) (its GPU's pipe alone)",
+        "no other mount of gpupool-mps: initContainers[setup] at /mps",
+        "no other mount of gpupool-mps: containers[main] at /run/gpupool/mps",
+    ]
+    assert missing_parts(old, mps_root=MPS_ROOT, mps=False) == []  # no daemon, no pipe
+    patched = json_patch(old, sharing_patch(old, config_map="old-gpupool-gpu", mps_root=MPS_ROOT))
+    assert patched["spec"]["containers"][0]["volumeMounts"] == [PIPE_MOUNT]
+    assert patched["spec"]["initContainers"][0]["volumeMounts"] == []
+    assert missing_parts(patched, mps_root=MPS_ROOT) == []
+    assert sharing_patch(patched, config_map="old-gpupool-gpu", mps_root=MPS_ROOT) == []
+    # Its subPath spelled another way is not its pipe: that mount goes too.
+    at = "/spec/containers/0/volumeMounts/0/subPathExpr"
+    other = json_patch(patched, [{"op": "replace", "path": at, "value": "$(OTHER)"}])
+    assert "no other mount of gpupool-mps: containers[main] at /run/nvidia-mps" in missing_parts(
+        other, mps_root=MPS_ROOT
+    )
+    fixed = json_patch(other, sharing_patch(other, config_map="old-gpupool-gpu", mps_root=MPS_ROOT))
+    assert fixed["spec"]["containers"][0]["volumeMounts"] == [PIPE_MOUNT]
+
+
+@pytest.mark.parametrize("path", ["/", "/run", "/run/gpupool/mps/", "/run/gpupool/mps/GPU-b/pipe"])
+def test_another_host_path_in_or_above_the_mps_root_is_refused_and_left_to_the_pod(path):
+    pod = share_pod("peek", {FRACTION: "0.5"})
+    pod["spec"]["volumes"].append({"name": "host", "hostPath": {"path": path}})
+    pod["spec"]["volumes"].append({"name": "beside", "hostPath": {"path": "/run/gpupool/mpsx"}})
+    shown = path.rstrip("/") or "/"
+    assert missing_parts(pod, mps_root=MPS_ROOT) == [
+        f"no spec.volumes host (hostPath {shown}): in or above the MPS root"
+    ]
+    assert sharing_patch(pod, config_map="peek-gpupool-gpu", mps_root=MPS_ROOT) == []
+
+
+def test_the_gpu_config_map_must_be_the_last_env_source_and_no_env_sets_its_variables():
+    pod = share_pod("late", {FRACTION: "0.5"})
+    container = pod["spec"]["containers"][0]
+    container["envFrom"].append({"secretRef": {"name": "mine"}})  # would win over it
+    container["env"] = [{"name": "GPUPOOL_MPS_PIPE", "value": "GPU-b/pipe"}]  # another GPU's
+    assert missing_parts(pod, mps_root=MPS_ROOT) == [
+        "containers[main].envFrom configMapRef late-gpupool-gpu (not optional, no prefix, "
+        "the last source)",
+        "no containers[main].env GPUPOOL_MPS_PIPE (GPUPool sets it)",
+    ]
+    patched = json_patch(pod, sharing_patch(pod, config_map="late-gpupool-gpu", mps_root=MPS_ROOT))
+    assert patched["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": "mine"}},
+        {"configMapRef": {"name": "late-gpupool-gpu"}},
+    ]
+    assert patched["spec"]["containers"][0]["env"] == []
+    assert missing_parts(patched, mps_root=MPS_ROOT) == []
+
+
+def test_the_config_map_names_the_gpus_pipe_folder_and_its_limits():
+    assert gpu_env("GPU-8f2c", MpsLimits(40960, 50)) == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-8f2c",
+        "GPUPOOL_MPS_PIPE": "GPU-8f2c/pipe",  # under the MPS root, as the agent names it
+        "CUDA_MPS_PIPE_DIRECTORY": POD_PIPE_DIRECTORY,  # where the pod mounts it
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40960M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+    }
+    # MPS off: no limits, but the pipe still named, for a pod that mounts it all the same.
+    assert gpu_env("GPU-8f2c", None) == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-8f2c",
+        "GPUPOOL_MPS_PIPE": "GPU-8f2c/pipe",
+    }
 
 
 def test_a_config_map_name_stays_a_dns_subdomain_however_long_the_pod_name():
@@ -130,7 +220,10 @@ def test_two_native_halves_share_one_gpu_each_with_its_config_map_before_binding
         assert pod["spec"]["nodeName"] == node
         config = fake.objects["configmaps"][(NS, f"{name}-gpupool-gpu")]
         assert config["data"] == gpu_env(device, MpsLimits(40960, 50))
-        assert config["data"]["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/gpupool/mps/{device}/pipe"
+        assert config["data"]["CUDA_MPS_PIPE_DIRECTORY"] == POD_PIPE_DIRECTORY
+        # Its GPU's pipe folder alone is mounted: <MPS root>/<device>/pipe.
+        assert config["data"]["GPUPOOL_MPS_PIPE"] == f"{device}/pipe"
+        assert fake.sub_paths[(NS, name)] == {("main", POD_PIPE_DIRECTORY): f"{device}/pipe"}
         assert config["metadata"]["ownerReferences"] == [
             {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"]}
         ]
@@ -138,6 +231,75 @@ def test_two_native_halves_share_one_gpu_each_with_its_config_map_before_binding
         assert pod["status"]["phase"] == "Running", pod["status"]
     core.delete_namespaced_pod("left", NS, grace_period_seconds=0)
     assert (NS, "left-gpupool-gpu") not in fake.objects["configmaps"]  # collected with it
+
+
+def test_a_native_sharer_is_bound_only_once_its_gpus_mps_daemon_runs_for_it(native):
+    fake, cluster, core = native
+    core.create_namespaced_pod(NS, share_pod("first", {FRACTION: "0.5"}))
+    bind_all(cluster, agents=False)  # no agent has said anything
+    pod = fake.pod(NS, "first")
+    assert not pod["spec"].get("nodeName")
+    assert Workload.objects.get(name="first").state == "admitted"
+    (allocation,) = PodAllocation.objects.filter(workload__name="first")
+    device = next(
+        p["metadata"]["annotations"][UUID_ANNOTATION]
+        for p in fake.pods()
+        if (p["metadata"].get("labels") or {}).get("gpupool.io/role") == "reservation"
+    )
+    message = pod_scheduled(pod)["message"]
+    assert message.startswith(
+        f"Waiting for the MPS daemon of GPU {device} on node {allocation.node.name}:"
+    ), message
+    events = [e["message"] for e in fake.events(NS) if e["reason"] == "FailedScheduling"]
+    assert events == [message]  # said once, however many passes
+    assert fake.objects["configmaps"] == {}
+    # The daemon runs, but the agent has not seen this allocation yet: it could stop it.
+    node = allocation.node
+    mps_report_store(node, {"running": {device: [allocation.pk + 1]}})
+    cluster_reconcile(cluster)
+    assert not fake.pod(NS, "first")["spec"].get("nodeName")
+    # Another device's daemon (the GPU's reservation held another before) is not its own.
+    mps_report_store(node, {"running": {"GPU-other": [allocation.pk]}})
+    cluster_reconcile(cluster)
+    assert not fake.pod(NS, "first")["spec"].get("nodeName")
+    agents_report(cluster)
+    cluster_reconcile(cluster)
+    pod = fake.pod(NS, "first")
+    assert pod["spec"]["nodeName"] == node.name and pod["status"]["phase"] == "Running"
+    assert fake.sub_paths[(NS, "first")] == {("main", POD_PIPE_DIRECTORY): f"{device}/pipe"}
+
+
+def test_where_mps_is_off_a_native_sharer_waits_for_no_daemon(native):
+    fake, cluster, core = native
+    cluster.config["mps"] = False
+    cluster.save(update_fields=["config"])
+    core.create_namespaced_pod(NS, share_pod("plain", {FRACTION: "0.5"}))
+    bind_all(cluster, agents=False)
+    pod = fake.pod(NS, "plain")
+    assert pod["status"]["phase"] == "Running"
+    data = fake.objects["configmaps"][(NS, "plain-gpupool-gpu")]["data"]
+    assert set(data) == {"NVIDIA_VISIBLE_DEVICES", "GPUPOOL_MPS_PIPE"}  # no limits
+
+
+def test_a_whole_root_pod_queued_before_is_failed_at_binding_not_bound(native, monkeypatch):
+    fake, cluster, core = native
+    body = share_pod("before", {FRACTION: "0.5"})
+    body["spec"]["containers"][0]["volumeMounts"] = [dict(WHOLE_ROOT)]
+    core.create_namespaced_pod(NS, body)
+    with monkeypatch.context() as before:  # queued by a GPUPool that asked for no more
+        before.setattr(native_sharing, "missing_parts", lambda *a, **k: [])
+        cluster_reconcile(cluster)
+    cycle_run()
+    for _ in range(4):
+        cluster_reconcile(cluster)
+        agents_report(cluster)
+    workload = Workload.objects.get(name="before")
+    assert workload.state == "failed"
+    failed = workload.events.last()
+    assert failed.reason == "PodFailed"
+    assert "no other mount of gpupool-mps: containers[main] at /run/gpupool/mps" in failed.message
+    assert not fake.pod(NS, "before")["spec"].get("nodeName")
+    assert fake.objects["configmaps"] == {}
 
 
 @pytest.mark.parametrize(
@@ -151,6 +313,8 @@ def test_two_native_halves_share_one_gpu_each_with_its_config_map_before_binding
         ({FRACTION: "0.5"}, 1, None, "nvidia.com/gpu"),
         ({FRACTION: "0.5"}, 0, "hostIPC", "spec.hostIPC"),
         ({GPU_MEMORY: "10Gi"}, 0, "envFrom", "envFrom configMapRef"),
+        ({FRACTION: "0.5"}, 0, "whole root", "subPathExpr $(GPUPOOL_MPS_PIPE)"),
+        ({FRACTION: "0.5"}, 0, "whole root", "no other mount of gpupool-mps: containers[main]"),
     ],
 )
 def test_a_share_that_cannot_be_given_says_which_field_and_queues_nothing(
@@ -165,6 +329,8 @@ def test_a_share_that_cannot_be_given_says_which_field_and_queues_nothing(
         del spec["hostIPC"]
     if change == "envFrom":
         del spec["containers"][0]["envFrom"]
+    if change == "whole root":  # the shape GPUPool asked for before: every GPU's pipe
+        spec["containers"][0]["volumeMounts"] = [dict(WHOLE_ROOT)]
     core.create_namespaced_pod(NS, body)
     bind_all(cluster, rounds=1)
     assert native_workloads() == []

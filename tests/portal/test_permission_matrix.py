@@ -446,6 +446,7 @@ SITE_MATRIX = {
     "metrics-ingest": (POST, lambda o: "/api/v1/metrics", same(401)),
     "metrics-agent-pods": (GET, lambda o: "/api/v1/metrics/pods", same(401)),
     "api-node-mig-report": (POST, lambda o: "/api/v1/nodes/mig-report", same(401)),
+    "api-node-mps-report": (POST, lambda o: "/api/v1/nodes/mps-report", same(401)),
     # kube-apiserver's pod webhook: POST only, no session (test_admission_webhook.py).
     "pods_admission": (GET, lambda o: f"/k8s/admission/{o.cluster.uid}/pods/", same(405)),
     # REST API, workspaces.
@@ -659,6 +660,7 @@ MORE_MATRIX = {
     "metrics-ingest": (401, 401, 401),
     "metrics-agent-pods": (401, 401, 401),
     "api-node-mig-report": (401, 401, 401),
+    "api-node-mps-report": (401, 401, 401),
     "pods_admission": (405, 405, 405),
     "api-environments": (200, 200, 200),
     "api-workspaces": (200, 200, 200),

@@ -744,9 +744,10 @@ class KubernetesBackend(Backend):
     ) -> ReconcileReport:
         """1. list managed pods; 2. delete those nobody wants, each with its workload's
         grace period (deleteOptions gracePeriodSeconds); 3. reservation pods for the shared
-        GPUs in use; 4. create what is missing (shared pods once their device is known),
-        in namespaces that exist; 5. repair what an earlier pass left half done (a pod
-        whose Binding failed, a Service missing or left over).
+        GPUs in use; 4. create what is missing (shared pods once their device is known, a
+        native sharer once its GPU's MPS daemon runs for it), in namespaces that exist;
+        5. repair what an earlier pass left half done (a pod whose Binding failed, a Service
+        missing or left over).
         A targeted pass hands the pods to `keep` as they are by name: they stay, their
         shared GPUs keep their reservations (observed sharers), their Services stay (their
         pods are there); one that lacked something was not kept (`_mark_incomplete`).
@@ -779,6 +780,7 @@ class KubernetesBackend(Backend):
                 for spec in desired
                 if spec.name not in report.statuses
                 and (ready := _on_device(spec, devices)) is not None
+                and not native.waits_for_mps(self, ready, report)
             ]
             missing = self._namespaces_into(report, missing)
             list(pool.map(lambda s: self._create_into(report, s), missing))

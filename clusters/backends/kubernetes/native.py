@@ -36,7 +36,9 @@ from clusters.backends import (
     BackendError,
     BackendUnreachable,
     PodSpec,
+    PodSpecInvalid,
     PodStatus,
+    ReconcileReport,
     as_enforced,
     mps_device,
 )
@@ -263,16 +265,47 @@ def caught_up(backend: KubernetesBackend, watch: Any) -> None:
                 raise BackendError(f"read {namespace}/{name}: {said(exc)}") from exc
 
 
+def waits_for_mps(backend: KubernetesBackend, spec: PodSpec, report: ReconcileReport) -> bool:
+    """A native sharer under MPS whose GPU's daemon its node's agent has not reported running
+    for it is not bound yet: the kubelet would make its pipe folder and start it before the
+    daemon, without its limits (clusters/mps_report.py). Its pod says why it waits."""
+    if (
+        not spec.native_pod
+        or spec.shared_gpu_index is None
+        or as_enforced(spec, backend.cluster.config).mps is None
+        or mps_device(spec) in spec.mps_running
+    ):
+        return False
+    pod = backend.native_listed(spec.namespace, spec.native_pod)
+    message = (
+        f"Waiting for the MPS daemon of GPU {mps_device(spec)} on node {spec.node_name}: "
+        "GPUPool's node agent starts it and says so (it asks every 30 s), and the pod is "
+        "bound then, so that it never runs without its GPU limits."
+    )
+    try:
+        if pod is not None:
+            tell_waiting(backend, pod, message)
+    except BackendError as exc:
+        report.errors.append(str(exc))
+    return True
+
+
 def write_gpu_config(backend: KubernetesBackend, spec: PodSpec) -> None:
-    """A sharer's GPU environment (its GPU's UUID, its MPS limits: `native_sharing.gpu_env`)
-    into the ConfigMap its spec names, owned by the pod, before it is bound: the kubelet
-    reads it when it starts the container. One in the way is taken only when it is what
-    an earlier try of this write made; another is the cluster's error, and the pod waits."""
+    """A sharer's GPU environment (its GPU's UUID and pipe folder, its MPS limits:
+    `native_sharing.gpu_env`) into the ConfigMap its spec names, owned by the pod, before it
+    is bound: the kubelet reads it when it starts the container (and mounts that pipe). One
+    in the way is taken only when it is what an earlier try of this write made; another is
+    the cluster's error, and the pod waits."""
     pod = _raw_pod(backend, spec.namespace, spec.native_pod)
+    mps = as_enforced(spec, backend.cluster.config).mps
+    # Checked when it was queued, and a pod's spec does not change; but a pod queued before
+    # GPUPool asked for its GPU's pipe alone (it mounts the whole MPS root) never runs.
+    if missing := native_sharing.missing_parts(pod, mps_root=backend.mps_root, mps=mps is not None):
+        raise PodSpecInvalid(
+            f"Pod {spec.native_pod} needs {'; '.join(missing)} to share a GPU: make it again."
+        )
     name = native_sharing.gpu_config_of(pod)
-    if not name:  # checked when it was queued, and a pod's spec does not change
-        raise BackendError(f"pod {spec.namespace}/{spec.native_pod} names no GPU ConfigMap")
-    env = native_sharing.gpu_env(mps_device(spec), as_enforced(spec, backend.cluster.config).mps)
+    env = native_sharing.gpu_env(mps_device(spec), mps)
     body = native_sharing.gpu_config_map(name, pod, env, backend.owner.labels)
     where = f"ConfigMap {spec.namespace}/{name}"
     try:
