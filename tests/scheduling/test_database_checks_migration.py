@@ -50,7 +50,8 @@ def before_the_checks(org, cluster, submit):
 def test_rows_that_would_break_a_check_are_fixed_and_their_workload_failed(before_the_checks):
     running, pending = before_the_checks
     alloc = PodAllocation.objects.get(workload=running)
-    gpu = Gpu.objects.get(node=alloc.node, index=3)
+    # By id: the Node model (the latest) names columns later migrations add (mps_report).
+    gpu = Gpu.objects.get(node_id=alloc.node_id, index=3)
     sqlite = connection.vendor == "sqlite"
     raw("scheduling_workload", pending.pk, cpu="abc" if sqlite else -1)
     raw("scheduling_workload", pending.pk, kind="bogus", min_pods=5)
