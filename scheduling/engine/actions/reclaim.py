@@ -343,10 +343,15 @@ class OverQuotaRule(BorrowedRule):
     test, not what the project holds above its quota. A 2-GPU job of a project that
     deserves 1 is borrowed whole (no split of the project's work within its quota holds
     it), and counting only the 1 GPU above the quota kept an owner at 0 of its deserved
-    quota waiting behind it for ever. The project keeps its guaranteed work; the evicted
-    job cannot reclaim its way back (it is larger than the project's deserved quota), so
-    this cannot flip-flop. Its department keeps at least its deserved quota, as before,
-    and so does the project when extra pods of its elastic jobs are taken."""
+    quota waiting behind it for ever. The project keeps its guaranteed work. Below its
+    deserved quota, it could take back by reclaim any of its work evicted this cycle that
+    fits the room the quota leaves it, so the exception holds only while every such job
+    (this victim too) is larger than that room: none can reclaim its way back, and this
+    cannot flip-flop. (The cheaper searches before this one may have taken the project's
+    small jobs: a 1-GPU job of a project that deserves 1, then its 4-GPU job, would leave
+    it at 0 with the 1-GPU job owed back.) Its department keeps at least its deserved
+    quota, as before, and so does the project when extra pods of its elastic jobs are
+    taken."""
 
     def donors(self) -> dict[str, float]:
         return over_quota(self.ctx, self.pool)
@@ -359,4 +364,27 @@ class OverQuotaRule(BorrowedRule):
             return False
         freed = victim.gpus.get(self.pool, 0.0) - EPS
         donors = self.donors()
-        return all(q == qid or donors.get(q, 0.0) >= freed for q in self._their_side(qid))
+        if not all(q == qid or donors.get(q, 0.0) >= freed for q in self._their_side(qid)):
+            return False
+        return self._none_comes_back(victim)
+
+    def _none_comes_back(self, victim: Victim) -> bool:
+        """Whether the victim's project, once the victim goes, is still at its deserved
+        quota in the pool, or below it only by work larger than the room the quota leaves
+        (the victim and whatever else of the project this cycle evicted there)."""
+        ctx, pool, qid = self.ctx, self.pool, victim.wl.queue_id
+        gpus = victim.gpus.get(pool, 0.0)
+        room = ctx.deserved(qid, pool) - (ctx.ledger.get(qid, pool) - gpus)
+        if room <= EPS:
+            return True
+        if gpus <= room + EPS:
+            return False
+        parts = ctx.victim_parts
+        for wid, record in ctx.stmt.evicted.items():
+            if record.workload.queue_id == qid:
+                held = parts.get(wid)
+                if held is None:
+                    return False  # not a victim of this index: its GPUs unknown here
+                if pool in held[0] and held[0][pool] <= room + EPS:
+                    return False
+        return True
