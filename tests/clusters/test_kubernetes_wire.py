@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
@@ -285,8 +286,9 @@ def test_over_tls_the_posts_verify_the_server_and_keep_their_connection(canned):
         backend_for(untrusted.url, retries=1).post(EVENT, "namespaces", "ns", "events")
 
 
-def test_through_an_http_proxy_the_rest_layer_posts_as_before(canned, monkeypatch):
-    proxy = canned([ok()])
+def test_through_an_http_proxy_the_rest_layer_posts_and_gets_as_before(canned, monkeypatch):
+    job = b'{"kind":"Job"}'
+    proxy = canned([ok(), b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(job), job)])
     backend = backend_for("http://apiserver.invalid:6443")
     client = k8s_config.new_client_from_config_dict(kubeconfig_for("http://apiserver.invalid:6443"))
     client.configuration.proxy = proxy.url
@@ -295,6 +297,25 @@ def test_through_an_http_proxy_the_rest_layer_posts_as_before(canned, monkeypatc
     assert isinstance(client.rest_client.pool_manager, urllib3.ProxyManager)
     backend.post(EVENT, "namespaces", "ns", "events")
     assert not backend.wire.usable
-    ((line, _, body),) = proxy.requests
+    objects = k8s.CustomObjectsApi(client)
+    read = backend.get_json(
+        objects.get_namespaced_custom_object, "/unused", "batch", "v1", "ns", "jobs", "j"
+    )
+    assert read == {"kind": "Job"}
+    (line, _, body), (get, _, _) = proxy.requests
     assert line == "POST http://apiserver.invalid:6443/api/v1/namespaces/ns/events HTTP/1.1"
     assert json.loads(body) == EVENT
+    assert get == "GET http://apiserver.invalid:6443/apis/batch/v1/namespaces/ns/jobs/j HTTP/1.1"
+
+
+def test_a_get_asks_for_one_object_with_no_body(canned):
+    job = b'{"kind":"Job","metadata":{"name":"j 1"}}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    server = canned([answer + b"Content-Length: %d\r\n\r\n%s" % (len(job), job)])
+    backend = backend_for(server.url + "/prefix/")
+    path = "/apis/batch/v1/namespaces/ns/jobs/j%201"
+    assert backend.get_json(None, path) == json.loads(job)
+    ((line, headers, body),) = server.requests
+    assert line == "GET /prefix/apis/batch/v1/namespaces/ns/jobs/j%201 HTTP/1.1"
+    assert "content-length" not in headers and "content-type" not in headers
+    assert headers["authorization"] == "Bearer fake-token" and body == b""

@@ -1,5 +1,6 @@
 """The POSTs a pass makes by the thousand (a native pod's Binding and its `Scheduled`
-Event, Evictions), written and read here on the client's own pooled connections.
+Event, Evictions), and the GETs of the owners an intake pass reads by the hundred, written
+and read here on the client's own pooled connections.
 
 The kubernetes client's REST layer, urllib3's request machinery and http.client's response
 parser (the email package's, for the headers) cost about 0.3 ms of CPU a request on this
@@ -65,7 +66,14 @@ class Wire:
     def post(self, path: str, body: bytes, timeout: tuple[float, float]) -> Answer:
         """POST `body` (JSON) to `path` (below the server's URL, quoted); the answer, read
         to its end. ApiException for a status outside 2xx."""
-        request = self._request(path, body)
+        return self.send(self._request("POST", path, body), timeout)
+
+    def get(self, path: str, timeout: tuple[float, float]) -> Answer:
+        """GET `path` (below the server's URL, quoted): one object, read to its end."""
+        return self.send(self._request("GET", path, None), timeout)
+
+    def send(self, request: bytes, timeout: tuple[float, float]) -> Answer:
+        """One request on a pooled connection; its answer. ApiException outside 2xx."""
         pool = self.pool
         if pool is None:
             raise RuntimeError("no pool of direct connections: check `usable` first")
@@ -90,21 +98,20 @@ class Wire:
             raise ApiException(http_resp=answer)
         return answer
 
-    def _request(self, path: str, body: bytes) -> bytes:
-        headers = {
-            **self.client.default_headers,
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-        }
+    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+        headers = {**self.client.default_headers, "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         self.client.update_params_for_auth(headers, [], ["BearerToken"])
-        lines = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.host}"]
+        lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}"]
         for name, value in headers.items():
             text = str(value)
             if "\r" in text or "\n" in text or "\r" in name or "\n" in name or ":" in name:
                 raise ValueError(f"invalid header {name!r}")  # as http.client refuses it
             lines.append(f"{name}: {text}")
-        lines.append(f"Content-Length: {len(body)}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
 def _read(sock: Any) -> tuple[Answer, bool]:
