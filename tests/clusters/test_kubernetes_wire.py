@@ -1,8 +1,9 @@
-"""The backend's POSTs written and read on the client's own connections (clusters/backends/
-kubernetes/wire.py): the request as the client's REST layer would send it, every way an
-HTTP/1.1 answer may come (length, chunks, to the close, an interim 100), errors as the
-generated client raises them, connections kept, replaced when the server closed them, over
-TLS, and the REST layer as before through an HTTP proxy."""
+"""The backend's POSTs and owner GETs through urllib3's API on the client's own pool
+(`KubernetesBackend._send`): the request as the client's REST layer would send it (path
+prefix, headers, credentials), errors as the generated client raises them, a broken answer
+or a silent server an error of the transport that `call` retries, connections kept,
+replaced when the server closed them, over TLS, and the REST layer as before through an
+HTTP proxy."""
 
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ def backend_for(url: str, **config) -> KubernetesBackend:
 
 
 def connections(backend: KubernetesBackend) -> int:
-    return backend.wire.pool.num_connections
+    return backend.direct.num_connections
 
 
 def test_the_request_is_the_rest_layers_with_the_servers_path_prefix(canned):
@@ -156,44 +157,24 @@ def test_the_request_is_the_rest_layers_with_the_servers_path_prefix(canned):
     assert backend.requests == 1 and backend.bytes_read > 0
 
 
-def test_every_form_of_answer_is_read_to_its_end_on_one_connection(canned):
-    chunked = (
-        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b'4;ext=1\r\n{"a"\r\n3\r\n:1}\r\n0\r\nX-Trailer: t\r\n\r\n'
-    )
-    interim = b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"{}")
-    server = canned([ok(), chunked, interim, b"HTTP/1.1 204 No Content\r\n\r\n", ok()])
-    backend = backend_for(server.url)
-    answers = [backend.wire.post("/api/v1/x", b"{}", (1, 1)) for _ in range(5)]
-    assert [a.status for a in answers] == [201, 201, 201, 204, 201]
-    assert answers[1].data == b'{"a":1}' and answers[2].data == b"{}"
-    assert server.connections == 1 and connections(backend) == 1
-
-
-def test_an_answer_that_closes_or_runs_to_the_close_costs_a_new_connection(canned):
-    to_close = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n\r\n{}"
-    server = canned([ok(extra="Connection: close\r\n"), ok(), to_close])
-    backend = backend_for(server.url)
-    backend.post(EVENT, "namespaces", "ns", "events")
-    backend.post(EVENT, "namespaces", "ns", "events")
-    answer = backend.wire.post("/api/v1/x", b"{}", (1, 1))
-    assert answer.data == b"{}"
-    assert server.connections == 2
-
-
 def test_a_refusal_is_the_generated_clients_api_exception(canned):
     body = b'{"kind":"Status","message":"pods \\"p\\" already bound","code":409}'
     refusal = (
         b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nRetry-After: 3\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
-    server = canned([refusal, ok()])
+    server = canned([refusal, refusal, ok()])
     backend = backend_for(server.url)
     with pytest.raises(ApiException) as raised:
         backend.post(EVENT, "namespaces", "ns", "events")
-    assert raised.value.status == 409 and raised.value.reason == "Conflict"
-    assert said(raised.value) == '409 Conflict: pods "p" already bound'
-    assert _retry_after(raised.value) == 3.0  # the header read whatever its case
+    with pytest.raises(ApiException) as generated:  # the same answer to the generated API
+        backend.api.create_namespaced_event("ns", EVENT, _preload_content=False)
+    ours, theirs = raised.value, generated.value
+    assert (ours.status, ours.reason, ours.body) == (theirs.status, theirs.reason, theirs.body)
+    assert dict(ours.headers) == dict(theirs.headers) and type(ours.headers) is type(theirs.headers)
+    assert ours.status == 409 and ours.reason == "Conflict" and ours.body == body
+    assert said(ours) == '409 Conflict: pods "p" already bound'
+    assert _retry_after(ours) == 3.0  # the header read whatever its case
     backend.post(EVENT, "namespaces", "ns", "events")  # the connection was kept
     assert server.connections == 1
 
@@ -211,19 +192,31 @@ def test_a_server_that_hangs_up_is_retried_then_unreachable(canned):
 @pytest.mark.parametrize(
     "answer",
     [
-        b"HTTP/1.1 201 Created\r\nContent-Length: 5x\r\n\r\n{}",
-        b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\n{}",
-        b"HTTP/1.1 201 Created\r\nBad Header\r\n\r\n",
-        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
-        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n",
-        b"SSH-2.0-OpenSSH\r\n\r\n",
+        b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\n{}",  # cut short
+        b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
     ],
 )
-def test_a_malformed_answer_is_an_error_of_the_transport(canned, answer):
-    server = canned([answer], close_after=True)
+def test_a_broken_answer_is_an_error_of_the_transport_that_is_retried(canned, answer):
+    server = canned([answer, ok()], close_after=True)
+    backend = backend_for(server.url, retries=2)
+    backend.post(EVENT, "namespaces", "ns", "events")  # the second try is answered
+    assert len(server.requests) == 2 and server.connections == 2
+    broken = canned([answer], close_after=True)
     with pytest.raises(BackendUnreachable):
-        backend_for(server.url, retries=1).post(EVENT, "namespaces", "ns", "events")
-    assert len(server.requests) == 1
+        backend_for(broken.url, retries=1).post(EVENT, "namespaces", "ns", "events")
+
+
+def test_a_server_that_never_answers_times_out_as_configured():
+    silent = socket.create_server(("127.0.0.1", 0))  # connections queue, nothing is read
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        backend = backend_for(url, retries=1, timeout_s=0.3)
+        started = time.monotonic()
+        with pytest.raises(BackendUnreachable, match="timed out"):
+            backend.post(EVENT, "namespaces", "ns", "events")
+        assert time.monotonic() - started < 5
+    finally:
+        silent.close()
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_unseen(canned):
@@ -296,7 +289,7 @@ def test_through_an_http_proxy_the_rest_layer_posts_and_gets_as_before(canned, m
     monkeypatch.setattr(backend, "_api_client", lambda: client)
     assert isinstance(client.rest_client.pool_manager, urllib3.ProxyManager)
     backend.post(EVENT, "namespaces", "ns", "events")
-    assert not backend.wire.usable
+    assert backend.direct is None
     objects = k8s.CustomObjectsApi(client)
     read = backend.get_json(
         objects.get_namespaced_custom_object, "/unused", "batch", "v1", "ns", "jobs", "j"

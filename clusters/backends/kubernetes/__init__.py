@@ -19,9 +19,9 @@
 - Calls are retried with exponential backoff on 5xx, 429 and connection errors; a
   cluster that cannot be listed is unreachable (the caller keeps its workloads).
 - Lists and creates skip the client's model deserialization (`_preload_content=False`):
-  it dominates the cost of large reconciles. The writes a pass makes by the thousand
-  (Bindings, Events, Evictions) skip the HTTP libraries too: written and read on the
-  client's pooled connections (wire.py). Native pods are bound `bind_workers` (8) at once.
+  it dominates the cost of large reconciles. The requests a pass makes by the thousand
+  (Bindings, Events, Evictions, owner reads) skip the client's REST layer too: urllib3's
+  own API on the client's pool (`_send`). Native pods are bound `bind_workers` (8) at once.
 - Pods and services are observed through a list-then-watch cache (watch.py) kept per
   cluster in each worker process; a pass lists the cluster only when that cache cannot be
   trusted, and every `resync_s` (default 300) as a safety resync. Config `watch: false`
@@ -38,12 +38,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from clusters.backends import (
@@ -96,7 +97,6 @@ from clusters.backends.kubernetes.ownership import Owner, owner_of
 from clusters.backends.kubernetes.repairs import repair
 from clusters.backends.kubernetes.reservations import Reservations
 from clusters.backends.kubernetes.watch import ClusterWatch, as_version, watch_get, watch_start
-from clusters.backends.kubernetes.wire import Wire
 from clusters.crypto import KubeconfigKeyMissing, kubeconfig_decrypt
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,8 @@ class KubernetesBackend(Backend):
         self._installation = installation
         self._owner: Owner | None = None
         self._api: k8s.CoreV1Api | None = None
-        self._wire: Wire | None = None
+        # The client's own pool of connections and the path below its URL (`direct`).
+        self._direct: tuple[urllib3.HTTPConnectionPool | None, str] | None = None
         self._namespaces: set[str] = set()
         self._subject: dict[str, str] | None = None  # who the kubeconfig is (grants.py)
         self._rendezvous: set[tuple[str, str]] = set()
@@ -233,50 +234,91 @@ class KubernetesBackend(Backend):
     def post(self, body: dict, *path: str) -> None:
         """POST a JSON body to /api/v1/<path...> (each piece quoted) and read nothing
         back but its status: the writes a pass makes by the thousand (Bindings, Evictions,
-        Events) are written on the client's pooled connections by `wire.Wire`, with the
-        client's credentials, TLS, timeouts, retries and ApiException, without the
-        generated API's per-call work nor the HTTP libraries' (about 0.7 ms of CPU a
-        request through the generated API, 0.3 ms through its REST layer, 0.06 ms here)."""
-        self.call(self._post_raw, body, path, _preload_content=False)
+        Events) go through `_send`, without the generated API's per-call work nor its REST
+        layer's, with the client's credentials, TLS, timeouts, retries and ApiException."""
+        url = "/api/v1/" + "/".join(quote(p, safe="") for p in path)
+        if self.direct is None:
+            self.call(self._post_rest, body, url, _preload_content=False)
+        else:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            self.call(self._send, "POST", url, data, _preload_content=False)
 
     def get_json(self, fn: Callable[..., Any], path: str, *args: Any) -> dict:
-        """GET one object: `path` (below the server's URL, its pieces quoted) on the
-        client's own connections (`wire.Wire`), or `fn(*args)` through the generated API
-        where those cannot be used (an HTTP proxy). Retried and raised as `call` does."""
-        if not self.wire.usable:
+        """GET one object: `path` (below the server's URL, its pieces quoted) through
+        `_send`, or `fn(*args)` through the generated API where the client's pool cannot
+        be used directly (an HTTP proxy). Retried and raised as `call` does."""
+        if self.direct is None:
             return self._json(fn, *args)
-        answer = self.call(self._get_raw, path, _preload_content=False)
-        return json.loads(answer.data)
-
-    def _get_raw(self, path: str, *, _preload_content: bool, _request_timeout: Any) -> Any:
-        timeout = _request_timeout
-        return self.wire.get(path, timeout if isinstance(timeout, tuple) else (timeout, timeout))
+        return json.loads(self.call(self._send, "GET", path, None, _preload_content=False).data)
 
     @property
-    def wire(self) -> Wire:
-        if self._wire is None:
-            self._wire = Wire(self.api.api_client)
-        return self._wire
+    def direct(self) -> urllib3.HTTPConnectionPool | None:
+        """The client's own urllib3 pool of connections to the API server (the same
+        connections, TLS, client certificates, verification and keep-alive as its REST
+        layer's); None through an HTTP proxy (a ProxyManager), where the REST layer is used."""
+        if self._direct is None:
+            client = self.api.api_client
+            host, manager = client.configuration.host, client.rest_client.pool_manager
+            pool = (
+                None
+                if isinstance(manager, urllib3.ProxyManager)
+                else manager.connection_from_url(host)
+            )
+            self._direct = (pool, urlsplit(host).path.rstrip("/"))  # a server behind a path
+        return self._direct[0]
 
-    def _post_raw(
-        self, body: dict, path: tuple[str, ...], *, _preload_content: bool, _request_timeout: Any
-    ) -> Any:
-        url = "/api/v1/" + "/".join(quote(p, safe="") for p in path)
-        if self.wire.usable:
-            timeout = _request_timeout
-            if not isinstance(timeout, tuple):
-                timeout = (timeout, timeout)
-            return self.wire.post(url, json.dumps(body, separators=(",", ":")).encode(), timeout)
-        client = self.api.api_client  # through an HTTP proxy: the client's REST layer
-        headers = {
-            **client.default_headers,
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-        }
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        *,
+        _preload_content: bool,
+        _request_timeout: Any,
+    ) -> urllib3.BaseHTTPResponse:
+        """One request through urllib3's API on the client's pool (`direct`), the answer
+        read to its end and its connection given back; the client's REST layer and models
+        are skipped (about 0.3 ms of CPU a request), not its configuration: URL prefix,
+        default headers, credentials (refreshed tokens too), timeouts as the REST layer
+        makes them. A status outside 2xx is the ApiException the generated client raises;
+        a failed connection or a broken answer urllib3's error (no retries of its own:
+        `call` retries)."""
+        pool, prefix = self._direct or (None, "")
+        assert pool is not None, "through an HTTP proxy: the REST layer"
+        timeout = _request_timeout
+        answer = pool.urlopen(
+            method,
+            prefix + path,
+            body=body,
+            headers=self._headers(json_body=body is not None),
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            if isinstance(timeout, tuple)
+            else urllib3.Timeout(total=timeout),
+            retries=False,
+            preload_content=True,
+            release_conn=True,
+        )
+        if not 200 <= answer.status <= 299:
+            raise ApiException(http_resp=rest.RESTResponse(answer))
+        return answer
+
+    def _headers(self, *, json_body: bool) -> dict[str, str]:
+        """The client's default headers and credentials (refreshed tokens too), JSON."""
+        client = self.api.api_client
+        headers = {**client.default_headers, "Accept": "application/json"}
+        if json_body:
+            headers["Content-Type"] = "application/json"
         client.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers
+
+    def _post_rest(
+        self, body: dict, url: str, *, _preload_content: bool, _request_timeout: Any
+    ) -> Any:
+        """POST through the client's REST layer (through an HTTP proxy)."""
+        client = self.api.api_client
         return client.rest_client.POST(
             client.configuration.host + url,
-            headers=headers,
+            headers=self._headers(json_body=True),
             body=body,
             _preload_content=_preload_content,
             _request_timeout=_request_timeout,
