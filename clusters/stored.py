@@ -18,6 +18,7 @@ from typing import Any
 from scheduling.stored import json_kind
 
 NUMBER_MAX = 10**9  # seconds, counts: past it a timedelta or an int() of it overflows
+BIND_WORKERS_MAX = 64  # Bindings in flight at once: each holds a thread and a connection
 
 # Cluster.config's keys by the JSON kind each must hold (clusters/README.md lists them).
 NUMBERS = (
@@ -54,6 +55,11 @@ def _config_problems(config: dict[str, Any]) -> list[str]:
         for key in keys
         if key in config and not isinstance(config[key], shape)
     ]
+    bind_workers = config.get("bind_workers", BIND_WORKERS_MAX)
+    if not (_number(bind_workers) and isinstance(bind_workers, int)) or not (
+        1 <= bind_workers <= BIND_WORKERS_MAX
+    ):
+        problems.append(f"config.bind_workers is not a whole number from 1 to {BIND_WORKERS_MAX}")
     run_as_user = config.get("run_as_user")
     if run_as_user is not None and not (_number(run_as_user) and isinstance(run_as_user, int)):
         problems.append("config.run_as_user is not a user id")

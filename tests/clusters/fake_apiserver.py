@@ -10,7 +10,8 @@ with `install_crds`: fake_generic.py). Faults can be injected: 500s, slow answer
 409s, and a server that drops every connection ("down").
 
 It refuses what a real one refuses and adds what it adds (tests/clusters/
-test_fake_apiserver_strict.py, test_fake_apiserver_native.py): a log asked of a container the
+test_fake_apiserver_strict.py, test_fake_apiserver_native.py, test_fake_apiserver_http.py):
+a request head Go's net/http would refuse is 400 (fake_http.py); a log asked of a container the
 pod lacks is 400; namespaces get `kubernetes.io/metadata.name`, and the cluster has default,
 kube-system, kube-public and kube-node-lease; a new node is tainted
 `node.kubernetes.io/not-ready` until it is Ready; the Pod Security level a namespace enforces
@@ -89,6 +90,7 @@ from tests.clusters.fake_generic import (
     sync_jobs,
     take_disruption,
 )
+from tests.clusters.fake_http import BadRequest, read_headers, refusal, request_line
 
 CORE = "/api/v1"
 SCHEDULING = "/apis/scheduling.k8s.io/v1"
@@ -951,6 +953,7 @@ class FakeApiServer:
         self.job_controller = job_controller
         self.job_pods: dict[str, dict[str, str]] = {}  # Job uid -> its pods' uids -> outcome
         self.touched_jobs: set[str] = set()  # uids of Jobs (or pods' controllers) written since
+        self.job_keys: dict[str, tuple[str, str]] = {}  # a Job's uid -> its (namespace, name)
         self.controlled: dict[str, set[tuple[str, str]]] = {}  # controller uid -> its pods
         self._controller_of: dict[tuple[str, str], str] = {}
         self.random = random.Random(0)  # generated names: the same in every run
@@ -1225,7 +1228,12 @@ class FakeApiServer:
         pods each controller has (`controlled`): its informers' index, so that a sync reads
         a Job's pods without scanning every pod."""
         if resource == JOBS:
-            self.touched_jobs.add(obj["metadata"].get("uid", ""))
+            uid = obj["metadata"].get("uid", "")
+            self.touched_jobs.add(uid)
+            if present:
+                self.job_keys[uid] = (ns, obj["metadata"]["name"])
+            else:
+                self.job_keys.pop(uid, None)
         if resource != "pods":
             return
         key = (ns, obj["metadata"]["name"])
@@ -1373,6 +1381,32 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # quiet
             pass
 
+        def parse_request(self) -> bool:
+            """The request line and headers as the real server reads them (fake_http.py:
+            what Go's net/http refuses is refused, its answer written, the connection
+            closed), instead of http.server's lenient email parser; then, as http.server
+            does, the Connection and Expect headers."""
+            self.command, self.close_connection = None, True
+            self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+            if not self.requestline.strip():
+                return False
+            try:
+                self.command, self.path, self.request_version = request_line(self.raw_requestline)
+                self.headers = read_headers(self.rfile, self.request_version)  # type: ignore[assignment]
+            except BadRequest as error:
+                self.wfile.write(refusal(error))
+                return False
+            if self.path.startswith("//"):
+                self.path = "/" + self.path.lstrip("/")
+            connection = str(self.headers.get("Connection", "")).lower()
+            self.close_connection = connection == "close" or (
+                self.request_version == "HTTP/1.0" and connection != "keep-alive"
+            )
+            expect = str(self.headers.get("Expect", "")).lower()
+            if expect == "100-continue" and self.request_version == "HTTP/1.1":
+                return self.handle_expect_100()
+            return True
+
         def do_GET(self) -> None:
             self._serve("GET")
 
@@ -1433,8 +1467,10 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             ctype = "text/plain" if isinstance(payload, str) else "application/json"
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            # The head and the body in one write, as Go's server sends a small answer (two
+            # writes are two segments with TCP_NODELAY, and two reads for the client).
+            self._headers_buffer.extend((b"\r\n", data))
+            self.flush_headers()
 
         def _route(self, method: str, path: str, query: dict, body: Any) -> tuple[int, Any] | None:
             for pattern, name in ROUTES:

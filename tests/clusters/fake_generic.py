@@ -507,9 +507,12 @@ def sync_jobs(api: Any, client: Any, uids: set[str] | None = None) -> bool:
     """One pass of the Job controller over every Job (or those with these uids); True
     when it wrote anything."""
     changed = False
-    jobs = api.objects.get(JOBS, {}).items()
-    if uids is not None:  # only those (a write touches one Job: not every Job sorted)
-        jobs = [(key, job) for key, job in jobs if job["metadata"].get("uid") in uids]
+    stored = api.objects.get(JOBS, {})
+    jobs = stored.items()
+    if uids is not None:  # only those (a write touches one Job: not every Job sorted, nor
+        # scanned: a pod's write names its controller, most often no Job at all)
+        keys = {api.job_keys[uid] for uid in uids if uid in api.job_keys}
+        jobs = [(key, stored[key]) for key in keys if key in stored]
     for _, job in sorted(jobs):
         changed = _sync_job(api, client, job) or changed
     return changed

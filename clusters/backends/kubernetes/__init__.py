@@ -19,7 +19,9 @@
 - Calls are retried with exponential backoff on 5xx, 429 and connection errors; a
   cluster that cannot be listed is unreachable (the caller keeps its workloads).
 - Lists and creates skip the client's model deserialization (`_preload_content=False`):
-  it dominates the cost of large reconciles.
+  it dominates the cost of large reconciles. The requests a pass makes by the thousand
+  (Bindings, Events, Evictions, owner reads) skip the client's REST layer too: urllib3's
+  own API on the client's pool (`_send`). Native pods are bound `bind_workers` (8) at once.
 - Pods and services are observed through a list-then-watch cache (watch.py) kept per
   cluster in each worker process; a pass lists the cluster only when that cache cannot be
   trusted, and every `resync_s` (default 300) as a safety resync. Config `watch: false`
@@ -36,12 +38,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from clusters.backends import (
@@ -100,6 +103,7 @@ log = logging.getLogger(__name__)
 RETRYABLE = {429, 500, 502, 503, 504}
 WRITTEN_KINDS = {"Pod": "pods", "Service": "services"}
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+BIND_WORKERS = 8  # Bindings of native pods in flight at once (config `bind_workers`)
 
 
 class KubernetesBackend(Backend):
@@ -115,6 +119,8 @@ class KubernetesBackend(Backend):
         self._installation = installation
         self._owner: Owner | None = None
         self._api: k8s.CoreV1Api | None = None
+        # The client's own pool of connections and the path below its URL (`direct`).
+        self._direct: tuple[urllib3.HTTPConnectionPool | None, str] | None = None
         self._namespaces: set[str] = set()
         self._subject: dict[str, str] | None = None  # who the kubeconfig is (grants.py)
         self._rendezvous: set[tuple[str, str]] = set()
@@ -133,6 +139,9 @@ class KubernetesBackend(Backend):
             float(config.get("timeout_s", 10)),
         )
         self.workers = int(config.get("workers", 32))
+        # A row that get_backend refuses (clusters/stored.py) may still be handed over
+        # directly: held to the same bounds.
+        self.bind_workers = min(max(int(config.get("bind_workers", BIND_WORKERS)), 1), 64)
         self.pin = config.get("pin", "nodeName")
         self.system_namespace = config.get("system_namespace", "gpupool-system")
         self.reservation_image = config.get("reservation_image", "ubuntu:24.04")
@@ -168,7 +177,10 @@ class KubernetesBackend(Backend):
         if self._api is None:
             api_client = self._api_client()
             api_client.configuration.retries = False  # our own retries, with backoff
-            api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = self.workers
+            # A connection for each request in flight: those of the pass's pool of workers,
+            # and the Bindings' (`_bind_into`).
+            maxsize = max(self.workers, self.bind_workers)
+            api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = maxsize
             self._api = k8s.CoreV1Api(api_client)
         return self._api
 
@@ -222,24 +234,91 @@ class KubernetesBackend(Backend):
     def post(self, body: dict, *path: str) -> None:
         """POST a JSON body to /api/v1/<path...> (each piece quoted) and read nothing
         back but its status: the writes a pass makes by the thousand (Bindings, Evictions,
-        Events) go through the client's REST layer alone, with the client's credentials,
-        TLS, timeouts, retries and ApiException, without the generated API's per-call work
-        (about 0.4 ms of CPU each, half of such a request's)."""
-        self.call(self._post_raw, body, path, _preload_content=False)
+        Events) go through `_send`, without the generated API's per-call work nor its REST
+        layer's, with the client's credentials, TLS, timeouts, retries and ApiException."""
+        url = "/api/v1/" + "/".join(quote(p, safe="") for p in path)
+        if self.direct is None:
+            self.call(self._post_rest, body, url, _preload_content=False)
+        else:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            self.call(self._send, "POST", url, data, _preload_content=False)
 
-    def _post_raw(
-        self, body: dict, path: tuple[str, ...], *, _preload_content: bool, _request_timeout: Any
-    ) -> Any:
+    def get_json(self, fn: Callable[..., Any], path: str, *args: Any) -> dict:
+        """GET one object: `path` (below the server's URL, its pieces quoted) through
+        `_send`, or `fn(*args)` through the generated API where the client's pool cannot
+        be used directly (an HTTP proxy). Retried and raised as `call` does."""
+        if self.direct is None:
+            return self._json(fn, *args)
+        return json.loads(self.call(self._send, "GET", path, None, _preload_content=False).data)
+
+    @property
+    def direct(self) -> urllib3.HTTPConnectionPool | None:
+        """The client's own urllib3 pool of connections to the API server (the same
+        connections, TLS, client certificates, verification and keep-alive as its REST
+        layer's); None through an HTTP proxy (a ProxyManager), where the REST layer is used."""
+        if self._direct is None:
+            client = self.api.api_client
+            host, manager = client.configuration.host, client.rest_client.pool_manager
+            pool = (
+                None
+                if isinstance(manager, urllib3.ProxyManager)
+                else manager.connection_from_url(host)
+            )
+            self._direct = (pool, urlsplit(host).path.rstrip("/"))  # a server behind a path
+        return self._direct[0]
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        *,
+        _preload_content: bool,
+        _request_timeout: Any,
+    ) -> urllib3.BaseHTTPResponse:
+        """One request through urllib3's API on the client's pool (`direct`), the answer
+        read to its end and its connection given back; the client's REST layer and models
+        are skipped (about 0.3 ms of CPU a request), not its configuration: URL prefix,
+        default headers, credentials (refreshed tokens too), timeouts as the REST layer
+        makes them. A status outside 2xx is the ApiException the generated client raises;
+        a failed connection or a broken answer urllib3's error (no retries of its own:
+        `call` retries)."""
+        pool, prefix = self._direct or (None, "")
+        assert pool is not None, "through an HTTP proxy: the REST layer"
+        timeout = _request_timeout
+        answer = pool.urlopen(
+            method,
+            prefix + path,
+            body=body,
+            headers=self._headers(json_body=body is not None),
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            if isinstance(timeout, tuple)
+            else urllib3.Timeout(total=timeout),
+            retries=False,
+            preload_content=True,
+            release_conn=True,
+        )
+        if not 200 <= answer.status <= 299:
+            raise ApiException(http_resp=rest.RESTResponse(answer))
+        return answer
+
+    def _headers(self, *, json_body: bool) -> dict[str, str]:
+        """The client's default headers and credentials (refreshed tokens too), JSON."""
         client = self.api.api_client
-        headers = {
-            **client.default_headers,
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-        }
+        headers = {**client.default_headers, "Accept": "application/json"}
+        if json_body:
+            headers["Content-Type"] = "application/json"
         client.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers
+
+    def _post_rest(
+        self, body: dict, url: str, *, _preload_content: bool, _request_timeout: Any
+    ) -> Any:
+        """POST through the client's REST layer (through an HTTP proxy)."""
+        client = self.api.api_client
         return client.rest_client.POST(
-            client.configuration.host + "/api/v1/" + "/".join(quote(p, safe="") for p in path),
-            headers=headers,
+            client.configuration.host + url,
+            headers=self._headers(json_body=True),
             body=body,
             _preload_content=_preload_content,
             _request_timeout=_request_timeout,
@@ -783,12 +862,28 @@ class KubernetesBackend(Backend):
                 and not native.waits_for_mps(self, ready, report)
             ]
             missing = self._namespaces_into(report, missing)
-            list(pool.map(lambda s: self._create_into(report, s), missing))
+            list(pool.map(lambda s: self._create_into(report, s), _own(missing)))
+            self._bind_into(report, [s for s in missing if s.native_pod])
             repair(self, report, pool, existing)
         self.save_written()
         self._listed = self._services = self._native = None  # the next pass observes afresh
         self._native_index = None
         return report
+
+    def _bind_into(self, report: ReconcileReport, specs: list[PodSpec]) -> None:
+        """Bind native pods, `bind_workers` Bindings in flight at once (kube-scheduler binds
+        each pod in a goroutine of its own): while the API server answers one, this side
+        writes the next, and the two processes' CPU overlap. The threads only ask the API
+        server (`native.bind`: the Binding, then its `Scheduled` event) and put each pod's
+        status or error into the report, as `_create_into` does; the database stays this
+        thread's (the owner, the one thing a Binding reads of it, is read here first). An
+        exception other than a pod's own error reaches the caller."""
+        if not specs:
+            return
+        _ = self.owner
+        workers = min(self.bind_workers, len(specs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind") as binders:
+            list(binders.map(lambda s: self._create_into(report, s), specs))
 
     def _namespaces_into(self, report: ReconcileReport, missing: list[PodSpec]) -> list[PodSpec]:
         """Create the projects' namespaces; the pods whose namespace is ready. One another
@@ -815,6 +910,11 @@ MPS_REFUSED = (
     "from the host: let the project's namespace run privileged pods, or set `mps: false` in "
     "the cluster's config to share GPUs without enforced limits)"
 )
+
+
+def _own(specs: list[PodSpec]) -> list[PodSpec]:
+    """GPUPool's own pods among the specs (not native pods, which are bound instead)."""
+    return [spec for spec in specs if not spec.native_pod]
 
 
 def _workload_statuses(pods: list[dict]) -> dict[str, PodStatus]:

@@ -23,7 +23,7 @@ import hashlib
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -130,7 +130,7 @@ def native_pod(pod: dict) -> NativePod:
     scheduled = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
-    requests = pod_requests(spec, f"{meta['namespace']}/{meta['name']}")
+    requests = _requests(meta, spec)
     return NativePod(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -152,6 +152,25 @@ def native_pod(pod: dict) -> NativePod:
         else "",
         raw=pod,
     )
+
+
+# A pod's requests by (uid, resourceVersion): every pass reads every native pod again, and a
+# pod's spec changes only with its version (an in-place resize too). Parsing the quantities
+# was most of the cost of reading a pod.
+_REQUESTS: dict[tuple[str, str], dict] = {}
+REQUESTS_KEPT = 100_000
+
+
+def _requests(meta: dict, spec: dict) -> dict:
+    key = (meta.get("uid") or "", meta.get("resourceVersion") or "")
+    if not all(key):
+        return pod_requests(spec, f"{meta['namespace']}/{meta['name']}")
+    found = _REQUESTS.get(key)
+    if found is None:
+        if len(_REQUESTS) >= REQUESTS_KEPT:
+            _REQUESTS.clear()
+        found = _REQUESTS[key] = pod_requests(spec, f"{meta['namespace']}/{meta['name']}")
+    return found
 
 
 def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
@@ -191,13 +210,13 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         # Whose binding it is, read back: ours from a try whose answer was lost, or not.
         pod = backend._json(backend.api.read_namespaced_pod, spec.native_pod, spec.namespace)
         seen(backend, pod)
+        found = native_pod(pod)
     else:
         # A 201 is ours: the pod is now what the server made of it (BindingREST: the node,
         # the Binding's annotations, PodScheduled True). No read-back: the pass waits for
         # its watch to show every pod it bound before it ends (`caught_up`).
-        pod = bound_copy(listed.raw, spec.node_name, annotations)
+        found = bound(listed, spec.node_name, annotations)
         backend.bound_native[(spec.namespace, spec.native_pod)] = (listed.uid, spec.node_name)
-    found = native_pod(pod)
     if not found.bound_by(identity(backend)) or found.annotations.get(POD_NAME) != spec.name:
         raise BackendError(
             f"pod {spec.namespace}/{spec.native_pod} was bound to {found.node_name} by someone else"
@@ -210,6 +229,19 @@ def bind(backend: KubernetesBackend, spec: PodSpec) -> PodStatus:
         f"Successfully assigned {spec.namespace}/{spec.native_pod} to {spec.node_name}",
     )
     return native_status(found)
+
+
+def bound(pod: NativePod, node: str, annotations: dict[str, str]) -> NativePod:
+    """`native_pod(bound_copy(...))` without reading the whole pod again: what a Binding's
+    201 changes of it (its node, its annotations, no pending message)."""
+    raw = bound_copy(pod.raw, node, annotations)
+    return replace(
+        pod,
+        node_name=node,
+        annotations=dict(raw["metadata"]["annotations"]),
+        scheduled_message="",
+        raw=raw,
+    )
 
 
 def bound_copy(pod: dict, node: str, annotations: dict[str, str]) -> dict:
@@ -236,19 +268,23 @@ def caught_up(backend: KubernetesBackend, watch: Any) -> None:
     if not bound:
         return
 
-    waiting = dict(bound)
+    order = list(bound.items())
+    checked = 0  # order[:checked] are shown
 
     def shown(items: dict) -> bool:
         """Each bound pod on its node in the cache, or gone (checked once each: a pod the
-        watch showed bound stays so)."""
-        for key, (uid, node) in list(waiting.items()):
+        watch showed bound stays so; each watch event wakes this, and it goes on from the
+        first pod not yet shown, not over all of them again)."""
+        nonlocal checked
+        while checked < len(order):
+            key, (uid, node) = order[checked]
             pod = items.get(key)
             if (
                 pod is None
                 or pod["metadata"].get("uid") != uid
                 or (pod.get("spec") or {}).get("nodeName") == node
             ):
-                del waiting[key]
+                checked += 1
             else:
                 return False
         return True

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -155,9 +156,17 @@ def read_owner(backend: KubernetesBackend, namespace: str, owner: OwnerRef) -> d
     if owner.known is None:
         return None
     api, path = _owner_api(backend, owner)
+    group, version = path
+    url = "/".join(quote(piece, safe="") for piece in (namespace, owner.known.plural, owner.name))
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
     try:
-        return backend._json(
-            api.get_namespaced_custom_object, *path, namespace, owner.known.plural, owner.name
+        return backend.get_json(
+            api.get_namespaced_custom_object,
+            f"{base}/namespaces/{url}",
+            *path,
+            namespace,
+            owner.known.plural,
+            owner.name,
         )
     except ApiException as exc:
         if exc.status == 404 and not object_named(exc):
