@@ -100,7 +100,7 @@ def bench_run(scale_name: str) -> dict[str, Any]:
 
 def _reconcile_row(cluster: Cluster) -> dict[str, Any]:
     cost, result = steps.reconcile(cluster)
-    return cost.as_dict() | {"created": result.get("created"), "deleted": result.get("deleted")}
+    return cost.as_dict() | {key: result.get(key) for key in steps.RECONCILE_KEYS}
 
 
 def _steady(record: dict[str, Any], cluster: Cluster) -> None:

@@ -262,6 +262,8 @@ def test_the_full_pass_comes_first_then_once_per_period_and_after_an_unreachable
         def pod_statuses(self):
             raise BackendUnreachable("gone")
 
+        pod_changes = pod_statuses  # how a targeted pass observes the simulated cluster
+
     settings.GPUPOOL_RECONCILE_FULL_EVERY_S = 600
     cluster_reconcile(sim)  # claims the period (it was never claimed at 600 s)
     assert not cluster_reconcile(sim).full
