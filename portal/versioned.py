@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection, models
+from django.db.models.functions import Cast
 
 _random = random.SystemRandom()
 
@@ -101,7 +102,7 @@ def column_set(
 # compares these sums and reads again only the buckets whose sums moved. A row added,
 # removed or written moves its bucket's count, sum of primary keys or sum of versions
 # (a fresh random version: it leaves the sum where it was with odds of one in ~2**31).
-BUCKETS = 1024
+BUCKETS = 4096
 _MODULUS = 2**31 - 1  # versions summed modulo this: no sum of a bucket overflows 64 bits
 
 Sums = tuple[int, ...]  # (rows, sum of primary keys, sum of each version column modulo)
@@ -111,10 +112,11 @@ def bucket_sums(rows: models.QuerySet, key: str, versions: Iterable[str]) -> dic
     """Per bucket of `key % BUCKETS` among `rows`: `Sums`, in one statement (the database
     adds them up; a few thousand buckets at most come back)."""
     names = list(versions)
+    sums = [models.Sum("pk"), *(models.Sum(models.F(name) % _MODULUS) for name in names)]
     aggregates = {
         "n": models.Count("pk"),
-        "ids": models.Sum("pk"),
-        **{f"v{i}": models.Sum(models.F(name) % _MODULUS) for i, name in enumerate(names)},
+        # as 64-bit integers, not PostgreSQL's numeric (a Decimal apiece in Python)
+        **{f"s{i}": Cast(total, models.BigIntegerField()) for i, total in enumerate(sums)},
     }
     grouped = (
         rows.annotate(bucket=models.F(key) % BUCKETS)
@@ -123,7 +125,7 @@ def bucket_sums(rows: models.QuerySet, key: str, versions: Iterable[str]) -> dic
         .annotate(**aggregates)
         .values_list("bucket", *aggregates)
     )
-    return {int(row[0]): tuple(int(value) for value in row[1:]) for row in grouped}
+    return {row[0]: row[1:] for row in grouped}
 
 
 def bucket_of(key: int) -> int:
