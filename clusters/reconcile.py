@@ -435,6 +435,8 @@ def _needing_work(
             keep += names
     if only is not None:
         return changed, frozenset(observed.keys() - set(acting)), set()
+    if buckets is None and sums is None:  # nothing kept for a next pass (and a pod's
+        return changed, frozenset(keep), set()  # workload id may be unknown: Kubernetes)
     again = {bucket_of(workload_id) for workload_id in changed}
     kept = set(keep)
     for name, status in observed.items():
