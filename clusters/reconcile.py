@@ -60,6 +60,7 @@ from portal.versioned import (
     buckets_moved,
     in_buckets,
     new_version,
+    sums_fold,
     sums_keep,
 )
 from scheduling.lifecycle import (
@@ -208,7 +209,7 @@ def reconcile_pass(
         observed = backend.pod_statuses() if changes is None else changes.statuses
         result.pods_read = len(observed) if changes is None else changes.read
         if full:  # every allocation read: what a targeted pass kept is not trusted after
-            allocations, subset, compared = _allocations(cluster), {}, None
+            allocations, subset, compared, changed = _allocations(cluster), {}, None, []
         else:
             changed, kept, compared = _targeted(cluster, observed, changes, compared, only, result)
             allocations = _allocations(cluster, changed)
@@ -242,15 +243,16 @@ def reconcile_pass(
     # SQLite a thousand transitions cost one commit, not a thousand.
     with transaction.atomic():
         _refresh_states(by_workload)
-        _record_statuses(allocations, report)
-        freed = _restarted(by_workload, report)
-        _given_back(by_workload, report)
-        freed |= _release_finished(by_workload, report, result)
-        if freed:
-            _nominated_admit(cluster, result)
-        _apply_phases(by_workload, report, result)
+        # The acted allocations as they are before this pass writes them, locked with their
+        # workloads until it commits: what it then reads of them is its own writes alone.
+        before = None if compared is None else _stamps_locked(by_workload)
+        _record_observed(cluster, allocations, by_workload, report, result)
         # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
         cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors + native_errors))
+        if before is not None:
+            pods_wanted = subset["keep"] | {spec.name for spec in desired}
+            unacted = {bucket_of(w) for w in changed if w not in by_workload}
+            _fold_own_writes(compared, before, report, pods_wanted, unacted, only)
     if compared is not None:  # this pass ended well: the next compares from here
         _compared[cluster.pk] = compared
     return result
@@ -273,8 +275,8 @@ def _targeted(
         return changed, kept, None
     if only is not None:  # a second pass among some workloads: the moved pods wait
         changed, kept, _ = _needing_work(cluster, observed, result, only)
-        if compared is not None:
-            compared.again |= changes.moved | {bucket_of(w) for w in changed}
+        if compared is not None:  # its own work: `_fold_own_writes`
+            compared.again |= changes.moved
         return changed, kept, compared
     rows = PodAllocation.objects.filter(node__cluster=cluster)
     buckets = None
@@ -290,6 +292,72 @@ def _targeted(
         sums_keep(compared.sums, read.of(buckets or ()))
     compared.again = again
     return changed, kept, compared
+
+
+def _record_observed(
+    cluster: Cluster,
+    allocations: list[PodAllocation],
+    by_workload: dict[int, list[PodAllocation]],
+    report: ReconcileReport,
+    result: PassResult,
+) -> None:
+    """Steps 4-6, in the pass's last transaction: phases and endpoints recorded, workloads
+    whose pods are all gone released (and what was nominated onto their GPUs admitted),
+    states moved."""
+    _record_statuses(allocations, report)
+    freed = _restarted(by_workload, report)
+    _given_back(by_workload, report)
+    freed |= _release_finished(by_workload, report, result)
+    if freed:
+        _nominated_admit(cluster, result)
+    _apply_phases(by_workload, report, result)
+
+
+def _stamps_locked(by_workload: dict[int, list[PodAllocation]]) -> dict[int, tuple]:
+    """(workload id, *`_STAMPS`) of these workloads' allocation rows, by primary key, each
+    row locked (where the database can; on SQLite the transaction keeps other writers out)."""
+    rows = PodAllocation.objects.filter(workload_id__in=list(by_workload))
+    locked = rows.select_for_update(of=("self",)).order_by("pk")
+    return {row[1]: row for row in locked.values_list("workload_id", *_STAMPS)}
+
+
+def _fold_own_writes(
+    compared: Compared,
+    before: dict[int, tuple],
+    report: ReconcileReport,
+    wanted: frozenset[str] | set[str],
+    unacted: set[int],
+    only: set[int] | None,
+) -> None:
+    """Fold what this pass wrote of the allocations it acted on into `compared`, so that the
+    next pass does not compare them again: their sums move from `before` (read locked, in
+    this transaction) to what they hold now, and their buckets are compared again only
+    where a workload still needs work as things stand now (a pod to make, to see go, a
+    phase to record) or one was not acted on. Only those rows move the kept sums: anything
+    another writer did in their buckets, before or after, still moves the bucket. Rows this
+    pass made (a nominated workload's) are not folded: they move their bucket's sums."""
+    change = SumsOf()
+    for workload_id, *stamps in before.values():
+        change.remove(workload_id, *stamps)
+    rows = PodAllocation.objects.filter(pk__in=list(before)).values_list(*_INDEX, *_STAMPS)
+    by_workload: dict[int, list[tuple]] = defaultdict(list)
+    for row in rows:
+        by_workload[row[0]].append(row)
+        change.add(row[0], *row[len(_INDEX) :])
+    sums_fold(compared.sums, change)
+    statuses = report.statuses
+    still = {
+        bucket_of(workload_id)
+        for workload_id, rows in by_workload.items()
+        if _needs_work(rows, [statuses.get(pod_name(workload_id, row[1])) for row in rows])
+    }
+    left = {
+        bucket_of(status.workload_id) for name, status in statuses.items() if name not in wanted
+    }
+    if only is None:  # what this pass compared is all the next needs again
+        compared.again = still | left | unacted
+    else:  # a pass among some workloads: what it saw move and did not compare stays
+        compared.again |= still | left | unacted
 
 
 def _native_intake(cluster: Cluster, backend: Backend) -> list[str]:

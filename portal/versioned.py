@@ -145,12 +145,16 @@ class SumsOf:
     def __init__(self) -> None:
         self.sums: dict[int, list[int]] = {}
 
-    def add(self, key: int, pk: int, *versions: int) -> None:
+    def add(self, key: int, pk: int, *versions: int, sign: int = 1) -> None:
         sums = self.sums.setdefault(key % BUCKETS, [0, 0, *(0 for _ in versions)])
-        sums[0] += 1
-        sums[1] += pk
+        sums[0] += sign
+        sums[1] += sign * pk
         for i, version in enumerate(versions):
-            sums[2 + i] += version % _MODULUS
+            sums[2 + i] += sign * (version % _MODULUS)
+
+    def remove(self, key: int, pk: int, *versions: int) -> None:
+        """A row taken away: `of` and `sums_fold` then count what was added less this."""
+        self.add(key, pk, *versions, sign=-1)
 
     def of(self, buckets: Iterable[int]) -> dict[int, Sums | None]:
         """The sums of these buckets as read; None for a bucket no row was read of."""
@@ -169,3 +173,16 @@ def sums_keep(kept: dict[int, Sums], read: dict[int, Sums | None]) -> None:
             kept.pop(bucket, None)
         else:
             kept[bucket] = sums
+
+
+def sums_fold(kept: dict[int, Sums], change: SumsOf) -> None:
+    """Move kept sums by the rows a reader wrote itself (`change`: the rows as they are now
+    added, as they were removed), so that it does not read them again. Kept minus the
+    database stays what it was: a bucket that differed (another writer) still differs."""
+    for bucket, moved in change.sums.items():
+        old = kept.get(bucket) or (0,) * len(moved)
+        new = tuple(a + b for a, b in zip(old, moved, strict=True))
+        if any(new):
+            kept[bucket] = new
+        else:  # no row: as `bucket_sums` tells an empty bucket
+            kept.pop(bucket, None)

@@ -220,9 +220,12 @@ class SimulatedBackend(Backend):
         SimulatedPod.objects.bulk_create(pods, ignore_conflicts=True)
         now = timezone.now()
         made = SimulatedPod.objects.filter(cluster=self.cluster, name__in=[s.name for s in specs])
+        held = []
         for pod in made.order_by("name"):
-            report.statuses[pod.name] = _status(pod, now)
+            status = report.statuses[pod.name] = _status(pod, now)
             report.created.append(pod.name)
+            held.append((pod, status))
+        _view_fold(self.cluster.pk, held, [])
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         return self._stop([status.name], grace_period_s)
@@ -247,6 +250,7 @@ class SimulatedBackend(Backend):
         pods = SimulatedPod.objects.filter(cluster=self.cluster, name__in=names)
         if stop_s <= 0:
             pods.delete()
+            _view_fold(self.cluster.pk, [], names)
             return True
         pods.filter(deleting_since__isnull=True).update(deleting_since=now, stop_after_s=stop_s)
         return False
@@ -367,6 +371,7 @@ class PodView:
         self.names: dict[int, set[str]] = defaultdict(set)  # by bucket
         self.ends: list[tuple[Any, str]] = []  # (when its program ends, pod name): a heap
         self.end_of: dict[str, Any] = {}  # each running pod's end as pushed on the heap
+        self.stamps: dict[str, tuple[int, int]] = {}  # each pod's (primary key, version)
 
     def ended(self, now: Any) -> set[int]:
         """The buckets of the pods whose programs ended since they were read."""
@@ -388,6 +393,7 @@ class PodView:
         for bucket in self.names.keys() if buckets is None else buckets:
             for name in self.names.get(bucket, ()):
                 del self.statuses[name]
+                del self.stamps[name]
                 if name in self.end_of:
                     ends[name] = self.end_of.pop(name)
         if buckets is None:
@@ -398,16 +404,51 @@ class PodView:
         sums = versioned.SumsOf()
         for pod in rows:
             sums.add(pod.workload_id, pod.pk, pod.version)
-            status = self.statuses[pod.name] = _status(pod, now)
-            self.names[versioned.bucket_of(pod.workload_id)].add(pod.name)
-            if pod.duration_s is not None and status.phase == PodPhase.RUNNING:
-                end = self.end_of[pod.name] = pod.started_at + timedelta(seconds=pod.duration_s)
-                if ends.get(pod.name) != end:  # else on the heap already
-                    heapq.heappush(self.ends, (end, pod.name))
+            self._hold(pod, _status(pod, now), ends)
         if buckets is None:
             self.sums.clear()
         versioned.sums_keep(self.sums, sums.of(sums.sums if buckets is None else buckets))
         return len(rows)
+
+    def _hold(self, pod: Any, status: PodStatus, ends: dict[str, Any]) -> None:
+        self.statuses[pod.name] = status
+        self.stamps[pod.name] = (pod.pk, pod.version)
+        self.names[versioned.bucket_of(pod.workload_id)].add(pod.name)
+        if pod.duration_s is not None and status.phase == PodPhase.RUNNING:
+            end = self.end_of[pod.name] = pod.started_at + timedelta(seconds=pod.duration_s)
+            if ends.get(pod.name) != end:  # else on the heap already
+                heapq.heappush(self.ends, (end, pod.name))
+
+    def fold(self, made: list[tuple[SimulatedPod, PodStatus]], deleted: list[str]) -> None:
+        """What a pass wrote itself, so that the next does not read it again: the pods it
+        made, as it read them back (another worker's, made a moment before under the same
+        name, alike), and the names it deleted (no pod by that name, whoever held it). The
+        sums move by exactly what is held or dropped here: kept minus the database stays
+        what it was, so a bucket another writer touched (before, between or after) still
+        differs and is read again."""
+        change = versioned.SumsOf()
+        for name in [*deleted, *(pod.name for pod, _ in made)]:
+            stamp = self.stamps.pop(name, None)
+            if stamp is None:
+                continue
+            status = self.statuses.pop(name)
+            self.names[versioned.bucket_of(status.workload_id)].discard(name)
+            self.end_of.pop(name, None)  # a stale entry on the heap is skipped
+            change.remove(status.workload_id, *stamp)
+        for pod, status in made:
+            self._hold(pod, status, {})
+            change.add(pod.workload_id, pod.pk, pod.version)
+        versioned.sums_fold(self.sums, change)
+
+
+def _view_fold(
+    cluster_pk: int, made: list[tuple[SimulatedPod, PodStatus]], deleted: list[str]
+) -> None:
+    """`PodView.fold` into this process's view of the cluster, where there is one."""
+    with _views_lock:
+        view = _views.get(cluster_pk)
+        if view is not None:
+            view.fold(made, deleted)
 
 
 _views: dict[int, PodView] = {}  # by cluster id, in this process

@@ -14,9 +14,12 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from clusters import reconcile
+from clusters.backends import simulated
 from clusters.backends.simulated import SimulatedBackend
 from clusters.models import Cluster, SimulatedPod
 from clusters.reconcile import reconcile_pass
+from portal import versioned
 from scheduling.lifecycle import workload_transition
 from scheduling.models import PodAllocation, Workload, WorkloadState
 from tests.clusters.test_reconcile_targeted import full, run_workloads, settle, sim, targeted
@@ -162,9 +165,88 @@ def reads_after_one_admission(org, cluster: Cluster, running: int) -> list[tuple
 @pytest.mark.parametrize("running", [3, 24])
 def test_after_one_admission_a_pass_reads_its_rows_whatever_runs_beside(sim, org, running):
     """(pods, allocations) read by each pass: the admission's two allocations and nothing
-    else; then its two pods made a moment ago (and its allocations again, whose phases the
-    pass wrote); then nothing. The same beside 3 workloads as beside 24."""
-    assert reads_after_one_admission(org, sim, running) == [(0, 2), (2, 2), (0, 0)]
+    else; then nothing (the pods it made and the phases it wrote are folded into what it
+    keeps). The same beside 3 workloads as beside 24."""
+    assert reads_after_one_admission(org, sim, running) == [(0, 2), (0, 0), (0, 0)]
+
+
+def test_after_a_pass_that_admitted_and_released_many_the_next_reads_nothing(sim, org):
+    """A pass's own writes (pods made and deleted, phases recorded, states moved, workloads
+    released) are folded into what it keeps: the next pass reads no row, and finds nothing
+    to do, as a full pass finds."""
+    stopping = run_workloads(org, 6)
+    primed(sim)
+    for workload in stopping[:3]:
+        workload_transition(workload, S.STOPPED, reason="Stopped")
+    admitted = run_workloads(org, 8, first=6)
+    pods = sum(workload.allocations.count() for workload in admitted)
+    busy = targeted(sim)
+    assert (busy.created, busy.released, busy.allocations_read) == (pods, 3, pods + 4)
+    after = targeted(sim)
+    assert (after.pods_read, after.allocations_read) == (0, 0)
+    assert (after.created, after.deleted, after.transitions) == (0, 0, [])
+    check = full(sim)
+    assert (check.created, check.deleted, check.transitions) == (0, 0, [])
+
+
+class Meddles(SimulatedBackend):
+    """Another party writes while the pass runs: after the pass compared, before it makes
+    its pods (and then records their phases)."""
+
+    def __init__(self, cluster: Cluster, meddle) -> None:
+        super().__init__(cluster)
+        self.meddle = meddle
+
+    def _create_all_into(self, report, specs):
+        self.meddle()
+        super()._create_all_into(report, specs)
+
+
+@pytest.mark.parametrize("kind", ["workload stopped", "pod deleted"])
+def test_a_write_by_another_party_while_a_pass_writes_its_bucket_is_seen(
+    sim, org, monkeypatch, kind
+):
+    """Every row in one bucket: the pass writes the bucket another party writes while it
+    runs (a user stops a workload; a pod is deleted out of band). What the pass folds is its
+    own writes alone: the next pass still sees the other's and acts on it."""
+    monkeypatch.setattr(versioned, "BUCKETS", 1)
+    # what this process keeps, by the buckets of this test alone (put back after it)
+    monkeypatch.setattr(simulated, "_views", {})
+    monkeypatch.setattr(reconcile, "_compared", {})
+    other, *_ = run_workloads(org, 4)
+    primed(sim)
+    new = run_workloads(org, 2, first=4)
+
+    def meddle():
+        if kind == "workload stopped":
+            workload_transition(other, S.STOPPED, reason="Stopped")
+        else:
+            SimulatedPod.objects.filter(workload_id=other.pk).delete()
+
+    busy = reconcile_pass(sim, Meddles(sim, meddle), full=False)
+    assert busy.created == sum(workload.allocations.count() for workload in new)
+    assert busy.transitions == [f"{w.pk}:running" for w in new]
+    after = targeted(sim)
+    if kind == "pod deleted":  # seen lost: requeued
+        assert f"{other.pk}:preempted" in after.transitions, after
+    assert after.released == 1, after  # its pods gone, its GPUs given back
+    assert not SimulatedPod.objects.filter(workload_id=other.pk).exists()
+
+
+def test_a_write_by_another_party_after_a_pass_is_seen_in_the_buckets_it_wrote(sim, org):
+    """After a pass that made pods and recorded phases (and kept them), another party
+    deletes one of those pods and writes a phase behind its back: the next pass reads
+    those buckets again, and only them, and puts them right."""
+    run_workloads(org, 4)
+    primed(sim)
+    gang, sharer, _ = run_workloads(org, 3, first=6)  # two pods, one pod, one pod
+    targeted(sim)
+    SimulatedPod.objects.filter(workload_id=gang.pk, pod_index=0).delete()
+    sharer.allocations.update(phase="Pending")
+    after = targeted(sim)
+    assert (after.pods_read, after.allocations_read) == (1, 3)
+    assert after.transitions == [f"{gang.pk}:preempted"]
+    assert list(sharer.allocations.values_list("phase", flat=True)) == ["Running"]
 
 
 def test_a_pod_deleted_out_of_band_or_gone_with_its_node_is_noticed(sim, org):
