@@ -270,9 +270,11 @@ class MigInstance(Versioned):
         return f"{self.gpu}/{self.profile}@{self.start}"
 
 
-class SimulatedPod(models.Model):
+class SimulatedPod(Versioned):
     """A pod "running" in a simulated cluster: the simulated cluster's own state, which it
-    keeps in the database so that every worker process sees the same cluster."""
+    keeps in the database so that every worker process sees the same cluster. Versioned:
+    a reconcile pass reads again only the pods whose bucket's versions changed
+    (clusters/backends/simulated.py, `PodView`)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="simulated_pods")
     name = models.CharField(max_length=253)

@@ -33,6 +33,7 @@ from django.utils import timezone
 from clusters.backends import (
     Backend,
     BackendUnreachable,
+    PodChanges,
     PodPhase,
     PodStatus,
     ReconcileReport,
@@ -51,7 +52,17 @@ from clusters.sharing import (
     died_of_gpu_oom,
     oom_message,
 )
-from portal.versioned import new_version
+from portal.versioned import (
+    Sums,
+    SumsOf,
+    bucket_of,
+    bucket_sums,
+    buckets_moved,
+    in_buckets,
+    new_version,
+    sums_fold,
+    sums_keep,
+)
 from scheduling.lifecycle import (
     nominated_admit,
     workload_transition,
@@ -86,6 +97,29 @@ class PassResult:
     acted: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     full: bool = True  # a full pass (every spec built), else a targeted one
+    # Rows a targeted pass read to find its work: pods (the backend's) and allocations
+    # compared. Driven by changes (`Compared`), they follow what changed, not the cluster.
+    pods_read: int = 0
+    allocations_read: int = 0
+
+
+@dataclass(slots=True)
+class Compared:
+    """What this process's last targeted pass of one cluster compared (issue 25): the sums
+    (`portal.versioned.bucket_sums`, by workload id) of exactly the allocation rows it
+    read, with their workloads' versions, and the buckets to compare again although none
+    of their rows moved (a workload it acted on or left needing work: its pods made or
+    going, a state moved). The next pass compares only the buckets whose sums moved, whose
+    pods moved (`Backend.pod_changes`) or that are to be compared again: `_needs_work`
+    reads nothing else, so a workload outside them needs no work now as it needed none
+    then. Taken out while a pass runs and put back only when it ends well: a pass that
+    fails, or a full pass, leaves none, and the next one compares every allocation."""
+
+    sums: dict[int, Sums] = field(default_factory=dict)
+    again: set[int] = field(default_factory=set)
+
+
+_compared: dict[int, Compared] = {}  # by cluster id, in this process
 
 
 def grace_period_s(cluster: Cluster) -> int:
@@ -151,6 +185,8 @@ def cluster_reconcile(
         result.created += second.created
         result.deleted += second.deleted
         result.released += second.released
+        result.pods_read += second.pods_read
+        result.allocations_read += second.allocations_read
         result.transitions += second.transitions
         result.errors += second.errors
     return result
@@ -166,13 +202,16 @@ def reconcile_pass(
     and with `only`, only among those workloads (every other pod stays as it is)."""
     full = full or not backend.partial_reconcile
     result = PassResult(full=full)
+    compared = _compared.pop(cluster.pk, None)  # back when this pass ends well
     try:
         native_errors = _native_intake(cluster, backend)
-        observed = backend.pod_statuses()
-        if full:
-            allocations, subset = _allocations(cluster), {}
+        changes = None if full else backend.pod_changes()
+        observed = backend.pod_statuses() if changes is None else changes.statuses
+        result.pods_read = len(observed) if changes is None else changes.read
+        if full:  # every allocation read: what a targeted pass kept is not trusted after
+            allocations, subset, compared, changed = _allocations(cluster), {}, None, []
         else:
-            changed, kept = _needing_work(cluster, observed, only)
+            changed, kept, compared = _targeted(cluster, observed, changes, compared, only, result)
             allocations = _allocations(cluster, changed)
             subset = {"keep": kept, "observed": observed}
         by_workload = _group(allocations)
@@ -204,16 +243,121 @@ def reconcile_pass(
     # SQLite a thousand transitions cost one commit, not a thousand.
     with transaction.atomic():
         _refresh_states(by_workload)
-        _record_statuses(allocations, report)
-        freed = _restarted(by_workload, report)
-        _given_back(by_workload, report)
-        freed |= _release_finished(by_workload, report, result)
-        if freed:
-            _nominated_admit(cluster, result)
-        _apply_phases(by_workload, report, result)
+        # The acted allocations as they are before this pass writes them, locked with their
+        # workloads until it commits: what it then reads of them is its own writes alone.
+        before = None if compared is None else _stamps_locked(by_workload)
+        _record_observed(cluster, allocations, by_workload, report, result)
         # The nodes' MIG errors too (NVML refused a placement): the cluster's error to see.
         cluster_mark_contacted(cluster, "; ".join(report.errors + mig_errors + native_errors))
+        if before is not None:
+            pods_wanted = subset["keep"] | {spec.name for spec in desired}
+            unacted = {bucket_of(w) for w in changed if w not in by_workload}
+            _fold_own_writes(compared, before, report, pods_wanted, unacted, only)
+    if compared is not None:  # this pass ended well: the next compares from here
+        _compared[cluster.pk] = compared
     return result
+
+
+def _targeted(
+    cluster: Cluster,
+    observed: dict[str, PodStatus],
+    changes: PodChanges | None,
+    compared: Compared | None,
+    only: set[int] | None,
+    result: PassResult,
+) -> tuple[list[int], frozenset[str], Compared | None]:
+    """A targeted pass's work: the workloads that need it, the pods to keep, and what to
+    keep of this comparison for the next pass (`Compared`; None: nothing, and the next pass
+    compares every allocation). Where the backend tells which pods changed, only the
+    buckets where pods or allocation rows moved are compared; else all of them."""
+    if changes is None:  # the pods cannot tell: compare all, keep nothing
+        changed, kept, _ = _needing_work(cluster, observed, result, only)
+        return changed, kept, None
+    if only is not None:  # a second pass among some workloads: the moved pods wait
+        changed, kept, _ = _needing_work(cluster, observed, result, only)
+        if compared is not None:  # its own work: `_fold_own_writes`
+            compared.again |= changes.moved
+        return changed, kept, compared
+    rows = PodAllocation.objects.filter(node__cluster=cluster)
+    buckets = None
+    if compared is not None:
+        moved = buckets_moved(bucket_sums(rows, "workload_id", _STAMPS[1:]), compared.sums)
+        buckets = moved | changes.moved | compared.again
+    read = SumsOf()
+    changed, kept, again = _needing_work(cluster, observed, result, buckets=buckets, sums=read)
+    if compared is None:
+        compared = Compared()
+        sums_keep(compared.sums, read.of(read.sums))
+    else:
+        sums_keep(compared.sums, read.of(buckets or ()))
+    compared.again = again
+    return changed, kept, compared
+
+
+def _record_observed(
+    cluster: Cluster,
+    allocations: list[PodAllocation],
+    by_workload: dict[int, list[PodAllocation]],
+    report: ReconcileReport,
+    result: PassResult,
+) -> None:
+    """Steps 4-6, in the pass's last transaction: phases and endpoints recorded, workloads
+    whose pods are all gone released (and what was nominated onto their GPUs admitted),
+    states moved."""
+    _record_statuses(allocations, report)
+    freed = _restarted(by_workload, report)
+    _given_back(by_workload, report)
+    freed |= _release_finished(by_workload, report, result)
+    if freed:
+        _nominated_admit(cluster, result)
+    _apply_phases(by_workload, report, result)
+
+
+def _stamps_locked(by_workload: dict[int, list[PodAllocation]]) -> dict[int, tuple]:
+    """(workload id, *`_STAMPS`) of these workloads' allocation rows, by primary key, each
+    row locked (where the database can; on SQLite the transaction keeps other writers out)."""
+    rows = PodAllocation.objects.filter(workload_id__in=list(by_workload))
+    locked = rows.select_for_update(of=("self",)).order_by("pk")
+    return {row[1]: row for row in locked.values_list("workload_id", *_STAMPS)}
+
+
+def _fold_own_writes(
+    compared: Compared,
+    before: dict[int, tuple],
+    report: ReconcileReport,
+    wanted: frozenset[str] | set[str],
+    unacted: set[int],
+    only: set[int] | None,
+) -> None:
+    """Fold what this pass wrote of the allocations it acted on into `compared`, so that the
+    next pass does not compare them again: their sums move from `before` (read locked, in
+    this transaction) to what they hold now, and their buckets are compared again only
+    where a workload still needs work as things stand now (a pod to make, to see go, a
+    phase to record) or one was not acted on. Only those rows move the kept sums: anything
+    another writer did in their buckets, before or after, still moves the bucket. Rows this
+    pass made (a nominated workload's) are not folded: they move their bucket's sums."""
+    change = SumsOf()
+    for workload_id, *stamps in before.values():
+        change.remove(workload_id, *stamps)
+    rows = PodAllocation.objects.filter(pk__in=list(before)).values_list(*_INDEX, *_STAMPS)
+    by_workload: dict[int, list[tuple]] = defaultdict(list)
+    for row in rows:
+        by_workload[row[0]].append(row)
+        change.add(row[0], *row[len(_INDEX) :])
+    sums_fold(compared.sums, change)
+    statuses = report.statuses
+    still = {
+        bucket_of(workload_id)
+        for workload_id, rows in by_workload.items()
+        if _needs_work(rows, [statuses.get(pod_name(workload_id, row[1])) for row in rows])
+    }
+    left = {
+        bucket_of(status.workload_id) for name, status in statuses.items() if name not in wanted
+    }
+    if only is None:  # what this pass compared is all the next needs again
+        compared.again = still | left | unacted
+    else:  # a pass among some workloads: what it saw move and did not compare stays
+        compared.again |= still | left | unacted
 
 
 def _native_intake(cluster: Cluster, backend: Backend) -> list[str]:
@@ -320,19 +464,37 @@ _INDEX = (
 )
 
 
+# What moves a bucket's sums: an allocation added, removed or written, or its workload.
+_STAMPS = ("pk", "version", "workload__version")
+
+
 def _needing_work(
-    cluster: Cluster, observed: dict[str, PodStatus], only: set[int] | None = None
-) -> tuple[list[int], frozenset[str]]:
+    cluster: Cluster,
+    observed: dict[str, PodStatus],
+    result: PassResult,
+    only: set[int] | None = None,
+    *,
+    buckets: set[int] | None = None,
+    sums: SumsOf | None = None,
+) -> tuple[list[int], frozenset[str], set[int]]:
     """The workloads a full pass would act on (create, delete, requeue, release, record or
     move), by comparing every allocation's recorded phase and workload state with the pods
-    observed; and the names of the other workloads' pods, which stay as they are. `only`:
-    among these workloads alone, every pod of the others staying as it is."""
+    observed; the names of the pods that stay as they are (the other workloads'); and the
+    buckets of what does not (workloads to act on, pods nobody wants). `only`: among these
+    workloads alone, every pod of the others staying as it is. `buckets`: among the
+    workloads of these buckets alone, every pod outside them staying as it is. `sums`:
+    the allocation rows read are added up there."""
     rows_read = PodAllocation.objects.filter(node__cluster=cluster)
     if only is not None:
         rows_read = rows_read.filter(workload_id__in=sorted(only))
+    if buckets is not None:
+        rows_read = in_buckets(rows_read, "workload_id", buckets)
     by_workload: dict[int, list[tuple]] = defaultdict(list)
-    for row in rows_read.values_list(*_INDEX):
+    for row in rows_read.values_list(*_INDEX, *_STAMPS):
         by_workload[row[0]].append(row)
+        if sums is not None:
+            sums.add(row[0], *row[len(_INDEX) :])
+    result.allocations_read += sum(map(len, by_workload.values()))
     changed, keep, acting = [], [], []
     for workload_id, rows in by_workload.items():
         names = [pod_name(workload_id, row[1]) for row in rows]
@@ -342,18 +504,28 @@ def _needing_work(
         else:
             keep += names
     if only is not None:
-        return changed, frozenset(observed.keys() - set(acting))
-    return changed, frozenset(keep)
+        return changed, frozenset(observed.keys() - set(acting)), set()
+    if buckets is None and sums is None:  # nothing kept for a next pass (and a pod's
+        return changed, frozenset(keep), set()  # workload id may be unknown: Kubernetes)
+    again = {bucket_of(workload_id) for workload_id in changed}
+    kept = set(keep)
+    for name, status in observed.items():
+        bucket = bucket_of(status.workload_id)
+        if buckets is not None and bucket not in buckets:
+            kept.add(name)  # as the pass that compared its bucket left it
+        elif name not in kept:
+            again.add(bucket)  # a pod nobody wants: deleted, and seen to go
+    return changed, frozenset(kept), again
 
 
 def _needs_work(rows: list[tuple], statuses: list[PodStatus | None]) -> bool:
-    """One workload's index rows (`_INDEX`) and its pods' statuses, in the same order."""
-    _, _, _, _, _, _, _, state, restarting = rows[0]
+    """One workload's index rows (`_INDEX`, then `_STAMPS`) and its pods' statuses, in
+    the same order."""
+    state, restarting = rows[0][7], rows[0][8]
     if not _runs_as(state, restarting):
         return True  # its pods go, or it is released
-    for (_, _, releasing, phase, endpoint, ref, ports, _, _), status in zip(
-        rows, statuses, strict=True
-    ):
+    for row, status in zip(rows, statuses, strict=True):
+        _, _, releasing, phase, endpoint, ref, ports = row[:7]
         if releasing or status is None or status.lost or status.stuck or status.terminating:
             return True  # given back, to create, lost, or going
         if status.incomplete:

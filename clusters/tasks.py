@@ -56,6 +56,8 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         "deleted": result.deleted,
         "errors": result.errors,
         "full": result.full,
+        "pods_read": result.pods_read,
+        "allocations_read": result.allocations_read,
     }
 
 

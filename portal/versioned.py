@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection, models
+from django.db.models.functions import Cast
 
 _random = random.SystemRandom()
 
@@ -95,3 +96,93 @@ def column_set(
             )
             written.update((key, stamps[key]) for (key,) in cursor.fetchall())
     return written
+
+
+# Rows summed by bucket (a key column modulo BUCKETS): a reader that keeps what it read
+# compares these sums and reads again only the buckets whose sums moved. A row added,
+# removed or written moves its bucket's count, sum of primary keys or sum of versions
+# (a fresh random version: it leaves the sum where it was with odds of one in ~2**31).
+BUCKETS = 4096
+_MODULUS = 2**31 - 1  # versions summed modulo this: no sum of a bucket overflows 64 bits
+
+Sums = tuple[int, ...]  # (rows, sum of primary keys, sum of each version column modulo)
+
+
+def bucket_sums(rows: models.QuerySet, key: str, versions: Iterable[str]) -> dict[int, Sums]:
+    """Per bucket of `key % BUCKETS` among `rows`: `Sums`, in one statement (the database
+    adds them up; a few thousand buckets at most come back)."""
+    names = list(versions)
+    sums = [models.Sum("pk"), *(models.Sum(models.F(name) % _MODULUS) for name in names)]
+    aggregates = {
+        "n": models.Count("pk"),
+        # as 64-bit integers, not PostgreSQL's numeric (a Decimal apiece in Python)
+        **{f"s{i}": Cast(total, models.BigIntegerField()) for i, total in enumerate(sums)},
+    }
+    grouped = (
+        rows.annotate(bucket=models.F(key) % BUCKETS)
+        .order_by()  # a model's default ordering would join the GROUP BY
+        .values("bucket")
+        .annotate(**aggregates)
+        .values_list("bucket", *aggregates)
+    )
+    return {row[0]: row[1:] for row in grouped}
+
+
+def bucket_of(key: int) -> int:
+    return key % BUCKETS
+
+
+def in_buckets(rows: models.QuerySet, key: str, buckets: Iterable[int]) -> models.QuerySet:
+    """The rows whose `key % BUCKETS` is one of `buckets`."""
+    picked = rows.annotate(bucket=models.F(key) % BUCKETS)
+    return picked.filter(bucket__in=sorted(buckets))
+
+
+class SumsOf:
+    """`bucket_sums` of rows read one by one: what was read of each bucket, summed as the
+    database sums it, so a reader keeps the sums of exactly the rows it holds."""
+
+    def __init__(self) -> None:
+        self.sums: dict[int, list[int]] = {}
+
+    def add(self, key: int, pk: int, *versions: int, sign: int = 1) -> None:
+        sums = self.sums.setdefault(key % BUCKETS, [0, 0, *(0 for _ in versions)])
+        sums[0] += sign
+        sums[1] += sign * pk
+        for i, version in enumerate(versions):
+            sums[2 + i] += sign * (version % _MODULUS)
+
+    def remove(self, key: int, pk: int, *versions: int) -> None:
+        """A row taken away: `of` and `sums_fold` then count what was added less this."""
+        self.add(key, pk, *versions, sign=-1)
+
+    def of(self, buckets: Iterable[int]) -> dict[int, Sums | None]:
+        """The sums of these buckets as read; None for a bucket no row was read of."""
+        return {b: tuple(self.sums[b]) if b in self.sums else None for b in buckets}
+
+
+def buckets_moved(now: dict[int, Sums], kept: dict[int, Sums]) -> set[int]:
+    """The buckets whose sums differ (rows added, removed or written since `kept`)."""
+    return {b for b in now.keys() | kept.keys() if now.get(b) != kept.get(b)}
+
+
+def sums_keep(kept: dict[int, Sums], read: dict[int, Sums | None]) -> None:
+    """Keep the sums of the buckets just read (those with no row: forgotten)."""
+    for bucket, sums in read.items():
+        if sums is None:
+            kept.pop(bucket, None)
+        else:
+            kept[bucket] = sums
+
+
+def sums_fold(kept: dict[int, Sums], change: SumsOf) -> None:
+    """Move kept sums by the rows a reader wrote itself (`change`: the rows as they are now
+    added, as they were removed), so that it does not read them again. Kept minus the
+    database stays what it was: a bucket that differed (another writer) still differs."""
+    for bucket, moved in change.sums.items():
+        old = kept.get(bucket) or (0,) * len(moved)
+        new = tuple(a + b for a, b in zip(old, moved, strict=True))
+        if any(new):
+            kept[bucket] = new
+        else:  # no row: as `bucket_sums` tells an empty bucket
+            kept.pop(bucket, None)

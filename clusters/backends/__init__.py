@@ -247,6 +247,17 @@ def mps_device(spec: PodSpec) -> str:
     return spec.shared_gpu_uuid or str(spec.shared_gpu_index)
 
 
+@dataclass(slots=True)
+class PodChanges:
+    """Every pod's status as `pod_statuses` gives it, and the buckets (workload id modulo
+    `portal.versioned.BUCKETS`) where a pod may have changed since this process's last
+    `pod_changes` for the cluster: outside them, every pod is as it was then."""
+
+    statuses: dict[str, PodStatus]
+    moved: set[int]
+    read: int = 0  # pod rows read for it (the rest were kept)
+
+
 MigKey = tuple[str, int, int]  # (node name, GPU index, first memory slice)
 MigLayout = dict[tuple[str, int], list[tuple[str, int]]]
 
@@ -279,6 +290,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def pod_statuses(self) -> dict[str, PodStatus]:
         """Every pod GPUPool created in this cluster, by name (other pods are not listed)."""
+
+    def pod_changes(self) -> PodChanges | None:
+        """`PodChanges`, where this backend can tell which pods changed since its last
+        call in this process (the simulated one: its rows' versions); None where it
+        cannot, and a targeted pass compares every pod."""
+        return None
 
     @abc.abstractmethod
     def ensure_pod(self, spec: PodSpec) -> PodStatus:

@@ -27,8 +27,10 @@ A pod runs for its workload's spec.duration_s (none: until stopped), then succee
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import timedelta
@@ -47,6 +49,7 @@ from clusters.backends import (
     MigKey,
     MigLayout,
     NodeInfo,
+    PodChanges,
     PodPhase,
     PodSpec,
     PodStatus,
@@ -56,6 +59,7 @@ from clusters.backends import (
 from clusters.mig import simulated_uuid
 from clusters.models import SimulatedPod
 from clusters.sharing import POD_PIPE_DIRECTORY, mps_env
+from portal import versioned
 from portal.errors import ValidationFailed
 
 log = logging.getLogger(__name__)
@@ -161,6 +165,28 @@ class SimulatedBackend(Backend):
 
     def pod_statuses(self) -> dict[str, PodStatus]:
         now = timezone.now()
+        pods = self._pods_gone(now)
+        # What a status needs, not the pods' env and GPUs: a pass reads every pod.
+        rows = pods.values_list(*_STATUS_FIELDS, named=True)
+        return {pod.name: _status(pod, now) for pod in rows}
+
+    def pod_changes(self) -> PodChanges:
+        """Every pod's status from what this process read before (`PodView`), reading
+        again only the buckets whose sums moved (a pod made, deleted or written, in band or
+        not) and those where a pod's program ended since (its phase moved by the clock)."""
+        now = timezone.now()
+        pods = self._pods_gone(now)
+        with _views_lock:  # one pass at a time per view (a worker's threads)
+            view = _views.setdefault(self.cluster.pk, PodView())
+            sums = versioned.bucket_sums(pods, "workload_id", ["version"])
+            moved = versioned.buckets_moved(sums, view.sums) | view.ended(now)
+            everything = not view.sums and not view.statuses  # new: read every pod at once
+            read = view.read(pods, None if everything else moved, now) if moved else 0
+            return PodChanges(dict(view.statuses), moved, read)
+
+    def _pods_gone(self, now: Any) -> Any:
+        """Delete the pods that are gone by now: stopped long enough, or on a node that is
+        no more. The cluster's pods, as a query."""
         stop_delay = timedelta(seconds=float(self.cluster.config.get("stop_delay_s", 0)))
         pods = SimulatedPod.objects.filter(cluster=self.cluster)
         gone = [
@@ -168,13 +194,12 @@ class SimulatedBackend(Backend):
             for pod in pods.filter(deleting_since__isnull=False)
             if now >= pod.deleting_since + _stop_time(pod, stop_delay)
         ]
-        pods.filter(pk__in=gone).delete()
+        if gone:
+            pods.filter(pk__in=gone).delete()
         # A node that failed (down_nodes) or left the description takes its pods with it.
         nodes = description_node_names(self.cluster.config) - self.down
         pods.exclude(node_name__in=nodes).delete()
-        # What a status needs, not the pods' env and GPUs: a pass reads every pod.
-        rows = pods.values_list(*_STATUS_FIELDS, named=True)
-        return {pod.name: _status(pod, now) for pod in rows}
+        return pods
 
     def ensure_pod(self, spec: PodSpec) -> PodStatus:
         try:
@@ -195,9 +220,12 @@ class SimulatedBackend(Backend):
         SimulatedPod.objects.bulk_create(pods, ignore_conflicts=True)
         now = timezone.now()
         made = SimulatedPod.objects.filter(cluster=self.cluster, name__in=[s.name for s in specs])
+        held = []
         for pod in made.order_by("name"):
-            report.statuses[pod.name] = _status(pod, now)
+            status = report.statuses[pod.name] = _status(pod, now)
             report.created.append(pod.name)
+            held.append((pod, status))
+        _view_fold(self.cluster.pk, held, [])
 
     def delete_pod(self, status: PodStatus, *, grace_period_s: int) -> bool:
         return self._stop([status.name], grace_period_s)
@@ -222,6 +250,7 @@ class SimulatedBackend(Backend):
         pods = SimulatedPod.objects.filter(cluster=self.cluster, name__in=names)
         if stop_s <= 0:
             pods.delete()
+            _view_fold(self.cluster.pk, [], names)
             return True
         pods.filter(deleting_since__isnull=True).update(deleting_since=now, stop_after_s=stop_s)
         return False
@@ -327,6 +356,103 @@ def _sample(cluster: Any, node: str, gpu: GpuInfo, status: PodStatus | None, now
         pod_index=status.pod_index,
     )
     return sample
+
+
+class PodView:
+    """One process's copy of one simulated cluster's pods (issue 25): their statuses, and
+    the sums (`portal.versioned.bucket_sums`, by workload id) of exactly the rows it holds,
+    so that a pass reads again only the buckets whose rows changed. A pod's phase also
+    moves with the clock (its program ends): `ends` holds when, by bucket. Nothing is
+    trusted but the sums: a copy from another database or test reads everything again."""
+
+    def __init__(self) -> None:
+        self.sums: dict[int, versioned.Sums] = {}
+        self.statuses: dict[str, PodStatus] = {}
+        self.names: dict[int, set[str]] = defaultdict(set)  # by bucket
+        self.ends: list[tuple[Any, str]] = []  # (when its program ends, pod name): a heap
+        self.end_of: dict[str, Any] = {}  # each running pod's end as pushed on the heap
+        self.stamps: dict[str, tuple[int, int]] = {}  # each pod's (primary key, version)
+
+    def ended(self, now: Any) -> set[int]:
+        """The buckets of the pods whose programs ended since they were read."""
+        buckets = set()
+        while self.ends and self.ends[0][0] <= now:
+            end, name = heapq.heappop(self.ends)
+            status = self.statuses.get(name)
+            if status is not None and self.end_of.get(name) == end:
+                buckets.add(versioned.bucket_of(status.workload_id))
+        return buckets
+
+    def read(self, pods: Any, buckets: set[int] | None, now: Any) -> int:
+        """Read these buckets' pods again (None: every pod); how many there are. The rows
+        are read before anything kept is touched: a failed read leaves the view whole."""
+        if buckets is not None:
+            pods = versioned.in_buckets(pods, "workload_id", buckets)
+        rows = list(pods.values_list(*_STATUS_FIELDS, "version", named=True))
+        ends = {}
+        for bucket in self.names.keys() if buckets is None else buckets:
+            for name in self.names.get(bucket, ()):
+                del self.statuses[name]
+                del self.stamps[name]
+                if name in self.end_of:
+                    ends[name] = self.end_of.pop(name)
+        if buckets is None:
+            self.names.clear()
+        else:
+            for bucket in buckets:
+                self.names.pop(bucket, None)
+        sums = versioned.SumsOf()
+        for pod in rows:
+            sums.add(pod.workload_id, pod.pk, pod.version)
+            self._hold(pod, _status(pod, now), ends)
+        if buckets is None:
+            self.sums.clear()
+        versioned.sums_keep(self.sums, sums.of(sums.sums if buckets is None else buckets))
+        return len(rows)
+
+    def _hold(self, pod: Any, status: PodStatus, ends: dict[str, Any]) -> None:
+        self.statuses[pod.name] = status
+        self.stamps[pod.name] = (pod.pk, pod.version)
+        self.names[versioned.bucket_of(pod.workload_id)].add(pod.name)
+        if pod.duration_s is not None and status.phase == PodPhase.RUNNING:
+            end = self.end_of[pod.name] = pod.started_at + timedelta(seconds=pod.duration_s)
+            if ends.get(pod.name) != end:  # else on the heap already
+                heapq.heappush(self.ends, (end, pod.name))
+
+    def fold(self, made: list[tuple[SimulatedPod, PodStatus]], deleted: list[str]) -> None:
+        """What a pass wrote itself, so that the next does not read it again: the pods it
+        made, as it read them back (another worker's, made a moment before under the same
+        name, alike), and the names it deleted (no pod by that name, whoever held it). The
+        sums move by exactly what is held or dropped here: kept minus the database stays
+        what it was, so a bucket another writer touched (before, between or after) still
+        differs and is read again."""
+        change = versioned.SumsOf()
+        for name in [*deleted, *(pod.name for pod, _ in made)]:
+            stamp = self.stamps.pop(name, None)
+            if stamp is None:
+                continue
+            status = self.statuses.pop(name)
+            self.names[versioned.bucket_of(status.workload_id)].discard(name)
+            self.end_of.pop(name, None)  # a stale entry on the heap is skipped
+            change.remove(status.workload_id, *stamp)
+        for pod, status in made:
+            self._hold(pod, status, {})
+            change.add(pod.workload_id, pod.pk, pod.version)
+        versioned.sums_fold(self.sums, change)
+
+
+def _view_fold(
+    cluster_pk: int, made: list[tuple[SimulatedPod, PodStatus]], deleted: list[str]
+) -> None:
+    """`PodView.fold` into this process's view of the cluster, where there is one."""
+    with _views_lock:
+        view = _views.get(cluster_pk)
+        if view is not None:
+            view.fold(made, deleted)
+
+
+_views: dict[int, PodView] = {}  # by cluster id, in this process
+_views_lock = threading.Lock()
 
 
 def _stop_time(pod: SimulatedPod, stop_delay: timedelta) -> timedelta:

@@ -97,6 +97,11 @@ def cycle() -> CycleCost:
     return CycleCost(cost, run.admitted, run.evicted, run.pending, run.ok)
 
 
+# What a reconcile step reports beside its cost: pods made and deleted, and the rows its
+# targeted passes read to find that work (pods, allocations compared).
+RECONCILE_KEYS = ("created", "deleted", "pods_read", "allocations_read")
+
+
 def reconcile(cluster: Cluster) -> tuple[Cost, dict]:
     with measured() as cost:
         result = reconcile_cluster(cluster.pk) or {}
@@ -258,7 +263,8 @@ def arrival(submitter: Submitter, cluster: Cluster, *, full: bool, rounds: int =
         if full:
             full_pass_next(cluster)
         cost, result = profiled(f"arrival-{kind}-reconcile-{done}", lambda: reconcile(cluster))
-        steps.append({"step": "reconcile", "full": result.get("full")} | cost.as_dict())
+        read = {key: result.get(key) for key in RECONCILE_KEYS}
+        steps.append({"step": "reconcile", "full": result.get("full")} | cost.as_dict() | read)
         done += 1
     return Arrival(steps, done, _pod_of(cluster, wid) is not None)
 

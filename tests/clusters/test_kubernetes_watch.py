@@ -311,7 +311,7 @@ def test_a_reconcile_asked_for_while_one_runs_runs_again_after_it(db, monkeypatc
 
 
 class _Result:
-    created = deleted = 0
+    created = deleted = pods_read = allocations_read = 0
     errors: list = []
     full = True
 

@@ -32,6 +32,7 @@ FIGURES = (
     "cycle_steady_cpu_s",
     "arrival_cpu_s",
     "reconcile_idle_cpu_s",
+    "reconcile_quiet_cpu_s",
     "reconcile_after_cycle_cpu_s",
     "inventory_idle_cpu_s",
     "cycle_idle_after_reconcile_cpu_s",
@@ -66,6 +67,7 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     # Every running workload got its pods in the first reconcile; the idle pass made none.
     assert steps["reconcile_initial"]["created"] >= result["running_built"] > 0
     assert steps["reconcile_idle"]["created"] == steps["reconcile_idle"]["deleted"] == 0
+    assert steps["reconcile_quiet"]["created"] == steps["reconcile_quiet"]["deleted"] == 0
     # Evictions per idle cycle: the mean of the ten cycles' own counts.
     each = [row["evicted"] for row in steps["idle_cycles"]]
     assert result["evictions_idle_each"] == each and len(each) == 10

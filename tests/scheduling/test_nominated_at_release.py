@@ -89,6 +89,9 @@ def test_the_reconcile_that_frees_the_gpus_admits_the_work_and_makes_its_pods(re
 # the database (SQLite's reads name each column again, as it guards their types).
 INDEX_READ = re.compile(r'^SELECT "scheduling_podallocation"\."workload_id"( AS "\w+")?, ')
 ONLY = re.compile(r'"scheduling_podallocation"\."workload_id" IN \(([^)]*)\)')
+# A pass's read of the rows it wrote, by primary key, as it keeps them for the next
+# (clusters.reconcile._fold_own_writes): not a comparison.
+OWN = re.compile(r'"scheduling_podallocation"\."id" IN \(')
 
 
 def test_the_second_pass_reads_only_the_workloads_the_first_acted_on(reclaimed, org, submit):
@@ -96,7 +99,11 @@ def test_the_second_pass_reads_only_the_workloads_the_first_acted_on(reclaimed, 
     victims = set(Workload.objects.filter(state=S.PREEMPTED).values_list("pk", flat=True))
     with CaptureQueriesContext(connection) as queries:
         result = cluster_reconcile(cluster)
-    reads = [q["sql"] for q in queries if INDEX_READ.match(q["sql"]) and '."endpoint"' in q["sql"]]
+    reads = [
+        q["sql"]
+        for q in queries
+        if INDEX_READ.match(q["sql"]) and '."endpoint"' in q["sql"] and not OWN.search(q["sql"])
+    ]
     assert len(reads) == 2 and not ONLY.search(reads[0])  # the first pass: every allocation
     [ids] = ONLY.findall(reads[1])
     assert {int(i) for i in ids.split(",")} == victims | {owner.pk}
