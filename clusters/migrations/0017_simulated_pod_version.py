@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("clusters", "0015_json_shapes"),
+        ("clusters", "0016_node_mps_report"),
     ]
 
     operations = [
