@@ -126,6 +126,32 @@ def _p1_owed_three(count: int, gpus: int) -> CycleResult:
     return run(snapshot(nodes(1, gpus=4), _two_projects(p1=3, p2=1), work), now=NOW)
 
 
+def test_the_fallback_leaves_a_project_below_its_quota_only_when_nothing_taken_fits_back() -> None:
+    # v deserves 1 and runs a 1-GPU job started a minute ago and a 4-GPU job. o1 (deserved
+    # 3) wants 1 GPU, then 2: the first reclaim takes v's small job (cheapest, above v's
+    # fair share). Taking the 4-GPU job as well, in that cycle, would leave v at 0 with
+    # the 1-GPU job owed back under its quota (it fits the room of 1): a reclaim the next
+    # cycle. So it goes the next cycle, and v's small job comes back beside o1's two.
+    small = running(job("s", "v", t=1), "n0", [0], started=NOW - 60)
+    big = running(job("big", "v", gpus=4, t=2), "n0", [1, 2, 3, 4], started=NOW - 3600)
+    o2 = [
+        running(job(f"o2-{i}", "o2", t=3 + i), "n0", [5 + i], started=NOW - 3600) for i in range(3)
+    ]
+    queues = [
+        dept(),
+        project("o1", deserved=3),
+        project("o2", deserved=4),
+        project("v", deserved=1),
+    ]
+    work = [small, big, *o2, job("w1", "o1", t=NOW - 20), job("w2", "o1", gpus=2, t=NOW - 10)]
+    steps = cycles(snapshot(nodes(1, gpus=8), queues, work), 3, start=NOW)
+    assert [(evicted(r), sorted(placed(r))) for _, r in steps] == [
+        ({"s": "reclaim"}, ["w1"]),
+        ({"big": "reclaim"}, ["s", "w2"]),
+        ({}, []),
+    ]
+
+
 def test_reclaim_takes_a_projects_lower_priority_work_before_its_urgent_job() -> None:
     # "low" borrows both GPUs: an old priority-0 job and an urgent job started 10 s ago,
     # which loses less. Taken, the urgent job would come back and preempt the old one

@@ -377,8 +377,7 @@ class OverQuotaRule(BorrowedRule):
         room = ctx.deserved(qid, pool) - (ctx.ledger.get(qid, pool) - gpus)
         if room <= EPS:
             return True
-        if gpus <= room + EPS:
-            return False
+        # The victim itself never fits the room: borrowed, it is held above the quota.
         parts = ctx.victim_parts
         for wid, record in ctx.stmt.evicted.items():
             if record.workload.queue_id == qid:
