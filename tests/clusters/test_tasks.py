@@ -22,10 +22,17 @@ def test_sync_inventory_and_reconcile_cluster_take_ids(org):
     assert tasks.sync_inventory(cluster.pk) == {"nodes": 1, "gpus": 4, "vanished": 0}
     workload = make_workload(org.project_a, org.researcher, "job")
     admit(workload, Node.objects.get(cluster=cluster), pods=[{"gpu_indices": [0]}])
-    # the first pass of the period is the full one (clusters.reconcile.full_pass_due)
+    # the first pass of the period is the full one (clusters.reconcile.full_pass_due); it
+    # reads the cluster's pods (none yet) and compares no kept rows
     first = {"created": 1, "deleted": 0, "errors": [], "full": True}
-    assert tasks.reconcile_cluster(cluster.pk) == first
-    assert tasks.reconcile_cluster(cluster.pk) == first | {"created": 0, "full": False}
+    assert tasks.reconcile_cluster(cluster.pk) == first | {"pods_read": 0, "allocations_read": 0}
+    # the next is targeted; after a full pass it compares all it has (one pod, one row)
+    assert tasks.reconcile_cluster(cluster.pk) == first | {
+        "created": 0,
+        "full": False,
+        "pods_read": 1,
+        "allocations_read": 1,
+    }
 
 
 def test_a_reconcile_already_running_for_the_cluster_is_not_started_twice(org):
