@@ -52,6 +52,9 @@ class Context:
     reasons: dict[str, str] = field(default_factory=dict)
     # pool -> (ledger moves seen, queues above their deserved quota: reclaim.over_quota)
     over_quota_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    # pool -> (ledger moves seen, what each project below its quota by work borrowed whole
+    # and taken this cycle is short of it: reclaim.OverQuotaRule._short)
+    short_memo: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
     # pending workload id -> (seconds it may still wait, the victim): a search passed
     # over a victim whose checkpoint is due soon (actions/victims.py), said in its reason
     checkpoint_waits: dict[str, tuple[float, str]] = field(default_factory=dict)

@@ -152,6 +152,46 @@ def test_the_fallback_leaves_a_project_below_its_quota_only_when_nothing_taken_f
     ]
 
 
+def test_a_department_gives_up_what_its_project_holds_borrowed_whole() -> None:
+    # One 8-GPU node. d1 (deserved 3) has o at 0 of its 3, wanting 3 GPUs; d2 (deserved
+    # 5) has u (deserved 4, four 1-GPU jobs) and v (deserved 1, one 4-GPU job: borrowed
+    # whole). Taking v's job leaves d2 at 4 of its 5, below its deserved quota only by
+    # v's own shortfall: d2 has no guaranteed work to lose. o used to wait for ever
+    # ("needs 3 GPUs in pool a; 0 are free"); now it takes v's job once, and it settles.
+    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(4)]
+    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
+    snap = snapshot(nodes(1, gpus=8), _d1_d2(), [*us, big, job("o0", "o", gpus=3, t=NOW)])
+    steps = cycles(snap, 3, start=NOW)
+    assert [(evicted(r), sorted(placed(r))) for _, r in steps] == [
+        ({"v0": "reclaim"}, ["o0"]),
+        ({}, []),
+        ({}, []),
+    ]
+
+
+def test_a_department_keeps_its_deserved_quota_beyond_its_projects_shortfall() -> None:
+    # As above with u at 2 of its 4: d2 holds 6 (u's 2, v's 4), 1 above its deserved 5,
+    # and 2 GPUs are free. Taking v's job would leave d2 at 2, 3 below its quota while v
+    # is only 1 below its own: the department keeps its quota beyond its project's
+    # shortfall (its guarantee is the department's, not only its projects'), so o waits.
+    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(2)]
+    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
+    snap = snapshot(nodes(1, gpus=8), _d1_d2(), [*us, big, job("o0", "o", gpus=3, t=NOW)])
+    result = run(snap, now=NOW)
+    assert evicted(result) == {} and not placed(result)
+
+
+def _d1_d2() -> list[Queue]:
+    """d1 (deserved 3) with o (3); d2 (deserved 5) with u (4) and v (1)."""
+    return [
+        dept("d1", deserved=3),
+        dept("d2", deserved=5),
+        project("o", dept="d1", deserved=3),
+        project("u", dept="d2", deserved=4),
+        project("v", dept="d2", deserved=1),
+    ]
+
+
 def test_reclaim_takes_a_projects_lower_priority_work_before_its_urgent_job() -> None:
     # "low" borrows both GPUs: an old priority-0 job and an urgent job started 10 s ago,
     # which loses less. Taken, the urgent job would come back and preempt the old one

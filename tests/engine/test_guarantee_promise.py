@@ -14,13 +14,13 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from scheduling.engine.apply import apply_result
-from scheduling.engine.types import EvictionReason, Snapshot, Workload
+from scheduling.engine.types import EvictionReason, Queue, Snapshot, Workload
 from tests.engine.builders import cycles, dept, job, nodes, project, run, running, snapshot
-from tests.engine.test_properties import FAST
+from tests.engine.test_properties import FAST, assert_reclaim_floor
 
 NOW = 100_000.0
 GPUS_PER_NODE = 8
@@ -91,7 +91,7 @@ def _running_jobs(rng: random.Random, held: dict[str, int], node_count: int) -> 
 
 
 def owner_blocked_by_large_borrowed_jobs(
-    seed: int, partly_deserved: bool = False
+    seed: int, partly_deserved: bool = False, departments: bool = False
 ) -> tuple[Snapshot, str, dict[str, int]]:
     """Like owner_blocked_by_borrowers, but what the other projects hold over their
     quotas is jobs of 2, 4 or 8 GPUs (each on one node), their in-quota work one-GPU
@@ -100,7 +100,9 @@ def owner_blocked_by_large_borrowed_jobs(
     large jobs, within what its quota still owes it. `partly_deserved`: a project's
     quota may also cover part of one of its large jobs (a 4-GPU job of a project owed 1
     more GPU), which no split of the quota holds, so the job is borrowed whole. The
-    third value is what each project keeps: its one-GPU jobs (the owner's quota)."""
+    third value is what each project keeps: its one-GPU jobs (the owner's quota).
+    `departments`: the owner has a department of its own and the others are spread over
+    one or two more, each department deserving what its projects deserve."""
     rng = random.Random(seed)
     while True:  # until some GPUs are free or borrowed: else nothing could make room
         node_count, small, workloads, free, over = _large_borrowed_jobs(rng)
@@ -112,10 +114,22 @@ def owner_blocked_by_large_borrowed_jobs(
     deserved = {qid: count + extras.get(qid, 0) for qid, count in kept.items()}
     deserved["owner"] = kept["owner"] = small["owner"] + need
     gang = job("gang", "owner", gpus=1, pods=need, t=NOW - 30)
-    queues = [dept(), *(project(q, deserved=d) for q, d in sorted(deserved.items()))]
+    queues, parent = _departments(rng, deserved) if departments else ([dept()], {})
+    queues += [project(q, parent.get(q, "dept"), deserved=d) for q, d in sorted(deserved.items())]
     workloads.append(gang)
     rng.shuffle(workloads)
     return snapshot(nodes(node_count), queues, workloads), gang.id, kept
+
+
+def _departments(rng: random.Random, deserved: dict[str, int]) -> tuple[list[Queue], dict]:
+    """The owner's department and one or two for the other projects, each deserving the
+    sum of its projects' quotas; and each project's department."""
+    count = rng.randint(1, 2)
+    parent = {q: "d-own" if q == "owner" else f"d{rng.randrange(count)}" for q in sorted(deserved)}
+    found = []
+    for did in sorted(set(parent.values())):
+        found.append(dept(did, deserved=sum(d for q, d in deserved.items() if parent[q] == did)))
+    return found, parent
 
 
 def _partly_deserved(rng: random.Random, workloads: list[Workload]) -> dict[str, int]:
@@ -183,6 +197,19 @@ def test_in_quota_work_takes_back_large_borrowed_jobs_within_two_cycles(seed: in
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_in_quota_work_takes_back_jobs_larger_than_their_projects_quota(seed: int) -> None:
     assert_owner_served(seed, *owner_blocked_by_large_borrowed_jobs(seed, partly_deserved=True))
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+@example(30)  # d0's jobs of two projects (1 and 2 short after): the room of both counts
+def test_in_quota_work_takes_back_jobs_borrowed_whole_in_other_departments(seed: int) -> None:
+    # A department deserving what its projects deserve holds above its quota only what
+    # they borrow; a job borrowed whole may leave it below its quota by its project's room.
+    snap, gang, kept = owner_blocked_by_large_borrowed_jobs(
+        seed, partly_deserved=True, departments=True
+    )
+    assert_owner_served(seed, snap, gang, kept)
+    assert_reclaim_floor(snap, run(snap, None, NOW))
 
 
 @FAST

@@ -12,6 +12,7 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from scheduling.engine.apply import apply_result
 from scheduling.engine.state import UNITS
 from scheduling.engine.types import (
     CycleResult,
+    Eviction,
     EvictionReason,
     Gpu,
     Node,
@@ -34,6 +36,7 @@ from scheduling.engine.types import (
     TopologyMode,
     Workload,
 )
+from tests.engine.builders import dept, job, nodes, project, running, snapshot
 
 G = Resource.GPU
 NOW = 10_000.0
@@ -304,29 +307,41 @@ def assert_reclaim_floor(snap: Snapshot, result: CycleResult) -> None:
         elif e.reason is not EvictionReason.CONSOLIDATE:
             other |= set(chain)
     quotas = {q.id: q.quotas for q in snap.queues}
+
+    def deserved(qid: str, pool: str) -> float:
+        quota = quotas[qid].get((pool, G))
+        return quota.deserved if quota else 0.0
+
+    # A project may lose work borrowed whole: a job larger than the room its deserved
+    # quota leaves it (a 2-GPU job of a project that deserves 1); its department then
+    # goes below its own floor by no more than that room (docs/engine.md).
+    short: dict[tuple[str, str], float] = defaultdict(float)  # each department's allowance
+    for (qid, pool), gone in reclaimed.items():
+        room = deserved(qid, pool) - result.allocations.get((qid, pool, G), 0.0)
+        if room > 1e-9 and all(gpus > room + 1e-9 for gpus in gone):
+            for up in _chain(parent, qid)[1:]:
+                short[(up, pool)] += room
     for qid, pool in victims - {(q, p) for q in other for p in pool_of.values()}:
         share = result.fair_shares.get((qid, pool, G), 0.0)
         held = result.allocations.get((qid, pool, G), 0.0)
         slack = max(surplus[(qid, pool)], 0.0)
         # Reclaim's last search takes borrowed work down to the deserved quota where no
         # plan exists above the floors (docs/engine.md, "The reclaim floor").
-        quota = quotas[qid].get((pool, G))
-        deserved = quota.deserved if quota else 0.0
-        floor = min(reclaim_floor(share), deserved)
+        floor = min(reclaim_floor(share), deserved(qid, pool))
         if held < floor - slack - 1e-9 and qid not in parent.values():
-            # A project may lose work borrowed whole: a job larger than the room its
-            # deserved quota leaves it (a 2-GPU job of a project that deserves 1).
             gone = reclaimed.get((qid, pool), [])
-            assert gone and all(gpus > deserved - held + 1e-9 for gpus in gone), (
+            room = deserved(qid, pool) - held
+            assert gone and all(gpus > room + 1e-9 for gpus in gone), (
                 qid,
                 pool,
                 held,
                 share,
-                deserved,
+                deserved(qid, pool),
                 gone,
             )
             continue
-        assert held >= floor - slack - 1e-9, (qid, pool, held, share, slack)
+        allowed = short[(qid, pool)]
+        assert held >= floor - slack - allowed - 1e-9, (qid, pool, held, share, slack, allowed)
 
 
 def _gpus(placement: PodPlacement) -> float:
@@ -341,6 +356,33 @@ def test_the_floor_allowance_is_only_the_surplus_of_a_reclaim_inside_a_departmen
     result = schedule(snap, SchedulerConfig(), NOW)
     assert result.allocations[("d0", "a", G)] == 0.75
     assert_reclaim_floor(snap, result)
+
+
+def test_a_department_goes_below_its_floor_only_by_its_projects_room() -> None:
+    # d2 (deserved 5) gives up v's 4-GPU job (v deserves 1): d2 ends at 4, below its floor
+    # by v's room of 1, and no further (test_evictions.py has the example's cycles).
+    u = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(4)]
+    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
+    queues = [
+        dept("d1", deserved=3),
+        dept("d2", deserved=5),
+        project("o", dept="d1", deserved=3),
+        project("u", dept="d2", deserved=4),
+        project("v", dept="d2", deserved=1),
+    ]
+    snap = snapshot(nodes(1, gpus=8), queues, [*u, big, job("o0", "o", gpus=3, t=NOW)])
+    result = schedule(snap, SchedulerConfig(), NOW)
+    assert result.allocations[("d2", "a", G)] == 4
+    assert_reclaim_floor(snap, result)
+    # u's jobs taken as well would leave d2 below it by more than v's room.
+    u_gone = tuple(Eviction(f"u{i}", EvictionReason.RECLAIM, beneficiary="o0") for i in range(2))
+    worse = replace(
+        result,
+        evictions=result.evictions + u_gone,
+        allocations={**result.allocations, ("d2", "a", G): 2.0, ("u", "a", G): 2.0},
+    )
+    with pytest.raises(AssertionError):
+        assert_reclaim_floor(snap, worse)
 
 
 def _chain(parent: dict[str, str | None], queue_id: str) -> list[str]:

@@ -362,21 +362,60 @@ class OverQuotaRule(BorrowedRule):
         qid = victim.wl.queue_id
         if victim.wl.id not in self._borrowed(qid):
             return False
-        freed = victim.gpus.get(self.pool, 0.0) - EPS
-        donors = self.donors()
-        if not all(q == qid or donors.get(q, 0.0) >= freed for q in self._their_side(qid)):
+        room = self._room(victim)
+        if room > EPS and not self._none_comes_back(victim, room):
             return False
-        return self._none_comes_back(victim)
+        ctx, pool = self.ctx, self.pool
+        short = self._short()
+        # Each department on its side keeps its deserved quota, less what its projects
+        # are short of theirs by work borrowed whole and taken (this victim's project
+        # once it goes): never more, and only by borrowed work.
+        mine = max(room, 0.0) - short.get(qid, 0.0)
+        after = victim.gpus.get(pool, 0.0)
+        for q in self._their_side(qid):
+            if q == qid:
+                continue
+            keeps = ctx.deserved(q, pool) - short.get(q, 0.0) - mine
+            if ctx.ledger.get(q, pool) - after < keeps - EPS:
+                return False
+        return True
 
-    def _none_comes_back(self, victim: Victim) -> bool:
-        """Whether the victim's project, once the victim goes, is still at its deserved
-        quota in the pool, or below it only by work larger than the room the quota leaves
-        (the victim and whatever else of the project this cycle evicted there)."""
+    def _short(self) -> dict[str, float]:
+        """What each project that reclaims took work borrowed whole from in the pool this
+        cycle holds below its deserved quota (every job of it taken there larger than
+        that room: none comes back), summed into each of its departments too; kept until
+        the ledger moves."""
+        ctx, pool = self.ctx, self.pool
+        moved = len(ctx.ledger.moved)
+        seen, found = ctx.short_memo.get(pool, (-1, {}))
+        if seen == moved:
+            return found
+        gone: dict[str, list[float]] = {}
+        for wid, record in ctx.stmt.evicted.items():
+            held = ctx.victim_parts.get(wid)
+            if held is not None and pool in held[0] and record.reason is EvictionReason.RECLAIM:
+                gone.setdefault(record.workload.queue_id, []).append(held[0][pool])
+        found = {}
+        for qid, sizes in gone.items():
+            room = ctx.deserved(qid, pool) - ctx.ledger.get(qid, pool)
+            if room > EPS and all(gpus > room + EPS for gpus in sizes):
+                for q in ctx.ledger.chain(qid):
+                    found[q] = found.get(q, 0.0) + room
+        ctx.short_memo[pool] = (moved, found)
+        return found
+
+    def _room(self, victim: Victim) -> float:
+        """What the victim's project holds below its deserved quota in the pool once the
+        victim goes (negative: still above it)."""
+        qid = victim.wl.queue_id
+        held = self.ctx.ledger.get(qid, self.pool) - victim.gpus.get(self.pool, 0.0)
+        return self.ctx.deserved(qid, self.pool) - held
+
+    def _none_comes_back(self, victim: Victim, room: float) -> bool:
+        """Whether the project, below its deserved quota by `room` once the victim goes,
+        is below it only by work larger than that room (the victim and whatever else of
+        the project this cycle evicted in the pool)."""
         ctx, pool, qid = self.ctx, self.pool, victim.wl.queue_id
-        gpus = victim.gpus.get(pool, 0.0)
-        room = ctx.deserved(qid, pool) - (ctx.ledger.get(qid, pool) - gpus)
-        if room <= EPS:
-            return True
         # The victim itself never fits the room: borrowed, it is held above the quota.
         parts = ctx.victim_parts
         for wid, record in ctx.stmt.evicted.items():
