@@ -181,6 +181,34 @@ def test_a_department_keeps_its_deserved_quota_beyond_its_projects_shortfall() -
     assert evicted(result) == {} and not placed(result)
 
 
+def test_a_department_keeps_its_quota_where_its_project_keeps_its_own() -> None:
+    # d2 (deserved 5) holds 6: u (deserved 3) two 1-GPU jobs, v (deserved 2) two 2-GPU
+    # jobs, one of them borrowed (not whole: v keeps its 2 without it). w (d3) holds its
+    # 1; 1 GPU is free. Taking v's borrowed job for o (deserved 2) would leave d2 at 4 of
+    # its 5 while v is short of nothing: o waits (the department's quota is its own, as a
+    # reclaim between departments in Run:ai stops at the victim department's quota).
+    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(2)]
+    v = [
+        running(
+            job(f"v{i}", "v", gpus=2, t=5 + i), "n0", [2 + 2 * i, 3 + 2 * i], started=NOW - 3600
+        )
+        for i in range(2)
+    ]
+    w = running(job("w0", "w", t=7), "n0", [6], started=NOW - 3600)
+    queues = [
+        dept("d1", deserved=2),
+        dept("d2", deserved=5),
+        dept("d3", deserved=1),
+        project("o", dept="d1", deserved=2),
+        project("u", dept="d2", deserved=3),
+        project("v", dept="d2", deserved=2),
+        project("w", dept="d3", deserved=1),
+    ]
+    snap = snapshot(nodes(1, gpus=8), queues, [*us, *v, w, job("o0", "o", gpus=2, t=NOW)])
+    result = run(snap, now=NOW)
+    assert evicted(result) == {} and not placed(result)
+
+
 def _d1_d2() -> list[Queue]:
     """d1 (deserved 3) with o (3); d2 (deserved 5) with u (4) and v (1)."""
     return [

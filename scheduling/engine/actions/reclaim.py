@@ -369,8 +369,9 @@ class OverQuotaRule(BorrowedRule):
         short = self._short()
         # Each department on its side keeps its deserved quota, less what its projects
         # are short of theirs by work borrowed whole and taken (this victim's project
-        # once it goes): never more, and only by borrowed work.
-        mine = max(room, 0.0) - short.get(qid, 0.0)
+        # once it goes: it is short of nothing yet, or it would have no borrowed work):
+        # never more, and only by borrowed work.
+        mine = max(room, 0.0)
         after = victim.gpus.get(pool, 0.0)
         for q in self._their_side(qid):
             if q == qid:
