@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import DepartmentQuota
+from portal.models import DepartmentQuota, ProjectQuota
 from scheduling.cycle import cycle_run
 from scheduling.lifecycle import workload_pods_released
 from scheduling.models import Workload, WorkloadState
@@ -69,3 +69,37 @@ def test_an_owner_gets_its_guaranteed_gpus_within_two_cycles_whatever_the_checkp
     cycle_run()
     states = {Workload.objects.get(pk=wl.pk).state for wl in owner}
     assert states == {S.ADMITTED}, f"seed {seed}: the owner still waits after two cycles"
+
+
+def test_an_owner_takes_back_a_job_borrowed_whole_in_another_department(org, cluster, submit):
+    # The department gap (docs/engine.md): vision deserves 5, ml-vision 4 (four 1-GPU
+    # jobs) and ml-detect 1 (one 4-GPU job, borrowed whole). language and nlp deserve 3;
+    # nlp's 3-GPU job used to wait for ever, vision keeping its 5. Now the 4-GPU job is
+    # reclaimed (vision ends at 4, short only by ml-detect's room), once, with its cause.
+    DepartmentQuota.objects.filter(department=org.dept_a).update(gpus=5)
+    DepartmentQuota.objects.filter(department=org.dept_b).update(gpus=3)
+    ProjectQuota.objects.filter(project=org.project_a2).update(gpus=1)
+    ProjectQuota.objects.filter(project=org.project_b).update(gpus=3)
+    small = [submit(org.researcher, org.project_a, f"u{i}", gpus=1) for i in range(4)]
+    whole = submit(org.platform_admin, org.project_a2, "whole", gpus=4)
+    cycle_run()
+    assert Workload.objects.filter(state=S.ADMITTED).count() == 5
+    mine = submit(org.outsider, org.project_b, "mine", gpus=3)
+    cycle_run()
+    whole.refresh_from_db()
+    assert whole.state == S.PREEMPTED
+    event = whole.events.last()
+    assert (event.type, event.reason) == ("preempted", "Preempted:reclaim")
+    assert event.message == (
+        "Reclaimed for project nlp's guaranteed quota: nlp/mine needs 3 GPUs in pool "
+        f"{org.pool.name}; nlp holds 0 of its deserved 3."
+    )
+    workload_pods_released(whole)
+    cycle_run()
+    mine.refresh_from_db()
+    assert mine.state == S.ADMITTED
+    for _ in range(3):  # and it settles: nothing else is taken
+        cycle_run()
+    assert {Workload.objects.get(pk=wl.pk).state for wl in small} == {S.ADMITTED}
+    assert Workload.objects.get(pk=mine.pk).state == S.ADMITTED
+    assert whole.events.filter(type="preempted").count() == 1
