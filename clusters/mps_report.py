@@ -14,7 +14,8 @@ endpoint lists it): the daemon stays up, restarted if it dies, while the allocat
 
 What the report does not cover: a daemon that died since (the agent restarts it within its
 30 s poll, and the pod's own pipe folder stays mounted), and an agent older than this report
-(it posts none: its node's native sharers wait; the pod says why).
+(it posts none: its node's native sharers wait; their pods and workloads say why, and that
+the agent must be upgraded: `mps_reported`).
 """
 
 from __future__ import annotations
@@ -71,3 +72,9 @@ def mps_running_for(report: Any, allocation_id: int) -> tuple[str, ...]:
             str(d) for d, ids in running.items() if isinstance(ids, list) and allocation_id in ids
         )
     )
+
+
+def mps_reported(report: Any) -> bool:
+    """Whether a node's agent ever reported its MPS daemons (`mps_report_store`): one older
+    than this report never does."""
+    return isinstance(report, dict) and isinstance(report.get("running"), dict)

@@ -19,7 +19,7 @@ from clusters.backends import (
 from clusters.backends.sshd import SSH_ENV, with_ssh_server
 from clusters.mig import mig_device_map, mig_env, mig_ready
 from clusters.models import Backend, Gpu
-from clusters.mps_report import mps_running_for
+from clusters.mps_report import mps_reported, mps_running_for
 from clusters.sharing import allocation_mps
 from portal.permissions import is_platform_admin
 from portal.selectors import ssh_authorized_keys
@@ -295,6 +295,7 @@ def _native_spec(
         backend_ref=allocation.backend_ref,
         native_pod=native_slot(workload, allocation.pod_index),
         mps_running=mps_running_for(allocation.node.mps_report, allocation.pk),
+        mps_reported=mps_reported(allocation.node.mps_report),
     )
 
 

@@ -58,6 +58,7 @@ from portal.versioned import (
     bucket_of,
     bucket_sums,
     buckets_moved,
+    column_set,
     in_buckets,
     new_version,
     sums_fold,
@@ -304,6 +305,7 @@ def _record_observed(
     """Steps 4-6, in the pass's last transaction: phases and endpoints recorded, workloads
     whose pods are all gone released (and what was nominated onto their GPUs admitted),
     states moved."""
+    _record_waits(by_workload, report)
     _record_statuses(allocations, report)
     freed = _restarted(by_workload, report)
     _given_back(by_workload, report)
@@ -311,6 +313,37 @@ def _record_observed(
     if freed:
         _nominated_admit(cluster, result)
     _apply_phases(by_workload, report, result)
+
+
+def _record_waits(by_workload: dict[int, list[PodAllocation]], report: ReconcileReport) -> None:
+    """What the pods of each admitted workload wait for where the backend holds them back
+    (`ReconcileReport.waiting`: a native sharer waiting for its GPU's MPS daemon, in its
+    pod's own words), kept in its `pending_reason` for the pages, the API and the CLI
+    (`scheduling.selectors.workload_why`), and cleared once none waits (bound, or its
+    workload stopped or preempted: its pods are no longer wanted, nor held back). Written
+    only where it changed, one statement per thousand rows; the rows are this transaction's
+    (`_refresh_states` locked them). A pending workload's reason is the cycle's."""
+    changed: dict[int, tuple[Workload, str]] = {}
+    for allocations in by_workload.values():
+        workload = allocations[0].workload
+        if workload.state == S.PENDING:
+            continue
+        # Its first pod held back, in that pod's words ("" once none is: bound, or stopped).
+        said = (report.waiting.get(_name(a)) for a in allocations)
+        text = next((words for words in said if words), "")
+        if workload.pending_reason != text:
+            changed[workload.pk] = (workload, text)
+    if not changed:
+        return
+    written = column_set(
+        Workload,
+        "pending_reason",
+        {pk: text for pk, (_, text) in changed.items()},
+        expected={pk: workload.version for pk, (workload, _) in changed.items()},
+    )
+    for pk, version in written.items():
+        workload, text = changed[pk]
+        workload.pending_reason, workload.version = text, version
 
 
 def _stamps_locked(by_workload: dict[int, list[PodAllocation]]) -> dict[int, tuple]:

@@ -105,6 +105,12 @@ class StoredDecimalField(serializers.DecimalField):
             return f"{value:f}" if as_string else value
 
 
+WHY_HELP = (
+    "What it waits for (pending, or admitted while the cluster holds its pods back), or why "
+    "it failed, stopped or was preempted."
+)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
@@ -122,9 +128,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         help_text="ports: name, port, protocol and (HTTP) the proxy's path; ssh: user, path."
     )
     size = serializers.SerializerMethodField(help_text="pods running now, and the range")
-    why = serializers.SerializerMethodField(
-        help_text="What it waits for (pending), or why it failed, stopped or was preempted."
-    )
+    why = serializers.SerializerMethodField(help_text=WHY_HELP)
     runs = serializers.SerializerMethodField(
         help_text="Whether its code really runs: simulated (true: nothing runs; false: it "
         "runs; null: pending where pools of both kinds may take it), a summary in words, and "
@@ -309,9 +313,7 @@ class LogsSerializer(serializers.Serializer):
     unavailable = serializers.CharField(help_text="Why there are no logs; empty when there are.")
     state = serializers.CharField(help_text="The workload's state: `gpupool logs -f` follows "
                                   "until it has ended.")  # fmt: skip
-    why = serializers.CharField(
-        help_text="What it waits for (pending), or why it failed, stopped or was preempted."
-    )
+    why = serializers.CharField(help_text=WHY_HELP)
 
 
 class QueueSerializer(serializers.Serializer):

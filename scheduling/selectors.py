@@ -246,10 +246,17 @@ def workload_row(wl: Workload) -> dict[str, Any]:
 WHY_STATES = (WorkloadState.FAILED, WorkloadState.STOPPED, WorkloadState.PREEMPTED)
 
 
+# States whose `pending_reason` is what they wait for: the cycle's, of pending work; the
+# reconcile's, of admitted work whose pods the cluster holds back (a native sharer waiting
+# for its GPU's MPS daemon: clusters.reconcile._record_waits).
+WAIT_STATES = (WorkloadState.PENDING, WorkloadState.ADMITTED, WorkloadState.RUNNING)
+
+
 def workload_why(wl: Workload) -> str:
-    """Why it is where it is, in one line: what a pending workload waits for, or why a
-    failed, stopped or preempted one ended (its message, with a non-zero exit code)."""
-    if wl.state == WorkloadState.PENDING:
+    """Why it is where it is, in one line: what a pending workload waits for, or an admitted
+    one's pods, or why a failed, stopped or preempted one ended (its message, with a
+    non-zero exit code)."""
+    if wl.state in WAIT_STATES:
         return wl.pending_reason
     if wl.state not in WHY_STATES:
         return ""

@@ -35,7 +35,7 @@ def sweeps_update() -> int:
 def _sweep_update(sweep: Workload) -> bool:
     started = sweep.active or sweep.finished
     if sweep.state == S.PENDING and started:
-        workload_transition(sweep, S.ADMITTED, reason="TrialsStarted", message="")
+        workload_transition(sweep, S.ADMITTED, reason="TrialsStarted", pending_reason="")
     if sweep.state == S.ADMITTED and started:
         workload_transition(sweep, S.RUNNING, reason="TrialsRunning", message="")
     if sweep.total and sweep.finished == sweep.total and sweep.state == S.RUNNING:

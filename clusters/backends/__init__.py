@@ -188,6 +188,9 @@ class PodSpec:
     # A native sharer: the devices whose MPS daemon its node's agent reported running for
     # its allocation. It is bound only once its GPU's is one (clusters/mps_report.py).
     mps_running: tuple[str, ...] = ()
+    # Whether its node's agent ever reported its MPS daemons: one older than the portal
+    # reports none, and its native sharers wait for ever (their pods and workloads say so).
+    mps_reported: bool = True
 
 
 @dataclass(slots=True)
@@ -232,6 +235,9 @@ class ReconcileReport:
     # UUID, or index): {(node name, GPU index as the cycle numbered it): device}. The
     # portal keeps them for the node agents (clusters.reconcile).
     mps_devices: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Pods the backend holds back although they are wanted, by name, and why: a native
+    # sharer waiting for its GPU's MPS daemon. Said on their workloads (clusters.reconcile).
+    waiting: dict[str, str] = field(default_factory=dict)
 
 
 def as_enforced(spec: PodSpec, cluster_config: dict | None) -> PodSpec:

@@ -14,6 +14,9 @@ environment, as a real kubelet does."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
 
 from clusters import native_sharing
 from clusters.backends.kubernetes.manifests import MPS_ROOT
@@ -31,6 +34,8 @@ from clusters.reconcile import cluster_reconcile
 from clusters.sharing import POD_PIPE_DIRECTORY, MpsLimits
 from scheduling.cycle import cycle_run
 from scheduling.models import PodAllocation, Workload
+from scheduling.selectors import workload_why
+from scheduling.services import workload_stop
 from tests.clusters.conftest import agents_report
 from tests.clusters.fake_apiserver import json_patch
 from tests.clusters.kube import kube  # noqa: F401 - the fixture
@@ -233,20 +238,35 @@ def test_two_native_halves_share_one_gpu_each_with_its_config_map_before_binding
     assert (NS, "left-gpupool-gpu") not in fake.objects["configmaps"]  # collected with it
 
 
-def test_a_native_sharer_is_bound_only_once_its_gpus_mps_daemon_runs_for_it(native):
+def waiting_sharer(native) -> tuple[Workload, PodAllocation, str]:
+    """A native half-GPU pod admitted and held back: no agent has reported anything. Its
+    workload, its allocation and its GPU's device."""
     fake, cluster, core = native
     core.create_namespaced_pod(NS, share_pod("first", {FRACTION: "0.5"}))
-    bind_all(cluster, agents=False)  # no agent has said anything
-    pod = fake.pod(NS, "first")
-    assert not pod["spec"].get("nodeName")
-    assert Workload.objects.get(name="first").state == "admitted"
-    (allocation,) = PodAllocation.objects.filter(workload__name="first")
+    bind_all(cluster, agents=False)
+    assert not fake.pod(NS, "first")["spec"].get("nodeName")
+    workload = Workload.objects.get(name="first")
+    assert workload.state == "admitted"
     device = next(
         p["metadata"]["annotations"][UUID_ANNOTATION]
         for p in fake.pods()
         if (p["metadata"].get("labels") or {}).get("gpupool.io/role") == "reservation"
     )
-    message = pod_scheduled(pod)["message"]
+    return workload, workload.allocations.get(), device
+
+
+def said_to_user(client, workload: Workload) -> tuple[str, str, str]:
+    """What the workload's row, its REST answer (`why`) and its page say it waits for."""
+    workload.refresh_from_db()
+    why = client.get(f"/api/v1/workloads/{workload.pk}/").json()["why"]
+    page = client.get(f"/workloads/{workload.pk}/").content.decode()
+    return workload.pending_reason, why, page
+
+
+def test_a_native_sharer_is_bound_only_once_its_gpus_mps_daemon_runs_for_it(native):
+    fake, cluster, _ = native
+    _, allocation, device = waiting_sharer(native)  # no agent has said anything
+    message = pod_scheduled(fake.pod(NS, "first"))["message"]
     assert message.startswith(
         f"Waiting for the MPS daemon of GPU {device} on node {allocation.node.name}:"
     ), message
@@ -267,6 +287,68 @@ def test_a_native_sharer_is_bound_only_once_its_gpus_mps_daemon_runs_for_it(nati
     pod = fake.pod(NS, "first")
     assert pod["spec"]["nodeName"] == node.name and pod["status"]["phase"] == "Running"
     assert fake.sub_paths[(NS, "first")] == {("main", POD_PIPE_DIRECTORY): f"{device}/pipe"}
+
+
+def test_a_native_sharers_mps_wait_is_said_on_its_workload_and_cleared_once_bound(
+    native, org, client_as
+):
+    fake, cluster, _ = native
+    workload, allocation, device = waiting_sharer(native)
+    client = client_as(org.researcher)
+    node = allocation.node
+    # The node's agent never reported: it may be older than the portal.
+    never = pod_scheduled(fake.pod(NS, "first"))["message"]
+    assert never.startswith(f"Waiting for the MPS daemon of GPU {device} on node {node.name}: ")
+    assert "agent has never reported its MPS daemons" in never and "upgrade it" in never
+    stored, why, page = said_to_user(client, workload)
+    assert stored == why == never
+    assert f'<strong>Waiting:</strong> <span class="reason">{escape(never)}</span>' in page
+    # It reports, but not this allocation's daemon yet: the pod and its workload say so.
+    mps_report_store(node, {"running": {device: [allocation.pk + 1]}})
+    cluster_reconcile(cluster)
+    waits = pod_scheduled(fake.pod(NS, "first"))["message"]
+    assert waits.startswith(f"Waiting for the MPS daemon of GPU {device} on node {node.name}: ")
+    assert "starts it and says so" in waits and "upgrade" not in waits
+    stored, why, page = said_to_user(client, workload)
+    assert stored == why == waits
+    assert escape(waits) in page and escape(never) not in page
+    # The daemon runs for it: bound, and nothing said any more.
+    agents_report(cluster)
+    cluster_reconcile(cluster)
+    assert fake.pod(NS, "first")["spec"]["nodeName"] == node.name
+    stored, why, page = said_to_user(client, workload)
+    assert stored == why == ""
+    assert escape(waits) not in page and "Waiting for the MPS daemon" not in page
+
+
+def test_a_waiting_sharer_stopped_no_longer_says_it_waits(native, org):
+    fake, cluster, _ = native
+    workload, _, _ = waiting_sharer(native)
+    workload_stop(actor=org.researcher, workload=workload)
+    cluster_reconcile(cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.pending_reason) == ("stopped", "")
+    assert workload_why(workload) == "By rita."  # who stopped it, no longer what it waited for
+    assert fake.pod(NS, "first") is None  # a bare pod whose workload was stopped: deleted
+
+
+def test_an_unchanged_mps_wait_is_not_written_again(native):
+    _, cluster, _ = native
+    workload, _, _ = waiting_sharer(native)
+    workload.refresh_from_db()
+    assert workload.pending_reason.startswith("Waiting for the MPS daemon of GPU ")
+    version = workload.version
+    for full in (True, False):
+        with CaptureQueriesContext(connection) as queries:
+            cluster_reconcile(cluster, full=full)
+        writes = [
+            q["sql"]
+            for q in queries.captured_queries
+            if "pending_reason" in q["sql"] and not q["sql"].lstrip().upper().startswith("SELECT")
+        ]
+        assert writes == [], (full, writes)
+        workload.refresh_from_db()
+        assert workload.version == version and workload.state == "admitted"
 
 
 def test_where_mps_is_off_a_native_sharer_waits_for_no_daemon(native):

@@ -292,3 +292,19 @@ def test_project_alone_shows_the_default(logged_in, org):
     assert "No default project: `gpupool project set NAME`" in gp("project")
     gp("project", "set", "ml-vision")
     assert gp("project").strip() == "Default project: ml-vision."
+
+
+def test_describe_says_what_an_admitted_workloads_pods_wait_for(logged_in, org, cluster):
+    """What the cluster holds an admitted workload's pods back for (a native sharer
+    waiting for its GPU's MPS daemon: clusters.reconcile._record_waits, tested against the
+    in-suite API server in tests/clusters/test_native_fractions.py) is said by describe."""
+    gp = logged_in
+    gp("project", "set", "ml-vision")
+    gp("submit", "training", "held", "--image", "img", "--gpus", "1")
+    cycle_run()
+    wl = Workload.objects.get(name="held")
+    assert wl.state == WorkloadState.ADMITTED
+    assert "why:" not in gp("describe", str(wl.pk))
+    waits = "Waiting for the MPS daemon of GPU GPU-8f2c on node a100-node-0: upgrade it."
+    Workload.objects.filter(pk=wl.pk).update(pending_reason=waits)
+    assert f"why:            {waits}" in gp("describe", str(wl.pk))

@@ -14,6 +14,7 @@ from portal.models import DepartmentQuota
 from scheduling.cycle import cycle_run
 from scheduling.lifecycle import workload_pods_released, workload_transition
 from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
+from scheduling.selectors import workload_why
 from tests.scheduling.conftest import make_nodes, outgrown
 
 pytestmark = pytest.mark.django_db
@@ -154,6 +155,20 @@ def test_trials_beyond_a_sweeps_parallelism_wait_with_a_reason(org, cluster, sub
     sweep = fresh(sweep)
     assert sweep.state == S.SUCCEEDED
     assert sweep.events.last().message == "2 of 3 trials succeeded."
+
+
+def test_a_started_sweep_no_longer_says_what_it_waited_for(org, cluster, submit):
+    """An admitted or running workload's `pending_reason` is what its pods wait for (the
+    reconcile's: clusters.reconcile._record_waits), shown as its why: a sweep leaves the
+    queue's reason behind when its trials start."""
+    sweep = submit(org.researcher, org.project_a, "sweep", kind="hpo", gpus=1,
+                   search={"method": "grid", "parameters": {"lr": [1]}})  # fmt: skip
+    Workload.objects.filter(pk=sweep.pk).update(pending_reason="Waiting for its trials")
+    assert workload_why(fresh(sweep)) == "Waiting for its trials"
+    cycle_run()
+    sweep = fresh(sweep)
+    assert sweep.state == S.RUNNING
+    assert (sweep.pending_reason, workload_why(sweep)) == ("", "")
 
 
 def test_a_stopped_trial_holds_its_sweeps_slot_until_its_pods_are_gone(org, cluster, submit):

@@ -304,7 +304,8 @@ def caught_up(backend: KubernetesBackend, watch: Any) -> None:
 def waits_for_mps(backend: KubernetesBackend, spec: PodSpec, report: ReconcileReport) -> bool:
     """A native sharer under MPS whose GPU's daemon its node's agent has not reported running
     for it is not bound yet: the kubelet would make its pipe folder and start it before the
-    daemon, without its limits (clusters/mps_report.py). Its pod says why it waits."""
+    daemon, without its limits (clusters/mps_report.py). Its pod says why it waits, and so
+    does its workload (`ReconcileReport.waiting`: the same words)."""
     if (
         not spec.native_pod
         or spec.shared_gpu_index is None
@@ -313,17 +314,29 @@ def waits_for_mps(backend: KubernetesBackend, spec: PodSpec, report: ReconcileRe
     ):
         return False
     pod = backend.native_listed(spec.namespace, spec.native_pod)
-    message = (
-        f"Waiting for the MPS daemon of GPU {mps_device(spec)} on node {spec.node_name}: "
-        "GPUPool's node agent starts it and says so (it asks every 30 s), and the pod is "
-        "bound then, so that it never runs without its GPU limits."
-    )
+    message = report.waiting[spec.name] = mps_wait_message(spec)
     try:
         if pod is not None:
             tell_waiting(backend, pod, message)
     except BackendError as exc:
         report.errors.append(str(exc))
     return True
+
+
+def mps_wait_message(spec: PodSpec) -> str:
+    """Why a native sharer is not bound yet (`waits_for_mps`): its GPU's daemon not reported
+    running for it, or no report ever from its node's agent (one older than the portal)."""
+    waiting = f"Waiting for the MPS daemon of GPU {mps_device(spec)} on node {spec.node_name}: "
+    if not spec.mps_reported:
+        return waiting + (
+            "the node's GPUPool agent has never reported its MPS daemons; it may be older "
+            "than the portal: upgrade it. The pod is bound once the agent says the daemon "
+            "runs, so that it never runs without its GPU limits."
+        )
+    return waiting + (
+        "GPUPool's node agent starts it and says so (it asks every 30 s), and the pod is "
+        "bound then, so that it never runs without its GPU limits."
+    )
 
 
 def write_gpu_config(backend: KubernetesBackend, spec: PodSpec) -> None:
