@@ -38,6 +38,7 @@ from scheduling.models import (
     GpuRequestKind,
     PodAllocation,
     Workload,
+    WorkloadState,
 )
 from scheduling.stored import allocation_problem, stored_spec_problem
 
@@ -448,10 +449,13 @@ def _pending_workloads(
     parents = {wl.parent_id for wl in pending if wl.parent_id}
     busy = dict.fromkeys(parents, 0)
     # A trial holds one of its sweep's slots while it runs and until its pods are gone
-    # (a stopped trial whose pods are still terminating holds GPUs too).
+    # (a stopped trial whose pods are still terminating holds GPUs too), and while it is
+    # nominated onto GPUs being freed for it: it is admitted there when they are
+    # (scheduling/nominations.py), whatever the sweep's other trials did meanwhile.
+    nominated = Q(state=WorkloadState.PENDING, nominated__isnull=False)
     for parent_id in (
         Workload.objects.filter(parent_id__in=parents)
-        .filter(Q(state__in=ACTIVE_STATES) | Q(allocations__isnull=False))
+        .filter(Q(state__in=ACTIVE_STATES) | Q(allocations__isnull=False) | nominated)
         .distinct()
         .values_list("parent_id", flat=True)
     ):
@@ -474,7 +478,9 @@ def _pending_workloads(
             continue
         name, spec = sweeps.get(wl.parent_id, (wl.parent.name, wl.parent.spec))
         limit = int((spec or {}).get("search", {}).get("parallelism", 1))
-        if busy[wl.parent_id] < limit:
+        if wl.nominated is not None:  # its slot is counted above
+            admit.append(wl)
+        elif busy[wl.parent_id] < limit:
             busy[wl.parent_id] += 1  # this trial may take one of the sweep's slots
             admit.append(wl)
         else:

@@ -15,8 +15,12 @@ before reading its snapshot (cycle.nominations_apply).
 
 A nomination stands only while the workload is pending with the same request and every
 node it names can still take pods; MIG pods are not nominated (their instances are made
-at admission and may not be there any more), nor are sweep trials (their sweep's
-parallelism is counted by the snapshot's reader).
+at admission and may not be there any more). A nominated sweep trial holds one of its
+sweep's slots while it waits (adapters._pending_workloads), so admitting it at the
+release never runs more trials than the sweep's parallelism. (Trials were not nominated
+before: in the demo a trial within its project's guarantee evicted the project's 16-GPU
+borrowed job, which, earlier in the queue, took the freed GPUs back at the next cycle,
+and was evicted again, every ten seconds.)
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def nominations_save(
     changed = []
     for admission in admissions:
         wl = workloads.get(admission.workload_id)
-        if wl is None or wl.parent_id is not None:
+        if wl is None:
             continue
         if any(pod.mig_gpu is not None for pod in admission.pods):
             continue
@@ -136,7 +140,7 @@ def _nomination(wl: Workload) -> Nomination | None:
     """The nomination kept on the row, or None when its request changed since or it
     cannot be read back."""
     kept: Any = wl.nominated
-    if not isinstance(kept, dict) or kept.get("request") != request_key(wl) or wl.parent_id:
+    if not isinstance(kept, dict) or kept.get("request") != request_key(wl):
         return None
     try:
         pods = tuple(_placement(pod) for pod in kept["pods"])

@@ -103,3 +103,30 @@ def test_an_owner_takes_back_a_job_borrowed_whole_in_another_department(org, clu
     assert {Workload.objects.get(pk=wl.pk).state for wl in small} == {S.ADMITTED}
     assert Workload.objects.get(pk=mine.pk).state == S.ADMITTED
     assert whole.events.filter(type="preempted").count() == 1
+
+
+def test_a_trial_takes_back_its_guaranteed_gpu_once_and_the_borrowed_job_waits(
+    org, cluster, submit
+):
+    # Seen in the demo: ml-vision (deserved 2) runs a 4-GPU job borrowed whole; a trial of
+    # its sweep, within the quota, evicts it to take back a guaranteed GPU. Trials were not
+    # nominated onto the GPUs freed for them, so at the next cycle the job, earlier in the
+    # queue, took them back, and the trial evicted it again, every cycle. Now the trial is
+    # admitted there when they are free, and the job waits.
+    ProjectQuota.objects.filter(project=org.project_a).update(gpus=2)
+    big = submit(org.researcher, org.project_a, "big", gpus=4)
+    theirs = [submit(org.outsider, org.project_b, f"n{i}", gpus=1) for i in range(4)]
+    cycle_run()
+    assert {
+        fresh.state for fresh in Workload.objects.filter(pk__in=[big.pk, *(w.pk for w in theirs)])
+    } == {S.ADMITTED}
+    search = {"method": "grid", "parameters": {"lr": [1]}, "parallelism": 1}
+    sweep = submit(org.researcher, org.project_a, "sweep", kind="hpo", gpus=1, search=search)
+    for _ in range(4):  # cycles, each followed by the reconcile that sees evicted pods gone
+        cycle_run()
+        for gone in Workload.objects.filter(state=S.PREEMPTED):
+            workload_pods_released(gone)
+    (trial,) = sweep.children.all()
+    assert Workload.objects.get(pk=trial.pk).state == S.ADMITTED
+    assert Workload.objects.get(pk=big.pk).state == S.PENDING
+    assert big.events.filter(type="preempted").count() == 1

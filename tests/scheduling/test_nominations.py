@@ -136,3 +136,17 @@ def test_waiting_nominations_cost_the_cycle_a_few_queries_however_many(
     # rows and their allocations: 5 queries, not a few per nomination.
     with django_assert_max_num_queries(5):
         assert nominations_apply().admitted == 0
+
+
+def test_a_nominated_trial_holds_its_sweeps_slot_while_it_waits(org, cluster, submit):
+    # A trial nominated onto GPUs being freed for it is admitted there at their release
+    # (sweep trials are nominated too): while it waits, the sweep's other trials do not
+    # take its slot, or the release would run more trials than the sweep's parallelism.
+    search = {"method": "grid", "parameters": {"lr": [1, 2]}, "parallelism": 1}
+    sweep = submit(org.researcher, org.project_a, "sweep", kind="hpo", gpus=1, search=search)
+    first, second = sweep.children.order_by("pk")
+    Workload.objects.filter(pk=first.pk).update(nominated={"request": "kept", "pods": []})
+    pending = list(Workload.objects.filter(pk__in=[first.pk, second.pk]).order_by("-pk"))
+    admit, throttled, _ = adapters._pending_workloads(pending)
+    assert [wl.pk for wl in admit] == [first.pk]
+    assert throttled == {str(second.pk): "sweep sweep runs at most 1 trials at once"}
