@@ -252,11 +252,16 @@ WHY_STATES = (WorkloadState.FAILED, WorkloadState.STOPPED, WorkloadState.PREEMPT
 WAIT_STATES = (WorkloadState.PENDING, WorkloadState.ADMITTED, WorkloadState.RUNNING)
 
 
+def workload_waits(wl: Workload) -> bool:
+    """Whether its why (`workload_why`) is what it waits for, not why it ended."""
+    return wl.state in WAIT_STATES
+
+
 def workload_why(wl: Workload) -> str:
     """Why it is where it is, in one line: what a pending workload waits for, or an admitted
     one's pods, or why a failed, stopped or preempted one ended (its message, with a
     non-zero exit code)."""
-    if wl.state in WAIT_STATES:
+    if workload_waits(wl):
         return wl.pending_reason
     if wl.state not in WHY_STATES:
         return ""

@@ -189,6 +189,7 @@ def _live_context(workload: Workload) -> dict[str, Any]:
     return {
         "wl": workload,
         "row": selectors.workload_row(workload),
+        "waits": selectors.workload_waits(workload),
         "size": selectors.size_text(workload),
         "events": workload.events.all(),
         "allocations": allocations,

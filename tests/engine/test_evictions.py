@@ -17,6 +17,7 @@ from scheduling.engine.types import (
     Queue,
     Resource,
     SchedulerConfig,
+    Snapshot,
     Workload,
 )
 from tests.engine.builders import (
@@ -158,9 +159,7 @@ def test_a_department_gives_up_what_its_project_holds_borrowed_whole() -> None:
     # whole). Taking v's job leaves d2 at 4 of its 5, below its deserved quota only by
     # v's own shortfall: d2 has no guaranteed work to lose. o used to wait for ever
     # ("needs 3 GPUs in pool a; 0 are free"); now it takes v's job once, and it settles.
-    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(4)]
-    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
-    snap = snapshot(nodes(1, gpus=8), _d1_d2(), [*us, big, job("o0", "o", gpus=3, t=NOW)])
+    snap = department_gap(u_jobs=4)
     steps = cycles(snap, 3, start=NOW)
     assert [(evicted(r), sorted(placed(r))) for _, r in steps] == [
         ({"v0": "reclaim"}, ["o0"]),
@@ -174,9 +173,7 @@ def test_a_department_keeps_its_deserved_quota_beyond_its_projects_shortfall() -
     # and 2 GPUs are free. Taking v's job would leave d2 at 2, 3 below its quota while v
     # is only 1 below its own: the department keeps its quota beyond its project's
     # shortfall (its guarantee is the department's, not only its projects'), so o waits.
-    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(2)]
-    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
-    snap = snapshot(nodes(1, gpus=8), _d1_d2(), [*us, big, job("o0", "o", gpus=3, t=NOW)])
+    snap = department_gap(u_jobs=2)
     result = run(snap, now=NOW)
     assert evicted(result) == {} and not placed(result)
 
@@ -209,15 +206,20 @@ def test_a_department_keeps_its_quota_where_its_project_keeps_its_own() -> None:
     assert evicted(result) == {} and not placed(result)
 
 
-def _d1_d2() -> list[Queue]:
-    """d1 (deserved 3) with o (3); d2 (deserved 5) with u (4) and v (1)."""
-    return [
+def department_gap(u_jobs: int, now: float = NOW) -> Snapshot:
+    """One 8-GPU node: d1 (deserved 3) with o at 0 of its 3, wanting 3 GPUs (o0); d2
+    (deserved 5) with u (deserved 4) running `u_jobs` 1-GPU jobs and v (deserved 1)
+    running one 4-GPU job, borrowed whole; all started an hour before `now`."""
+    us = [running(job(f"u{i}", "u", t=i), "n0", [i], started=now - 3600) for i in range(u_jobs)]
+    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=now - 3600)
+    queues = [
         dept("d1", deserved=3),
         dept("d2", deserved=5),
         project("o", dept="d1", deserved=3),
         project("u", dept="d2", deserved=4),
         project("v", dept="d2", deserved=1),
     ]
+    return snapshot(nodes(1, gpus=8), queues, [*us, big, job("o0", "o", gpus=3, t=now)])
 
 
 def test_reclaim_takes_a_projects_lower_priority_work_before_its_urgent_job() -> None:

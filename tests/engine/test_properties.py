@@ -36,7 +36,7 @@ from scheduling.engine.types import (
     TopologyMode,
     Workload,
 )
-from tests.engine.builders import dept, job, nodes, project, running, snapshot
+from tests.engine.test_evictions import department_gap
 
 G = Resource.GPU
 NOW = 10_000.0
@@ -361,16 +361,7 @@ def test_the_floor_allowance_is_only_the_surplus_of_a_reclaim_inside_a_departmen
 def test_a_department_goes_below_its_floor_only_by_its_projects_room() -> None:
     # d2 (deserved 5) gives up v's 4-GPU job (v deserves 1): d2 ends at 4, below its floor
     # by v's room of 1, and no further (test_evictions.py has the example's cycles).
-    u = [running(job(f"u{i}", "u", t=i), "n0", [i], started=NOW - 3600) for i in range(4)]
-    big = running(job("v0", "v", gpus=4, t=5), "n0", [4, 5, 6, 7], started=NOW - 3600)
-    queues = [
-        dept("d1", deserved=3),
-        dept("d2", deserved=5),
-        project("o", dept="d1", deserved=3),
-        project("u", dept="d2", deserved=4),
-        project("v", dept="d2", deserved=1),
-    ]
-    snap = snapshot(nodes(1, gpus=8), queues, [*u, big, job("o0", "o", gpus=3, t=NOW)])
+    snap = department_gap(u_jobs=4, now=NOW)
     result = schedule(snap, SchedulerConfig(), NOW)
     assert result.allocations[("d2", "a", G)] == 4
     assert_reclaim_floor(snap, result)
