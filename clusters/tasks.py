@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from functools import partial
 
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
@@ -14,17 +16,20 @@ from clusters.backends import BackendUnreachable
 from clusters.inventory import inventory_sync
 from clusters.models import Backend, Cluster
 from clusters.reconcile import cluster_mark_unreachable, cluster_reconcile
+from portal.leases import Lease, lease, period_ttl_s
 from portal.queueing import enqueue
 
 log = logging.getLogger(__name__)
-LOCK_TTL_S = 300
+AGAIN_TTL_S = 300
 SOON_S = 0.5  # a burst of pod changes seen by the watch makes one reconcile
 
 
-def _single_flight(key: str) -> bool:
-    """Two reconciles of one cluster at once would both create the same missing pod:
-    claim the cluster with cache.add (atomic on Redis and the file cache) first."""
-    return cache.add(key, "1", LOCK_TTL_S)
+def reconcile_lease(cluster_id: int) -> AbstractContextManager[Lease]:
+    """Two reconciles of one cluster at once would both create the same missing pod: a pass
+    holds the cluster's lease. It lasts one reconcile period and is renewed while the pass
+    runs, so a worker killed mid-pass holds the cluster up for one period, not longer."""
+    ttl = period_ttl_s(settings.GPUPOOL_RECONCILE_INTERVAL_S)
+    return lease(f"reconcile-{cluster_id}", ttl)
 
 
 @shared_task(ignore_result=True)
@@ -32,13 +37,24 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     if cluster is None:
         return None
-    key = f"gpupool:reconcile:{cluster_id}"
-    if not _single_flight(key):
-        # The running pass may have observed the cluster before the change that asked
-        # for this one: it runs again when it ends.
-        cache.set(f"gpupool:reconcile-again:{cluster_id}", "1", LOCK_TTL_S)
-        log.info("reconcile of %s already running; it runs again after", cluster.name)
-        return None
+    again, ran = f"gpupool:reconcile-again:{cluster_id}", False
+    try:
+        with reconcile_lease(cluster_id) as held:
+            if not held:
+                # The running pass may have observed the cluster before the change that
+                # asked for this one: it runs again when it ends.
+                cache.set(again, "1", AGAIN_TTL_S)
+                log.info("reconcile of %s already running; it runs again after", cluster.name)
+                return None
+            ran = True
+            return _reconcile_held(cluster)
+    finally:
+        # After the lease is released (an eager task would find it held).
+        if ran and cache.delete(again):
+            reconcile_soon(cluster_id)
+
+
+def _reconcile_held(cluster: Cluster) -> dict:
     try:
         result = cluster_reconcile(cluster)
     except Exception as exc:
@@ -47,10 +63,6 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         error = f"reconcile failed: {type(exc).__name__}: {exc}"
         Cluster.objects.filter(pk=cluster.pk).update(last_error=error[:2000])
         raise
-    finally:
-        cache.delete(key)
-        if cache.delete(f"gpupool:reconcile-again:{cluster_id}"):
-            reconcile_soon(cluster_id)
     return {
         "created": result.created,
         "deleted": result.deleted,

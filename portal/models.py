@@ -253,3 +253,16 @@ class DemoSeed(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Lease(models.Model):
+    """A named single-flight lock when there is no Redis (portal.leases): claimed by a
+    conditional update, held for a short time and renewed by its holder while it works, so
+    that two workers never both hold it and a holder killed outright frees it soon."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=64, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"lease {self.name}"

@@ -372,11 +372,3 @@ class CycleRun(models.Model):
 
     def __str__(self) -> str:
         return f"cycle {self.started_at:%H:%M:%S}"
-
-
-class CycleLock(models.Model):
-    """A single row that serialises cycles when there is no Redis: claimed by a
-    conditional update, so two workers can never both hold it."""
-
-    holder = models.CharField(max_length=64, blank=True)
-    locked_until = models.DateTimeField(null=True, blank=True)

@@ -297,10 +297,9 @@ def test_a_reconcile_asked_for_while_one_runs_runs_again_after_it(db, monkeypatc
         return _Result()
 
     monkeypatch.setattr(tasks, "cluster_reconcile", counted)
-    cache.add(f"gpupool:reconcile:{cluster.pk}", "1")  # a pass is running elsewhere
-    assert tasks.reconcile_cluster(cluster.pk) is None
+    with tasks.reconcile_lease(cluster.pk):  # a pass is running elsewhere
+        assert tasks.reconcile_cluster(cluster.pk) is None
     assert passes == []
-    cache.delete(f"gpupool:reconcile:{cluster.pk}")
     tasks.reconcile_cluster(cluster.pk)  # the running one ends...
     assert passes == [cluster.pk, cluster.pk]  # ...and the asked-for pass follows (eager)
     # A burst of watch events makes one reconcile.

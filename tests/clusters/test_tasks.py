@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from django.core.cache import cache
 
 from clusters import tasks
 from clusters.backends.simulated import description_parse
 from clusters.models import Backend, Node, SimulatedPod
 from tests.clusters.conftest import admit, make_cluster, make_workload
+from tests.leases import leave_dead_holder, seconds_left
 
 DESCRIPTION = "nodes: [{name: n0, gpus: 4, labels: {gpupool.io/node-pool: a100}}]"
 
@@ -38,11 +40,40 @@ def test_a_reconcile_already_running_for_the_cluster_is_not_started_twice(org):
     cluster = sim("one")
     tasks.sync_inventory(cluster.pk)
     admit(make_workload(org.project_a, org.researcher, "job"), Node.objects.get())
-    cache.add(f"gpupool:reconcile:{cluster.pk}", "1", 60)  # another worker holds it
-    assert tasks.reconcile_cluster(cluster.pk) is None
+    with tasks.reconcile_lease(cluster.pk) as held:  # another worker holds it
+        assert held
+        assert tasks.reconcile_cluster(cluster.pk) is None
     assert SimulatedPod.objects.count() == 0
-    cache.delete(f"gpupool:reconcile:{cluster.pk}")
     tasks.reconcile_cluster(cluster.pk)
+    assert SimulatedPod.objects.count() == 1
+
+
+def test_a_pass_holds_its_cluster_for_one_reconcile_period_at_a_time(org, settings, monkeypatch):
+    """A worker killed mid-pass cannot release its lease: what it leaves must run out within
+    one reconcile period. (A 300 s lock once held every reconcile of the demo's clusters up
+    after its worker was killed, and the restarted worker ran nothing.)"""
+    settings.GPUPOOL_RECONCILE_INTERVAL_S = 5
+    cluster = sim("one")
+    real, left = tasks.cluster_reconcile, []
+
+    def observed(cluster, **kwargs):
+        left.append(seconds_left(f"reconcile-{cluster.pk}"))
+        return real(cluster, **kwargs)
+
+    monkeypatch.setattr(tasks, "cluster_reconcile", observed)
+    assert tasks.reconcile_cluster(cluster.pk) is not None
+    assert left and 0 < left[0] <= 5
+    assert seconds_left(f"reconcile-{cluster.pk}") is None, "released at the end"
+
+
+def test_a_lease_left_by_a_killed_worker_runs_out_and_the_next_pass_runs(org):
+    cluster = sim("one")
+    tasks.sync_inventory(cluster.pk)
+    admit(make_workload(org.project_a, org.researcher, "job"), Node.objects.get())
+    leave_dead_holder(f"reconcile-{cluster.pk}", 0.5)
+    assert tasks.reconcile_cluster(cluster.pk) is None, "held until it runs out"
+    time.sleep(0.6)
+    assert tasks.reconcile_cluster(cluster.pk) is not None
     assert SimulatedPod.objects.count() == 1
 
 
@@ -57,7 +88,8 @@ def test_a_reconcile_that_breaks_shows_why_on_the_cluster_and_frees_its_lock(org
         tasks.reconcile_cluster(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.last_error == "reconcile failed: RuntimeError: a bug"
-    assert cache.add(f"gpupool:reconcile:{cluster.pk}", "1", 60)  # the next run may start
+    with tasks.reconcile_lease(cluster.pk) as held:
+        assert held, "the next run may start"
 
 
 def test_disabled_and_missing_clusters_are_skipped(db):

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,37 @@ def test_pool_children_killed_mid_cycle_are_replaced_and_the_next_cycle_is_ok(tm
         wait_for(marked.exists, "a task sent after the kill runs", worker)
         wait_for(lambda: not worker.rows("SELECT id FROM message"), "the queues empty", worker)
         assert len(set(worker.children()) - set(children)) == 2, "two new pool children"
+
+
+def test_a_pool_child_killed_mid_reconcile_holds_its_cluster_up_for_one_period(tmp_path):
+    """The lease a killed pass cannot release runs out by the next period; a reconcile sent
+    right after the kill is refused while it holds, and one a period later runs. (A 300 s
+    lock once held the demo's clusters up after its worker was killed mid-pass.)"""
+    var, flag = tmp_path / "var", tmp_path / "in-reconcile"
+    with EmbeddedWorker(var, migrate=True) as worker:
+        worker.send("tests.slow_reconcile", str(flag), 600)
+        wait_for(flag.exists, "a pool child is inside the reconcile", worker)
+        killed_at = time.monotonic()
+        os.kill(int(flag.read_text()), signal.SIGKILL)
+        redelivered = partial(_results, worker, "tests.slow_reconcile")
+        wait_for(redelivered, "the killed reconcile's task runs again", worker)
+        cluster_id = int(redelivered()[0])
+        passes = partial(_results, worker, "clusters.tasks.reconcile_cluster")
+        ran = lambda: any(result.startswith("{") for result in passes())  # noqa: E731
+        while not ran():
+            assert time.monotonic() - killed_at < WAIT_S, worker.tail()
+            worker.send("clusters.tasks.reconcile_cluster", cluster_id)
+            time.sleep(1)
+        waited = time.monotonic() - killed_at
+        print(f"first pass {waited:.1f} s after the kill")
+        assert waited < 5 + 5, "one lease (max(5 s, the 5 s reconcile period)) and slack"
+        assert "reconcile of heals already running" in worker.log(), "refused while held"
+
+
+def _results(worker: EmbeddedWorker, task: str) -> list[str]:
+    """What `task` returned each time it succeeded, as the worker logged it."""
+    pattern = rf"Task {re.escape(task)}\[[^]]+\] succeeded in \S+: (.*)"
+    return re.findall(pattern, worker.log())
 
 
 def test_a_message_that_cannot_be_decoded_is_set_aside_and_the_next_one_runs(tmp_path):

@@ -84,10 +84,12 @@ def probe(since: float) -> dict:
     out (`lock_until`, epoch s, read before the first try), how many tries were refused
     although they began after it (none, if the expiry alone frees the lock), and what
     became of the dead worker's cycle."""
+    from portal.models import Lease
     from scheduling.cycle import cycle_run
-    from scheduling.models import CycleLock, CycleRun
+    from scheduling.locks import NAME
+    from scheduling.models import CycleRun
 
-    lock_until = CycleLock.objects.get(pk=1).locked_until.timestamp()
+    lock_until = Lease.objects.get(name=NAME).locked_until.timestamp()
     refused_after_expiry = 0
     while True:
         began = time.time()

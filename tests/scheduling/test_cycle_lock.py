@@ -18,9 +18,11 @@ from django.db import connection
 from django.utils import timezone
 
 import scheduling.cycle
+from portal.leases import _database_lease
+from portal.models import Lease as LeaseRow
 from scheduling.cycle import cycle_run
-from scheduling.locks import _database_lock, cycle_lock, lock_ttl_s
-from scheduling.models import CycleLock, CycleRun, PodAllocation, Workload, WorkloadState
+from scheduling.locks import NAME, cycle_lock, lock_ttl_s
+from scheduling.models import CycleRun, PodAllocation, Workload, WorkloadState
 
 
 def _slow_engine(monkeypatch, seconds: float) -> None:
@@ -91,8 +93,8 @@ def test_the_database_lock_is_exclusive_and_released_after_use(settings):
 @pytest.mark.django_db
 def test_a_lock_left_by_a_dead_worker_expires(settings):
     settings.REDIS_URL = ""
-    CycleLock.objects.create(
-        pk=1, holder="dead-worker", locked_until=timezone.now() - timedelta(seconds=1)
+    LeaseRow.objects.create(
+        name=NAME, holder="dead-worker", locked_until=timezone.now() - timedelta(seconds=1)
     )
     with cycle_lock() as acquired:
         assert bool(acquired) is True
@@ -105,14 +107,14 @@ def test_the_database_lock_lasts_one_period_and_renewal_extends_it_for_its_holde
     settings.REDIS_URL = ""
     settings.GPUPOOL_CYCLE_INTERVAL_S = 7
     assert lock_ttl_s() == 7, "a dead holder's lock is free again by the next beat"
-    with _database_lock(lock_ttl_s()) as (lease, renew):
+    with _database_lease(NAME, lock_ttl_s()) as (lease, renew):
         assert lease
-        until = CycleLock.objects.get(pk=1).locked_until
+        until = LeaseRow.objects.get(name=NAME).locked_until
         assert timedelta(seconds=6) < until - timezone.now() <= timedelta(seconds=7)
-        CycleLock.objects.filter(pk=1).update(locked_until=timezone.now())
+        LeaseRow.objects.filter(name=NAME).update(locked_until=timezone.now())
         assert renew() is True
-        assert CycleLock.objects.get(pk=1).locked_until - timezone.now() > timedelta(seconds=6)
-        CycleLock.objects.filter(pk=1).update(holder="someone-else")
+        assert LeaseRow.objects.get(name=NAME).locked_until - timezone.now() > timedelta(seconds=6)
+        LeaseRow.objects.filter(name=NAME).update(holder="someone-else")
         assert renew() is False, "a lock taken over is not renewed by its old holder"
 
 

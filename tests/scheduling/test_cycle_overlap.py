@@ -18,14 +18,14 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
-import redis
 from django.db import connection
 from django.utils import timezone
 
 import scheduling.cycle
 from scheduling.cycle import cycle_run, run_locked
-from scheduling.locks import REDIS_KEY, cycle_lock, lock_ttl_s
+from scheduling.locks import NAME, cycle_lock, lock_ttl_s
 from scheduling.models import CycleRun, CycleState, PodAllocation, Workload, WorkloadState
+from tests.leases import leave_dead_holder
 from tests.scheduling.test_cycle_lock import run_together
 
 pytestmark = [
@@ -128,21 +128,7 @@ def test_overlapping_cycles_never_over_commit_a_gpu(org, cluster, submit, monkey
 def _dead_holder(settings) -> None:
     """What a worker killed mid-cycle leaves: the lock with its full TTL, never renewed
     again, and its CycleRun still running."""
-    ttl = lock_ttl_s()
-    if getattr(settings, "REDIS_URL", ""):
-        redis.Redis.from_url(settings.REDIS_URL).set(REDIS_KEY, "dead-worker", px=ttl * 1000)
-    else:
-        from datetime import timedelta
-
-        from scheduling.models import CycleLock
-
-        CycleLock.objects.update_or_create(
-            pk=1,
-            defaults={
-                "holder": "dead-worker",
-                "locked_until": timezone.now() + timedelta(seconds=ttl),
-            },
-        )
+    leave_dead_holder(NAME, lock_ttl_s())
     CycleRun.objects.create(
         started_at=timezone.now(), state=CycleState.RUNNING, holder="dead-worker"
     )

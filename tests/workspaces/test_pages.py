@@ -70,20 +70,16 @@ def test_gpu_samples_over_the_threshold_in_the_window_count_as_use(org):
     assert gpu_busy(workspace, now=now, policy=policy)
 
 
-def test_the_beat_task_checks_running_workspaces_once_at_a_time(org, settings):
-    from django.core.cache import cache
-
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    from workspaces.tasks import LOCK, cull_idle_workspaces
+def test_the_beat_task_checks_running_workspaces_once_at_a_time(org):
+    from portal.leases import lease
+    from workspaces.tasks import LEASE, cull_idle_workspaces
 
     make_running_workspace(owner=org.researcher, project=org.project_a)  # no policy: skipped
-    cache.delete(LOCK)
     assert cull_idle_workspaces.delay().get() == {"skip": 1}
-    cache.add(LOCK, 1)
-    try:
-        assert cull_idle_workspaces.delay().get() is None  # another run holds the lock
-    finally:
-        cache.delete(LOCK)
+    with lease(LEASE, 60) as held:
+        assert held
+        assert cull_idle_workspaces.delay().get() is None  # another run holds the lease
+    assert cull_idle_workspaces.delay().get() == {"skip": 1}
 
 
 def test_the_workspace_page_shows_memory_in_gib_and_gpu_samples_in_readable_units(client_as, org):
