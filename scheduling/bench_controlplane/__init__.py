@@ -8,8 +8,10 @@ wall time and peak RSS. The steps (steps.py), in order:
 1. reconcile the built state (the running workloads' pods created);
 2. a cold cycle, in a child process that keeps no engine state;
 3. reconcile after that cycle, then with nothing to do;
-4. the first cycle of this process (it rebuilds the kept state), then cycles with
-   nothing new;
+4. the first cycle of this process (it rebuilds the kept state); then cycles, each
+   reconciled, until one decides nothing (the built state is random, not one the scheduler
+   would have reached: its higher-priority pending work owes preemptions, served a few
+   searches a cycle); then cycles with nothing new;
 5. inventory syncs with nothing changed and with 1 % of the nodes changed;
 6. one arrival through the API (submit, cycle, reconcile), then 100;
 7. submit -> admitted and submit -> pod created, through the API with eager Celery;
@@ -44,6 +46,8 @@ from scheduling.models import ACTIVE_STATES, PodAllocation, Workload, WorkloadEv
 
 STEADY_CYCLES = 3
 IDLE_CYCLES = 10
+SETTLE_CYCLES = 40
+EXAMPLES = 5  # workloads evicted twice whose events the record shows
 LATENCY_PATH = (
     "Django test client POST /api/v1/workloads/ with Celery eager in this process: the "
     "submit's commit runs scheduling.tasks.run_cycle, whose commit runs "
@@ -79,6 +83,7 @@ def bench_run(scale_name: str) -> dict[str, Any]:
         record["reconcile_quiet"] = _reconcile_row(built.cluster)
         record["cycle_first_in_process"] = steps.cycle().as_dict()
         record["reconcile_after_first_cycle"] = _reconcile_row(built.cluster)
+        settled = _settle(record, built.cluster)
         _steady(record, built.cluster)
         _inventory(record, built.cluster)
         submitter = steps.Submitter(built.user, [p.name for p in built.projects])
@@ -95,10 +100,14 @@ def bench_run(scale_name: str) -> dict[str, Any]:
         submitter.projects = steps.projects_with_room() or submitter.projects
         for key, full in (("arrival_settled", False), ("arrival_settled_full_pass", True)):
             record[key] = steps.arrival(submitter, built.cluster, full=full).as_dict()
-    return _summary(scale_name, built, record, latency, evictions, notes) | {
-        "load_before": load_before,
-        "load_after": load(),
-    }
+    return (
+        _summary(scale_name, built, record, latency, evictions, notes)
+        | settled
+        | {
+            "load_before": load_before,
+            "load_after": load(),
+        }
+    )
 
 
 def _reconcile_row(cluster: Cluster) -> dict[str, Any]:
@@ -184,26 +193,73 @@ def _idle_cycles(record: dict[str, Any], cluster: Cluster) -> list[int]:
     many workloads they evicted more than once, and why they evicted (the events' reasons):
     evictions that go on serving work that arrived before them (a reclaim for each of a
     burst's jobs, a few searches a cycle) differ from work evicted back and forth."""
+    rows, evicted = _reconciled_cycles(cluster, IDLE_CYCLES, "idle cycle")
+    record["idle_cycles"], record["idle_evictions"] = rows, evicted
+    return [row["evicted"] for row in rows]
+
+
+def _settle(record: dict[str, Any], cluster: Cluster) -> dict[str, Any]:
+    """Cycles, each reconciled, until one admits and evicts nothing with nothing releasing
+    before it (at most SETTLE_CYCLES): the built state's owed preemptions served, so that
+    the steps after it measure a state the scheduler could have reached. No arrivals come
+    in meanwhile: a workload evicted twice here is evicted back and forth."""
+    rows, evicted = _reconciled_cycles(cluster, SETTLE_CYCLES, "settling cycle", quiet=True)
+    record["settle"] = {"cycles": rows, "evictions": evicted}
+    return {
+        "settle_cycles": len(rows),
+        "settled": _quiet(rows[-1]),
+        "settle_evictions": sum(row["evicted"] for row in rows),
+        "settle_evicted_twice": evicted["evicted_twice"],
+        "settle_cpu_s": round(sum(row["total_cpu_s"] or 0 for row in rows), 3),
+    }
+
+
+def _quiet(row: dict[str, Any]) -> bool:
+    return row["admitted"] == row["evicted"] == row["releasing_before"] == 0
+
+
+def _reconciled_cycles(
+    cluster: Cluster, limit: int, label: str, *, quiet: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Up to `limit` cycles, each followed by a reconcile (with `quiet`, until a quiet one),
+    and what the cycles evicted: workloads, those evicted twice, the events' reasons."""
     first_event = WorkloadEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
-    rows = []
-    for _ in range(IDLE_CYCLES):
+    rows: list[dict[str, Any]] = []
+    while len(rows) < limit and not (quiet and rows and _quiet(rows[-1])):
         # Workloads whose pods are still going: while any is, a cycle evicts nothing
         # (scheduling.cycle._config), so a row with some is no evidence of settling.
         releasing = _releasing()
         rows.append(steps.cycle().as_dict() | {"releasing_before": releasing})
-        print(f"idle cycle {len(rows)}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+        print(f"{label} {len(rows)}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
         steps.reconcile(cluster)
-    record["idle_cycles"] = rows
-    evicted = WorkloadEvent.objects.filter(
+    events = WorkloadEvent.objects.filter(
         pk__gt=first_event or 0, reason__startswith="Preempted:"
     ).values_list("workload_id", "reason")
-    per_workload = Counter(wid for wid, _ in evicted)
-    record["idle_evictions"] = {
+    per_workload = Counter(wid for wid, _ in events)
+    twice = sorted(wid for wid, n in per_workload.items() if n > 1)
+    return rows, {
         "workloads": len(per_workload),
-        "evicted_twice": sum(1 for n in per_workload.values() if n > 1),
-        "reasons": dict(Counter(reason for _, reason in evicted)),
+        "evicted_twice": len(twice),
+        "reasons": dict(Counter(reason for _, reason in events)),
+        "twice_examples": _histories(twice[:EXAMPLES], first_event or 0),
     }
-    return [row["evicted"] for row in rows]
+
+
+def _histories(wids: list[int], after: int) -> list[dict[str, Any]]:
+    """What happened to each workload since event `after`: for a reader to tell work
+    evicted back and forth from work evicted again for a new reason."""
+    found = []
+    for workload in Workload.objects.filter(pk__in=wids).select_related("project"):
+        events = workload.events.filter(pk__gt=after).order_by("pk")
+        found.append(
+            {
+                "workload": f"{workload.project.name}/{workload.name}",
+                "priority": workload.priority,
+                "gpus": float(workload.gpus),
+                "events": [f"{e.reason}: {e.message}" for e in events],
+            }
+        )
+    return found
 
 
 def _releasing() -> int:
@@ -282,7 +338,8 @@ def _summary(
         "inventory_idle_cpu_s": record["inventory_idle"]["total_cpu_s"],
         "max_lock_wait_s": max(w["lock_wait_s"] for w in record["lock_wait"]),
         "submit_admitted_p95_s": latency["submit_admitted_p95_s"],
-        "admitted_pod_p95_s": latency["submit_pod_p95_s"],
+        "admitted_pod_p95_s": latency["admitted_to_pod_p95_s"],
+        "submit_pod_p95_s": latency["submit_pod_p95_s"],
         "cycle_idle_after_reconcile_cpu_s": _median_total(record["idle_cycles"]),
         "evictions_idle_cycles": round(statistics.mean(evictions), 3),
         "evictions_idle_each": evictions,

@@ -78,6 +78,19 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     idle = steps["idle_evictions"]
     assert sum(idle["reasons"].values()) == sum(each) >= idle["workloads"]
     assert result["evicted_twice_idle"] == idle["evicted_twice"] <= idle["workloads"]
+    # Settling: cycles until a quiet one (nothing admitted, evicted or releasing), its
+    # evictions counted as the idle ones are; the steady cycles come after it.
+    settle = steps["settle"]
+    rows = settle["cycles"]
+    assert result["settle_cycles"] == len(rows) >= 1 and result["settled"] is True
+    last = rows[-1]
+    assert last["admitted"] == last["evicted"] == last["releasing_before"] == 0
+    assert not any(r["evicted"] == r["admitted"] == r["releasing_before"] == 0 for r in rows[:-1])
+    assert result["settle_evictions"] == sum(r["evicted"] for r in rows)
+    assert sum(settle["evictions"]["reasons"].values()) == result["settle_evictions"]
+    twice = settle["evictions"]["twice_examples"]
+    assert result["settle_evicted_twice"] == settle["evictions"]["evicted_twice"] >= len(twice)
+    assert all(sum(e.startswith("Preempted:") for e in w["events"]) >= 2 for w in twice)
     assert result["sql_per_cycle"] == steps["cycle_steady"]["sql"] > 0
     assert steps["cycle_cold"]["db_cpu_s"] is not None  # the server runs on this machine
     assert len(steps["lock_wait"]) == 2 and result["database"] == "postgresql"
