@@ -33,9 +33,11 @@ def test_work_within_the_quota_evicts_the_projects_own_borrowed_work() -> None:
     result = run(_borrower(), now=NOW)
     assert evicted(result) == {"big": BORROWED}
     assert [e.beneficiary for e in result.evictions] == ["small"]
-    # The event's numbers: what the newcomer needs, and what its project holds and is owed.
+    # The event's numbers: what the newcomer needs, what its project holds and is owed,
+    # and (it holds more than its quota) how much of that is its own borrowed work.
     assert [e.detail for e in result.evictions] == [
-        "4 GPUs in pool a; p1 holds 8 of its deserved 4"
+        "4 GPUs in pool a; p1 holds 8 of its deserved 4, 8 of them borrowed by its own work "
+        "later in its queue"
     ]
     assert list(placed(result)) == ["small"]
 

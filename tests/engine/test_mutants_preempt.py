@@ -233,5 +233,8 @@ def test_a_project_that_took_back_borrowed_gpus_stays_within_its_fair_share() ->
     waiting = [job("small", "p1", t=NOW - 60), job("more", "p1", t=NOW - 30)]
     result = run(snapshot(nodes(2), queues, [g, big, *theirs, fill, *waiting]), now=NOW)
     assert (placed(result), evicted(result)) == ({"small": [("n1", (2,))]}, {"o1": "reclaim"})
-    assert [e.detail for e in result.evictions] == ["1 GPU in pool a; p1 holds 7 of its deserved 4"]
+    assert [e.detail for e in result.evictions] == [
+        "1 GPU in pool a; p1 holds 7 of its deserved 4, 4 of them borrowed by its own work "
+        "later in its queue"
+    ]
     assert result.pending_reasons["more"].startswith("project p1 reclaimed GPUs this cycle")

@@ -116,7 +116,7 @@ def _try_preempt(
         pool,
         Candidates.of(victims),
         VictimRule(eligible, wait=not borrowed),
-        _outranked_or_owed(ctx, wl, pool),
+        _outranked_or_owed(ctx, wl, pool, guarantee),
         MAX_VICTIMS,
         # Work within the guarantee is not borrowing; other newcomers borrow no more
         # than allocation would let them (allocate.borrow_block).
@@ -133,10 +133,10 @@ def _try_preempt(
     return True
 
 
-def _outranked_or_owed(ctx: Context, wl: Workload, pool: str) -> Cause:
+def _outranked_or_owed(ctx: Context, wl: Workload, pool: str, guarantee: Guarantee) -> Cause:
     """Why wl evicts a workload of its own project: a higher priority, or (at the same
     priority) its guaranteed quota taking back GPUs the victim borrowed over it."""
-    owes = owed(ctx, wl, pool)
+    owes = owed(ctx, wl, pool, guarantee)
 
     def cause(victim: Workload) -> tuple[EvictionReason, str]:
         if victim.priority < wl.priority:
@@ -170,7 +170,7 @@ def _take_borrowed(
             wl,
             pool,
             lambda: make_room(
-                ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool), MAX_VICTIMS
+                ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool, guarantee), MAX_VICTIMS
             ),
         )
         if found is None:

@@ -163,10 +163,13 @@ def _evict_for(
     return None if found is None else found[1]
 
 
-def owed(ctx: Context, wl: Workload, pool: str) -> Cause:
+def owed(ctx: Context, wl: Workload, pool: str, guarantee: Guarantee | None = None) -> Cause:
     """Why a reclaim evicts: the beneficiary's project takes back what its guaranteed
     quota owes it, with the numbers ("4 GPUs in pool a100; p1 holds 2 of its deserved
-    8"), worked out before anything is evicted."""
+    8"), worked out before anything is evicted. A project that holds more than its
+    deserved quota takes GPUs back only for work within its guarantee (preempt's rules,
+    with `guarantee`): the numbers then say how much of what it holds is its own borrowed
+    work, or "holds 18.75 of its deserved 16" reads as a reclaim past the quota."""
     qid = wl.queue_id
     held, deserved = ctx.ledger.get(qid, pool), ctx.deserved(qid, pool)
     gpus = ctx.gpu_need(wl, pool)
@@ -174,6 +177,9 @@ def owed(ctx: Context, wl: Workload, pool: str) -> Cause:
         f"{gpus:g} GPU{'s' if gpus != 1 else ''} in pool {pool}; {ctx.name(qid)} holds "
         f"{held:g} of its deserved {deserved:g}"
     )
+    if guarantee is not None and held > deserved + EPS:
+        borrowed = held - guarantee.split(qid, pool, deserved)[0]
+        detail += f", {borrowed:g} of them borrowed by its own work later in its queue"
     return lambda _victim: (EvictionReason.RECLAIM, detail)
 
 
