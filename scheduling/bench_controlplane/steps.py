@@ -14,6 +14,7 @@ import contextlib
 import cProfile
 import json
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,7 +92,7 @@ class CycleCost:
 
 def cycle() -> CycleCost:
     """One cycle through the task's function; what it decided."""
-    with measured() as cost:
+    with snapshots_kept(), measured() as cost:
         run_id = run_cycle()
     run = CycleRun.objects.get(pk=run_id)
     return CycleCost(cost, run.admitted, run.evicted, run.pending, run.ok)
@@ -321,6 +322,29 @@ def lock_wait(cluster: Cluster, share: float, tick: str) -> dict[str, float]:
         run_cycle()
         thread.join()
     return {"lock_wait_s": round(max(waits, default=0.0), 4), "sync_s": round(sync["seconds"], 4)}
+
+
+@contextlib.contextmanager
+def snapshots_kept() -> Iterator[None]:
+    """With GPUPOOL_BENCH_SNAPSHOT_DIR naming a folder, each cycle's engine input
+    (snapshot, config, now) is pickled there, numbered in order (cycle-0001.pickle ...), to
+    replay the engine's decisions offline: `python -m scheduling.engine.evictions_replay`."""
+    folder = os.environ.get("GPUPOOL_BENCH_SNAPSHOT_DIR")
+    if not folder:
+        yield
+        return
+
+    def keeping(schedule: Callable) -> Callable:
+        def kept(snapshot: Any, config: Any, now: float) -> Any:
+            number = len(list(Path(folder).glob("cycle-*.pickle"))) + 1
+            with (Path(folder) / f"cycle-{number:04d}.pickle").open("wb") as out:
+                pickle.dump((snapshot, config, now), out)
+            return schedule(snapshot, config, now)
+
+        return kept
+
+    with patched(scheduling.cycle, "schedule", keeping):
+        yield
 
 
 def profiled(name: str, step: Callable[[], T]) -> T:

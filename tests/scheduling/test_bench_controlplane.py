@@ -16,6 +16,7 @@ from django.db import connection
 
 from clusters.models import Gpu, Node
 from scheduling.bench_controlplane.state import SCALES
+from scheduling.engine.evictions_replay import replay
 from scheduling.models import CycleRun, Workload, WorkloadEvent
 
 pytestmark = [
@@ -50,8 +51,9 @@ def run_bench() -> dict:
     return json.loads(out.getvalue())
 
 
-def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
+def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built(tmp_path, monkeypatch):
     tiny = SCALES["tiny"]
+    monkeypatch.setenv("GPUPOOL_BENCH_SNAPSHOT_DIR", str(tmp_path))
     result = run_bench()
     scenario = tiny.scenario
     for key in FIGURES:
@@ -91,6 +93,14 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built():
     twice = settle["evictions"]["twice_examples"]
     assert result["settle_evicted_twice"] == settle["evictions"]["evicted_twice"] >= len(twice)
     assert all(sum(e.startswith("Preempted:") for e in w["events"]) >= 2 for w in twice)
+    # The cycles' engine inputs were kept (the cold cycle's child first, then this
+    # process's first cycle, then the settling ones): replayed, they decide as the cycles did.
+    replayed = [c["evictions"] for c in replay(tmp_path)["cycles"]]
+    assert replayed[2 : 2 + len(rows)] == [r["evicted"] for r in rows]
+    assert replayed[:2] == [
+        steps["cycle_cold"]["evicted"],
+        steps["cycle_first_in_process"]["evicted"],
+    ]
     assert result["sql_per_cycle"] == steps["cycle_steady"]["sql"] > 0
     assert steps["cycle_cold"]["db_cpu_s"] is not None  # the server runs on this machine
     assert len(steps["lock_wait"]) == 2 and result["database"] == "postgresql"
