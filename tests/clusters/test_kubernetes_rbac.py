@@ -195,6 +195,10 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     admit(board, Node.objects.get(cluster=published, name="gpu-b"))
     admit(ddp, gpu_a, pods=[{"gpu_indices": [2]}, {"gpu_indices": [3]}])
     fake.run_controllers()
+    # A conflict on the create of ddp's headless Service: it is read back to see whose. (Its
+    # two pods create it at once, and the later one's real conflict was the only read: a
+    # race, which a loaded machine once lost.)
+    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
     cluster_reconcile(cluster)
     native = Workload.objects.get(spec__native__owner__name="native")
     Workload.objects.filter(pk=native.pk).update(pending_reason="Needs 1 GPU; 0 are free.")
@@ -205,9 +209,8 @@ def everything_gpupool_does(kube, org) -> list:  # noqa: F811
     admit(half_native, gpu_a, pods=[{"shared_gpu_index": 1, "gpu_share": 0.5}])
     # A conflict on its ConfigMap's create: read to see whose (here: nobody's yet, 404).
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_b.namespace}/configmaps")
-    # Conflicts on create: the pod, and the headless Service, are read back to see whose.
+    # A conflict on a pod's create: it is read back to see whose.
     fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/pods")
-    fake.inject("409", 1, method="POST", path=f"/namespaces/{org.project_a.namespace}/services")
     for _ in range(5):  # reservation; its device (its MPS daemon); the shared pods; the native
         cluster_reconcile(cluster)
         agents_report(cluster)
