@@ -13,17 +13,15 @@ its lock and a worker that died mid-cycle holds up scheduling for at most one pe
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from django.conf import settings
 
-from portal.leases import Lease, lease, period_ttl_s, redis_key
+from portal.leases import Lease, lease, period_ttl_s
 
 NAME = "scheduling-cycle"
-REDIS_KEY = redis_key(NAME)
 
-__all__ = ["NAME", "REDIS_KEY", "Lease", "cycle_lock", "lock_ttl_s"]
+__all__ = ["NAME", "Lease", "cycle_lock", "lock_ttl_s"]
 
 
 def lock_ttl_s() -> int:
@@ -31,8 +29,6 @@ def lock_ttl_s() -> int:
     return period_ttl_s(getattr(settings, "GPUPOOL_CYCLE_INTERVAL_S", 10))
 
 
-@contextlib.contextmanager
-def cycle_lock(ttl_s: int | None = None) -> Iterator[Lease]:
+def cycle_lock(ttl_s: int | None = None) -> AbstractContextManager[Lease]:
     """Yields a Lease, true when this caller holds the lock, false when another one does."""
-    with lease(NAME, ttl_s or lock_ttl_s()) as held:
-        yield held
+    return lease(NAME, ttl_s or lock_ttl_s())

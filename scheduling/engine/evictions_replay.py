@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduling.engine.cycle import schedule
-from scheduling.engine.types import Snapshot
+from scheduling.engine.types import CycleResult, Snapshot
 
 
 def replay(folder: Path, examples: int = 5) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def replay(folder: Path, examples: int = 5) -> dict[str, Any]:
 def _record(
     number: int,
     snapshot: Snapshot,
-    result: Any,
+    result: CycleResult,
     history: dict[str, list[dict[str, Any]]],
     evictions: dict[str, int],
     names: dict[str, str],

@@ -115,9 +115,9 @@ def _cycles_since(var: Path, since: float) -> list[tuple[float, str, int]]:
     return [(at, state, ok) for at, state, ok in sorted(started) if at > since]
 
 
-def _succeeded(worker: EmbeddedWorker) -> list[str]:
-    """The names of the tasks the worker logged as succeeded."""
-    return re.findall(r"Task (\S+)\[[^]]+\] succeeded", worker.log())
+def _succeeded(worker: EmbeddedWorker) -> list[tuple[str, str]]:
+    """(name, what it returned) of each task the worker logged as succeeded."""
+    return re.findall(r"Task (\S+)\[[^]]+\] succeeded in \S+: (.*)", worker.log())
 
 
 def test_pool_children_killed_mid_cycle_are_replaced_and_the_next_cycle_is_ok(tmp_path):
@@ -142,7 +142,8 @@ def test_pool_children_killed_mid_cycle_are_replaced_and_the_next_cycle_is_ok(tm
         print(f"first ok cycle {since_kill[0][0] - killed_at:.1f} s after the kill")
         # The killed cycle's task is delivered again and runs to its end, and the worker
         # goes on consuming: a task sent now runs, and nothing is left in the queues.
-        wait_for(lambda: "tests.slow_cycle" in _succeeded(worker), "the cycle task again", worker)
+        again = partial(_results, worker, "tests.slow_cycle")
+        wait_for(again, "the cycle task again", worker)
         worker.send("tests.mark", str(marked))
         wait_for(marked.exists, "a task sent after the kill runs", worker)
         wait_for(lambda: not worker.rows("SELECT id FROM message"), "the queues empty", worker)
@@ -176,8 +177,7 @@ def test_a_pool_child_killed_mid_reconcile_holds_its_cluster_up_for_one_period(t
 
 def _results(worker: EmbeddedWorker, task: str) -> list[str]:
     """What `task` returned each time it succeeded, as the worker logged it."""
-    pattern = rf"Task {re.escape(task)}\[[^]]+\] succeeded in \S+: (.*)"
-    return re.findall(pattern, worker.log())
+    return [result for name, result in _succeeded(worker) if name == task]
 
 
 def test_a_message_that_cannot_be_decoded_is_set_aside_and_the_next_one_runs(tmp_path):
