@@ -80,6 +80,7 @@ class CycleCost:
     evicted: int = 0
     pending: int = 0
     ok: bool = True
+    quarantined: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return self.cost.as_dict() | {
@@ -87,6 +88,7 @@ class CycleCost:
             "evicted": self.evicted,
             "pending": self.pending,
             "ok": self.ok,
+            "quarantined": self.quarantined,
         }
 
 
@@ -95,7 +97,7 @@ def cycle() -> CycleCost:
     with snapshots_kept(), measured() as cost:
         run_id = run_cycle()
     run = CycleRun.objects.get(pk=run_id)
-    return CycleCost(cost, run.admitted, run.evicted, run.pending, run.ok)
+    return CycleCost(cost, run.admitted, run.evicted, run.pending, run.ok, run.quarantined)
 
 
 # What a reconcile step reports beside its cost: pods made and deleted, and the rows its
@@ -333,6 +335,7 @@ def snapshots_kept() -> Iterator[None]:
     if not folder:
         yield
         return
+    Path(folder).mkdir(parents=True, exist_ok=True)
 
     def keeping(schedule: Callable) -> Callable:
         def kept(snapshot: Any, config: Any, now: float) -> Any:

@@ -65,6 +65,10 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built(tmp_path, 
     assert result["workloads"] == scenario.running + scenario.pending
     arrivals = 1 + tiny.arrivals + tiny.samples + 2  # + the two into the settled state
     assert result["workloads_after"] == result["workloads"] + arrivals == Workload.objects.count()
+    # Every row built is one a cycle can schedule: none was quarantined as unrunnable (the
+    # scenario's GPU-memory requests were, for their 0 MiB of host memory).
+    assert not CycleRun.objects.filter(quarantined__gt=0).exists()
+    assert not WorkloadEvent.objects.filter(reason="InvalidRequest").exists()
     steps = result["steps"]
     # Every running workload got its pods in the first reconcile; the idle pass made none.
     assert steps["reconcile_initial"]["created"] >= result["running_built"] > 0
