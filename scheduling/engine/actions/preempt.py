@@ -41,8 +41,9 @@ from scheduling.engine.state import PodSlot
 from scheduling.engine.types import EvictionReason, Workload
 
 MAX_VICTIMS = 64
-# Skip a search for borrowed work that provably fails as one before it did (NoPlan);
-# tests/engine/test_preempt_memo.py turns it off to check that decisions stay the same.
+# Skip a search for borrowed work that provably fails as one before it did (NoPlan), and
+# walk only the victims such a search may take (BorrowedRule.candidates);
+# tests/engine/test_preempt_memo.py turns both off to check that decisions stay the same.
 MEMO_SEARCHES = True
 
 
@@ -170,7 +171,13 @@ def _take_borrowed(
             wl,
             pool,
             lambda: make_room(
-                ctx, wl, pool, index.pool(pool), rule, owed(ctx, wl, pool, guarantee), MAX_VICTIMS
+                ctx,
+                wl,
+                pool,
+                rule.candidates(index.pool(pool)) if MEMO_SEARCHES else index.pool(pool),
+                rule,
+                owed(ctx, wl, pool, guarantee),
+                MAX_VICTIMS,
             ),
         )
         if found is None:
