@@ -1,11 +1,12 @@
 """Apply a cycle's result to a snapshot to get the next one (simulation and tests).
 
 Evictions first: an evicted workload loses its placement and goes back to pending
-(keeping its last checkpoint, so it resumes from there); then admissions: each admitted
-workload gets its placement and started_at = now, and its devices are marked on the
-nodes; then resizes: an elastic workload's placement loses the pods taken back and
-gains the pods added, with resized_at = now. Nothing else changes, so a test can run
-many cycles without a database.
+(keeping its last checkpoint, so it resumes from there) with one restart more, as the
+portal counts it (Workload.restart_count; victim cost charges restarts); then
+admissions: each admitted workload gets its placement and started_at = now, and its
+devices are marked on the nodes; then resizes: an elastic workload's placement loses the
+pods taken back and gains the pods added, with resized_at = now. Nothing else changes,
+so a test can run many cycles without a database.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def _next_workload(
     if wl.id in admitted:
         return replace(wl, placement=admitted[wl.id], started_at=now, degraded_since=None)
     if wl.id in evicted:
-        return replace(wl, placement=None, started_at=None, degraded_since=None)
+        return replace(
+            wl, placement=None, started_at=None, degraded_since=None, restarts=wl.restarts + 1
+        )
     return wl
 
 
