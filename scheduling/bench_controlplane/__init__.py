@@ -159,6 +159,7 @@ def _latencies(
     admitted = [r.admitted_s for r in rows]
     pods = [r.pod_s for r in rows]
     between = [r.pod_s - r.admitted_s for r in rows if r.pod_s is not None and r.admitted_s]
+    stamped = [r.pod_s - r.stamped_s for r in rows if r.pod_s is not None and r.stamped_s]
     missing = sum(1 for r in rows if r.pod_s is None)
     if missing:
         notes.append(
@@ -175,6 +176,7 @@ def _latencies(
         "submit_pod_p50_s": _percentile(pods, 50),
         "submit_pod_p95_s": _percentile(pods, 95),
         "admitted_to_pod_p95_s": _percentile(between, 95),
+        "stamped_to_pod_p95_s": _percentile(stamped, 95),
     }
 
 
@@ -339,6 +341,7 @@ def _summary(
         "max_lock_wait_s": max(w["lock_wait_s"] for w in record["lock_wait"]),
         "submit_admitted_p95_s": latency["submit_admitted_p95_s"],
         "admitted_pod_p95_s": latency["admitted_to_pod_p95_s"],
+        "stamped_pod_p95_s": latency["stamped_to_pod_p95_s"],
         "submit_pod_p95_s": latency["submit_pod_p95_s"],
         "cycle_idle_after_reconcile_cpu_s": _median_total(record["idle_cycles"]),
         "evictions_idle_cycles": round(statistics.mean(evictions), 3),

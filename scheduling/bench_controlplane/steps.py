@@ -37,7 +37,7 @@ from portal.celery import app as celery_app
 from portal.models import Project
 from scheduling import signals
 from scheduling.bench_controlplane.probe import Cost, measured
-from scheduling.models import CycleRun, PriorityClass, Workload
+from scheduling.models import CycleRun, PriorityClass, Workload, WorkloadEvent, WorkloadState
 from scheduling.tasks import on_cycle_wanted, run_cycle
 
 # The receivers as the apps connect them (scheduling/apps.py, clusters/apps.py).
@@ -194,9 +194,10 @@ def submissions(submitter: Submitter, count: int) -> tuple[Cost, list[int]]:
 
 @dataclass(slots=True)
 class Latency:
-    admitted_s: float | None
+    admitted_s: float | None  # when its timeline says Admitted (the state changed)
     pod_s: float | None
     rounds: int  # cycles run by hand after the submit's own chain
+    stamped_s: float | None = None  # its admitted_at: the deciding cycle's start
 
 
 def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 6) -> Latency:
@@ -214,10 +215,16 @@ def latency_sample(submitter: Submitter, cluster: Cluster, rounds: int = 6) -> L
         done += 1
     workload = Workload.objects.get(pk=wid)
     pod = _pod_of(cluster, wid)
+    admitted = (
+        WorkloadEvent.objects.filter(workload_id=wid, type=WorkloadState.ADMITTED)
+        .values_list("created_at", flat=True)
+        .first()
+    )
     return Latency(
-        admitted_s=_since(began, workload.admitted_at),
+        admitted_s=_since(began, admitted),
         pod_s=_since(began, pod.started_at if pod else None),
         rounds=done,
+        stamped_s=_since(began, workload.admitted_at),
     )
 
 
@@ -361,4 +368,5 @@ def profiled(name: str, step: Callable[[], T]) -> T:
     try:
         return profile.runcall(step)
     finally:
+        Path(folder).mkdir(parents=True, exist_ok=True)
         profile.dump_stats(Path(folder) / f"{name}.prof")
