@@ -1,6 +1,7 @@
 """Replay kept cycles' engine inputs and follow the workloads evicted more than once.
 
     python -m scheduling.engine.evictions_replay FOLDER [--examples N]
+    python -m scheduling.engine.evictions_replay FOLDER --settle-from K [--searches S]
 
 FOLDER holds what `manage.py bench_controlplane` pickles with GPUPOOL_BENCH_SNAPSHOT_DIR set
 (cycle-0001.pickle ...: each cycle's snapshot, config and time). Each is scheduled again
@@ -12,6 +13,10 @@ change in demand), and for the first N workloads evicted twice or more, each evi
 beneficiary of evictions, or placed on free GPUs): what a reader needs to tell work
 evicted back and forth from work evicted again for a new reason.
 
+With --settle-from K, the engine alone runs on from cycle K's input, each result applied
+(`settle()`), until a cycle decides nothing: how the engine itself settles that state
+(with S victim searches a cycle), in the same terms.
+
 Only unpickle folders you made: a pickle runs code as it loads.
 """
 
@@ -22,10 +27,12 @@ import json
 import pickle
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scheduling.engine.cycle import schedule
+from scheduling.engine.apply import apply_result
+from scheduling.engine.cycle import Engine, schedule
 from scheduling.engine.types import CycleResult, Snapshot
 
 
@@ -54,6 +61,57 @@ def replay(folder: Path, examples: int = 5) -> dict[str, Any]:
         )
         seen = ids
         _record(number, snapshot, result, history, evictions, names)
+    return _summary(cycles, history, evictions, names, examples)
+
+
+def settle(
+    path: Path,
+    examples: int = 5,
+    searches: int | None = None,
+    limit: int = 60,
+    period: float = 10.0,
+) -> dict[str, Any]:
+    """The engine alone from one kept cycle's input: each result applied to the snapshot
+    (apply_result: victims gone and beneficiaries running at once, an eviction counted as
+    a restart) and the next cycle run `period` seconds later, until one decides nothing
+    (at most `limit` cycles). How the engine settles that state by itself, with `searches`
+    victim searches a cycle (the kept config's when None), in replay()'s terms, with
+    `settled` saying whether it got there."""
+    with path.open("rb") as kept:
+        snapshot, config, now = pickle.load(kept)
+    if searches is not None:
+        config = replace(config, max_victim_searches=searches)
+    engine = Engine()
+    cycles: list[dict[str, Any]] = []
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    evictions: dict[str, int] = defaultdict(int)
+    names = {wl.id: wl.name or wl.id for wl in snapshot.workloads}
+    settled = False
+    for number in range(1, limit + 1):
+        result = engine.schedule(snapshot, config, now)
+        cycles.append(
+            {
+                "cycle": number,
+                "evictions": len(result.evictions),
+                "admissions": len(result.admissions),
+            }
+        )
+        _record(number, snapshot, result, history, evictions, names)
+        if not result.evictions and not result.admissions:
+            settled = True
+            break
+        snapshot = apply_result(snapshot, result, now)
+        now += period
+    return {"settled": settled} | _summary(cycles, history, evictions, names, examples)
+
+
+def _summary(
+    cycles: list[dict[str, Any]],
+    history: dict[str, list[dict[str, Any]]],
+    evictions: dict[str, int],
+    names: dict[str, str],
+    examples: int,
+) -> dict[str, Any]:
     twice = sorted(wid for wid, count in evictions.items() if count > 1)
     return {
         "cycles": cycles,
@@ -101,8 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--examples", type=int, default=5)
+    parser.add_argument(
+        "--settle-from",
+        type=int,
+        metavar="N",
+        help="run the engine alone from cycle N's input until it settles (settle())",
+    )
+    parser.add_argument("--searches", type=int, help="with --settle-from: searches a cycle")
     args = parser.parse_args(argv)
-    json.dump(replay(args.folder, args.examples), sys.stdout, indent=1)
+    if args.settle_from is None:
+        found = replay(args.folder, args.examples)
+    else:
+        path = args.folder / f"cycle-{args.settle_from:04d}.pickle"
+        found = settle(path, args.examples, args.searches)
+    json.dump(found, sys.stdout, indent=1)
     print()
     return 0
 

@@ -16,6 +16,7 @@ from django.db import connection
 
 from clusters.models import Gpu, Node
 from scheduling.bench_controlplane.state import SCALES
+from scheduling.engine import evictions_replay
 from scheduling.engine.evictions_replay import replay
 from scheduling.models import CycleRun, Workload, WorkloadEvent
 
@@ -105,6 +106,11 @@ def test_the_tiny_bench_reports_every_figure_and_counts_what_it_built(tmp_path, 
     # The cycles' engine inputs were kept (the cold cycle's child first, then this
     # process's first cycle, then the settling ones): replayed, they decide as the cycles did.
     replayed = [c["evictions"] for c in replay(tmp_path)["cycles"]]
+    # The engine alone from this process's first cycle: its first cycle decides as that one
+    # did, and it settles (its own replay of what the portal does, issue 25).
+    alone = evictions_replay.settle(tmp_path / "cycle-0002.pickle")
+    assert alone["settled"] and alone["cycles"][0]["evictions"] == replayed[1]
+    assert alone["cycles"][-1]["evictions"] == alone["cycles"][-1]["admissions"] == 0
     assert replayed[2 : 2 + len(rows)] == [r["evicted"] for r in rows]
     assert replayed[:2] == [
         steps["cycle_cold"]["evicted"],
