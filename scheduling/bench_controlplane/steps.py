@@ -364,9 +364,9 @@ def profiled(name: str, step: Callable[[], T]) -> T:
     folder = os.environ.get("GPUPOOL_BENCH_PROFILE_DIR")
     if not folder:
         return step()
+    Path(folder).mkdir(parents=True, exist_ok=True)
     profile = cProfile.Profile()
     try:
         return profile.runcall(step)
     finally:
-        Path(folder).mkdir(parents=True, exist_ok=True)
         profile.dump_stats(Path(folder) / f"{name}.prof")

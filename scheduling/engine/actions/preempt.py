@@ -79,7 +79,10 @@ def _try_preempt(
     need = ctx.gpu_need(wl, pool)
     borrowed = guarantee.borrowed_for(wl, pool, need)
     key = (wl.queue_id, wl.priority, pool, wl.gpu_models, wl.topology, wl.pods[0].is_shared)
-    if not borrowed and failures.known(key, wl, need):
+    # Most tries at scale have no victim they may take here and no extra pods to take
+    # back: they end as the search for victims below would, without it.
+    nothing = not ctx.book.originals and not index.outranked(wl.queue_id, pool, wl.priority)
+    if not borrowed and (nothing or failures.known(key, wl, need)):
         return False
     if not wl.preemptible and ctx.nonpreemptible_block(wl, pool) is not None:
         return False  # evicting preemptible work frees none of its non-preemptible quota
